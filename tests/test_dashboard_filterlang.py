@@ -1,0 +1,86 @@
+"""The connections search box's filter language (webapp/dashboard/filterlang.py): parse and errors."""
+
+from __future__ import annotations
+
+import pytest
+from django.db.models import Q
+
+from webapp.dashboard.filterlang import BoolOp, Columns, Cond, FilterError, Not, compare, either, parse, to_q
+
+
+def test_it_parses_the_documented_example_into_three_conditions() -> None:
+    assert parse("port 443 and comm nginx and retrans > 0") == BoolOp(
+        "and", (Cond("port", "=", 443), Cond("comm", "=", "nginx"), Cond("retrans", ">", 0))
+    )
+
+
+def test_it_returns_none_for_a_blank_expression() -> None:
+    assert parse("   ") is None
+
+
+def test_and_binds_tighter_than_or() -> None:
+    assert parse("port 22 or port 80 and comm sshd") == BoolOp(
+        "or", (Cond("port", "=", 22), BoolOp("and", (Cond("port", "=", 80), Cond("comm", "=", "sshd"))))
+    )
+
+
+def test_parentheses_and_not_group_as_written() -> None:
+    assert parse("not (state open or proto udp)") == Not(
+        BoolOp("or", (Cond("state", "=", "OPEN"), Cond("proto", "=", "udp")))
+    )
+
+
+def test_it_reads_units_on_bytes_and_duration() -> None:
+    assert parse("bytes >= 1.5M") == Cond("bytes", ">=", 1_500_000)
+    assert parse("duration < 250ms") == Cond("duration", "<", 0.25)
+    assert parse("duration > 2m") == Cond("duration", ">", 120.0)
+
+
+def test_it_accepts_quoted_values_and_case_insensitive_words() -> None:
+    assert parse('COMM "my app" AND State established') == BoolOp(
+        "and", (Cond("comm", "=", "my app"), Cond("state", "=", "ESTABLISHED"))
+    )
+
+
+def test_anomaly_alone_means_any_rule_and_takes_an_optional_rule() -> None:
+    assert parse("anomaly") == Cond("anomaly", "=", "")
+    assert parse("anomaly k1 and port 80") == BoolOp("and", (Cond("anomaly", "=", "K1"), Cond("port", "=", 80)))
+
+
+@pytest.mark.parametrize(
+    ("text", "message", "pos"),
+    [
+        ("port abc", "port needs a whole number, got 'abc'", 5),
+        ("prot 80", "unknown field 'prot'", 0),
+        ("port", "expected a value after 'port'", 4),
+        ("(port 80", "missing ')'", 8),
+        ("comm > 3", "'>' needs a number field; 'comm' is text", 7),
+        ("port 80 port 81", "expected 'and', 'or' or the end, got 'port'", 8),
+        ("state NOPE", "unknown state 'NOPE'", 6),
+        ("bytes > 3X", "bytes needs a number with an optional unit (k, m, g), got '3X'", 8),
+        ("port ~ 8", "'~' (contains) works on text fields, not on 'port'", 7),
+        ("port 80 and", "expected a field name, got the end", 11),
+        ("port 80 & comm x", "unexpected character '&'", 8),
+    ],
+)
+def test_it_rejects_bad_expressions_with_a_clear_message_and_position(text: str, message: str, pos: int) -> None:
+    with pytest.raises(FilterError) as err:
+        parse(text)
+    assert str(err.value).startswith(message)
+    assert err.value.pos == pos
+
+
+def test_it_refuses_overlong_expressions() -> None:
+    with pytest.raises(FilterError, match="longer than 500"):
+        parse("port 1 and " * 60 + "port 2")
+
+
+def test_it_builds_orm_filters_through_the_column_map() -> None:
+    columns = Columns({"port": either("sport", "dport"), "comm": compare("comm"), "retrans": compare("total_retrans")})
+    q = to_q(parse("port 443 and comm ~ ngi and retrans > 0"), columns)
+    assert q == (Q(sport__exact=443) | Q(dport__exact=443)) & Q(comm__icontains="ngi") & Q(total_retrans__gt=0)
+
+
+def test_not_equal_on_either_column_means_neither_equals() -> None:
+    columns = Columns({"port": either("sport", "dport")})
+    assert to_q(parse("port != 22"), columns) == ~Q(sport=22) & ~Q(dport=22)

@@ -1,0 +1,321 @@
+"""The connections search box's filter language: text -> syntax tree -> Django ``Q``.
+
+Example: ``port 443 and comm nginx and retrans > 0``. Grammar (``and`` binds tighter
+than ``or``; words are case-insensitive; an operator may be left out and means ``=``)::
+
+    expr  := and ("or" and)*
+    and   := unary ("and" unary)*
+    unary := "not" unary | "(" expr ")" | "anomaly" [rule] | field [op] value
+    op    := = | == | != | > | >= | < | <= | ~        (~ = contains, text fields)
+
+The field list below is the documentation shown in the page's help
+(``templates/dashboard/connections.html`` renders :data:`FIELDS`), so the help and
+the parser cannot disagree. Parsing is pure (no Django); :func:`to_q` turns the tree
+into ORM filters through :class:`Columns`, the one place naming model columns.
+Keep in sync with: ``webapp/dashboard/queries.py`` (the Columns for the Connection model).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from translators.records import TCP_STATES
+
+MAX_LENGTH = 500  # longer expressions are refused: the box is for people, not programs
+
+
+class FilterError(ValueError):
+    """A bad expression; ``pos`` is the 0-based character offset of the problem."""
+
+    def __init__(self, message: str, pos: int) -> None:
+        super().__init__(f"{message} (at character {pos + 1})")
+        self.pos = pos
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: str  # "int", "bytes", "duration", "text", "addr", "state", "proto"
+    help: str
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("host", "text", "host id, e.g. host web1"),
+    Field("comm", "text", "process command name, e.g. comm nginx or comm ~ ngi"),
+    Field("pid", "int", "process (thread-group) id"),
+    Field("uid", "int", "user id of the owner"),
+    Field("src", "addr", "local / originator address"),
+    Field("dst", "addr", "remote / responder address"),
+    Field("addr", "addr", "either address"),
+    Field("sport", "int", "local / originator port"),
+    Field("dport", "int", "remote / responder port"),
+    Field("port", "int", "either port, e.g. port 443"),
+    Field("state", "state", "TCP state, e.g. state ESTABLISHED (also: state open / state closed)"),
+    Field("proto", "proto", "tcp or udp"),
+    Field("duration", "duration", "seconds, or with a unit: 250ms, 2s, 5m, 1h"),
+    Field("bytes", "bytes", "payload bytes both ways; units k, M, G (powers of 1000)"),
+    Field("retrans", "int", "segments retransmitted"),
+    Field("anomaly", "text", "has an alert: anomaly, or anomaly K1 for one rule"),
+)
+FIELD_BY_NAME = {f.name: f for f in FIELDS}
+OPS = ("=", "!=", ">", ">=", "<", "<=", "~")
+_ORDERED_TYPES = ("int", "bytes", "duration")
+_UNITS = {
+    "bytes": {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3},
+    "duration": {"": 1.0, "s": 1.0, "ms": 0.001, "us": 1e-6, "m": 60.0, "h": 3600.0},
+}
+
+# --- tokens ---------------------------------------------------------------------
+
+_TOKEN = re.compile(
+    r"""\s*(?:
+        (?P<op>==|!=|>=|<=|=|>|<|~)
+      | (?P<paren>[()])
+      | "(?P<quoted>[^"]*)"
+      | (?P<word>[^\s()=!<>~"&|]+)
+      | (?P<bad>\S)
+    )""",
+    re.VERBOSE,
+)
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str  # "op", "paren", "word", "end"
+    text: str
+    pos: int
+    quoted: bool = False
+
+
+def tokenize(text: str) -> list[Token]:
+    if len(text) > MAX_LENGTH:
+        raise FilterError(f"expression longer than {MAX_LENGTH} characters", MAX_LENGTH)
+    tokens: list[Token] = []
+    pos = 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None or m.end() == pos:  # only trailing blanks are left
+            break
+        start = m.start(m.lastgroup or 0)
+        if m.lastgroup == "bad":
+            raise FilterError(f"unexpected character {m.group('bad')!r} (combine with and, or, not)", start)
+        if m.lastgroup == "quoted":
+            tokens.append(Token("word", m.group("quoted"), start - 1, quoted=True))
+        else:
+            tokens.append(Token(m.lastgroup or "", m.group(m.lastgroup or 0), start))
+        pos = m.end()
+    tokens.append(Token("end", "", len(text)))
+    return tokens
+
+
+# --- syntax tree ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cond:
+    field: str
+    op: str
+    value: Any  # int, float or str, already converted for the field's type
+
+
+@dataclass(frozen=True)
+class Not:
+    child: Node
+
+
+@dataclass(frozen=True)
+class BoolOp:
+    op: str  # "and" | "or"
+    children: tuple[Node, ...]
+
+
+Node = Cond | Not | BoolOp
+
+
+class _Parser:
+    def __init__(self, tokens: list[Token]) -> None:
+        self.tokens = tokens
+        self.i = 0
+
+    def peek(self) -> Token:
+        return self.tokens[self.i]
+
+    def take(self) -> Token:
+        tok = self.tokens[self.i]
+        self.i += 1
+        return tok
+
+    def is_word(self, *words: str) -> bool:
+        tok = self.peek()
+        return tok.kind == "word" and not tok.quoted and tok.text.lower() in words
+
+    def parse(self) -> Node:
+        node = self.parse_or()
+        tok = self.peek()
+        if tok.kind != "end":
+            raise FilterError(f"expected 'and', 'or' or the end, got {tok.text!r}", tok.pos)
+        return node
+
+    def parse_or(self) -> Node:
+        children = [self.parse_and()]
+        while self.is_word("or"):
+            self.take()
+            children.append(self.parse_and())
+        return children[0] if len(children) == 1 else BoolOp("or", tuple(children))
+
+    def parse_and(self) -> Node:
+        children = [self.parse_unary()]
+        while self.is_word("and"):
+            self.take()
+            children.append(self.parse_unary())
+        return children[0] if len(children) == 1 else BoolOp("and", tuple(children))
+
+    def parse_unary(self) -> Node:
+        tok = self.peek()
+        if self.is_word("not"):
+            self.take()
+            return Not(self.parse_unary())
+        if tok.kind == "paren" and tok.text == "(":
+            self.take()
+            node = self.parse_or()
+            close = self.take()
+            if close.kind != "paren" or close.text != ")":
+                raise FilterError("missing ')'", close.pos)
+            return node
+        return self.parse_cond()
+
+    def parse_cond(self) -> Cond:
+        tok = self.take()
+        if tok.kind != "word" or tok.quoted:
+            what = "the end" if tok.kind == "end" else repr(tok.text)
+            raise FilterError(f"expected a field name, got {what}", tok.pos)
+        name = tok.text.lower()
+        field = FIELD_BY_NAME.get(name)
+        if field is None:
+            raise FilterError(f"unknown field {tok.text!r}; fields: {', '.join(FIELD_BY_NAME)}", tok.pos)
+        if name == "anomaly":
+            return self.parse_anomaly()
+        op = "="
+        if self.peek().kind == "op":
+            op = self.take().text
+            op = "=" if op == "==" else op
+        value_tok = self.take()
+        if value_tok.kind != "word" or (not value_tok.quoted and value_tok.text.lower() in ("and", "or", "not")):
+            raise FilterError(f"expected a value after {name!r}", value_tok.pos)
+        return Cond(name, op, _convert(field, op, value_tok))
+
+    def parse_anomaly(self) -> Cond:
+        tok = self.peek()
+        if tok.kind == "op" and tok.text in ("=", "=="):
+            self.take()
+            tok = self.peek()
+            if tok.kind != "word":
+                raise FilterError("expected a rule id after 'anomaly ='", tok.pos)
+        if tok.kind == "word" and (tok.quoted or tok.text.lower() not in ("and", "or", "not")):
+            self.take()
+            return Cond("anomaly", "=", tok.text.upper())
+        return Cond("anomaly", "=", "")  # any rule
+
+
+def _convert(field: Field, op: str, tok: Token) -> Any:
+    text = tok.text
+    if op in (">", ">=", "<", "<=") and field.type not in _ORDERED_TYPES:
+        raise FilterError(f"{op!r} needs a number field; {field.name!r} is {field.type}", tok.pos)
+    if op == "~" and field.type not in ("text", "addr"):
+        raise FilterError(f"'~' (contains) works on text fields, not on {field.name!r}", tok.pos)
+    if field.type == "int":
+        if not re.fullmatch(r"\d+", text):
+            raise FilterError(f"{field.name} needs a whole number, got {text!r}", tok.pos)
+        return int(text)
+    if field.type in _UNITS:
+        m = re.fullmatch(r"(\d+(?:\.\d+)?)([a-zA-Z]*)", text)
+        units = _UNITS[field.type]
+        unit = m.group(2).lower() if m else ""
+        if m is None or unit not in units:
+            allowed = ", ".join(u for u in units if u)
+            raise FilterError(f"{field.name} needs a number with an optional unit ({allowed}), got {text!r}", tok.pos)
+        value = float(m.group(1)) * units[unit]
+        return int(value) if field.type == "bytes" else value
+    if field.type == "state":
+        upper = text.upper()
+        if upper == "OPEN" or upper in TCP_STATES:
+            return upper
+        raise FilterError(f"unknown state {text!r}; states: {', '.join(TCP_STATES)}, open", tok.pos)
+    if field.type == "proto":
+        if text.lower() not in ("tcp", "udp", "udplite"):
+            raise FilterError(f"proto is tcp, udp or udplite, got {text!r}", tok.pos)
+        return text.lower()
+    return text
+
+
+def parse(text: str) -> Node | None:
+    """The syntax tree of ``text``; None for a blank expression. Raises FilterError."""
+    tokens = tokenize(text)
+    if tokens[0].kind == "end":
+        return None
+    return _Parser(tokens).parse()
+
+
+# --- to the ORM ----------------------------------------------------------------------
+
+QFactory = Callable[[str, Any], Any]  # (op, value) -> Q
+
+
+@dataclass(frozen=True)
+class Columns:
+    """How each field maps to the model: a callable per field returning a Q."""
+
+    factories: dict[str, QFactory]
+
+
+def compare(column: str) -> QFactory:
+    """A factory comparing one column with any operator."""
+    from django.db.models import Q
+
+    lookups = {"=": "exact", ">": "gt", ">=": "gte", "<": "lt", "<=": "lte", "~": "icontains"}
+
+    def make(op: str, value: Any) -> Q:
+        if op == "!=":
+            return ~Q(**{f"{column}__exact": value})
+        return Q(**{f"{column}__{lookups[op]}": value})
+
+    return make
+
+
+def either(*columns: str) -> QFactory:
+    """A factory matching when any of the columns matches (port = sport or dport)."""
+    from django.db.models import Q
+
+    parts = [compare(c) for c in columns]
+
+    def make(op: str, value: Any) -> Q:
+        if op == "!=":  # neither side equals the value
+            out = Q()
+            for c in columns:
+                out &= ~Q(**{c: value})
+            return out
+        out = Q()
+        for part in parts:
+            out |= part(op, value)
+        return out
+
+    return make
+
+
+def to_q(node: Node | None, columns: Columns) -> Any:
+    """The Django Q for a syntax tree (an empty Q for None)."""
+    from django.db.models import Q
+
+    if node is None:
+        return Q()
+    if isinstance(node, Not):
+        return ~to_q(node.child, columns)
+    if isinstance(node, BoolOp):
+        out = to_q(node.children[0], columns)
+        for child in node.children[1:]:
+            out = (out & to_q(child, columns)) if node.op == "and" else (out | to_q(child, columns))
+        return out
+    return columns.factories[node.field](node.op, node.value)

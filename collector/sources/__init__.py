@@ -1,0 +1,1 @@
+"""Record sources: kernel (BPF), capture files (pcap/pcapng) and SIFTR logs."""

@@ -1,0 +1,336 @@
+"""HTTP sink: ships record batches to the webapp's ingest endpoint, spooling what it cannot send.
+
+`write()` only appends to an in-memory list; a background thread cuts batches
+(`batch_size` records or `flush_interval` seconds), encodes each as one MessagePack
+array and POSTs it to ``<server>/api/ingest`` with the host's bearer token.
+
+What happens to a batch, by answer (the ingest contract in docs/api.md):
+- 200: delivered.
+- no answer, timeout, 5xx, 408, 429: the batch goes to the on-disk spool
+  (collector/spool.py) and so does every later batch until the spool is replayed,
+  oldest first, after a back-off; a spooled batch is deleted only after a 200.
+- 413: the batch is split in two and each half sent again (a single record too large
+  is rejected as below).
+- any other 4xx: logged with the server's error and written to ``<spool>/rejected/``,
+  never silently dropped.
+The spool outlives the process: a new sink on the same directory replays it first.
+The server is idempotent on (host, boot, seq), so a batch replayed after a lost 200
+is stored once.
+
+Keep in sync with: the ingest view in webapp/ (status codes), collector/spool.py and
+docs/collector-sinks.md.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import requests
+
+from collector.spool import DEFAULT_MAX_BYTES, Spool, SpoolError
+
+log = logging.getLogger("nettrail.sink.http")
+
+INGEST_PATH = "/api/ingest"
+DEFAULT_BATCH_SIZE = 1000
+DEFAULT_FLUSH_INTERVAL = 0.5
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_CLOSE_TIMEOUT = 5.0
+RETRYABLE = frozenset({408, 429})
+
+
+class Outcome(enum.Enum):
+    SENT = "sent"
+    RETRY = "retry"  # keep it and try again later
+    REJECTED = "rejected"  # moved to rejected/
+
+
+@dataclass
+class SinkStats:
+    """Counters for the collector's self-health view (monotonic since the sink started)."""
+
+    sent_batches: int = 0
+    sent_records: int = 0
+    duplicates: int = 0  # records the server already had (replays after a lost answer)
+    spooled_batches: int = 0
+    replayed_batches: int = 0
+    split_batches: int = 0
+    rejected_batches: int = 0
+    rejected_records: int = 0
+    unspoolable_records: int = 0  # a batch larger than the whole spool while the server was down
+
+
+_encoder = msgspec.msgpack.Encoder()
+_raw_list = msgspec.msgpack.Decoder(list[msgspec.Raw])
+
+
+class HttpSink:
+    """Non-blocking record sink for ``POST /api/ingest`` with a durable spool."""
+
+    def __init__(
+        self,
+        server_url: str,
+        token: str,
+        spool_dir: str | Path,
+        max_spool_bytes: int = DEFAULT_MAX_BYTES,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry_interval: float = 1.0,
+        max_retry_interval: float = 30.0,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self.url = server_url.rstrip("/") + INGEST_PATH
+        self.spool = Spool(spool_dir, max_spool_bytes)
+        self.rejected_dir = Path(spool_dir) / "rejected"
+        self.batch_size = batch_size
+        self.flush_interval = flush_interval
+        self.timeout = timeout
+        self.retry_interval = retry_interval
+        self.max_retry_interval = max_retry_interval
+        self.stats = SinkStats()
+        self._session = requests.Session()
+        self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/msgpack"}
+        self._cond = threading.Condition()
+        self._pending: list[Any] = []
+        self._oldest = 0.0  # monotonic time the oldest pending record arrived
+        self._accepted = 0  # records given to write()
+        self._handled = 0  # records sent, spooled, rejected or lost
+        self._closing = False
+        self._close_deadline = 0.0
+        self._down = False  # the server failed; new batches go behind the spool
+        self._backoff = retry_interval
+        self._next_retry = 0.0
+        self._has_spool = not self.spool.empty()
+        self._thread = threading.Thread(target=self._run, name="nettrail-http-sink", daemon=True)
+        self._thread.start()
+
+    # --- caller side ------------------------------------------------------------------
+
+    def write(self, records: Iterable[Any]) -> None:
+        """Queue records (Record structs or their dict form); never waits for the network."""
+        batch = list(records)
+        if not batch:
+            return
+        with self._cond:
+            if self._closing:
+                raise RuntimeError("write() after close()")
+            if not self._pending:
+                self._oldest = time.monotonic()
+            self._pending.extend(batch)
+            self._accepted += len(batch)
+            if len(self._pending) >= self.batch_size:
+                self._cond.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every written record was sent or spooled; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self._oldest = 0.0  # makes whatever is pending due now
+            self._cond.notify_all()
+            while self._handled < self._accepted:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
+        """Send what is pending and keep replaying the spool for up to `timeout` seconds.
+
+        What cannot be sent by then stays spooled for the next sink on this directory.
+        """
+        with self._cond:
+            self._close_deadline = time.monotonic() + timeout
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join()
+        self._session.close()
+
+    @property
+    def spooled(self) -> bool:
+        """Batches are waiting in the spool (the server was unreachable)."""
+        return self._has_spool
+
+    @property
+    def lost_records(self) -> int:
+        """Records dropped for lack of spool space: report them as a LossReport (event_type "spool")."""
+        return self.spool.lost_records + self.stats.unspoolable_records
+
+    # --- sender thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closing and not self._due():
+                    self._cond.wait(self._wait_time())
+                records, self._pending = self._pending, []
+                closing = self._closing
+            for start in range(0, len(records), self.batch_size):
+                chunk = records[start : start + self.batch_size]
+                self._ship(_encoder.encode(chunk), len(chunk))
+                self._mark_handled(len(chunk))
+            if closing:
+                self._final_replay()
+                return
+            self._replay()
+
+    def _due(self) -> bool:
+        now = time.monotonic()
+        if len(self._pending) >= self.batch_size:
+            return True
+        if self._pending and now - self._oldest >= self.flush_interval:
+            return True
+        return self._has_spool and now >= self._next_retry
+
+    def _wait_time(self) -> float:
+        now = time.monotonic()
+        waits = [self.flush_interval]
+        if self._pending:
+            waits.append(self._oldest + self.flush_interval - now)
+        if self._has_spool:
+            waits.append(self._next_retry - now)
+        return max(min(waits), 0.005)
+
+    def _mark_handled(self, count: int) -> None:
+        with self._cond:
+            self._handled += count
+            self._cond.notify_all()
+
+    def _ship(self, payload: bytes, count: int) -> None:
+        if not self._down and not self._has_spool:
+            if self._post(payload, count) is not Outcome.RETRY:
+                return
+            self._went_down()
+        self._to_spool(payload, count)
+
+    def _to_spool(self, payload: bytes, count: int) -> None:
+        try:
+            self.spool.append(payload, count)
+        except (SpoolError, OSError) as exc:
+            self.stats.unspoolable_records += count
+            log.error("cannot spool a batch of %d records, they are lost: %s", count, exc)
+            return
+        self.stats.spooled_batches += 1
+        self._has_spool = True
+
+    def _replay(self, force: bool = False) -> None:
+        """Send spooled batches oldest first until the spool is empty or the server fails again."""
+        if not self._has_spool or (not force and time.monotonic() < self._next_retry):
+            return
+        replayed = 0
+        while (entry := self.spool.peek()) is not None:
+            if self._post(entry.payload, entry.records) is Outcome.RETRY:
+                self._went_down()
+                return
+            self.spool.ack(entry)
+            replayed += 1
+            self.stats.replayed_batches += 1
+        self._has_spool = False
+        if self._down or replayed:
+            log.warning("ingest server reachable again: replayed %d spooled batches", replayed)
+        self._down = False
+        self._backoff = self.retry_interval
+
+    def _final_replay(self) -> None:
+        """On close: replay with the usual back-off until the spool is empty or the deadline passes."""
+        first = True
+        while self._has_spool:
+            now = time.monotonic()
+            if now >= self._close_deadline:
+                log.warning("closing with batches still spooled in %s (sent on the next start)", self.spool.dir)
+                return
+            if not first and now < self._next_retry:
+                time.sleep(min(self._next_retry, self._close_deadline) - now)
+                continue
+            self._replay(force=True)
+            first = False
+
+    def _went_down(self) -> None:
+        self._down = True
+        self._next_retry = time.monotonic() + self._backoff
+        self._backoff = min(self._backoff * 2, self.max_retry_interval)
+
+    # --- one request --------------------------------------------------------------------------
+
+    def _post(self, payload: bytes, count: int) -> Outcome:
+        try:
+            answer = self._session.post(self.url, data=payload, headers=self._headers, timeout=self.timeout)
+        except requests.RequestException as exc:
+            if not self._down:
+                log.warning("ingest server unreachable (%s): spooling to %s", type(exc).__name__, self.spool.dir)
+            return Outcome.RETRY
+        status = answer.status_code
+        if status == 200:
+            self._sent(answer, count)
+            return Outcome.SENT
+        if status >= 500 or status in RETRYABLE:
+            if not self._down:
+                log.warning("ingest server answered %d (%s): spooling", status, _error_of(answer))
+            self._honour_retry_after(answer)
+            return Outcome.RETRY
+        if status == 413 and count > 1:
+            return self._split(payload)
+        self._reject(payload, count, status, _error_of(answer))
+        return Outcome.REJECTED
+
+    def _sent(self, answer: requests.Response, count: int) -> None:
+        self.stats.sent_batches += 1
+        self.stats.sent_records += count
+        try:
+            self.stats.duplicates += int(answer.json().get("duplicates", 0))
+        except (ValueError, AttributeError, TypeError):
+            pass  # a 200 without the usual body still means stored
+
+    def _split(self, payload: bytes) -> Outcome:
+        """413: send each half on its own; the server dedupes halves repeated after a RETRY."""
+        self.stats.split_batches += 1
+        items = _raw_list.decode(payload)
+        middle = len(items) // 2
+        for half in (items[:middle], items[middle:]):
+            if self._post(_encoder.encode(half), len(half)) is Outcome.RETRY:
+                return Outcome.RETRY
+        return Outcome.SENT
+
+    def _honour_retry_after(self, answer: requests.Response) -> None:
+        try:
+            wait = float(answer.headers.get("Retry-After", ""))
+        except ValueError:
+            return
+        self._backoff = min(max(wait, self._backoff), self.max_retry_interval)
+
+    def _reject(self, payload: bytes, count: int, status: int, error: str) -> None:
+        self.stats.rejected_batches += 1
+        self.stats.rejected_records += count
+        self.rejected_dir.mkdir(parents=True, exist_ok=True)
+        stem = f"{time.strftime('%Y%m%dT%H%M%S')}-{self.stats.rejected_batches:06d}-{status}"
+        (self.rejected_dir / f"{stem}.msgpack").write_bytes(payload)
+        (self.rejected_dir / f"{stem}.error").write_text(f"{status} {error}\n")
+        log.error(
+            "ingest server rejected a batch of %d records with %d: %s (kept in %s)",
+            count,
+            status,
+            error,
+            self.rejected_dir / f"{stem}.msgpack",
+        )
+
+
+def _error_of(answer: requests.Response) -> str:
+    """The server's `error` message, or the start of the body when it is not our JSON."""
+    try:
+        body = answer.json()
+        if isinstance(body, dict) and "error" in body:
+            return str(body["error"])
+    except ValueError:
+        pass
+    return answer.text[:200] or answer.reason or "no message"

@@ -133,6 +133,7 @@ Str = str | None
 Int = int | None
 Float = float | None
 Bool = bool | None
+Blob = bytes | None  # a module alias: UdpDatagram has a field named `bytes`
 
 
 # --- the envelope ----------------------------------------------------------------
@@ -218,6 +219,8 @@ class IpPacket(FlowRecord, tag="ip_packet", kw_only=True):
     gso_size: Annotated[Int, doc("GSO segment size", unit="bytes")] = None
     frame: Annotated[Int, doc("frame number in the capture file (1-based)")] = None
     wire_length: Annotated[Int, doc("frame length on the wire", unit="bytes")] = None
+    frame_bytes: Annotated[Blob, doc("captured frame bytes, kept for pcap export")] = None
+    link_type: Annotated[Int, doc("pcap LINKTYPE of frame_bytes: 1 Ethernet, 101 raw IP, 113 Linux cooked, 276 Linux cooked v2")] = None
 
 
 class UdpDatagram(FlowRecord, tag="udp_datagram", kw_only=True):
@@ -232,6 +235,8 @@ class UdpDatagram(FlowRecord, tag="udp_datagram", kw_only=True):
     gso_segs: Annotated[Int, doc("datagrams this skb stands for (UDP GSO)")] = None
     frame: Annotated[Int, doc("frame number in the capture file (1-based)")] = None
     wire_length: Annotated[Int, doc("frame length on the wire", unit="bytes")] = None
+    frame_bytes: Annotated[Blob, doc("captured frame bytes, kept for pcap export")] = None
+    link_type: Annotated[Int, doc("pcap LINKTYPE of frame_bytes: 1 Ethernet, 101 raw IP, 113 Linux cooked, 276 Linux cooked v2")] = None
     icmp_error: Annotated[Str, doc("ICMP error quoting this flow, e.g. port-unreachable")] = None
 
 
@@ -260,6 +265,8 @@ class TcpSegment(FlowRecord, tag="tcp_segment", kw_only=True):
     stream: Annotated[Int, doc("connection index in the capture (like tcp.stream)")] = None
     frame: Annotated[Int, doc("frame number in the capture file (1-based)")] = None
     wire_length: Annotated[Int, doc("frame length on the wire", unit="bytes")] = None
+    frame_bytes: Annotated[Blob, doc("captured frame bytes, kept for pcap export")] = None
+    link_type: Annotated[Int, doc("pcap LINKTYPE of frame_bytes: 1 Ethernet, 101 raw IP, 113 Linux cooked, 276 Linux cooked v2")] = None
     if_name: Annotated[Str, doc("interface name")] = None
     analysis: Annotated[list[str], doc("tcp.analysis flags set on this segment", brief=True)] = msgspec.field(default_factory=list)
     dup_ack_num: Annotated[Int, doc("duplicate ACK ordinal (Dup ACK N#M: M)")] = None

@@ -1,0 +1,1 @@
+"""Exports of stored or analysed records: reports (xo styles), SIFTR logs, pcap files."""

@@ -1,0 +1,147 @@
+"""Django settings for the nettrail webapp, all read from environment variables.
+
+Every variable is parsed by a strict helper in ``webapp/env.py`` (a bad value stops
+start-up with a message naming it). The list of variables, their defaults and the
+security model are documented in ``docs/webapp.md``: keep the two in sync.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from webapp import datadir
+from webapp.env import (
+    env_bool,
+    env_channel_layer,
+    env_database,
+    env_hosts,
+    env_int,
+    env_origins,
+    env_secret_key,
+)
+
+DATA_DIR = datadir.ensure_data_dir(datadir.data_dir())
+SECRET_KEY = env_secret_key("SECRET_KEY") or datadir.load_or_create_secret_key(DATA_DIR)
+DEBUG = env_bool("NETTRAIL_DEBUG", False)
+ALLOWED_HOSTS = env_hosts("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_origins("CSRF_TRUSTED_ORIGINS")
+
+# Apps other engineers add (dashboard, read API, live websocket) join when present,
+# so each can land without editing this file.
+_OPTIONAL_APPS = ("webapp.dashboard", "webapp.api", "webapp.live")
+OPTIONAL_APPS = [name for name in _OPTIONAL_APPS if (Path(__file__).parent / name.split(".")[1] / "apps.py").exists()]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "webapp.traces",
+    *OPTIONAL_APPS,
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # After auth: every view needs a logged-in user unless marked login_not_required.
+    "webapp.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "webapp.urls"
+ASGI_APPLICATION = "webapp.asgi.application"
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+TEMPLATES: list[dict[str, Any]] = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [Path(__file__).parent / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database: SQLite (WAL) in the data directory unless DATABASE_URL says otherwise ---
+DATABASES = {"default": env_database("DATABASE_URL", str(DATA_DIR / datadir.DB_FILE))}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        # WAL: readers (dashboard, websocket) never block the ingest writer, and the
+        # writer never blocks readers. synchronous=NORMAL is durable in WAL mode except
+        # for the last transactions on power loss, which the collector's spool resends.
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        # IMMEDIATE: take the write lock at BEGIN, so concurrent writers queue on the
+        # busy timeout instead of failing with "database is locked" mid-transaction.
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+CHANNEL_LAYERS = {"default": env_channel_layer("CHANNEL_LAYER")}
+
+# --- nettrail ---
+NETTRAIL_INGEST_MAX_BYTES = env_int("NETTRAIL_INGEST_MAX_BYTES", 16 * 1024 * 1024, minimum=1024)
+NETTRAIL_RETENTION_DAYS = env_int("NETTRAIL_RETENTION_DAYS", 30)  # 0: keep forever
+NETTRAIL_RETENTION_ROWS = env_int("NETTRAIL_RETENTION_ROWS", 5_000_000)  # per table; 0: no limit
+NETTRAIL_TRIM_INTERVAL = env_int("NETTRAIL_TRIM_INTERVAL", 300)  # seconds between trims; 0: never
+NETTRAIL_TRIM_BATCH = env_int("NETTRAIL_TRIM_BATCH", 2000, minimum=1)  # rows per delete transaction
+
+# --- security: everything below passes `check --deploy` except the HTTPS-only items,
+# which NETTRAIL_HTTPS=1 turns on when a TLS proxy is in front (docs/webapp.md).
+NETTRAIL_HTTPS = env_bool("NETTRAIL_HTTPS", False)
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_SECURE = NETTRAIL_HTTPS
+CSRF_COOKIE_SECURE = NETTRAIL_HTTPS
+SECURE_SSL_REDIRECT = NETTRAIL_HTTPS
+SECURE_HSTS_SECONDS = 31_536_000 if NETTRAIL_HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = NETTRAIL_HTTPS
+SECURE_HSTS_PRELOAD = NETTRAIL_HTTPS  # only takes effect once the domain is submitted to the list
+if NETTRAIL_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = str(DATA_DIR / "static")
+
+LOGGING: dict[str, Any] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+    # Request bodies and headers (tokens, passwords) are never logged: django.request
+    # logs only the path and status of failed requests.
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,146 @@
+"""Storage: one table per record kind (generated), plus hosts, ingest tokens and connections.
+
+Record tables: for every kind in ``translators.records.RECORD_TYPES`` a model whose
+columns are exactly the record's fields (see ``schema.py``), named after the record
+class (the ``connection`` kind's summary table is ``ConnectionSummary``, because
+``Connection`` is the one-row-per-connection lifecycle table below). Look models up
+by kind with ``KIND_MODELS[kind]``. Host identity in record tables is the record's
+``host_id`` text (= ``Host.name``), so ingest needs no join and records of a host
+removed from the Host table are still readable.
+Keep in sync with: translators/records.py (regenerate migrations after a schema change),
+webapp/traces/lifecycle.py (fills Connection), docs/webapp.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+from translators.records import RECORD_TYPES, Record, describe
+from webapp.traces.schema import kind_of, model_field, record_constraints, record_indexes
+
+TOKEN_PREFIX_LENGTH = 12  # characters of the raw token kept in clear to find its row
+MAX_NAME_LENGTH = 255
+
+
+class Host(models.Model):
+    """A collector (or an imported capture): the unit ingest tokens are bound to."""
+
+    name = models.CharField(max_length=MAX_NAME_LENGTH, unique=True)
+    created = models.DateTimeField(auto_now_add=True)
+    last_seen = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class IngestToken(models.Model):
+    """A per-host bearer token. Only its sha256 is stored; the raw token is shown once."""
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="tokens")
+    prefix = models.CharField(max_length=TOKEN_PREFIX_LENGTH)
+    digest = models.CharField(max_length=64, unique=True)  # hex sha256 of the raw token
+    label = models.CharField(max_length=100, blank=True, default="")
+    created = models.DateTimeField(auto_now_add=True)
+    last_used = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # Ingest authentication: find the token row by the prefix of the presented token.
+            models.Index(fields=["prefix"], name="nt_token_prefix"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.host.name})"
+
+
+class RecordModel(models.Model):
+    """Base of the generated record tables; ``kind`` names the record kind stored."""
+
+    kind: str = ""
+    record_type: type[Record]
+
+    class Meta:
+        abstract = True
+
+
+def _record_model(cls: type[Record]) -> type[RecordModel]:
+    kind = kind_of(cls)
+    name = "ConnectionSummary" if kind == "connection" else cls.__name__
+    attrs: dict[str, Any] = {"__module__": __name__, "kind": kind, "record_type": cls}
+    for desc in describe(cls):
+        attrs[desc.name] = model_field(desc)
+    meta = {
+        "indexes": record_indexes(cls),
+        "constraints": record_constraints(cls),
+    }
+    attrs["Meta"] = type("Meta", (), meta)
+    attrs["__doc__"] = f"Stored `{kind}` records: {cls.__doc__}"
+    return type(name, (RecordModel,), attrs)
+
+
+KIND_MODELS: dict[str, type[RecordModel]] = {kind_of(cls): _record_model(cls) for cls in RECORD_TYPES}
+for _model in KIND_MODELS.values():
+    globals()[_model.__name__] = _model  # importable by name: from webapp.traces.models import SkbDrop
+
+
+class Connection(models.Model):
+    """One row per connection UUID, updated as its records arrive (lifecycle.py).
+
+    anomaly: an alert named the connection, or it was reset.
+    """
+
+    host_id = models.TextField()
+    boot_id = models.TextField()
+    conn_uuid = models.TextField(unique=True)  # unique also serves "connection U" lookups
+    proto = models.TextField(default="tcp")
+    ip_ver = models.IntegerField(null=True)
+    src = models.TextField(null=True)
+    sport = models.IntegerField(null=True)
+    dst = models.TextField(null=True)
+    dport = models.IntegerField(null=True)
+    state = models.TextField(null=True)
+    state_ts_ns = models.BigIntegerField(null=True)  # ts_ns of the record that set `state`
+    first_seen = models.FloatField()  # wall clock, seconds since the epoch
+    last_seen = models.FloatField()
+    bytes_orig = models.BigIntegerField(null=True)
+    bytes_resp = models.BigIntegerField(null=True)
+    bytes_acked = models.BigIntegerField(null=True)
+    bytes_received = models.BigIntegerField(null=True)
+    retransmits = models.IntegerField(default=0)  # tcp_retransmit records, or the summary's total
+    resets = models.IntegerField(default=0)
+    alerts = models.IntegerField(default=0)
+    anomaly = models.BooleanField(default=False)
+    srtt_us = models.BigIntegerField(null=True)  # latest SIFTR sample
+    snd_cwnd = models.BigIntegerField(null=True)
+    pid = models.IntegerField(null=True)
+    tgid = models.IntegerField(null=True)
+    comm = models.TextField(null=True)
+    uid = models.BigIntegerField(null=True)
+    closed = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [
+            # Connection list: host H's connections by recent activity (cursor on last_seen).
+            models.Index(fields=["host_id", "last_seen"], name="nt_conn_host_last"),
+            # Filters "by process": comm X / pid N, newest first.
+            models.Index(fields=["comm", "last_seen"], name="nt_conn_comm_last"),
+            models.Index(fields=["pid", "last_seen"], name="nt_conn_pid_last"),
+            # Filters by address and port (either side).
+            models.Index(fields=["src", "sport"], name="nt_conn_src"),
+            models.Index(fields=["dst", "dport"], name="nt_conn_dst"),
+            models.Index(fields=["sport"], name="nt_conn_sport"),
+            models.Index(fields=["dport"], name="nt_conn_dport"),
+            # "Connections with anomalies" view and the state filter.
+            models.Index(fields=["anomaly", "last_seen"], name="nt_conn_anomaly_last"),
+            models.Index(fields=["state", "last_seen"], name="nt_conn_state_last"),
+            # Retention trim: oldest connections first.
+            models.Index(fields=["last_seen"], name="nt_conn_last"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.src}:{self.sport} -> {self.dst}:{self.dport} ({self.state})"

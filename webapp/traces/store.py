@@ -1,0 +1,172 @@
+"""Stores a decoded batch of records: all or nothing, each (host, boot, seq) once.
+
+Per kind, rows go in with one ``executemany`` of ``INSERT ... ON CONFLICT DO
+NOTHING`` (SQLite >= 3.24 and PostgreSQL), in the model's column order. That is
+Django's ``bulk_create(ignore_conflicts=True)`` without building a model instance
+per record, which is where most of the time went. Records already stored are
+found first by one range query per (kind, host, boot) on the unique index, so the
+duplicate count and the Connection updates are exact.
+Keep in sync with: webapp/traces/schema.py (columns, JSON rule), models.py.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from django.db import DataError, IntegrityError, connection, transaction
+
+from translators.records import Record, describe
+from webapp.traces import lifecycle
+from webapp.traces.models import KIND_MODELS, RecordModel
+from webapp.traces.schema import is_json
+
+INT64 = (-(2**63), 2**63 - 1)
+_json = msgspec.json.Encoder()
+
+
+@dataclass
+class StoreResult:
+    stored: int = 0
+    duplicates: int = 0
+    new: list[Record] = field(default_factory=list)
+
+
+class UnstorableRecord(ValueError):
+    """A record the schema accepts but the database cannot hold (e.g. an int over 64 bits)."""
+
+    def __init__(self, index: int, field_name: str, why: str) -> None:
+        super().__init__(f"record {index}: {field_name}: {why}")
+        self.index = index
+        self.field = field_name
+        self.why = why
+
+
+@dataclass(frozen=True)
+class _Table:
+    sql: str
+    row: Callable[[Record], tuple[Any, ...]]
+    existing_sql: str
+
+
+_tables: dict[tuple[str, str], _Table] = {}
+
+
+def store_batch(records: Sequence[Record]) -> StoreResult:
+    """Insert every new record and update connections, in one transaction."""
+    try:
+        with transaction.atomic():
+            result = _store(records)
+            lifecycle.apply(result.new)
+    except (DataError, IntegrityError, OverflowError) as exc:
+        bad = find_unstorable(records, connection.vendor)
+        if bad is None:
+            raise
+        raise bad from exc
+    return result
+
+
+def _store(records: Sequence[Record]) -> StoreResult:
+    result = StoreResult()
+    for kind, group in _group(records).items():
+        table = _table(kind)
+        fresh = _fresh(table, group)
+        result.duplicates += len(group) - len(fresh)
+        if fresh:
+            with connection.cursor() as cursor:
+                cursor.executemany(table.sql, [table.row(rec) for rec in fresh])
+                inserted = cursor.rowcount
+            # A concurrent ingest of the same records (PostgreSQL, READ COMMITTED) can
+            # win the race after the duplicate check: ON CONFLICT skipped those rows.
+            result.duplicates += len(fresh) - inserted
+            result.stored += inserted
+            result.new.extend(fresh)
+    return result
+
+
+def _group(records: Sequence[Record]) -> dict[str, list[Record]]:
+    groups: dict[str, list[Record]] = {}
+    for rec in records:
+        groups.setdefault(rec.kind, []).append(rec)
+    return groups
+
+
+def _fresh(table: _Table, group: list[Record]) -> list[Record]:
+    """The records of one kind not already stored (nor repeated earlier in the batch)."""
+    by_boot: dict[tuple[str, str], list[int]] = {}
+    for rec in group:
+        by_boot.setdefault((rec.host_id, rec.boot_id), []).append(rec.seq)
+    seen: set[tuple[str, str, int]] = set()
+    with connection.cursor() as cursor:
+        for (host, boot), seqs in by_boot.items():
+            cursor.execute(table.existing_sql, [host, boot, min(seqs), max(seqs)])
+            seen.update((host, boot, seq) for (seq,) in cursor.fetchall())
+    fresh = []
+    for rec in group:
+        key = (rec.host_id, rec.boot_id, rec.seq)
+        if key not in seen:
+            seen.add(key)
+            fresh.append(rec)
+    return fresh
+
+
+def _table(kind: str) -> _Table:
+    cache_key = (connection.vendor, kind)
+    if cache_key not in _tables:
+        _tables[cache_key] = _build_table(KIND_MODELS[kind])
+    return _tables[cache_key]
+
+
+def _build_table(model: type[RecordModel]) -> _Table:
+    descs = describe(model.record_type)
+    names = [d.name for d in descs]
+    quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+    placeholders = ", ".join("%s" for _ in names)
+    sql = (
+        f"INSERT INTO {table} ({', '.join(quote(n) for n in names)}) VALUES ({placeholders}) "
+        f"ON CONFLICT ({quote('host_id')}, {quote('boot_id')}, {quote('seq')}) DO NOTHING"
+    )
+    existing_sql = f"SELECT {quote('seq')} FROM {table} WHERE host_id = %s AND boot_id = %s AND seq BETWEEN %s AND %s"
+    return _Table(
+        sql=sql, row=_row_builder(names, [i for i, d in enumerate(descs) if is_json(d)]), existing_sql=existing_sql
+    )
+
+
+def _row_builder(names: list[str], json_columns: list[int]) -> Callable[[Record], tuple[Any, ...]]:
+    get = operator.attrgetter(*names)
+    if not json_columns:
+        return lambda rec: get(rec)  # type: ignore[no-any-return]
+
+    def row(rec: Record) -> tuple[Any, ...]:
+        values = list(get(rec))
+        for i in json_columns:
+            if values[i] is not None:
+                values[i] = _json.encode(values[i]).decode()
+        return tuple(values)
+
+    return row
+
+
+def find_unstorable(records: Sequence[Record], vendor: str) -> UnstorableRecord | None:
+    """The first value the database refuses, found after a failed insert (the slow path)."""
+    for index, rec in enumerate(records):
+        for desc in describe(type(rec)):
+            why = _refusal(getattr(rec, desc.name), vendor)
+            if why is not None:
+                return UnstorableRecord(index, desc.name, why)
+    return None
+
+
+def _refusal(value: Any, vendor: str) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool) and not INT64[0] <= value <= INT64[1]:
+        return f"{value} does not fit a signed 64-bit column"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a finite number"
+    if isinstance(value, str) and "\x00" in value and vendor == "postgresql":
+        return "PostgreSQL text cannot hold NUL characters"
+    return None

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +31,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from translators.records import BY_KIND
+from webapp.traces.push import group_name
 
 PUSH_HZ = 10
 MAX_RECORDS_PER_MESSAGE = 25_000
@@ -41,17 +41,14 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_TOO_SLOW = 4008
 CLOSE_BAD_MESSAGE = 4400
 ALERTS_GROUP = "alerts"
-_GROUP_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-MAX_GROUP_NAME = 99
 
 
 def host_group(host: str) -> str:
-    """Channel-layer group names allow only [A-Za-z0-9._-] and < 100 characters."""
-    return ("host." + _GROUP_UNSAFE.sub("_", host))[:MAX_GROUP_NAME]
+    return group_name("host", host)
 
 
 def conn_group(conn_uuid: str) -> str:
-    return ("conn." + _GROUP_UNSAFE.sub("_", conn_uuid))[:MAX_GROUP_NAME]
+    return group_name("conn", conn_uuid)
 
 
 @dataclass
@@ -115,14 +112,17 @@ class Outbox:
     """Records waiting to be pushed to one client, with the flow-control counters."""
 
     records: list[dict[str, Any]] = field(default_factory=list)
-    keys: set[tuple[Any, ...]] = field(default_factory=set)  # drops a record reaching us via two groups
+    # Keys of buffered and last-pushed records: a record reaching us through two groups
+    # (host.H and conn.U) comes in two messages sent back to back by ingest.
+    keys: set[tuple[Any, ...]] = field(default_factory=set)
+    pushed_keys: set[tuple[Any, ...]] = field(default_factory=set)
     sent_id: int = 0
     acked_id: int = 0
     acks: bool = False  # the client acknowledges, so it is flow-controlled
     last_push: float = 0.0
 
 
-class LiveConsumer(AsyncWebsocketConsumer):
+class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     """One browser tab's live feed."""
 
     async def connect(self) -> None:
@@ -197,7 +197,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             if not any(t.matches(record) for t in self.targets.values()):
                 continue
             key = (record.get("host_id"), record.get("boot_id"), record.get("seq"), record.get("kind"))
-            if key in box.keys:
+            if key in box.keys or key in box.pushed_keys:
                 continue
             box.keys.add(key)
             box.records.append(record)
@@ -225,13 +225,14 @@ class LiveConsumer(AsyncWebsocketConsumer):
             del box.records[:MAX_RECORDS_PER_MESSAGE]
             box.sent_id += 1
             await self._send_json({"type": "records", "id": box.sent_id, "records": chunk})
-        box.keys.clear()
+        box.pushed_keys, box.keys = box.keys, set()
         box.last_push = time.monotonic()
 
     async def _drop_slow_client(self) -> None:
         self.dropped = True
         self.outbox.records.clear()
         self.outbox.keys.clear()
+        self.outbox.pushed_keys.clear()
         await self._leave_all()  # at once: ingest must stop fanning out to us
         await self._send_json({"type": "error", "error": "client too slow: disconnected"})
         await self.close(code=CLOSE_TOO_SLOW)

@@ -1,0 +1,189 @@
+"""The live websocket /ws/live/: login, subscriptions, batched pushes, slow clients (real Channels stack)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth import get_user_model
+from django.test import Client, override_settings
+
+from webapp.asgi import application
+from webapp.traces.consumers import CLOSE_TOO_SLOW, CLOSE_UNAUTHENTICATED, host_group
+
+ORIGIN = (b"origin", b"http://127.0.0.1")
+BIG_LAYER = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 10_000}}}
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def session_cookie() -> Iterator[tuple[bytes, bytes]]:
+    user = get_user_model().objects.create_user("viewer", password="not-used-here")
+    client = Client()
+    client.force_login(user)
+    yield (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
+
+
+def records(host: str, start: int, count: int, kind: str = "tcp_state") -> list[dict[str, Any]]:
+    return [
+        {"kind": kind, "host_id": host, "boot_id": "b", "seq": seq, "conn_uuid": f"conn-{seq % 3}", "ts_wall": 1.0}
+        for seq in range(start, start + count)
+    ]
+
+
+async def batch(group: str, recs: list[dict[str, Any]]) -> None:
+    await get_channel_layer().group_send(group, {"type": "trace.batch", "records": recs})
+
+
+async def connect(cookie: tuple[bytes, bytes], subscribe: dict[str, Any] | None = None) -> WebsocketCommunicator:
+    comm = WebsocketCommunicator(application, "/ws/live/", headers=[ORIGIN, cookie, (b"host", b"127.0.0.1")])
+    connected, code = await comm.connect()
+    assert connected, f"refused with {code}"
+    if subscribe is not None:
+        await comm.send_json_to({"subscribe": subscribe})
+        assert (await comm.receive_json_from())["type"] == "subscribed"
+    return comm
+
+
+async def test_it_rejects_an_anonymous_connection() -> None:
+    comm = WebsocketCommunicator(application, "/ws/live/", headers=[ORIGIN, (b"host", b"127.0.0.1")])
+    connected, code = await comm.connect()
+    assert (connected, code) == (False, CLOSE_UNAUTHENTICATED)
+
+
+async def test_a_subscribed_client_gets_its_hosts_records_of_the_kinds_it_asked_for(session_cookie) -> None:
+    comm = await connect(session_cookie, {"host": "alpha", "kind": ["tcp_state"]})
+    await batch(host_group("alpha"), records("alpha", 0, 3) + records("alpha", 3, 2, kind="siftr_sample"))
+    await batch(host_group("beta"), records("beta", 0, 5))
+    message = await comm.receive_json_from(timeout=2)
+    assert message["type"] == "records" and message["id"] == 1
+    assert [(r["host_id"], r["seq"], r["kind"]) for r in message["records"]] == [
+        ("alpha", 0, "tcp_state"),
+        ("alpha", 1, "tcp_state"),
+        ("alpha", 2, "tcp_state"),
+    ]
+    assert await comm.receive_nothing(timeout=0.3)
+    await comm.disconnect()
+
+
+async def test_a_connection_subscription_gets_only_that_connection(session_cookie) -> None:
+    comm = await connect(session_cookie, {"conn": "conn-1"})
+    await batch("conn.conn-1", [r for r in records("alpha", 0, 9) if r["conn_uuid"] == "conn-1"])
+    await batch("conn.conn-2", [r for r in records("alpha", 0, 9) if r["conn_uuid"] == "conn-2"])
+    message = await comm.receive_json_from(timeout=2)
+    assert [r["seq"] for r in message["records"]] == [1, 4, 7]
+    assert await comm.receive_nothing(timeout=0.3)
+    await comm.disconnect()
+
+
+async def test_after_unsubscribing_nothing_more_arrives(session_cookie) -> None:
+    comm = await connect(session_cookie, {"host": "alpha", "alerts": True})
+    await comm.send_json_to({"unsubscribe": {"host": "alpha"}})
+    assert await comm.receive_json_from() == {"type": "subscribed", "groups": ["alerts"]}
+    await batch(host_group("alpha"), records("alpha", 0, 5))
+    assert await comm.receive_nothing(timeout=0.3)
+    await batch("alerts", records("alpha", 5, 1, kind="alert"))
+    assert [r["seq"] for r in (await comm.receive_json_from(timeout=2))["records"]] == [5]
+    await comm.disconnect()
+
+
+async def test_a_record_reaching_it_through_two_groups_is_pushed_once(session_cookie) -> None:
+    comm = await connect(session_cookie, {"host": "alpha", "conn": "conn-0"})
+    recs = records("alpha", 0, 3)
+    await batch(host_group("alpha"), recs)
+    await batch("conn.conn-0", [recs[0]])
+    message = await comm.receive_json_from(timeout=2)
+    assert [r["seq"] for r in message["records"]] == [0, 1, 2]
+    assert await comm.receive_nothing(timeout=0.3)
+    await comm.disconnect()
+
+
+async def test_bad_messages_get_an_error_naming_the_problem(session_cookie) -> None:
+    comm = await connect(session_cookie)
+    await comm.send_json_to({"subscribe": {"host": "alpha", "kind": ["tcp_stat"]}})
+    assert await comm.receive_json_from() == {"type": "error", "error": "unknown record kind 'tcp_stat'"}
+    await comm.send_to(text_data="not json")
+    assert await comm.receive_json_from() == {"type": "error", "error": "messages are JSON objects"}
+    await comm.send_json_to({"subscribe": {}})
+    assert await comm.receive_json_from() == {"type": "error", "error": "name a host, a conn or alerts"}
+    await comm.disconnect()
+
+
+@override_settings(CHANNEL_LAYERS=BIG_LAYER)
+async def test_a_burst_of_100000_records_makes_a_few_messages_and_delivers_them_all(session_cookie) -> None:
+    comm = await connect(session_cookie, {"host": "alpha"})
+    for start in range(0, 100_000, 1000):
+        await batch(host_group("alpha"), records("alpha", start, 1000))
+    seqs: list[int] = []
+    messages = 0
+    while len(seqs) < 100_000:
+        message = await comm.receive_json_from(timeout=5)
+        messages += 1
+        seqs.extend(r["seq"] for r in message["records"])
+    assert seqs == list(range(100_000))
+    assert messages <= 10
+    assert await comm.receive_nothing(timeout=0.3)
+    await comm.disconnect()
+
+
+@override_settings(CHANNEL_LAYERS=BIG_LAYER, NETTRAIL_LIVE_WINDOW=1, NETTRAIL_LIVE_MAX_BUFFER=5000)
+async def test_a_client_that_stops_acknowledging_is_dropped_and_the_others_keep_receiving(session_cookie) -> None:
+    slow = await connect(session_cookie, {"host": "alpha"})
+    fast = await connect(session_cookie, {"host": "alpha"})
+    await batch(host_group("alpha"), records("alpha", 0, 10))
+    for comm in (slow, fast):
+        first = await comm.receive_json_from(timeout=2)
+        assert first["id"] == 1
+        await comm.send_json_to({"ack": 1})
+    got = 10
+    for start in range(10, 20_010, 1000):
+        await batch(host_group("alpha"), records("alpha", start, 1000))
+        await asyncio.sleep(0.11)  # one push period: the fast client reads and acks each push
+        while not await fast.receive_nothing(timeout=0.01):
+            message = await fast.receive_json_from()
+            got += len(message["records"])
+            await fast.send_json_to({"ack": message["id"]})
+    layer = get_channel_layer()
+    assert members(layer, host_group("alpha")) == 1  # only the fast client is left in the group
+    second = await slow.receive_json_from(timeout=2)
+    assert second["id"] == 2  # window 1: one unacknowledged push, then records wait in its buffer
+    assert await slow.receive_json_from(timeout=2) == {"type": "error", "error": "client too slow: disconnected"}
+    assert await slow.receive_output(timeout=2) == {"type": "websocket.close", "code": CLOSE_TOO_SLOW}
+    while got < 20_010:
+        message = await fast.receive_json_from(timeout=2)
+        got += len(message["records"])
+        await fast.send_json_to({"ack": message["id"]})
+    assert got == 20_010
+    await fast.disconnect()
+
+
+def members(layer: Any, group: str) -> int:
+    return len(layer.groups.get(group, {}))
+
+
+@pytest.mark.skipif(
+    not os.environ.get("NETTRAIL_TEST_REDIS_URL"),
+    reason="NETTRAIL_TEST_REDIS_URL not set (scripts/test-services starts redis-server as root)",
+)
+async def test_subscriptions_and_pushes_work_over_a_real_redis_channel_layer(session_cookie) -> None:
+    layer = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [os.environ["NETTRAIL_TEST_REDIS_URL"]]},
+        }
+    }
+    with override_settings(CHANNEL_LAYERS=layer):
+        assert type(get_channel_layer()).__name__ == "RedisChannelLayer"
+        comm = await connect(session_cookie, {"host": "redis-alpha", "kind": ["tcp_state"]})
+        await batch(host_group("redis-alpha"), records("redis-alpha", 0, 4) + records("redis-alpha", 4, 1, "alert"))
+        await batch(host_group("redis-beta"), records("redis-beta", 0, 4))
+        message = await comm.receive_json_from(timeout=5)
+        assert [r["seq"] for r in message["records"]] == [0, 1, 2, 3]
+        assert await comm.receive_nothing(timeout=0.5)
+        await comm.disconnect()
+        await get_channel_layer().flush()

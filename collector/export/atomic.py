@@ -21,8 +21,8 @@ def atomic_output(path: str | os.PathLike[str], *, binary: bool = False) -> Iter
     directory = os.path.dirname(os.path.abspath(target))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".part", dir=directory)
     try:
-        mode = "wb" if binary else "w"
-        with os.fdopen(fd, mode, **({} if binary else {"encoding": "utf-8", "newline": ""})) as stream:
+        stream: IO[Any] = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")
+        with stream:
             yield stream
             stream.flush()
             os.fsync(stream.fileno())

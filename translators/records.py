@@ -558,6 +558,8 @@ class Alert(FlowRecord, tag="alert", kw_only=True):
     """An anomaly alert (anomalies.md): grouped, with evidence and the thresholds in force."""
 
     rule_id: Annotated[str, doc("rule identifier, e.g. K1 or P4", key=True, brief=True, index=True)]
+    condition: Annotated[Str, doc("which condition of the rule fired, e.g. rto or syn-retry for K2", brief=True)] = None
+    alert_id: Annotated[Str, doc("stable id of the alert: every emitted version (open, escalated, closed) repeats it; upsert by it", index=True)] = None
     severity: Annotated[str, doc("info, notice, warning or critical", choices=SEVERITIES, brief=True)]
     status: Annotated[str, doc("open while the condition holds, closed once cleared", choices=("open", "closed"))] = "open"
     proto: Annotated[Str, doc("transport protocol of the flow")] = None

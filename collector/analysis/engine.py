@@ -1,0 +1,114 @@
+"""The streaming anomaly rule engine: records in, Alert records out.
+
+``RuleEngine(config).feed(record)`` dispatches a record to the rules that consume its
+kind and returns the alerts that opened, escalated or closed because of it;
+``.tick(now)`` runs the periodic sweeps (timeouts, hysteresis) and ``.finish()``
+flushes the final state of still-open alerts at the end of a stream. ``run()`` wraps
+all of it for pipelines: records pass through unchanged, alerts are interleaved.
+
+Time is the records' ``ts_wall`` (seconds since the epoch), so a replayed file gives
+the same alerts as the live run did. Keep in sync with rules/ (the registry),
+book.py (grouping), docs/alerts.md.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+from translators.records import Alert, Record
+
+from .book import AlertBook, Subject
+from .config import RulesConfig, load_config
+from .rules import ALL_RULES
+from .rules.base import Context, FlowKey, Rule, flow_key, subject_of
+from .state import LruMap
+
+# Kinds whose records carry the socket owner (pid, comm) worth remembering per flow.
+_OWNER_KINDS = frozenset({"tcp_state", "connection", "siftr_sample", "tcpdebug_snapshot", "sock_event", "udp_datagram"})
+
+
+class RuleEngine:
+    def __init__(self, config: RulesConfig | None = None, *, seq_base: int | None = None) -> None:
+        self.config = config if config is not None else load_config()
+        eng = self.config.engine
+        self.book = AlertBook(
+            max_open=int(eng["max_open_alerts"]),
+            max_evidence=int(eng["max_evidence"]),
+            refire_suppress_s=float(eng["refire_suppress_s"]),
+            seq_base=seq_base,
+        )
+        self.flows: LruMap[FlowKey, Subject] = LruMap(int(eng["max_flows"]))
+        self.ctx = Context(self.config, self.book, self.flows, int(eng["max_flows"]), int(eng["max_keys"]))
+        self.rules: list[Rule] = [cls(self.ctx) for cls in ALL_RULES if self.config.enabled(cls.rule_id)]
+        self._dispatch: dict[str, list[Rule]] = {}
+        for rule in self.rules:
+            for kind in rule.kinds:
+                self._dispatch.setdefault(kind, []).append(rule)
+        self.now = 0.0
+        self.records = 0
+
+    def feed(self, record: Record) -> list[Alert]:
+        kind = record.kind
+        if kind == "alert":
+            return []  # our own output coming back around (a replayed file): not evidence
+        self.records += 1
+        if record.ts_wall > self.now:
+            self.now = record.ts_wall
+        self.book.observe_clock(record.host_id, record.ts_ns, record.ts_wall)
+        if kind in _OWNER_KINDS and record.pid:
+            self._remember_owner(record)
+        for rule in self._dispatch.get(kind, ()):
+            rule.feed(record)
+        return self.book.drain()
+
+    def tick(self, now: float) -> list[Alert]:
+        if now > self.now:
+            self.now = now
+        for rule in self.rules:
+            rule.tick(self.now)
+        self.book.sweep(self.now)
+        return self.book.drain()
+
+    def finish(self) -> list[Alert]:
+        self.book.finish()
+        return self.book.drain()
+
+    def _remember_owner(self, record: Record) -> None:
+        # Only task-context attribution or the collector's owner map is trusted: softirq
+        # events carry whatever task was interrupted (anomalies.md 4.0).
+        if record.ctx == "softirq" and record.attribution != "owner-map":
+            return
+        self.flows.get_or_create(flow_key(record), lambda: subject_of(record))
+
+
+def run(
+    records: Iterable[Record | None],
+    config: RulesConfig | None = None,
+    *,
+    engine: RuleEngine | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Iterator[Record]:
+    """Pass records through and interleave the alerts they cause.
+
+    The engine sweeps whenever record time advances by ``tick_interval_s``. A live
+    source with quiet periods may yield ``None`` as a heartbeat: the engine then sweeps
+    at ``clock()`` so timeouts (CLOSE_WAIT age, hysteresis) still fire. At the end of
+    the stream, the final state of alerts still open is emitted.
+    """
+    eng = engine if engine is not None else RuleEngine(config)
+    interval = float(eng.config.engine["tick_interval_s"])
+    next_tick: float | None = None
+    for record in records:
+        if record is None:
+            yield from eng.tick(clock())
+            continue
+        yield record
+        yield from eng.feed(record)
+        t = record.ts_wall
+        if next_tick is None:
+            next_tick = t + interval
+        elif t >= next_tick:
+            yield from eng.tick(t)
+            next_tick = t + interval
+    yield from eng.finish()

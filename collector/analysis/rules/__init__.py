@@ -1,0 +1,36 @@
+"""Rule families of the anomaly engine, one module per family (anomalies.md sections 4, 6).
+
+``ALL_RULES`` is the registry the engine instantiates from; a rule runs when its
+section in the rules configuration has ``enabled = true``. Keep in sync with
+defaults.toml (one section per rule id) and docs/alerts.md.
+"""
+
+from __future__ import annotations
+
+from .base import Rule
+from .buffers import ListenOverflow, PeerZeroWindow, ReceiveBuffer, UdpDrops
+from .drops import DropBurst
+from .handshakes import ConnectFailures, ScanAndFlood
+from .health import CollectorLoss
+from .perf import CwndCollapse, SrttSpike
+from .resets import ResetStorm
+from .retrans import RetransKind, RetransRatio
+from .states import HalfOpen, StuckClose
+
+ALL_RULES: tuple[type[Rule], ...] = (
+    RetransRatio,  # K1
+    RetransKind,  # K2
+    ResetStorm,  # K3
+    ListenOverflow,  # K4
+    ReceiveBuffer,  # K5
+    CwndCollapse,  # K6
+    SrttSpike,  # K7
+    HalfOpen,  # K8
+    ScanAndFlood,  # K9
+    StuckClose,  # K10
+    UdpDrops,  # K11
+    DropBurst,  # K12
+    PeerZeroWindow,  # K13
+    ConnectFailures,  # K14
+    CollectorLoss,  # H1
+)

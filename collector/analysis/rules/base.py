@@ -1,0 +1,123 @@
+"""What every rule module shares: the Rule base class, its context, flow identity.
+
+A rule declares the record kinds it consumes; the engine calls ``feed`` for each such
+record and ``tick`` on every sweep. Rules keep their state in ``LruMap``s sized from
+the [engine] caps, and report through ``Rule.fire`` (grouping and hysteresis live in
+book.AlertBook). Keep in sync with engine.py (dispatch) and docs/alerts.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from translators.records import FlowRecord, Record
+
+from ..book import AlertBook, Subject
+from ..config import RulesConfig
+from ..state import LruMap
+
+FlowKey = tuple[Any, ...]
+
+
+def flow_key(rec: Record) -> FlowKey:
+    """Connection identity: the socket cookie's UUID first, the tuple only as a fallback."""
+    if rec.conn_uuid is not None:
+        return ("c", rec.conn_uuid)
+    if rec.sock_cookie is not None:
+        return ("k", rec.host_id, rec.boot_id, rec.sock_cookie)
+    if isinstance(rec, FlowRecord):
+        return ("t", rec.host_id, rec.netns, rec.src, rec.sport, rec.dst, rec.dport)
+    return ("h", rec.host_id)
+
+
+def subject_of(rec: Record, proto: str | None = None) -> Subject:
+    """The alert subject for a record: envelope owner plus its tuple, if it has one."""
+    s = Subject(
+        host_id=rec.host_id, boot_id=rec.boot_id, conn_uuid=rec.conn_uuid, sock_cookie=rec.sock_cookie,
+        pid=rec.pid or None, tgid=rec.tgid, comm=rec.comm if rec.pid else None, netns=rec.netns, proto=proto,
+    )  # fmt: skip
+    if isinstance(rec, FlowRecord):
+        s.ip_ver, s.src, s.sport, s.dst, s.dport = rec.ip_ver, rec.src, rec.sport, rec.dst, rec.dport
+    return s
+
+
+def host_subject(rec: Record) -> Subject:
+    """A host-level subject (no flow): protocol-wide pressure, collector loss."""
+    return Subject(host_id=rec.host_id, boot_id=rec.boot_id, netns=rec.netns)
+
+
+def endpoint(addr: str | None, port: int | None) -> str:
+    if addr is None:
+        return f"port {port}" if port is not None else "an unknown endpoint"
+    if ":" in addr:
+        return f"[{addr}]:{port}"
+    return f"{addr}:{port}"
+
+
+def who(subject: Subject) -> str:
+    if subject.comm:
+        return f"{subject.comm} (pid {subject.pid})"
+    return "an unattributed socket"
+
+
+@dataclass
+class Context:
+    config: RulesConfig
+    book: AlertBook
+    flows: LruMap[FlowKey, Subject]
+    max_flows: int
+    max_keys: int
+
+    def owner(self, rec: Record, proto: str | None = "tcp") -> Subject:
+        """Subject of a record, with the owner learnt from earlier records of the flow."""
+        known = self.flows.peek(flow_key(rec))
+        s = subject_of(rec, proto)
+        if known is not None and s.pid is None and known.pid is not None:
+            s.pid, s.tgid, s.comm = known.pid, known.tgid, known.comm
+        return s
+
+
+class Rule:
+    rule_id: ClassVar[str]
+    kinds: ClassVar[tuple[str, ...]]
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.p = ctx.config.params(self.rule_id)
+        self.thresholds = ctx.config.thresholds(self.rule_id)
+
+    def num(self, name: str) -> float:
+        return float(self.p[name])
+
+    def flows_map(self) -> LruMap[Any, Any]:
+        return LruMap(self.ctx.max_flows)
+
+    def keys_map(self) -> LruMap[Any, Any]:
+        return LruMap(self.ctx.max_keys)
+
+    def feed(self, rec: Record) -> None:
+        raise NotImplementedError
+
+    def tick(self, now: float) -> None:
+        """Periodic sweep; rules without timeouts need nothing here."""
+
+    def fire(
+        self,
+        condition: str,
+        key: object,
+        *,
+        now: float,
+        severity: str,
+        subject: Subject,
+        message: str,
+        clear_after: float,
+        metric: float | None = None,
+        evidence: Iterable[int] = (),
+        bump: bool = True,
+    ) -> None:
+        self.ctx.book.fire(
+            self.rule_id, condition, key, now=now, severity=severity, subject=subject, message=message,
+            thresholds=self.thresholds, clear_after=clear_after, metric=metric, evidence=evidence, bump=bump,
+        )  # fmt: skip

@@ -1,0 +1,137 @@
+"""K12: skb drop reasons not owned by a more specific rule (anomalies.md 4, K12).
+
+Reasons fall into the families of anomalies.md K12: policy drops (netfilter, tc, XDP,
+cgroup BPF) and window/sequence or PAWS mismatches are noticed per flow; checksum
+failures per host and reason; authentication failures (MD5/AO) are warnings per flow;
+reachability failures (neighbour, no route) warn once repeated; host or driver
+saturation (qdisc, backlog, ring, nomem) warns above ``saturation_rate`` per second
+sustained for ``saturation_seconds``; any other reason is a notice once it bursts to
+``burst_count`` in ``window_s``. Host-level counts come from exact ``drop_count``
+deltas once the collector reports them for a reason (events may be rate-limited), and
+from ``skb_drop`` events before that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from translators.records import DropCount, Record, SkbDrop
+
+from ..state import Window
+from .base import Context, Rule, endpoint, flow_key, host_subject
+
+FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("policy", ("NETFILTER_DROP", "TC_INGRESS", "TC_EGRESS", "XDP", "BPF_CGROUP_EGRESS", "BPF_CGROUP_INGRESS")),
+    ("saturation", ("QDISC_DROP", "CPU_BACKLOG", "FULL_RING", "NOMEM", "QDISC_OVERLIMIT", "QDISC_CONGESTED")),
+    ("checksum", ("TCP_CSUM", "IP_CSUM", "SKB_CSUM", "ICMP_CSUM")),
+    ("sequence", ("TCP_OVERWINDOW", "TCP_INVALID_SEQUENCE", "TCP_OLD_SEQUENCE", "TCP_INVALID_ACK_SEQUENCE",
+                  "TCP_INVALID_END_SEQUENCE")),
+    ("paws", ("TCP_RFC7323_PAWS", "TCP_RFC7323_PAWS_ACK", "TCP_RFC7323_TSECR", "TCP_RFC7323_TW_PAWS")),
+    ("auth", ("TCP_MD5NOTFOUND", "TCP_MD5UNEXPECTED", "TCP_MD5FAILURE", "TCP_AONOTFOUND", "TCP_AOUNEXPECTED",
+              "TCP_AOKEYNOTFOUND", "TCP_AOFAILURE", "TCP_AUTH_HDR")),
+    ("reachability", ("NEIGH_CREATEFAIL", "NEIGH_FAILED", "NEIGH_QUEUEFULL", "NEIGH_DEAD", "NEIGH_HH_FILLFAIL",
+                      "IP_OUTNOROUTES", "IP_INNOROUTES")),
+)  # fmt: skip
+FAMILY_OF = {reason: fam for fam, reasons in FAMILIES for reason in reasons}
+PER_FLOW = {"policy": "notice", "sequence": "notice", "paws": "notice", "auth": "warning"}
+WHY = {
+    "policy": "a firewall or filter (netfilter, tc, XDP, cgroup BPF) is discarding this traffic",
+    "saturation": "the host or its driver cannot keep up (queues, backlog or memory are full)",
+    "checksum": "packets arrive corrupted, or NIC checksum offload misbehaves",
+    "sequence": "segments fall outside the window, typical of a middlebox or a NAT rewriting sequence numbers",
+    "paws": "timestamps go backwards (PAWS), typical of several clients behind one NAT",
+    "auth": "TCP authentication (MD5/AO) failed: a misconfiguration or a spoofing attempt",
+    "reachability": "the next hop or the route is missing, so packets cannot leave",
+    "other": "the kernel is discarding packets for this reason in bulk",
+}
+
+
+def reasons(text: str | float | int | bool) -> frozenset[str]:
+    return frozenset(r.strip() for r in str(text).split(",") if r.strip())
+
+
+@dataclass(slots=True)
+class _Counts:
+    drops: Window
+    exact: bool = False
+    evidence: list[int] = field(default_factory=list)
+
+
+class DropBurst(Rule):
+    rule_id = "K12"
+    kinds = ("skb_drop", "drop_count")
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.window = self.num("window_s")
+        self.skip = reasons(self.p["ignore_reasons"]) | reasons(self.p["owned_reasons"])
+        self.hosts = self.keys_map()
+        self.flows = self.flows_map()
+
+    def feed(self, rec: Record) -> None:
+        if not isinstance(rec, SkbDrop | DropCount) or rec.drop_reason_str in self.skip:
+            return
+        reason = rec.drop_reason_str
+        family = FAMILY_OF.get(reason, "other")
+        span = max(self.window, self.num("saturation_seconds")) + 1
+        h = self.hosts.get_or_create((rec.host_id, reason), lambda: _Counts(Window(span)))
+        if isinstance(rec, DropCount):
+            if not h.exact:
+                h.exact, h.drops = True, Window(span)  # exact counts replace sampled events from now on
+            if rec.delta <= 0:
+                return
+            h.drops.add(rec.ts_wall, rec.delta)
+        elif not h.exact:
+            h.drops.add(rec.ts_wall)
+        if len(h.evidence) < 32:
+            h.evidence.append(rec.seq)
+        if isinstance(rec, SkbDrop) and family in PER_FLOW:
+            self._per_flow(rec, family)
+        else:
+            self._per_host(rec, reason, family, h)
+
+    def _per_flow(self, rec: SkbDrop, family: str) -> None:
+        w = self.window
+        f = self.flows.get_or_create((flow_key(rec), rec.drop_reason_str), lambda: _Counts(Window(w)))
+        f.drops.add(rec.ts_wall)
+        if len(f.evidence) < 32:
+            f.evidence.append(rec.seq)
+        n = int(f.drops.total(rec.ts_wall))
+        subject = self.ctx.owner(rec, rec.l4_proto)
+        where = f" at {rec.drop_location}" if rec.drop_location else ""
+        message = (
+            f"{n} packet{'s' if n > 1 else ''} of {endpoint(rec.src, rec.sport)} -> {endpoint(rec.dst, rec.dport)} "
+            f"dropped with reason {rec.drop_reason_str}{where} in {w:g} s: {WHY[family]}."
+        )
+        self.fire(
+            rec.drop_reason_str.lower(), (flow_key(rec), rec.drop_reason_str), now=rec.ts_wall,
+            severity=PER_FLOW[family], subject=subject, message=message, clear_after=2 * w, metric=float(n),
+            evidence=f.evidence,
+        )  # fmt: skip
+
+    def _per_host(self, rec: SkbDrop | DropCount, reason: str, family: str, h: _Counts) -> None:
+        t = rec.ts_wall
+        w = self.window
+        n = sum(h.drops.per_second(t, int(w)))
+        if family == "saturation":
+            secs = int(self.num("saturation_seconds"))
+            per_sec = h.drops.per_second(t, secs + 1)[:-1]  # whole seconds only
+            if min(per_sec) <= self.num("saturation_rate"):
+                return
+            severity, detail = "warning", f"more than {self.num('saturation_rate'):g} per second for {secs} s"
+        elif family == "checksum":
+            severity, detail = "notice", f"{int(n)} in {w:g} s"
+        elif family == "reachability":
+            if n < self.num("repeat_count"):
+                return
+            severity, detail = "warning", f"{int(n)} in {w:g} s"
+        else:
+            if n < self.num("burst_count"):
+                return
+            severity, detail = "notice", f"a burst of {int(n)} in {w:g} s"
+        where = f" (latest at {rec.drop_location})" if rec.drop_location else ""
+        message = f"This host dropped packets with reason {reason}{where}, {detail}: {WHY[family]}."
+        self.fire(
+            reason.lower(), ("reason", reason), now=t, severity=severity, subject=host_subject(rec),
+            message=message, clear_after=2 * w, metric=float(n), evidence=h.evidence,
+        )  # fmt: skip

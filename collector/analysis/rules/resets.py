@@ -1,0 +1,137 @@
+"""K3 reset storms, with who sent them (anomalies.md 4, K3).
+
+Two conditions. *volume*: one process (or, for RSTs the kernel sends on behalf of no
+socket, one local port) sends more than ``volume_max`` RSTs in ``volume_window_s``.
+*peer-share*: the peers behind one destination service reset more than
+``peer_share`` of the new connections made to it in ``peer_window_s`` (at least
+``peer_min_connections`` of them, so a single refused connect is not 100 %).
+Every RST is classified in the message: local active reset, local reply to a closed
+port, local reply to an unacceptable segment, peer refusal, or peer abort.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from translators.records import Record, TcpReset, TcpStateChange
+
+from ..state import Window
+from .base import Context, Rule, endpoint, who
+
+LOCAL_KINDS = ("active", "closed-port", "unacceptable")
+_LOCAL_WORDS = {
+    "active": "active resets (the application aborted or closed with unread data)",
+    "closed-port": "replies to segments for a closed port (no listener)",
+    "unacceptable": "replies to unacceptable segments on open sockets",
+}
+
+
+def local_kind(rec: TcpReset) -> str:
+    if rec.active:
+        return "active"
+    if rec.state in (None, "CLOSED", "LISTEN") and rec.conn_uuid is None:
+        return "closed-port"
+    return "unacceptable"
+
+
+@dataclass(slots=True)
+class _Volume:
+    total: Window
+    by_kind: dict[str, Window] = field(default_factory=dict)
+    evidence: list[int] = field(default_factory=list)
+    last_peer: str = ""
+
+
+@dataclass(slots=True)
+class _Dest:
+    attempts: Window
+    refused: Window
+    aborted: Window
+    evidence: list[int] = field(default_factory=list)
+
+
+class ResetStorm(Rule):
+    rule_id = "K3"
+    kinds = ("tcp_reset", "tcp_state")
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.volume_window = self.num("volume_window_s")
+        self.peer_window = self.num("peer_window_s")
+        self.volumes = self.keys_map()
+        self.dests = self.keys_map()
+
+    def _dest(self, rec: Record, dst: str | None, dport: int | None) -> _Dest:
+        w = self.peer_window
+        return self.dests.get_or_create(  # type: ignore[no-any-return]
+            (rec.host_id, dst, dport), lambda: _Dest(Window(w), Window(w), Window(w))
+        )
+
+    def feed(self, rec: Record) -> None:
+        if isinstance(rec, TcpStateChange):
+            if rec.prev_state == "CLOSED" and rec.state == "SYN_SENT":
+                self._dest(rec, rec.dst, rec.dport).attempts.add(rec.ts_wall)
+        elif isinstance(rec, TcpReset):
+            if rec.sender == "local":
+                self._local(rec)
+            else:
+                self._peer(rec)
+
+    def _local(self, rec: TcpReset) -> None:
+        subject = self.ctx.owner(rec)
+        if subject.pid is not None:
+            key: tuple[object, ...] = ("process", subject.tgid or subject.pid, subject.comm)
+        else:
+            key = ("port", rec.src, rec.sport)
+        w = self.volume_window
+        vol = self.volumes.get_or_create((rec.host_id, *key), lambda: _Volume(Window(w)))
+        kind = local_kind(rec)
+        vol.total.add(rec.ts_wall)
+        vol.by_kind.setdefault(kind, Window(w)).add(rec.ts_wall)
+        if len(vol.evidence) < 32:
+            vol.evidence.append(rec.seq)
+        n = vol.total.total(rec.ts_wall)
+        if n <= self.num("volume_max"):
+            return
+        split = ", ".join(
+            f"{int(vol.by_kind[k].total(rec.ts_wall))} {_LOCAL_WORDS[k]}" for k in LOCAL_KINDS if k in vol.by_kind
+        )
+        sender = who(subject) if key[0] == "process" else f"the kernel on local {endpoint(rec.src, rec.sport)}"
+        message = (
+            f"This host sent {int(n)} RSTs in {w:g} s from {sender} (latest to {endpoint(rec.dst, rec.dport)}): "
+            f"{split}. More than {self.num('volume_max'):g} a minute is beyond ordinary connection churn."
+        )
+        if key[0] == "port":
+            subject.dst = subject.dport = None
+        subject.conn_uuid = subject.sock_cookie = None
+        self.fire(
+            "volume", key, now=rec.ts_wall, severity="warning", subject=subject, message=message,
+            clear_after=2 * w, metric=n, evidence=vol.evidence,
+        )  # fmt: skip
+
+    def _peer(self, rec: TcpReset) -> None:
+        d = self._dest(rec, rec.dst, rec.dport)
+        (d.refused if rec.state == "SYN_SENT" else d.aborted).add(rec.ts_wall)
+        if len(d.evidence) < 32:
+            d.evidence.append(rec.seq)
+        t = rec.ts_wall
+        attempts = d.attempts.total(t)
+        refused, aborted = d.refused.total(t), d.aborted.total(t)
+        resets = refused + aborted
+        if attempts < self.num("peer_min_connections"):
+            return
+        share = resets / attempts
+        if share <= self.num("peer_share"):
+            return
+        subject = self.ctx.owner(rec)
+        subject.conn_uuid = subject.sock_cookie = None
+        subject.src = subject.sport = None
+        message = (
+            f"The peer {endpoint(rec.dst, rec.dport)} (or a middlebox on the way) reset {int(resets)} of "
+            f"{int(attempts)} new connections ({share:.0%}) in {self.peer_window:g} s: {int(refused)} refused "
+            f"during the handshake, {int(aborted)} aborted later. Clients of this service are failing."
+        )
+        self.fire(
+            "peer-share", ("dest", rec.dst, rec.dport), now=t, severity="warning", subject=subject,
+            message=message, clear_after=2 * self.peer_window, metric=share, evidence=d.evidence,
+        )  # fmt: skip

@@ -1,0 +1,258 @@
+"""K1 retransmission ratio per connection and K2 retransmission type (anomalies.md 4).
+
+K1 counts ``tcp_retransmit`` records against the segments the connection sent: exact
+``flow_counters`` packets_out deltas when the collector keeps them, otherwise new-data
+segments estimated from snd_nxt progress ÷ MSS in siftr/tcpdebug samples plus the
+retransmits themselves. Without either source the ratio is unknown and K1 stays quiet.
+
+K2 classifies each retransmit: explicit ``retrans_kind``, else SYN_SENT -> SYN retry,
+SYN_RECEIVED or the synack probe -> SYN-ACK retry, ca_state Loss -> RTO, Recovery ->
+fast. An RTO is counted once per entry into Loss (``tcp_cong_state`` records); without
+those, RTO-classified retransmits at least ``rto_gap_s`` apart count as separate
+timeouts (a timer cannot fire again sooner than the minimum RTO of 200 ms, while the
+retransmits of one recovery follow each other within an RTT).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from translators.records import (
+    FlowCounters,
+    Record,
+    SiftrSample,
+    TcpCongState,
+    TcpDebugSnapshot,
+    TcpRetransmit,
+    TcpStateChange,
+)
+
+from ..state import DistinctWindow, Window
+from .base import Context, Rule, endpoint, flow_key, who
+
+
+@dataclass(slots=True)
+class _SentFlow:
+    retrans: Window
+    sent: Window
+    evidence: deque[int] = field(default_factory=lambda: deque(maxlen=16))
+    last_nxt: int | None = None
+    counters_out: int | None = None
+    known: bool = False
+    crit_since: float | None = None
+
+
+class RetransRatio(Rule):
+    rule_id = "K1"
+    kinds = ("tcp_retransmit", "siftr_sample", "tcpdebug_snapshot", "flow_counters")
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.window = self.num("window_s")
+        self.state = self.flows_map()
+
+    def _flow(self, rec: Record) -> _SentFlow:
+        w = self.window
+        return self.state.get_or_create(flow_key(rec), lambda: _SentFlow(Window(w), Window(w)))  # type: ignore[no-any-return]
+
+    def feed(self, rec: Record) -> None:
+        if isinstance(rec, TcpRetransmit):
+            if rec.state in ("SYN_SENT", "SYN_RECEIVED") or rec.retrans_kind in ("syn", "synack"):
+                return  # handshake retries are K2's and K8's business, not data loss
+            f = self._flow(rec)
+            f.retrans.add(rec.ts_wall)
+            if f.counters_out is None:
+                f.sent.add(rec.ts_wall)  # snd_nxt progress excludes retransmits
+            f.evidence.append(rec.seq)
+            self._evaluate(rec, f)
+        elif isinstance(rec, FlowCounters):
+            if rec.proto == "tcp":
+                self._counters(rec)
+        elif isinstance(rec, SiftrSample | TcpDebugSnapshot):
+            self._sample(rec)
+
+    def _counters(self, rec: FlowCounters) -> None:
+        f = self._flow(rec)
+        if f.counters_out is not None and rec.packets_out >= f.counters_out:
+            f.sent.add(rec.ts_wall, rec.packets_out - f.counters_out)
+        f.counters_out = rec.packets_out
+        f.known = True
+
+    def _sample(self, rec: SiftrSample | TcpDebugSnapshot) -> None:
+        if rec.snd_nxt is None or not rec.mss:
+            return
+        f = self._flow(rec)
+        f.known = True
+        if f.counters_out is None and f.last_nxt is not None:
+            delta = (rec.snd_nxt - f.last_nxt) & 0xFFFFFFFF
+            if 0 < delta < 1 << 31:
+                f.sent.add(rec.ts_wall, -(-delta // rec.mss))
+        f.last_nxt = rec.snd_nxt
+
+    def _evaluate(self, rec: TcpRetransmit, f: _SentFlow) -> None:
+        if not f.known:
+            return
+        t = rec.ts_wall
+        retrans, sent = f.retrans.total(t), f.sent.total(t)
+        if sent <= 0:
+            return
+        ratio = retrans / sent
+        crit = self.num("critical_ratio")
+        if ratio > crit:
+            f.crit_since = t if f.crit_since is None else f.crit_since
+        else:
+            f.crit_since = None
+        if retrans < self.num("min_retrans") or ratio <= self.num("min_ratio"):
+            return
+        sustained = f.crit_since is not None and t - f.crit_since >= self.num("critical_windows") * self.window
+        subject = self.ctx.owner(rec)
+        message = (
+            f"{who(subject)} retransmitted {int(retrans)} of {int(sent)} segments ({ratio:.1%}) to "
+            f"{endpoint(rec.dst, rec.dport)} in the last {self.window:g} s: sustained loss on this path "
+            f"cuts throughput (threshold {self.num('min_ratio'):.0%} with at least {self.num('min_retrans'):g})."
+        )
+        self.fire(
+            "ratio", flow_key(rec), now=t, severity="critical" if sustained else "warning", subject=subject,
+            message=message, clear_after=2 * self.window, metric=ratio, evidence=list(f.evidence),
+        )  # fmt: skip
+
+
+@dataclass(slots=True)
+class _KindFlow:
+    ca_state: str | None = None
+    has_cong: bool = False
+    last_rto_retrans: float | None = None
+    rto_times: deque[float] = field(default_factory=lambda: deque(maxlen=64))
+    rto_evidence: deque[int] = field(default_factory=lambda: deque(maxlen=16))
+    syn_retries: int = 0
+    syn_evidence: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Listener:
+    retried: DistinctWindow[object]
+    established: Window
+
+
+class RetransKind(Rule):
+    rule_id = "K2"
+    kinds = ("tcp_retransmit", "tcp_cong_state", "tcp_state")
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.window = self.num("window_s")
+        self.state = self.flows_map()
+        self.listeners = self.keys_map()
+
+    def _flow(self, rec: Record) -> _KindFlow:
+        return self.state.get_or_create(flow_key(rec), _KindFlow)  # type: ignore[no-any-return]
+
+    def feed(self, rec: Record) -> None:
+        if isinstance(rec, TcpCongState):
+            f = self._flow(rec)
+            f.has_cong = True
+            f.ca_state = rec.ca_state
+            if rec.ca_state == "Loss":
+                self._rto(rec, f)
+        elif isinstance(rec, TcpRetransmit):
+            self._retransmit(rec)
+        elif isinstance(rec, TcpStateChange):
+            if rec.prev_state == "SYN_RECEIVED" and rec.state == "ESTABLISHED":
+                self._listener(rec.host_id, rec.src, rec.sport).established.add(rec.ts_wall)
+            elif rec.state == "CLOSED":
+                self.state.pop(flow_key(rec))
+
+    def classify(self, rec: TcpRetransmit, f: _KindFlow | None) -> str:
+        if rec.retrans_kind not in (None, "unknown"):
+            return rec.retrans_kind
+        if rec.state == "SYN_SENT":
+            return "syn"
+        if rec.state == "SYN_RECEIVED" or "synack" in rec.probe:
+            return "synack"
+        ca = rec.ca_state or (f.ca_state if f is not None else None)
+        return {"Loss": "rto", "Recovery": "fast"}.get(ca or "", "unknown")
+
+    def _retransmit(self, rec: TcpRetransmit) -> None:
+        known = self.state.peek(flow_key(rec))
+        kind = self.classify(rec, known)
+        if kind == "syn":
+            self._syn_retry(rec, self._flow(rec))
+        elif kind == "synack":
+            self._synack(rec)
+        elif kind == "rto":
+            f = self._flow(rec)
+            if f.has_cong:
+                return  # counted at the entry into Loss
+            gap = self.num("rto_gap_s")
+            if f.last_rto_retrans is None or rec.ts_wall - f.last_rto_retrans >= gap:
+                self._rto(rec, f)
+            f.last_rto_retrans = rec.ts_wall
+
+    def _rto(self, rec: Record, f: _KindFlow) -> None:
+        t = rec.ts_wall
+        f.rto_times.append(t)
+        f.rto_evidence.append(rec.seq)
+        while f.rto_times and f.rto_times[0] <= t - self.window:
+            f.rto_times.popleft()
+        n = len(f.rto_times)
+        warn = n >= self.num("rto_warning")
+        subject = self.ctx.owner(rec)
+        peer = endpoint(getattr(rec, "dst", None), getattr(rec, "dport", None))
+        message = (
+            f"{who(subject)} hit {n} retransmission timeout{'s' if n > 1 else ''} (RTO, Loss state) toward {peer} "
+            f"in {self.window:g} s: each timeout stalls the connection for at least 200 ms and doubles the "
+            f"next wait, unlike fast retransmit."
+        )
+        self.fire(
+            "rto", flow_key(rec), now=t, severity="warning" if warn else "notice", subject=subject,
+            message=message, clear_after=2 * self.window, metric=float(n), evidence=list(f.rto_evidence),
+        )  # fmt: skip
+
+    def _syn_retry(self, rec: TcpRetransmit, f: _KindFlow) -> None:
+        f.syn_retries += 1
+        if len(f.syn_evidence) < 16:
+            f.syn_evidence.append(rec.seq)
+        n = f.syn_retries
+        if n < self.num("syn_retry_notice"):
+            return
+        warn = n >= self.num("syn_retry_warning")
+        subject = self.ctx.owner(rec)
+        message = (
+            f"{who(subject)} resent its SYN to {endpoint(rec.dst, rec.dport)} {n} time{'s' if n > 1 else ''}: "
+            f"the first retry alone adds about 1 s to connect latency, and each further retry doubles the wait."
+        )
+        self.fire(
+            "syn-retry", flow_key(rec), now=rec.ts_wall, severity="warning" if warn else "notice", subject=subject,
+            message=message, clear_after=2 * self.window, metric=float(n), evidence=f.syn_evidence,
+        )  # fmt: skip
+
+    def _listener(self, host: str, addr: str | None, port: int | None) -> _Listener:
+        w = self.window
+        cap = 4 * int(self.num("synack_min_syns")) + 1024
+        return self.listeners.get_or_create(  # type: ignore[no-any-return]
+            (host, addr, port), lambda: _Listener(DistinctWindow(w, cap), Window(w))
+        )
+
+    def _synack(self, rec: TcpRetransmit) -> None:
+        lst = self._listener(rec.host_id, rec.src, rec.sport)
+        t = rec.ts_wall
+        retried = lst.retried.add(t, (rec.dst, rec.dport))
+        syns = retried + lst.established.total(t)
+        if syns < self.num("synack_min_syns"):
+            return
+        share = retried / syns
+        if share <= self.num("synack_share"):
+            return
+        subject = self.ctx.owner(rec)
+        subject.conn_uuid = subject.sock_cookie = None
+        subject.dst = subject.dport = None
+        message = (
+            f"The listener {endpoint(rec.src, rec.sport)} had to resend its SYN-ACK to {retried} of about "
+            f"{int(syns)} connecting clients ({share:.0%}) in {self.window:g} s: clients are not completing "
+            f"handshakes (lost final ACKs, a SYN flood or asymmetric routing)."
+        )
+        self.fire(
+            "synack-share", ("listener", rec.src, rec.sport), now=t, severity="warning", subject=subject,
+            message=message, clear_after=2 * self.window, metric=share, evidence=[rec.seq],
+        )  # fmt: skip

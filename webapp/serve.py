@@ -1,0 +1,43 @@
+"""Runs the webapp: daphne serving webapp.asgi, plus the retention trimmer thread.
+
+``python -m webapp.serve --host 127.0.0.1 --port 8000``; started by ``nettrail up``
+(as the unprivileged user). SIGINT/SIGTERM stop daphne cleanly (Twisted's handlers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m webapp.serve", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    args = parser.parse_args(argv)
+    if os.geteuid() == 0:
+        print("nettrail: the webapp must not run as root (use `nettrail up`, which drops privileges)", file=sys.stderr)
+        return 1
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+
+    from daphne.endpoints import build_endpoint_description_strings
+    from daphne.server import Server
+    from django.conf import settings
+
+    from webapp.asgi import application
+    from webapp.traces.retention import start_trimmer
+
+    if settings.NETTRAIL_TRIM_INTERVAL:
+        start_trimmer(settings.NETTRAIL_TRIM_INTERVAL)
+    Server(
+        application=application,
+        endpoints=build_endpoint_description_strings(host=args.host, port=args.port),
+        signal_handlers=True,
+    ).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

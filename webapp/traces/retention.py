@@ -1,0 +1,105 @@
+"""Retention: keep at most NETTRAIL_RETENTION_DAYS days and NETTRAIL_RETENTION_ROWS rows per table.
+
+Rows go oldest first (lowest id, i.e. earliest stored) in batches of
+NETTRAIL_TRIM_BATCH, each in its own short transaction, so ingest waits at most
+one small delete for the write lock. Run by ``manage.py trim`` and by the trimmer
+thread of the server process (``start_trimmer``, started by webapp/serve.py).
+Keep in sync with settings.py (the NETTRAIL_RETENTION_* names) and docs/webapp.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import close_old_connections, connection, models, transaction
+
+from webapp.traces.models import KIND_MODELS, Connection
+
+log = logging.getLogger(__name__)
+PAUSE_BETWEEN_BATCHES = 0.01  # seconds: lets a waiting ingest take the write lock
+
+
+@dataclass(frozen=True)
+class Policy:
+    days: int  # 0: no age limit
+    rows: int  # 0: no row limit
+    batch: int
+
+    @classmethod
+    def from_settings(cls) -> Policy:
+        return cls(settings.NETTRAIL_RETENTION_DAYS, settings.NETTRAIL_RETENTION_ROWS, settings.NETTRAIL_TRIM_BATCH)
+
+
+def trimmed_models() -> Iterable[tuple[type[models.Model], str]]:
+    """Each table with its wall-clock column."""
+    for model in KIND_MODELS.values():
+        yield model, "ts_wall"
+    yield Connection, "last_seen"
+
+
+def trim(policy: Policy, now: float | None = None) -> dict[str, int]:
+    """Delete what the policy no longer keeps; returns rows deleted per table."""
+    now = time.time() if now is None else now
+    deleted: dict[str, int] = {}
+    for model, time_column in trimmed_models():
+        count = 0
+        if policy.days:
+            count += _trim_age(model, time_column, now - policy.days * 86400, policy.batch)
+        if policy.rows:
+            count += _trim_rows(model, policy.rows, policy.batch)
+        if count:
+            deleted[model._meta.db_table] = count
+    return deleted
+
+
+def _trim_age(model: type[models.Model], time_column: str, cutoff: float, batch: int) -> int:
+    older = model.objects.filter(**{f"{time_column}__lt": cutoff}).order_by("id")
+    return _delete_batches(model, older, batch)
+
+
+def _trim_rows(model: type[models.Model], keep: int, batch: int) -> int:
+    total = model.objects.count()
+    if total <= keep:
+        return 0
+    # The id of the newest row to drop: everything at or below it goes.
+    last = model.objects.order_by("id").values_list("id", flat=True)[total - keep - 1]
+    return _delete_batches(model, model.objects.filter(id__lte=last).order_by("id"), batch)
+
+
+def _delete_batches(model: type[models.Model], query: models.QuerySet[models.Model], batch: int) -> int:
+    deleted = 0
+    while True:
+        with transaction.atomic():
+            ids = list(query.values_list("id", flat=True)[:batch])
+            if ids:
+                model.objects.filter(id__in=ids).delete()
+        deleted += len(ids)
+        if len(ids) < batch:
+            return deleted
+        time.sleep(PAUSE_BETWEEN_BATCHES)
+
+
+def start_trimmer(interval: float, policy: Policy | None = None) -> threading.Event:
+    """Trim every `interval` seconds in a daemon thread; set the returned event to stop it."""
+    stop = threading.Event()
+    thread = threading.Thread(target=_trim_loop, args=(interval, policy, stop), name="nettrail-trim", daemon=True)
+    thread.start()
+    return stop
+
+
+def _trim_loop(interval: float, policy: Policy | None, stop: threading.Event) -> None:
+    while not stop.wait(interval):
+        try:
+            deleted = trim(policy or Policy.from_settings())
+            if deleted:
+                log.info("retention trim deleted %s", deleted)
+        except Exception:  # keep trimming later: a locked database must not end the thread
+            log.exception("retention trim failed")
+        finally:
+            close_old_connections()
+            connection.close()

@@ -1,0 +1,252 @@
+"""The C layout of kmod/nettrail.h as numpy dtypes: the only place Python learns it.
+
+Every struct is a list of (name, numpy type) in declaration order, padding fields
+included, so a packed numpy dtype has the same offsets as the C struct.
+tests/test_bpf_layout.py compiles nettrail.h and compares every size and offset;
+change both files together.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+COMM_LEN = 16
+ADDR_LEN = 16
+CC_LEN = 16
+EV_MAX = 16
+
+# enum nt_event_type
+EV_STATE = 1
+EV_RETRANSMIT = 2
+EV_RESET = 3
+EV_CONG = 4
+EV_DESTROY = 5
+EV_SIFTR = 6
+EV_DEBUG = 7
+EV_FLOW = 8
+EVENT_NAMES: dict[int, str] = {
+    EV_STATE: "tcp_state",
+    EV_RETRANSMIT: "tcp_retransmit",
+    EV_RESET: "tcp_reset",
+    EV_CONG: "tcp_cong_state",
+    EV_DESTROY: "tcp_destroy",
+    EV_SIFTR: "siftr_sample",
+    EV_DEBUG: "tcpdebug_snapshot",
+    EV_FLOW: "flow_counters",
+}
+
+# enum nt_ctx / nt_attribution
+CTX_NAMES = {0: "unknown", 1: "task", 2: "softirq"}
+ATTR_NONE, ATTR_CURRENT, ATTR_OWNER = 0, 1, 2
+
+# provider bits (nt_config.providers)
+PROV_TCP, PROV_SIFTR, PROV_TCPDEBUG = 0x1, 0x2, 0x4
+
+# nt_tcp_snapshot.flags
+SNAP_SACK, SNAP_WSCALE, SNAP_TSTAMP, SNAP_NODELAY, SNAP_FASTOPEN, SNAP_ECN, SNAP_VALID = (
+    0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x80,
+)  # fmt: skip
+
+Fields = list[tuple[str, str]]
+
+CONFIG: Fields = [
+    ("cgroup_id", "<u8"),
+    ("drop_reasons", "(2,)<u8"),
+    ("tgid", "<u4"),
+    ("netns", "<u4"),
+    ("ppl", "<u4"),
+    ("providers", "<u4"),
+    ("port", "<u2"),
+    ("addr_family", "u1"),
+    ("_pad", "V5"),
+    ("addr", f"V{ADDR_LEN}"),
+]
+COUNTERS: Fields = [("generated", f"({EV_MAX},)<u8"), ("lost", f"({EV_MAX},)<u8")]
+OWNER: Fields = [
+    ("cgroup_id", "<u8"),
+    ("first_ns", "<u8"),
+    ("pid", "<u4"),
+    ("tgid", "<u4"),
+    ("uid", "<u4"),
+    ("gid", "<u4"),
+    ("comm", f"S{COMM_LEN}"),
+]
+LISTEN_KEY: Fields = [("netns", "<u4"), ("port", "<u2"), ("_pad", "<u2")]
+HEADER: Fields = [
+    ("ts_ns", "<u8"),
+    ("cookie", "<u8"),
+    ("cgroup_id", "<u8"),
+    ("pid", "<u4"),
+    ("tgid", "<u4"),
+    ("uid", "<u4"),
+    ("gid", "<u4"),
+    ("netns", "<u4"),
+    ("cpu", "<u4"),
+    ("type", "<u2"),
+    ("sport", "<u2"),
+    ("dport", "<u2"),
+    ("_pad", "<u2"),
+    ("ctx", "u1"),
+    ("attribution", "u1"),
+    ("family", "u1"),
+    ("_pad2", "u1"),
+    ("comm", f"S{COMM_LEN}"),
+    ("saddr", f"V{ADDR_LEN}"),
+    ("daddr", f"V{ADDR_LEN}"),
+    ("_pad3", "V4"),
+]
+STATE_BODY: Fields = [("sk_err", "<u4"), ("oldstate", "u1"), ("newstate", "u1"), ("_pad", "V2")]
+RETRANSMIT_BODY: Fields = [
+    ("seq", "<u4"),
+    ("end_seq", "<u4"),
+    ("err", "<i4"),
+    ("segs", "<u2"),
+    ("tcp_flags", "u1"),
+    ("state", "u1"),
+    ("ca_state", "u1"),
+    ("synack", "u1"),
+    ("_pad", "V2"),
+]
+RESET_BODY: Fields = [("reason", "<u4"), ("state", "u1"), ("sender", "u1"), ("active", "u1"), ("has_sock", "u1")]
+CONG_BODY: Fields = [
+    ("snd_cwnd", "<u4"),
+    ("snd_ssthresh", "<u4"),
+    ("mss", "<u4"),
+    ("old_ca_state", "u1"),
+    ("new_ca_state", "u1"),
+    ("_pad", "V2"),
+]
+DESTROY_BODY: Fields = [
+    ("bytes_acked", "<u8"),
+    ("bytes_received", "<u8"),
+    ("first_ns", "<u8"),
+    ("segs_in", "<u4"),
+    ("segs_out", "<u4"),
+    ("total_retrans", "<u4"),
+    ("state", "u1"),
+    ("_pad", "V3"),
+]
+SNAPSHOT: Fields = [
+    ("bytes_acked", "<u8"),
+    ("bytes_received", "<u8"),
+    *[
+        (name, "<u4")
+        for name in (
+            "snd_cwnd",
+            "snd_ssthresh",
+            "snd_wnd",
+            "rcv_wnd",
+            "srtt_us",
+            "mdev_us",
+            "rto_us",
+            "mss_cache",
+            "snd_una",
+            "snd_nxt",
+            "rcv_nxt",
+            "rcv_wup",
+            "snd_wl1",
+            "write_seq",
+            "copied_seq",
+            "sndbuf",
+            "rcvbuf",
+            "packets_out",
+            "sacked_out",
+            "lost_out",
+            "retrans_out",
+            "total_retrans",
+            "delivered",
+            "app_limited",
+            "ts_recent",
+            "rxhash",
+        )  # fmt: skip
+    ],
+    ("state", "u1"),
+    ("ca_state", "u1"),
+    ("snd_wscale", "u1"),
+    ("rcv_wscale", "u1"),
+    ("flags", "u1"),
+    ("retransmits", "u1"),
+    ("backoff", "u1"),
+    ("_pad", "u1"),
+    ("cc_algo", f"S{CC_LEN}"),
+]
+SIFTR_BODY: Fields = [
+    *SNAPSHOT,
+    ("th_seq", "<u4"),
+    ("th_ack", "<u4"),
+    ("data_sz", "<u4"),
+    ("direction", "u1"),
+    ("_pad_tail", "V3"),
+]
+FLOW: Fields = [
+    (name, "<u8")
+    for name in ("packets_in", "packets_out", "bytes_in", "bytes_out", "samples", "seen", "first_ns", "last_ns")
+]
+DEBUG_BODY: Fields = [
+    *SNAPSHOT,
+    ("th_seq", "<u4"),
+    ("th_ack", "<u4"),
+    ("payload_len", "<u4"),
+    ("drop_reason", "<u4"),
+    ("th_win", "<u2"),
+    ("th_flags", "u1"),
+    ("has_seg", "u1"),
+    ("direction", "u1"),
+    ("prureq", "u1"),
+    ("approx", "u1"),
+    ("_pad_tail", "u1"),
+]
+
+# C struct name -> fields, for the layout test (nested snapshot checked through its parents).
+STRUCTS: dict[str, Fields] = {
+    "nt_config": CONFIG,
+    "nt_counters": COUNTERS,
+    "nt_owner": OWNER,
+    "nt_listen_key": LISTEN_KEY,
+    "nt_header": HEADER,
+    "nt_state_body": STATE_BODY,
+    "nt_retransmit_body": RETRANSMIT_BODY,
+    "nt_reset_body": RESET_BODY,
+    "nt_cong_body": CONG_BODY,
+    "nt_destroy_body": DESTROY_BODY,
+    "nt_tcp_snapshot": SNAPSHOT,
+    "nt_siftr_body": SIFTR_BODY,
+    "nt_flow": FLOW,
+    "nt_debug_body": DEBUG_BODY,
+}
+BODIES: dict[int, Fields] = {
+    EV_STATE: STATE_BODY,
+    EV_RETRANSMIT: RETRANSMIT_BODY,
+    EV_RESET: RESET_BODY,
+    EV_CONG: CONG_BODY,
+    EV_DESTROY: DESTROY_BODY,
+    EV_SIFTR: SIFTR_BODY,
+    EV_FLOW: FLOW,
+    EV_DEBUG: DEBUG_BODY,
+}
+
+
+def dtype_of(fields: Fields) -> np.dtype[np.void]:
+    return np.dtype(fields)
+
+
+HEADER_DTYPE = dtype_of(HEADER)
+HEADER_SIZE = HEADER_DTYPE.itemsize
+# struct nt_event: header + union of bodies, 8-byte aligned.
+EVENT_SIZE = (HEADER_SIZE + max(dtype_of(b).itemsize for b in BODIES.values()) + 7) & ~7
+EVENT_DTYPE = np.dtype({"names": [n for n, _ in HEADER], "formats": [t for _, t in HEADER], "itemsize": EVENT_SIZE})
+
+
+def event_dtype(event_type: int) -> np.dtype[np.void]:
+    """struct nt_event seen as one union member: header fields then body fields (padding left out)."""
+    body = dtype_of(BODIES[event_type])
+    head = [n for n in HEADER_DTYPE.names or () if not n.startswith("_")]
+    tail = [n for n in body.names or () if not n.startswith("_")]
+    names = head + tail
+    formats = [HEADER_DTYPE.fields[n][0] for n in head] + [body.fields[n][0] for n in tail]  # type: ignore[index]
+    offsets = [HEADER_DTYPE.fields[n][1] for n in head] + [HEADER_SIZE + body.fields[n][1] for n in tail]  # type: ignore[index]
+    return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": EVENT_SIZE})
+
+
+EVENT_DTYPES: dict[int, np.dtype[np.void]] = {t: event_dtype(t) for t in BODIES}
+FIELD_NAMES: dict[int, tuple[str, ...]] = {t: tuple(d.names or ()) for t, d in EVENT_DTYPES.items()}

@@ -1,0 +1,125 @@
+"""ctypes binding to the system libbpf.so.1: only the calls the loader uses.
+
+Keep in sync with the libbpf 1.x C API (libbpf.h, bpf.h, btf.h). Functions that
+return a pointer report failure as NULL with errno set; functions that return an
+int report failure as a negative errno. `check_ptr` / `check_int` turn both into
+OSError so callers can say what failed and why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from collections.abc import Callable
+from typing import Any
+
+LIBBPF_NAMES = ("libbpf.so.1", "libbpf.so")
+
+c_void_p = ctypes.c_void_p
+c_char_p = ctypes.c_char_p
+c_int = ctypes.c_int
+c_uint32 = ctypes.c_uint32
+c_size_t = ctypes.c_size_t
+
+PRINT_FN = ctypes.CFUNCTYPE(c_int, c_int, c_char_p, c_void_p)
+
+# name: (restype, argtypes)
+_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "bpf_object__open_file": (c_void_p, [c_char_p, c_void_p]),
+    "bpf_object__load": (c_int, [c_void_p]),
+    "bpf_object__close": (None, [c_void_p]),
+    "bpf_object__find_program_by_name": (c_void_p, [c_void_p, c_char_p]),
+    "bpf_object__next_program": (c_void_p, [c_void_p, c_void_p]),
+    "bpf_object__find_map_by_name": (c_void_p, [c_void_p, c_char_p]),
+    "bpf_object__next_map": (c_void_p, [c_void_p, c_void_p]),
+    "bpf_program__name": (c_char_p, [c_void_p]),
+    "bpf_program__set_autoload": (c_int, [c_void_p, ctypes.c_bool]),
+    "bpf_program__autoload": (ctypes.c_bool, [c_void_p]),
+    "bpf_program__attach": (c_void_p, [c_void_p]),
+    "bpf_program__fd": (c_int, [c_void_p]),
+    "bpf_link__destroy": (c_int, [c_void_p]),
+    "bpf_map__name": (c_char_p, [c_void_p]),
+    "bpf_map__fd": (c_int, [c_void_p]),
+    "bpf_map__initial_value": (c_void_p, [c_void_p, ctypes.POINTER(c_size_t)]),
+    "bpf_map__set_initial_value": (c_int, [c_void_p, c_void_p, c_size_t]),
+    "bpf_map__set_max_entries": (c_int, [c_void_p, c_uint32]),
+    "bpf_map__max_entries": (c_uint32, [c_void_p]),
+    "bpf_map_lookup_elem": (c_int, [c_int, c_void_p, c_void_p]),
+    "bpf_map_get_next_key": (c_int, [c_int, c_void_p, c_void_p]),
+    "bpf_obj_get_info_by_fd": (c_int, [c_int, c_void_p, ctypes.POINTER(c_uint32)]),
+    "libbpf_num_possible_cpus": (c_int, []),
+    "libbpf_set_print": (c_void_p, [PRINT_FN]),
+    "btf__load_vmlinux_btf": (c_void_p, []),
+    "btf__free": (None, [c_void_p]),
+    "btf__find_by_name_kind": (c_int, [c_void_p, c_char_p, c_uint32]),
+    "btf__type_by_id": (c_void_p, [c_void_p, c_uint32]),
+    "btf__name_by_offset": (c_char_p, [c_void_p, c_uint32]),
+}
+
+
+class Libbpf:
+    """The loaded library with typed functions; one instance per process (see `get`)."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.lib = _open(path)
+        for name, (restype, argtypes) in _SIGNATURES.items():
+            fn = getattr(self.lib, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._libc.vsnprintf.argtypes = [c_char_p, c_size_t, c_char_p, c_void_p]
+        self.messages: list[str] = []
+        self._printer = PRINT_FN(self._collect)  # kept alive: libbpf holds the pointer
+        self.lib.libbpf_set_print(self._printer)
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        return getattr(self.lib, name)  # type: ignore[no-any-return]
+
+    def _collect(self, level: int, fmt: bytes, args: int | None) -> int:
+        # libbpf logs warnings and the verifier log here; keep the tail for error messages.
+        buf = ctypes.create_string_buffer(1 << 20)
+        self._libc.vsnprintf(buf, len(buf), fmt, args)
+        self.messages.append(buf.value.decode(errors="replace"))
+        del self.messages[:-200]
+        return 0
+
+    def take_messages(self) -> list[str]:
+        out, self.messages = self.messages, []
+        return out
+
+
+def _open(path: str | None) -> ctypes.CDLL:
+    candidates = [path] if path else [*LIBBPF_NAMES, ctypes.util.find_library("bpf")]
+    for name in candidates:
+        if not name:
+            continue
+        try:
+            return ctypes.CDLL(name, use_errno=True)
+        except OSError:
+            continue
+    raise OSError("libbpf.so.1 not found: apt-get install libbpf1 (or libbpf-dev)")
+
+
+_instance: Libbpf | None = None
+
+
+def get() -> Libbpf:
+    global _instance
+    if _instance is None:
+        _instance = Libbpf()
+    return _instance
+
+
+def check_ptr(ptr: int | None, what: str) -> int:
+    """A libbpf pointer result, or OSError(errno, what) when it is NULL."""
+    if not ptr:
+        err = ctypes.get_errno() or 22
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return ptr
+
+
+def check_int(ret: int, what: str) -> int:
+    if ret < 0:
+        raise OSError(-ret, f"{what}: {os.strerror(-ret)}")
+    return ret

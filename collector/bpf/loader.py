@@ -1,0 +1,283 @@
+"""Load kmod/tcp.bpf.o with libbpf and attach the programs the chosen providers need.
+
+The steps are always the same (open, configure, load, attach, poll, clean up) and
+each failure says which step failed on what and why, e.g.
+"failed to attach tcp_probe: Operation not permitted (needs CAP_BPF)".
+Keep PROGRAMS in sync with the SEC("tp_btf/...") programs of kmod/tcp.bpf.c and the
+config writer with struct nt_config (kmod/nettrail.h, collector/bpf/layout.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import ipaddress
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+
+from collector.bpf import btf, build, layout, libbpf
+from collector.bpf.ringbuf import RingReader
+
+PROVIDERS = ("tcp", "siftr", "tcpdebug")
+PROVIDER_BITS = {"tcp": layout.PROV_TCP, "siftr": layout.PROV_SIFTR, "tcpdebug": layout.PROV_TCPDEBUG}
+ALWAYS: frozenset[str] = frozenset(PROVIDERS)
+# program (= tracepoint) -> providers that need it. The attribution programs are
+# needed by every provider: they fill the socket-owner map (providers.md 9.3).
+PROGRAMS: dict[str, frozenset[str]] = {
+    "inet_sock_set_state": ALWAYS,
+    "sock_send_length": ALWAYS,
+    "sock_recv_length": ALWAYS,
+    "tcp_destroy_sock": ALWAYS,
+    "tcp_retransmit_skb": frozenset({"tcp"}),
+    "tcp_retransmit_synack": frozenset({"tcp"}),
+    "tcp_send_reset": frozenset({"tcp"}),
+    "tcp_receive_reset": frozenset({"tcp"}),
+    "tcp_cong_state_set": frozenset({"tcp"}),
+    "tcp_probe": frozenset({"siftr", "tcpdebug"}),
+    "net_dev_queue": frozenset({"siftr", "tcpdebug"}),
+    "kfree_skb": frozenset({"tcpdebug"}),
+}
+DEFAULT_RINGBUF_BYTES = 16 * 1024 * 1024
+CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
+PRIVILEGE_HINT = "needs root, or CAP_BPF and CAP_PERFMON"
+
+
+class BpfError(RuntimeError):
+    """A loader step failed; str() is the one-line message for the user."""
+
+
+@dataclass(frozen=True)
+class Filters:
+    """In-kernel filters (0/None = any). pid matches the attributed process (tgid)."""
+
+    pid: int = 0
+    port: int = 0
+    addr: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None
+    cgroup: int = 0
+    netns: int = 0
+
+
+def parse_filters(text: str) -> Filters:
+    """'pid=1,port=80,addr=::1,cgroup=5,netns=4026531840' -> Filters; ValueError names the bad item."""
+    values: dict[str, object] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or key not in ("pid", "port", "addr", "cgroup", "netns"):
+            raise ValueError(f"bad filter {item!r}: use pid=N, port=N, addr=IP, cgroup=ID or netns=INODE")
+        try:
+            values[key] = ipaddress.ip_address(value) if key == "addr" else int(value, 0)
+        except ValueError:
+            raise ValueError(f"bad filter {item!r}: {value!r} is not a valid {key}") from None
+        if key == "port" and not 0 < int(values[key]) < 65536:  # type: ignore[call-overload]
+            raise ValueError(f"bad filter {item!r}: port must be 1-65535")
+    return Filters(**values)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Options:
+    providers: tuple[str, ...] = PROVIDERS
+    ppl: int = 1
+    filters: Filters = field(default_factory=Filters)
+    ringbuf_bytes: int = DEFAULT_RINGBUF_BYTES
+    object_path: Path | None = None
+
+
+def missing_privileges() -> str | None:
+    """Why this process cannot load BPF programs, or None if it can."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    line = next((ln for ln in status.splitlines() if ln.startswith("CapEff:")), None)
+    if line is None:
+        return None
+    caps = int(line.split()[1], 16)
+    if caps & (1 << CAP_SYS_ADMIN) or (caps & (1 << CAP_BPF) and caps & (1 << CAP_PERFMON)):
+        return None
+    return f"loading eBPF programs {PRIVILEGE_HINT} (CapEff={caps:#x})"
+
+
+def config_bytes(opts: Options, drop_reasons: dict[int, str]) -> bytes:
+    """struct nt_config for these options."""
+    cfg = np.zeros((), dtype=layout.dtype_of(layout.CONFIG))
+    f = opts.filters
+    cfg["cgroup_id"] = f.cgroup
+    cfg["tgid"] = f.pid
+    cfg["netns"] = f.netns
+    cfg["port"] = f.port
+    cfg["ppl"] = max(1, opts.ppl)
+    cfg["providers"] = sum(PROVIDER_BITS[p] for p in opts.providers)
+    mask = [0, 0]
+    for value, name in drop_reasons.items():
+        if name.startswith("TCP_") and 0 <= value < 128:
+            mask[value >> 6] |= 1 << (value & 63)
+    cfg["drop_reasons"] = mask
+    if f.addr is not None:
+        cfg["addr_family"] = 2 if f.addr.version == 4 else 10
+        cfg["addr"] = np.void(f.addr.packed.ljust(layout.ADDR_LEN, b"\0"))
+    return cfg.tobytes()
+
+
+def _why(err: int) -> str:
+    text = os.strerror(err)
+    if err == errno.EPERM:  # EACCES from a load is the verifier saying no, not privileges
+        return f"{text} ({PRIVILEGE_HINT})"
+    return text
+
+
+class KernelSession:
+    """One loaded object: `with KernelSession(opts) as s:` opens, configures, loads and
+    attaches; leaving the block (normally, by signal or by exception) detaches everything."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.lib = libbpf.get()
+        self.obj = 0
+        self.links: dict[str, int] = {}
+        self.reader: RingReader | None = None
+        self.drop_reasons = btf.drop_reasons()
+        self.rst_reasons = btf.rst_reasons()
+        self.ncpus = self.lib.libbpf_num_possible_cpus()
+
+    # -- steps -------------------------------------------------------------------------
+    def open(self) -> None:
+        path = self.opts.object_path or build.ensure_built()
+        self.lib.take_messages()
+        obj = self.lib.bpf_object__open_file(str(path).encode(), None)
+        if not obj:
+            raise BpfError(f"failed to open {path}: {_why(ctypes.get_errno() or errno.EINVAL)}")
+        self.obj = obj
+        self.path = path
+
+    def configure(self) -> None:
+        wanted = set(self.opts.providers)
+        for name, needed_by in PROGRAMS.items():
+            prog = self._program(name)
+            self.lib.bpf_program__set_autoload(prog, bool(needed_by & wanted))
+        self._write_config(config_bytes(self.opts, self.drop_reasons))
+        events = self._map("events")
+        if self.lib.bpf_map__set_max_entries(events, self.opts.ringbuf_bytes) < 0:
+            raise BpfError(f"failed to size ring buffer to {self.opts.ringbuf_bytes} bytes")
+
+    def load(self) -> None:
+        ret = self.lib.bpf_object__load(self.obj)
+        if ret < 0:
+            log = [m.strip() for m in self.lib.take_messages() if m.strip()]
+            # the verifier's verdict is at the end of the longest message
+            detail = "; ".join(m[-600:] for m in log[-3:]) if -ret != errno.EPERM else ""
+            raise BpfError(f"failed to load {self.path.name}: {_why(-ret)}" + (f" [{detail}]" if detail else ""))
+
+    def attach(self) -> None:
+        for name in self.program_names():
+            link = self.lib.bpf_program__attach(self._program(name))
+            if not link:
+                raise BpfError(f"failed to attach {name}: {_why(ctypes.get_errno() or errno.EINVAL)}")
+            self.links[name] = link
+        self.reader = RingReader(self._map_fd("events"), self.opts.ringbuf_bytes, layout.EVENT_SIZE)
+
+    def close(self) -> None:
+        """Detach and free everything; safe to call twice and after a failed step."""
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+        for link in self.links.values():
+            self.lib.bpf_link__destroy(link)
+        self.links.clear()
+        if self.obj:
+            self.lib.bpf_object__close(self.obj)
+            self.obj = 0
+
+    def __enter__(self) -> KernelSession:
+        try:
+            self.open()
+            self.configure()
+            self.load()
+            self.attach()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- queries -------------------------------------------------------------------------
+    def program_names(self) -> list[str]:
+        wanted = set(self.opts.providers)
+        return [name for name, needed_by in PROGRAMS.items() if needed_by & wanted]
+
+    def program_ids(self) -> dict[str, int]:
+        """Kernel program id of every loaded program (bpftool prog list shows them)."""
+        ids = {}
+        for name in self.program_names():
+            fd = self.lib.bpf_program__fd(self._program(name))
+            info = ctypes.create_string_buffer(256)
+            size = ctypes.c_uint32(len(info))
+            if fd >= 0 and self.lib.bpf_obj_get_info_by_fd(fd, info, ctypes.byref(size)) == 0:
+                ids[name] = int.from_bytes(info.raw[4:8], "little")  # struct bpf_prog_info.id
+        return ids
+
+    def counters(self) -> np.ndarray:
+        """Per-CPU counters: array (ncpus, 2, EV_MAX) of [generated, lost] by event type."""
+        value = np.zeros((self.ncpus, 2, layout.EV_MAX), dtype="<u8")
+        key = ctypes.c_uint32(0)
+        ret = self.lib.bpf_map_lookup_elem(self._map_fd("counters"), ctypes.byref(key), value.ctypes.data)
+        if ret < 0:
+            raise BpfError(f"failed to read counters: {os.strerror(ctypes.get_errno())}")
+        return value
+
+    def flows(self) -> dict[int, np.void]:
+        """The exact per-flow counters: cookie -> struct nt_flow."""
+        fd = self._map_fd("flows")
+        dtype = layout.dtype_of(layout.FLOW)
+        out: dict[int, np.void] = {}
+        key = ctypes.c_uint64(0)
+        nxt = ctypes.c_uint64(0)
+        first = True
+        for _ in range(1 << 20):  # bounded: the map holds at most 65536 entries
+            prev = None if first else ctypes.byref(key)
+            if self.lib.bpf_map_get_next_key(fd, prev, ctypes.byref(nxt)) < 0:
+                break
+            first = False
+            key.value = nxt.value
+            value = np.zeros((), dtype=dtype)
+            if self.lib.bpf_map_lookup_elem(fd, ctypes.byref(key), value.ctypes.data) == 0:
+                out[key.value] = value[()]
+        return out
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _program(self, name: str) -> int:
+        prog = self.lib.bpf_object__find_program_by_name(self.obj, name.encode())
+        if not prog:
+            raise BpfError(f"{self.path.name} has no program {name}: rebuild kmod (make -C kmod)")
+        return int(prog)
+
+    def _map(self, name: str) -> int:
+        m = self.lib.bpf_object__find_map_by_name(self.obj, name.encode())
+        if not m:
+            raise BpfError(f"{self.path.name} has no map {name}: rebuild kmod (make -C kmod)")
+        return int(m)
+
+    def _map_fd(self, name: str) -> int:
+        return int(self.lib.bpf_map__fd(self._map(name)))
+
+    def _write_config(self, data: bytes) -> None:
+        rodata = 0
+        m = self.lib.bpf_object__next_map(self.obj, None)
+        while m:
+            if (self.lib.bpf_map__name(m) or b"").endswith(b".rodata"):
+                rodata = m
+            m = self.lib.bpf_object__next_map(self.obj, m)
+        if not rodata:
+            raise BpfError(f"{self.path.name} has no .rodata map for the filters: rebuild kmod")
+        size = ctypes.c_size_t(0)
+        ptr = self.lib.bpf_map__initial_value(rodata, ctypes.byref(size))
+        if not ptr or size.value != len(data):
+            raise BpfError(
+                f"{self.path.name} .rodata is {size.value} bytes, struct nt_config is {len(data)}: rebuild kmod"
+            )
+        ctypes.memmove(ptr, data, len(data))

@@ -1,0 +1,262 @@
+/* nettrail.h: every structure shared by the eBPF programs (kmod/ *.bpf.c files) and the
+ * collector (collector/bpf/layout.py mirrors these with numpy dtypes; the test
+ * tests/test_bpf_layout.py compiles this header and fails when the two drift).
+ *
+ * Rules: fixed-width types, fields widest first, explicit `_pad` fields, no hidden
+ * padding. One section per provider, in translators/ order. Every event that goes
+ * through the ring buffer is one `struct nt_event` (a header plus a union of
+ * bodies), all the same size, so user space can view a batch as one array.
+ */
+#ifndef NETTRAIL_H
+#define NETTRAIL_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+#define NT_COMM_LEN 16
+#define NT_ADDR_LEN 16
+#define NT_CC_LEN 16
+#define NT_EV_MAX 16 /* size of the per-type counter arrays (room for issue 5) */
+
+/* ---- common ------------------------------------------------------------ */
+
+enum nt_event_type {
+	NT_EV_STATE = 1,      /* tcp: inet_sock_set_state */
+	NT_EV_RETRANSMIT = 2, /* tcp: tcp_retransmit_skb / tcp_retransmit_synack */
+	NT_EV_RESET = 3,      /* tcp: tcp_send_reset / tcp_receive_reset */
+	NT_EV_CONG = 4,       /* tcp: tcp_cong_state_set */
+	NT_EV_DESTROY = 5,    /* tcp: tcp_destroy_sock (final counters) */
+	NT_EV_SIFTR = 6,      /* siftr: tcp_probe (in) / net_dev_queue (out), ppl-sampled */
+	NT_EV_DEBUG = 7,      /* tcpdebug: input/output/user/drop snapshots */
+	NT_EV_FLOW = 8,       /* siftr: exact per-flow counters at tcp_destroy_sock */
+};
+
+enum nt_ctx { NT_CTX_UNKNOWN = 0, NT_CTX_TASK = 1, NT_CTX_SOFTIRQ = 2 };
+enum nt_attribution { NT_ATTR_NONE = 0, NT_ATTR_CURRENT = 1, NT_ATTR_OWNER = 2 };
+
+/* Provider bits in nt_config.providers. */
+#define NT_PROV_TCP 0x1
+#define NT_PROV_SIFTR 0x2
+#define NT_PROV_TCPDEBUG 0x4
+
+/* Filters and settings fixed at load time: the only member of .rodata (`cfg`). */
+struct nt_config {
+	__u64 cgroup_id;        /* 0 = any */
+	__u64 drop_reasons[2];  /* bitmap of enum skb_drop_reason values that are TCP_* */
+	__u32 tgid;             /* 0 = any; matched against the attributed process */
+	__u32 netns;            /* 0 = any; network namespace inode */
+	__u32 ppl;              /* SIFTR: one sample per ppl packets per flow (>= 1) */
+	__u32 providers;        /* NT_PROV_* bits */
+	__u16 port;             /* 0 = any; local or remote port */
+	__u8 addr_family;       /* 0 = any, 2 = AF_INET, 10 = AF_INET6 */
+	__u8 _pad[5];
+	__u8 addr[NT_ADDR_LEN]; /* local or remote address (IPv4 in the first 4 bytes) */
+};
+
+/* Per-CPU counters (map `counters`), indexed by enum nt_event_type. */
+struct nt_counters {
+	__u64 generated[NT_EV_MAX]; /* events that passed the filters */
+	__u64 lost[NT_EV_MAX];      /* ring-buffer reservation failures */
+};
+
+/* Map `owners`: socket cookie -> who used the socket last in task context. */
+struct nt_owner {
+	__u64 cgroup_id;
+	__u64 first_ns; /* first sighting of the socket by nettrail */
+	__u32 pid;
+	__u32 tgid;
+	__u32 uid;
+	__u32 gid;
+	char comm[NT_COMM_LEN];
+};
+
+/* Map `listeners` key: attribution of passive children comes from their listener. */
+struct nt_listen_key {
+	__u32 netns;
+	__u16 port;
+	__u16 _pad;
+};
+
+/* Header of every event: identity, attribution and the 4-tuple (local first). */
+struct nt_header {
+	__u64 ts_ns; /* bpf_ktime_get_ns() */
+	__u64 cookie; /* socket cookie, 0 = no socket */
+	__u64 cgroup_id;
+	__u32 pid;
+	__u32 tgid;
+	__u32 uid;
+	__u32 gid;
+	__u32 netns;
+	__u32 cpu;
+	__u16 type;  /* enum nt_event_type */
+	__u16 sport; /* local port */
+	__u16 dport; /* remote port */
+	__u16 _pad;
+	__u8 ctx;         /* enum nt_ctx */
+	__u8 attribution; /* enum nt_attribution */
+	__u8 family;      /* AF_INET 2, AF_INET6 10, 0 unknown */
+	__u8 _pad2;
+	char comm[NT_COMM_LEN];
+	__u8 saddr[NT_ADDR_LEN]; /* local address */
+	__u8 daddr[NT_ADDR_LEN]; /* remote address */
+	__u8 _pad3[4];
+};
+
+/* ---- tcp provider ------------------------------------------------------- */
+
+struct nt_state_body {
+	__u32 sk_err;
+	__u8 oldstate; /* Linux enum tcp_state */
+	__u8 newstate;
+	__u8 _pad[2];
+};
+
+struct nt_retransmit_body {
+	__u32 seq;
+	__u32 end_seq;
+	__s32 err;
+	__u16 segs;     /* tcp_skb_pcount: what TcpRetransSegs adds */
+	__u8 tcp_flags;
+	__u8 state;     /* Linux enum tcp_state */
+	__u8 ca_state;
+	__u8 synack;    /* 1: tcp_retransmit_synack */
+	__u8 _pad[2];
+};
+
+struct nt_reset_body {
+	__u32 reason; /* enum sk_rst_reason (send) */
+	__u8 state;   /* Linux enum tcp_state, 0 without a socket */
+	__u8 sender;  /* 0 local, 1 peer */
+	__u8 active;  /* 1: no provoking segment (abort, SO_LINGER 0) */
+	__u8 has_sock;
+};
+
+struct nt_cong_body {
+	__u32 snd_cwnd;     /* segments */
+	__u32 snd_ssthresh; /* segments */
+	__u32 mss;
+	__u8 old_ca_state;
+	__u8 new_ca_state;
+	__u8 _pad[2];
+};
+
+struct nt_destroy_body {
+	__u64 bytes_acked;
+	__u64 bytes_received;
+	__u64 first_ns; /* owner map first sighting, 0 unknown */
+	__u32 segs_in;
+	__u32 segs_out;
+	__u32 total_retrans;
+	__u8 state;
+	__u8 _pad[3];
+};
+
+/* ---- siftr provider ----------------------------------------------------- */
+
+#define NT_SNAP_SACK 0x01
+#define NT_SNAP_WSCALE 0x02
+#define NT_SNAP_TSTAMP 0x04
+#define NT_SNAP_NODELAY 0x08
+#define NT_SNAP_FASTOPEN 0x10
+#define NT_SNAP_ECN 0x20
+#define NT_SNAP_VALID 0x80 /* a full tcp_sock was read */
+
+/* The control block as SIFTR and tcpdebug need it (raw Linux units). */
+struct nt_tcp_snapshot {
+	__u64 bytes_acked;
+	__u64 bytes_received;
+	__u32 snd_cwnd;     /* segments */
+	__u32 snd_ssthresh; /* segments */
+	__u32 snd_wnd;
+	__u32 rcv_wnd;
+	__u32 srtt_us;      /* tcp_sock.srtt_us: << 3 */
+	__u32 mdev_us;      /* tcp_sock.mdev_us: << 2 */
+	__u32 rto_us;
+	__u32 mss_cache;
+	__u32 snd_una;
+	__u32 snd_nxt;
+	__u32 rcv_nxt;
+	__u32 rcv_wup;
+	__u32 snd_wl1;
+	__u32 write_seq;
+	__u32 copied_seq;
+	__u32 sndbuf;
+	__u32 rcvbuf;
+	__u32 packets_out;
+	__u32 sacked_out;
+	__u32 lost_out;
+	__u32 retrans_out;
+	__u32 total_retrans;
+	__u32 delivered;
+	__u32 app_limited;
+	__u32 ts_recent;
+	__u32 rxhash;
+	__u8 state;    /* Linux enum tcp_state */
+	__u8 ca_state;
+	__u8 snd_wscale;
+	__u8 rcv_wscale;
+	__u8 flags;    /* NT_SNAP_* */
+	__u8 retransmits;
+	__u8 backoff;
+	__u8 _pad;
+	char cc_algo[NT_CC_LEN];
+};
+
+struct nt_siftr_body {
+	struct nt_tcp_snapshot snap;
+	__u32 th_seq;
+	__u32 th_ack;
+	__u32 data_sz;
+	__u8 direction; /* 0 in, 1 out */
+	__u8 _pad[3];
+};
+
+/* Map `flows` value and NT_EV_FLOW body: exact counters whatever ppl is. */
+struct nt_flow {
+	__u64 packets_in;
+	__u64 packets_out;
+	__u64 bytes_in;
+	__u64 bytes_out;
+	__u64 samples;
+	__u64 seen; /* packets considered for sampling */
+	__u64 first_ns;
+	__u64 last_ns;
+};
+
+/* ---- tcpdebug provider -------------------------------------------------- */
+
+enum nt_debug_point { NT_TA_INPUT = 0, NT_TA_OUTPUT = 1, NT_TA_USER = 2, NT_TA_RESPOND = 3, NT_TA_DROP = 4 };
+
+struct nt_debug_body {
+	struct nt_tcp_snapshot snap;
+	__u32 th_seq;
+	__u32 th_ack;
+	__u32 payload_len;
+	__u32 drop_reason; /* enum skb_drop_reason (drop point) */
+	__u16 th_win;
+	__u8 th_flags;
+	__u8 has_seg;   /* th_* are valid */
+	__u8 direction; /* enum nt_debug_point */
+	__u8 prureq;    /* PRU_* (user point), 0xff none */
+	__u8 approx;    /* 1: the PRU_* mapping is ambiguous */
+	__u8 _pad;
+};
+
+/* ---- the ring-buffer record --------------------------------------------- */
+
+struct nt_event {
+	struct nt_header hdr;
+	union {
+		struct nt_state_body state;
+		struct nt_retransmit_body retransmit;
+		struct nt_reset_body reset;
+		struct nt_cong_body cong;
+		struct nt_destroy_body destroy;
+		struct nt_siftr_body siftr;
+		struct nt_flow flow;
+		struct nt_debug_body debug;
+	};
+};
+
+#endif /* NETTRAIL_H */

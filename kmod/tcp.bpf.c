@@ -1,0 +1,878 @@
+// SPDX-License-Identifier: GPL-2.0
+/* tcp.bpf.c: the tcp, siftr and tcpdebug providers (providers.md sections 4-6, 8, 9).
+ *
+ * Programs are named after their tracepoint. The loader (collector/bpf/loader.py,
+ * PROGRAMS table) loads only the programs the chosen providers need; the
+ * attribution programs (inet_sock_set_state, sock_send_length, sock_recv_length,
+ * tcp_destroy_sock) are always loaded because every provider needs the owner map.
+ * Settings live in `cfg` (struct nt_config, kmod/nettrail.h), written between open
+ * and load, so disabled paths are removed by the verifier's dead-code elimination.
+ *
+ * The kernel records identity and raw values; units and names are the
+ * translators' job (translators/tcp.py, siftr.py, tcpdebug.py).
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include "nettrail.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define AF_INET 2
+#define AF_INET6 10
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+#define MSG_OOB 1
+
+/* arch/x86/include/asm/page_64_types.h: THREAD_SIZE without KASAN (16 KiB) */
+#define NT_THREAD_SIZE 16384
+#define PF_KTHREAD 0x00200000
+
+/* enum tcp_state values (include/net/tcp_states.h) */
+#define TCP_ESTABLISHED 1
+#define TCP_SYN_SENT 2
+#define TCP_SYN_RECV 3
+#define TCP_FIN_WAIT1 4
+#define TCP_FIN_WAIT2 5
+#define TCP_CLOSE 7
+#define TCP_CLOSE_WAIT 8
+#define TCP_LAST_ACK 9
+#define TCP_LISTEN 10
+#define TCP_CLOSING 11
+
+/* FreeBSD PRU_* codes used at the debug-user point (providers.md 5) */
+#define PRU_LISTEN 3
+#define PRU_CONNECT 4
+#define PRU_DETACH 1
+#define PRU_SHUTDOWN 7
+#define PRU_RCVD 8
+#define PRU_SEND 9
+#define PRU_RCVOOB 13
+#define PRU_SENDOOB 14
+#define PRU_NONE 0xff
+
+const volatile struct nt_config cfg = {};
+
+extern unsigned int CONFIG_HZ __kconfig __weak;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 * 1024 * 1024); /* the loader may resize it before load */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nt_counters);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct nt_owner);
+} owners SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct nt_listen_key);
+	__type(value, struct nt_owner);
+} listeners SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct nt_flow);
+} flows SEC(".maps");
+
+/* ---- context, identity, attribution ------------------------------------ */
+
+/* Task or softirq context? preempt_count is a per-CPU variable that is not in
+ * kallsyms without CONFIG_KALLSYMS_ALL, so it cannot be read as a typed ksym.
+ * Instead: x86-64 runs softirqs on the per-CPU IRQ stack (do_softirq_own_stack,
+ * CONFIG_HAVE_SOFTIRQ_ON_OWN_STACK) and this program's frame lives on whatever
+ * stack the kernel is using, so a frame outside the task's stack means softirq
+ * (or hardirq). ksoftirqd runs softirqs on its own task stack: caught by name. */
+static __always_inline bool in_task(void)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	__u64 base = (__u64)BPF_CORE_READ(t, stack);
+	void *frame = &base;
+	__u64 here = 0;
+	char comm[10];
+
+	/* copy the frame address out as a plain number (the verifier forbids math on fp) */
+	bpf_probe_read_kernel(&here, sizeof(here), &frame);
+
+	if (here - base >= NT_THREAD_SIZE)
+		return false;
+	if (BPF_CORE_READ(t, flags) & PF_KTHREAD) {
+		bpf_get_current_comm(comm, sizeof(comm));
+		if (comm[0] == 'k' && comm[1] == 's' && comm[2] == 'o' && comm[3] == 'f' && comm[4] == 't' &&
+		    comm[5] == 'i' && comm[6] == 'r' && comm[7] == 'q' && comm[8] == 'd')
+			return false;
+	}
+	return true;
+}
+
+/* For pointers the verifier trusts (tracepoint arguments): assigns a cookie if needed. */
+static __always_inline __u64 cookie_of(const struct sock *sk)
+{
+	return sk ? bpf_get_socket_cookie((void *)sk) : 0;
+}
+
+/* For pointers read from memory (skb->sk), which the socket helpers refuse: the
+ * cookie as already assigned, 0 if nobody asked for it yet (the state-change and
+ * tcp_probe programs ask for every TCP socket they see). */
+static __always_inline __u64 cookie_read(const struct sock *sk)
+{
+	return sk ? BPF_CORE_READ(sk, __sk_common.skc_cookie.counter) : 0;
+}
+
+#define TCP_TIME_WAIT 6
+#define TCP_NEW_SYN_RECV 12
+#define SOCK_STREAM 1
+
+/* A full TCP socket (not a request or timewait mini-socket, which end after sock_common). */
+static __always_inline bool full_tcp(const struct sock *sk)
+{
+	__u8 st;
+
+	if (!sk)
+		return false;
+	st = BPF_CORE_READ(sk, __sk_common.skc_state);
+	if (st == TCP_TIME_WAIT || st == TCP_NEW_SYN_RECV)
+		return false;
+	return BPF_CORE_READ(sk, sk_protocol) == IPPROTO_TCP && BPF_CORE_READ(sk, sk_type) == SOCK_STREAM;
+}
+
+static __always_inline void fill_flow(struct nt_header *h, const struct sock *sk)
+{
+	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+
+	h->family = family;
+	h->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	h->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	h->netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+	if (family == AF_INET) {
+		__u32 s = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+		__u32 d = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+
+		__builtin_memcpy(h->saddr, &s, 4);
+		__builtin_memcpy(h->daddr, &d, 4);
+	} else if (family == AF_INET6) {
+		BPF_CORE_READ_INTO(h->saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
+		BPF_CORE_READ_INTO(h->daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+	}
+}
+
+static __always_inline void owner_from_current(struct nt_owner *o)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 uid_gid = bpf_get_current_uid_gid();
+
+	o->pid = (__u32)pid_tgid;
+	o->tgid = pid_tgid >> 32;
+	o->uid = (__u32)uid_gid;
+	o->gid = uid_gid >> 32;
+	o->cgroup_id = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(o->comm, sizeof(o->comm));
+}
+
+/* Task-context hooks record who uses the socket (last writer wins, section 9.3). */
+static __always_inline void owner_note(__u64 cookie, const struct nt_owner *cur)
+{
+	struct nt_owner *old;
+	struct nt_owner o;
+
+	if (!cookie)
+		return;
+	old = bpf_map_lookup_elem(&owners, &cookie);
+	if (old && old->pid == cur->pid && old->tgid == cur->tgid)
+		return; /* the common case on a busy socket: nothing changed */
+	o = *cur;
+	o.first_ns = old ? old->first_ns : bpf_ktime_get_ns();
+	bpf_map_update_elem(&owners, &cookie, &o, BPF_ANY);
+}
+
+static __always_inline void copy_owner(struct nt_header *h, const struct nt_owner *o, __u8 how)
+{
+	h->pid = o->pid;
+	h->tgid = o->tgid;
+	h->uid = o->uid;
+	h->gid = o->gid;
+	h->cgroup_id = o->cgroup_id;
+	__builtin_memcpy(h->comm, o->comm, sizeof(h->comm));
+	h->attribution = how;
+}
+
+/* Fill ts, cpu, ctx and attribution. In task context the current task is the
+ * owner (and is recorded); elsewhere the owner map says who it is. */
+static __always_inline void attribute(struct nt_header *h, __u16 type)
+{
+	struct nt_owner *o;
+
+	h->type = type;
+	h->ts_ns = bpf_ktime_get_ns();
+	h->cpu = bpf_get_smp_processor_id();
+	if (in_task()) {
+		struct nt_owner cur = {};
+
+		h->ctx = NT_CTX_TASK;
+		owner_from_current(&cur);
+		copy_owner(h, &cur, NT_ATTR_CURRENT);
+		owner_note(h->cookie, &cur);
+		return;
+	}
+	h->ctx = NT_CTX_SOFTIRQ;
+	if (h->cookie) {
+		o = bpf_map_lookup_elem(&owners, &h->cookie);
+		if (o)
+			copy_owner(h, o, NT_ATTR_OWNER);
+	}
+}
+
+/* Word compares: the header keeps addresses 4-byte aligned. */
+static __always_inline bool addr_match(const __u8 *a)
+{
+	const __u32 *x = (const __u32 *)a;
+	const volatile __u32 *y = (const volatile __u32 *)cfg.addr;
+
+	if (cfg.addr_family == AF_INET)
+		return x[0] == y[0];
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3];
+}
+
+static __always_inline bool pass(const struct nt_header *h)
+{
+	if (cfg.tgid && h->tgid != cfg.tgid)
+		return false;
+	if (cfg.cgroup_id && h->cgroup_id != cfg.cgroup_id)
+		return false;
+	if (cfg.netns && h->netns != cfg.netns)
+		return false;
+	if (cfg.port && h->sport != cfg.port && h->dport != cfg.port)
+		return false;
+	if (cfg.addr_family) {
+		if (h->family != cfg.addr_family)
+			return false;
+		if (!addr_match(h->saddr) && !addr_match(h->daddr))
+			return false;
+	}
+	return true;
+}
+
+/* Reserve a ring-buffer slot; count the attempt and any failure per CPU and type. */
+static __always_inline struct nt_event *reserve(__u16 type)
+{
+	__u32 zero = 0;
+	struct nt_counters *c = bpf_map_lookup_elem(&counters, &zero);
+	struct nt_event *e;
+
+	if (c)
+		__sync_fetch_and_add(&c->generated[type & (NT_EV_MAX - 1)], 1);
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e && c)
+		__sync_fetch_and_add(&c->lost[type & (NT_EV_MAX - 1)], 1);
+	return e;
+}
+
+/* Header on the stack, filters, then the slot: filtered events cost no ring space. */
+static __always_inline struct nt_event *start(struct nt_header *h, const struct sock *sk, __u16 type)
+{
+	struct nt_event *e;
+
+	h->cookie = cookie_of(sk);
+	if (sk)
+		fill_flow(h, sk);
+	attribute(h, type);
+	if (!pass(h))
+		return NULL;
+	e = reserve(type);
+	if (e)
+		__builtin_memcpy(&e->hdr, h, sizeof(*h));
+	return e;
+}
+
+/* ---- control-block snapshot (siftr, tcpdebug) --------------------------- */
+
+static __always_inline void snapshot(struct nt_tcp_snapshot *s, const struct sock *sk)
+{
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+	const struct inet_connection_sock *icsk = (const struct inet_connection_sock *)sk;
+	__u8 flags = NT_SNAP_VALID;
+
+	s->bytes_acked = BPF_CORE_READ(tp, bytes_acked);
+	s->bytes_received = BPF_CORE_READ(tp, bytes_received);
+	s->snd_cwnd = BPF_CORE_READ(tp, snd_cwnd);
+	s->snd_ssthresh = BPF_CORE_READ(tp, snd_ssthresh);
+	s->snd_wnd = BPF_CORE_READ(tp, snd_wnd);
+	s->rcv_wnd = BPF_CORE_READ(tp, rcv_wnd);
+	s->srtt_us = BPF_CORE_READ(tp, srtt_us);
+	s->mdev_us = BPF_CORE_READ(tp, mdev_us);
+	if (CONFIG_HZ)
+		s->rto_us = BPF_CORE_READ(icsk, icsk_rto) * (1000000 / CONFIG_HZ);
+	s->mss_cache = BPF_CORE_READ(tp, mss_cache);
+	s->snd_una = BPF_CORE_READ(tp, snd_una);
+	s->snd_nxt = BPF_CORE_READ(tp, snd_nxt);
+	s->rcv_nxt = BPF_CORE_READ(tp, rcv_nxt);
+	s->rcv_wup = BPF_CORE_READ(tp, rcv_wup);
+	s->snd_wl1 = BPF_CORE_READ(tp, snd_wl1);
+	s->write_seq = BPF_CORE_READ(tp, write_seq);
+	s->copied_seq = BPF_CORE_READ(tp, copied_seq);
+	s->sndbuf = BPF_CORE_READ(sk, sk_sndbuf);
+	s->rcvbuf = BPF_CORE_READ(sk, sk_rcvbuf);
+	s->packets_out = BPF_CORE_READ(tp, packets_out);
+	s->sacked_out = BPF_CORE_READ(tp, sacked_out);
+	s->lost_out = BPF_CORE_READ(tp, lost_out);
+	s->retrans_out = BPF_CORE_READ(tp, retrans_out);
+	s->total_retrans = BPF_CORE_READ(tp, total_retrans);
+	s->delivered = BPF_CORE_READ(tp, delivered);
+	s->app_limited = BPF_CORE_READ(tp, app_limited);
+	s->ts_recent = BPF_CORE_READ(tp, rx_opt.ts_recent);
+	s->rxhash = BPF_CORE_READ(sk, __sk_common.skc_rxhash);
+	s->state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	s->ca_state = BPF_CORE_READ_BITFIELD_PROBED(icsk, icsk_ca_state);
+	s->retransmits = BPF_CORE_READ(icsk, icsk_retransmits);
+	s->backoff = BPF_CORE_READ(icsk, icsk_backoff);
+	s->snd_wscale = BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, snd_wscale);
+	s->rcv_wscale = BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, rcv_wscale);
+	if (BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, sack_ok))
+		flags |= NT_SNAP_SACK;
+	if (BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, wscale_ok))
+		flags |= NT_SNAP_WSCALE;
+	if (BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, tstamp_ok))
+		flags |= NT_SNAP_TSTAMP;
+	if (BPF_CORE_READ_BITFIELD_PROBED(tp, nonagle) & 1)
+		flags |= NT_SNAP_NODELAY;
+	if (BPF_CORE_READ_BITFIELD_PROBED(tp, syn_fastopen) || BPF_CORE_READ(tp, fastopen_rsk))
+		flags |= NT_SNAP_FASTOPEN;
+	if (BPF_CORE_READ(tp, ecn_flags) & 1)
+		flags |= NT_SNAP_ECN;
+	s->flags = flags;
+	BPF_CORE_READ_STR_INTO(&s->cc_algo, icsk, icsk_ca_ops, name);
+}
+
+/* The TCP header of an skb, from the transport offset (output, drop) or skb->data (input). */
+struct seg {
+	__u32 seq;
+	__u32 ack;
+	__u32 payload;
+	__u16 win;
+	__u8 flags;
+	__u8 ok;
+};
+
+static __always_inline void read_tcphdr(struct seg *g, const struct tcphdr *th, __u32 hdr_to_end)
+{
+	struct tcphdr t;
+	__u32 doff;
+
+	if (bpf_probe_read_kernel(&t, sizeof(t), th))
+		return;
+	doff = t.doff * 4;
+	g->seq = bpf_ntohl(t.seq);
+	g->ack = bpf_ntohl(t.ack_seq);
+	g->win = bpf_ntohs(t.window);
+	g->flags = ((__u8 *)&t)[13];
+	g->payload = hdr_to_end > doff ? hdr_to_end - doff : 0;
+	g->ok = 1;
+}
+
+/* Output side: header at head + transport_header; payload from skb->len. */
+static __always_inline void seg_at_transport(struct seg *g, const struct sk_buff *skb)
+{
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	__u16 th_off = BPF_CORE_READ(skb, transport_header);
+	__u32 data_off = BPF_CORE_READ(skb, data) - head;
+	__u32 len = BPF_CORE_READ(skb, len);
+
+	if (th_off == 0xffff || th_off < data_off)
+		return;
+	read_tcphdr(g, (const struct tcphdr *)(head + th_off), len - (th_off - data_off));
+}
+
+/* ---- siftr flow state ---------------------------------------------------- */
+
+/* Count the packet in the flow's exact counters; true if it is the flow's ppl-th. */
+static __always_inline bool flow_count(__u64 cookie, bool out, __u32 payload, __u64 now)
+{
+	struct nt_flow *f = bpf_map_lookup_elem(&flows, &cookie);
+	__u64 seen;
+
+	if (!f) {
+		struct nt_flow init = { .first_ns = now };
+
+		bpf_map_update_elem(&flows, &cookie, &init, BPF_NOEXIST);
+		f = bpf_map_lookup_elem(&flows, &cookie);
+		if (!f)
+			return false;
+	}
+	if (out) {
+		__sync_fetch_and_add(&f->packets_out, 1);
+		__sync_fetch_and_add(&f->bytes_out, payload);
+	} else {
+		__sync_fetch_and_add(&f->packets_in, 1);
+		__sync_fetch_and_add(&f->bytes_in, payload);
+	}
+	f->last_ns = now;
+	seen = __sync_fetch_and_add(&f->seen, 1);
+	if (seen % cfg.ppl)
+		return false;
+	__sync_fetch_and_add(&f->samples, 1);
+	return true;
+}
+
+static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, const struct seg *g, __u8 dir)
+{
+	struct nt_header h = {};
+	struct nt_event *e;
+
+	h.cookie = cookie;
+	fill_flow(&h, sk);
+	attribute(&h, NT_EV_SIFTR);
+	if (!pass(&h))
+		return;
+	if (!flow_count(h.cookie, dir == 1, g->payload, h.ts_ns))
+		return;
+	e = reserve(NT_EV_SIFTR);
+	if (!e)
+		return;
+	__builtin_memcpy(&e->hdr, &h, sizeof(h));
+	snapshot(&e->siftr.snap, sk);
+	e->siftr.th_seq = g->seq;
+	e->siftr.th_ack = g->ack;
+	e->siftr.data_sz = g->payload;
+	e->siftr.direction = dir;
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* ---- tcpdebug ----------------------------------------------------------- */
+
+static __always_inline void flow_from_segment(struct nt_header *h, const struct sk_buff *skb);
+
+/* rx_skb: the segment to take the 4-tuple from when there is no socket (drop). */
+static __always_inline void debug_point(const struct sock *sk, __u64 cookie, const struct seg *g, __u8 dir,
+					 __u8 prureq, __u8 approx, __u32 reason, const struct sk_buff *rx_skb)
+{
+	struct nt_header h = {};
+	struct nt_event *e;
+
+	h.cookie = cookie;
+	if (sk)
+		fill_flow(&h, sk);
+	else if (rx_skb)
+		flow_from_segment(&h, rx_skb);
+	attribute(&h, NT_EV_DEBUG);
+	if (!pass(&h) || !(e = reserve(NT_EV_DEBUG)))
+		return;
+	__builtin_memcpy(&e->hdr, &h, sizeof(h));
+	if (full_tcp(sk))
+		snapshot(&e->debug.snap, sk);
+	else
+		__builtin_memset(&e->debug.snap, 0, sizeof(e->debug.snap));
+	e->debug.th_seq = g ? g->seq : 0;
+	e->debug.th_ack = g ? g->ack : 0;
+	e->debug.payload_len = g ? g->payload : 0;
+	e->debug.th_win = g ? g->win : 0;
+	e->debug.th_flags = g ? g->flags : 0;
+	e->debug.has_seg = g ? g->ok : 0;
+	e->debug.drop_reason = reason;
+	e->debug.direction = dir;
+	e->debug.prureq = prureq;
+	e->debug.approx = approx;
+	e->debug._pad = 0;
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* ---- tcp provider programs ---------------------------------------------- */
+
+static __always_inline void listener_note(const struct sock *sk, __u32 netns, __u16 port, bool add)
+{
+	struct nt_listen_key k = { .netns = netns, .port = port };
+	struct nt_owner o = {};
+
+	if (!add) {
+		bpf_map_delete_elem(&listeners, &k);
+		return;
+	}
+	owner_from_current(&o);
+	o.first_ns = bpf_ktime_get_ns();
+	bpf_map_update_elem(&listeners, &k, &o, BPF_ANY);
+}
+
+/* A passive child is born in softirq: it inherits its listener's owner. */
+static __always_inline void child_inherit(__u64 cookie, __u32 netns, __u16 port)
+{
+	struct nt_listen_key k = { .netns = netns, .port = port };
+	struct nt_owner *l = bpf_map_lookup_elem(&listeners, &k);
+	struct nt_owner o;
+
+	if (!l || !cookie)
+		return;
+	o = *l;
+	o.first_ns = bpf_ktime_get_ns();
+	bpf_map_update_elem(&owners, &cookie, &o, BPF_NOEXIST);
+}
+
+static __always_inline __u8 user_request(int oldstate, int newstate, __u8 *approx)
+{
+	if (oldstate == TCP_CLOSE && newstate == TCP_LISTEN)
+		return PRU_LISTEN;
+	if (oldstate == TCP_CLOSE && newstate == TCP_SYN_SENT)
+		return PRU_CONNECT;
+	if ((oldstate == TCP_ESTABLISHED && newstate == TCP_FIN_WAIT1) ||
+	    (oldstate == TCP_CLOSE_WAIT && newstate == TCP_LAST_ACK)) {
+		*approx = 1; /* close() and shutdown() look the same here */
+		return PRU_SHUTDOWN;
+	}
+	return PRU_NONE;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, const int newstate)
+{
+	struct nt_header h = {};
+	struct nt_event *e;
+	bool task;
+
+	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+		return 0;
+	h.cookie = cookie_of(sk);
+	fill_flow(&h, sk);
+	if (oldstate == TCP_LISTEN && newstate == TCP_SYN_RECV)
+		child_inherit(h.cookie, h.netns, h.sport);
+	attribute(&h, NT_EV_STATE);
+	task = h.ctx == NT_CTX_TASK;
+	if (oldstate == TCP_CLOSE && newstate == TCP_LISTEN && task)
+		listener_note(sk, h.netns, h.sport, true);
+	else if (oldstate == TCP_LISTEN && newstate == TCP_CLOSE)
+		listener_note(sk, h.netns, h.sport, false);
+	if (!pass(&h))
+		return 0;
+	if (cfg.providers & NT_PROV_TCPDEBUG) {
+		__u8 approx = 0;
+		__u8 req = user_request(oldstate, newstate, &approx);
+
+		if (req != PRU_NONE && task)
+			debug_point(sk, h.cookie, NULL, NT_TA_USER, req, approx, 0, NULL);
+	}
+	if (!(cfg.providers & NT_PROV_TCP))
+		return 0;
+	e = reserve(NT_EV_STATE);
+	if (!e)
+		return 0;
+	__builtin_memcpy(&e->hdr, &h, sizeof(h));
+	e->state.sk_err = BPF_CORE_READ(sk, sk_err);
+	e->state.oldstate = oldstate;
+	e->state.newstate = newstate;
+	e->state._pad[0] = e->state._pad[1] = 0;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/tcp_retransmit_skb")
+int BPF_PROG(tcp_retransmit_skb, const struct sock *sk, const struct sk_buff *skb, int err)
+{
+	const struct tcp_skb_cb *cb = (const struct tcp_skb_cb *)&skb->cb[0];
+	struct nt_header h = {};
+	struct nt_event *e = start(&h, sk, NT_EV_RETRANSMIT);
+
+	if (!e)
+		return 0;
+	__builtin_memset(&e->retransmit, 0, sizeof(e->retransmit));
+	e->retransmit.seq = BPF_CORE_READ(cb, seq);
+	e->retransmit.end_seq = BPF_CORE_READ(cb, end_seq);
+	e->retransmit.segs = BPF_CORE_READ(cb, tcp_gso_segs);
+	e->retransmit.tcp_flags = BPF_CORE_READ(cb, tcp_flags);
+	e->retransmit.err = err;
+	e->retransmit.state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	e->retransmit.ca_state = BPF_CORE_READ_BITFIELD_PROBED((const struct inet_connection_sock *)sk, icsk_ca_state);
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/tcp_retransmit_synack")
+int BPF_PROG(tcp_retransmit_synack, const struct sock *sk, const struct request_sock *req)
+{
+	struct nt_header h = {};
+	struct nt_event *e = start(&h, sk, NT_EV_RETRANSMIT);
+
+	if (!e)
+		return 0;
+	/* The listener's 4-tuple has no peer: take the peer from the request. */
+	e->hdr.dport = bpf_ntohs(BPF_CORE_READ(req, __req_common.skc_dport));
+	if (e->hdr.family == AF_INET) {
+		__u32 d = BPF_CORE_READ(req, __req_common.skc_daddr);
+		__u32 s = BPF_CORE_READ(req, __req_common.skc_rcv_saddr);
+
+		__builtin_memcpy(e->hdr.daddr, &d, 4);
+		__builtin_memcpy(e->hdr.saddr, &s, 4);
+	} else {
+		BPF_CORE_READ_INTO(e->hdr.daddr, req, __req_common.skc_v6_daddr.in6_u.u6_addr8);
+		BPF_CORE_READ_INTO(e->hdr.saddr, req, __req_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
+	}
+	__builtin_memset(&e->retransmit, 0, sizeof(e->retransmit));
+	e->retransmit.segs = 1;
+	e->retransmit.tcp_flags = 0x12; /* SYN|ACK */
+	e->retransmit.state = TCP_SYN_RECV;
+	e->retransmit.synack = 1;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* The 4-tuple of a socketless RST comes from the provoking segment, reversed
+ * so that the local side (the segment's destination) comes first. */
+static __always_inline void flow_from_segment(struct nt_header *h, const struct sk_buff *skb)
+{
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	__u16 nh = BPF_CORE_READ(skb, network_header);
+	__u16 th = BPF_CORE_READ(skb, transport_header);
+	__u16 ports[2];
+	__u8 ver;
+
+	h->netns = BPF_CORE_READ(skb, dev, nd_net.net, ns.inum);
+	if (bpf_probe_read_kernel(&ver, 1, head + nh))
+		return;
+	ver >>= 4;
+	if (ver == 4) {
+		struct iphdr ip;
+
+		if (bpf_probe_read_kernel(&ip, sizeof(ip), head + nh))
+			return;
+		h->family = AF_INET;
+		__builtin_memcpy(h->saddr, &ip.daddr, 4);
+		__builtin_memcpy(h->daddr, &ip.saddr, 4);
+	} else if (ver == 6) {
+		struct ipv6hdr ip6;
+
+		if (bpf_probe_read_kernel(&ip6, sizeof(ip6), head + nh))
+			return;
+		h->family = AF_INET6;
+		__builtin_memcpy(h->saddr, &ip6.daddr, 16);
+		__builtin_memcpy(h->daddr, &ip6.saddr, 16);
+	}
+	if (th != 0xffff && !bpf_probe_read_kernel(ports, sizeof(ports), head + th)) {
+		h->sport = bpf_ntohs(ports[1]);
+		h->dport = bpf_ntohs(ports[0]);
+	}
+}
+
+SEC("tp_btf/tcp_send_reset")
+int BPF_PROG(tcp_send_reset, const struct sock *sk, const struct sk_buff *skb, const enum sk_rst_reason reason)
+{
+	struct nt_header h = {};
+	struct nt_event *e;
+
+	h.cookie = cookie_of(sk);
+	if (sk)
+		fill_flow(&h, sk);
+	else if (skb)
+		flow_from_segment(&h, skb);
+	attribute(&h, NT_EV_RESET);
+	if (!pass(&h))
+		return 0;
+	e = reserve(NT_EV_RESET);
+	if (!e)
+		return 0;
+	__builtin_memcpy(&e->hdr, &h, sizeof(h));
+	e->reset.reason = reason;
+	e->reset.state = sk ? BPF_CORE_READ(sk, __sk_common.skc_state) : 0;
+	e->reset.sender = 0;
+	e->reset.active = skb ? 0 : 1;
+	e->reset.has_sock = sk ? 1 : 0;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/tcp_receive_reset")
+int BPF_PROG(tcp_receive_reset, struct sock *sk)
+{
+	struct nt_header h = {};
+	struct nt_event *e = start(&h, sk, NT_EV_RESET);
+
+	if (!e)
+		return 0;
+	e->reset.reason = 0;
+	e->reset.state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	e->reset.sender = 1;
+	e->reset.active = 0;
+	e->reset.has_sock = 1;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/tcp_cong_state_set")
+int BPF_PROG(tcp_cong_state_set, struct sock *sk, const __u8 ca_state)
+{
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+	struct nt_header h = {};
+	struct nt_event *e = start(&h, sk, NT_EV_CONG);
+
+	if (!e)
+		return 0;
+	/* fires before icsk_ca_state is assigned: the field still holds the old state */
+	e->cong.old_ca_state = BPF_CORE_READ_BITFIELD_PROBED((const struct inet_connection_sock *)sk, icsk_ca_state);
+	e->cong.new_ca_state = ca_state;
+	e->cong.snd_cwnd = BPF_CORE_READ(tp, snd_cwnd);
+	e->cong.snd_ssthresh = BPF_CORE_READ(tp, snd_ssthresh);
+	e->cong.mss = BPF_CORE_READ(tp, mss_cache);
+	e->cong._pad[0] = e->cong._pad[1] = 0;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+static __always_inline void emit_flow_final(const struct nt_header *h, const struct nt_flow *f)
+{
+	struct nt_event *e = reserve(NT_EV_FLOW);
+
+	if (!e)
+		return;
+	__builtin_memcpy(&e->hdr, h, sizeof(*h));
+	e->hdr.type = NT_EV_FLOW;
+	__builtin_memcpy(&e->flow, f, sizeof(*f));
+	bpf_ringbuf_submit(e, 0);
+}
+
+SEC("tp_btf/tcp_destroy_sock")
+int BPF_PROG(tcp_destroy_sock, struct sock *sk)
+{
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+	struct nt_header h = {};
+	struct nt_event *e;
+	struct nt_owner *o;
+	struct nt_flow *f;
+
+	h.cookie = cookie_of(sk);
+	fill_flow(&h, sk);
+	attribute(&h, NT_EV_DESTROY);
+	o = bpf_map_lookup_elem(&owners, &h.cookie);
+	if (pass(&h)) {
+		if (cfg.providers & NT_PROV_SIFTR) {
+			f = bpf_map_lookup_elem(&flows, &h.cookie);
+			if (f)
+				emit_flow_final(&h, f);
+		}
+		if (cfg.providers & NT_PROV_TCPDEBUG)
+			debug_point(sk, h.cookie, NULL, NT_TA_USER, PRU_DETACH, 0, 0, NULL);
+		if ((cfg.providers & NT_PROV_TCP) && (e = reserve(NT_EV_DESTROY))) {
+			__builtin_memcpy(&e->hdr, &h, sizeof(h));
+			e->destroy.bytes_acked = BPF_CORE_READ(tp, bytes_acked);
+			e->destroy.bytes_received = BPF_CORE_READ(tp, bytes_received);
+			e->destroy.first_ns = o ? o->first_ns : 0;
+			e->destroy.segs_in = BPF_CORE_READ(tp, segs_in);
+			e->destroy.segs_out = BPF_CORE_READ(tp, segs_out);
+			e->destroy.total_retrans = BPF_CORE_READ(tp, total_retrans);
+			e->destroy.state = BPF_CORE_READ(sk, __sk_common.skc_state);
+			e->destroy._pad[0] = e->destroy._pad[1] = e->destroy._pad[2] = 0;
+			bpf_ringbuf_submit(e, 0);
+		}
+	}
+	bpf_map_delete_elem(&flows, &h.cookie);
+	bpf_map_delete_elem(&owners, &h.cookie);
+	return 0;
+}
+
+/* ---- siftr and tcpdebug packet points ------------------------------------ */
+
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(tcp_probe, struct sock *sk, const struct sk_buff *skb)
+{
+	struct seg g = {};
+
+	/* tcp_rcv_established: skb->data is the TCP header */
+	read_tcphdr(&g, (const struct tcphdr *)BPF_CORE_READ(skb, data), BPF_CORE_READ(skb, len));
+	__u64 cookie = cookie_of(sk);
+
+	if (cfg.providers & NT_PROV_SIFTR)
+		siftr_packet(sk, cookie, &g, 0);
+	if (cfg.providers & NT_PROV_TCPDEBUG)
+		debug_point(sk, cookie, &g, NT_TA_INPUT, PRU_NONE, 0, 0, NULL);
+	return 0;
+}
+
+static __always_inline bool siftr_out_state(__u8 st)
+{
+	return st == TCP_ESTABLISHED || st == TCP_CLOSE_WAIT || st == TCP_FIN_WAIT1 || st == TCP_FIN_WAIT2 ||
+	       st == TCP_CLOSING || st == TCP_LAST_ACK;
+}
+
+SEC("tp_btf/net_dev_queue")
+int BPF_PROG(net_dev_queue, struct sk_buff *skb)
+{
+	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	struct sock *sk;
+	__u64 cookie;
+	struct seg g = {};
+
+	if (proto != ETH_P_IP && proto != ETH_P_IPV6)
+		return 0;
+	sk = BPF_CORE_READ(skb, sk);
+	if (!full_tcp(sk))
+		return 0; /* request, timewait and control sockets are not full sockets */
+	cookie = cookie_read(sk);
+	seg_at_transport(&g, skb);
+	if ((cfg.providers & NT_PROV_SIFTR) && siftr_out_state(BPF_CORE_READ(sk, __sk_common.skc_state)))
+		siftr_packet(sk, cookie, &g, 1);
+	if (cfg.providers & NT_PROV_TCPDEBUG)
+		debug_point(sk, cookie, &g, NT_TA_OUTPUT, PRU_NONE, 0, 0, NULL);
+	return 0;
+}
+
+/* ---- attribution hooks (process context) and debug-user ------------------ */
+
+static __always_inline void user_call(const struct sock *sk, int flags, __u8 req, __u8 oob_req)
+{
+	struct nt_owner cur = {};
+
+	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+		return;
+	if (cfg.providers & NT_PROV_TCPDEBUG) {
+		debug_point(sk, cookie_of(sk), NULL, NT_TA_USER, (flags & MSG_OOB) ? oob_req : req, 0, 0, NULL);
+		return; /* debug_point's attribute() already noted the owner */
+	}
+	owner_from_current(&cur);
+	owner_note(cookie_of(sk), &cur);
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(sock_send_length, struct sock *sk, int ret, int flags)
+{
+	user_call(sk, flags, PRU_SEND, PRU_SENDOOB);
+	return 0;
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(sock_recv_length, struct sock *sk, int ret, int flags)
+{
+	user_call(sk, flags, PRU_RCVD, PRU_RCVOOB);
+	return 0;
+}
+
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reason reason, struct sock *rx_sk)
+{
+	struct sock *sk = rx_sk;
+	struct seg g = {};
+	__u32 r = reason;
+
+	__u64 word;
+
+	if (r >= 128)
+		return 0;
+	word = r < 64 ? cfg.drop_reasons[0] : cfg.drop_reasons[1]; /* constant offsets only */
+	if (!(word & (1ULL << (r & 63))))
+		return 0;
+	if (!sk)
+		sk = BPF_CORE_READ(skb, sk);
+	if (sk && !full_tcp(sk))
+		sk = NULL; /* e.g. a timewait socket: describe the segment instead */
+	seg_at_transport(&g, skb);
+	debug_point(sk, cookie_read(sk), &g, NT_TA_DROP, PRU_NONE, 0, r, skb);
+	return 0;
+}

@@ -382,6 +382,8 @@ class Connection(Record, tag="connection", kw_only=True):
     total_retrans: Annotated[Int, doc("segments retransmitted over the life (tcp_sock.total_retrans)")] = None
     lifetime_ns: Annotated[Int, doc("socket lifetime from first sighting to destruction", unit="ns")] = None
     analysis: Annotated[AnalysisCounts | None, doc("packets per tcp.analysis flag (tshark filter counts)")] = None
+    icmp_error: Annotated[Str, doc("last ICMP destination-unreachable error quoting this flow, e.g. port-unreachable")] = None
+    icmp_errors: Annotated[Int, doc("ICMP destination-unreachable messages quoting this flow")] = None
 
 
 # --- siftr and tcp debug ---------------------------------------------------------------

@@ -1,0 +1,553 @@
+"""Wireshark's TCP sequence analysis (tcp.analysis.*), packet by packet in capture order.
+
+This mirrors ``tcp_analyze_sequence_number`` of Wireshark's packet-tcp.c as described
+in anomalies.md §3: the same per-direction state, the same checks in the same order
+with the same early exits, the same conversation-reuse rule and window-scale handling.
+Nothing is "improved"; where we knowingly differ it is documented in docs/analyze.md.
+
+Flags are a bitmask per packet; bit i is ``TCP_ANALYSIS_FLAGS[i]`` (records.py order).
+Per connection we count packets per flag the way tshark's display filter
+``tcp.analysis.<flag>`` counts them, so a fast or spurious retransmission is also a
+retransmission.
+
+Speed: this is the hot loop of ``nettrail analyze``. The per-direction state lives in
+``__slots__`` objects, the unacked-segment list is retired by prefix while it is in
+sequence order (the common case) and scanned whole only after disorder, and the
+rare paths (retransmission classification, ACKed-unseen) are kept out of the way.
+
+Keep in sync with: anomalies.md §3 (semantics), translators.records.TCP_ANALYSIS_FLAGS
+(bit order) and AnalysisCounts, collector/analysis/conn_summary.py (Zeek letters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from collector.analysis import conn_summary as zeek
+from translators.packet import TcpOptions
+from translators.records import TCP_ANALYSIS_FLAGS, AnalysisCounts
+
+M32 = 0xFFFFFFFF
+FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
+SFR = SYN | FIN | RST
+MAX_UNACKED = 10000
+HALF = 0x80000000
+
+(REUSED, RETRANS, FAST, SPURIOUS, OOO, LOST, ACKLOST, WUPDATE, WFULL, KA, KAACK, DUPACK, ZWP, ZW, ZWPACK) = (
+    1 << i for i in range(len(TCP_ANALYSIS_FLAGS))
+)
+ANY_RETRANS = RETRANS | FAST | SPURIOUS
+FLAG_BITS = tuple((name, 1 << i) for i, name in enumerate(TCP_ANALYSIS_FLAGS))
+# Flags worth remembering per connection for the P-rules (and for `--packets`).
+EVENT_MASK = ANY_RETRANS | OOO | LOST | ACKLOST | DUPACK | ZWP | ZW | REUSED | WFULL
+COMPLETE_SYN, COMPLETE_SYNACK, COMPLETE_ACK, COMPLETE_DATA, COMPLETE_FIN, COMPLETE_RST = 1, 2, 4, 8, 16, 32
+
+
+def gt(a: int, b: int) -> bool:
+    """a > b in sequence space (wrap-aware, like Wireshark's GT_SEQ)."""
+    return 0 < ((a - b) & M32) < HALF
+
+
+def flag_names(mask: int) -> list[str]:
+    """Flag names in Wireshark's print order; retransmission is added for fast/spurious."""
+    if mask & (FAST | SPURIOUS):
+        mask |= RETRANS
+    return [name for name, bit in FLAG_BITS if mask & bit]
+
+
+class Flow:
+    """One direction of a conversation (Wireshark's tcp_flow_t + tcp_analyze_seq_info)."""
+
+    __slots__ = (
+        "addr", "port", "base_seq", "base_set", "saw_syn", "nextseq", "nextseqtime", "nextseqframe", "maxseqtobeacked",
+        "lastack", "lastacktime", "window", "win_scale", "is_first_ack", "dupacknum", "lastnondupack",
+        "lastsegmentflags", "segs", "ordered", "lastacklen", "sack", "mss", "valid_bif",
+        "packets", "bytes", "wire_bytes", "data_segments", "retrans_bytes", "rtt_min", "rtt_max", "rtt_sum", "rtt_n",
+        "zw_since",
+    )  # fmt: skip
+
+    def __init__(self, addr: int, port: int) -> None:
+        self.addr = addr
+        self.port = port
+        self.base_seq = 0
+        self.base_set = False
+        self.saw_syn = False
+        self.nextseq = 0  # 0 means unset, as in Wireshark
+        self.nextseqtime = 0
+        self.nextseqframe = 0
+        self.maxseqtobeacked = 0
+        self.lastack = 0
+        self.lastacktime = 0
+        self.window = M32  # Wireshark starts with G_MAXUINT32: "no window seen yet"
+        self.win_scale = -1
+        self.is_first_ack = False
+        self.dupacknum = 0
+        self.lastnondupack = 0
+        self.lastsegmentflags = 0
+        # unacked segments, oldest first: [seq, nextseq, frame, ts, karn]
+        self.segs: list[list[int]] = []
+        self.ordered = True  # segs is sorted by seq and nextseq, so an ACK retires a prefix
+        self.lastacklen = 0
+        self.sack: list[tuple[int, int]] = []
+        self.mss = -1
+        self.valid_bif = True
+        self.packets = 0
+        self.bytes = 0
+        self.wire_bytes = 0
+        self.data_segments = 0
+        self.retrans_bytes = 0
+        self.rtt_min = 0
+        self.rtt_max = 0
+        self.rtt_sum = 0
+        self.rtt_n = 0
+        self.zw_since = -1
+
+
+@dataclass
+class Event:
+    """A flagged packet kept for the pcap rules (P1-P6) and for reports."""
+
+    frame: int
+    ts: int
+    orig: bool
+    flags: int
+    seq: int
+    ack: int
+    dupnum: int = 0
+
+
+@dataclass
+class Conv:
+    """A TCP conversation (tcp.stream)."""
+
+    stream: int
+    flow1: Flow
+    flow2: Flow
+    ip_ver: int
+    first_ts: int
+    last_ts: int = 0
+    orig: Flow | None = None  # the originator, set by TcpAnalyzer._direction on the first packet
+    guessed: bool = False
+    completeness: int = 0
+    ts_mru_syn: int = 0
+    first_rtt: int = 0
+    counts: list[int] = field(default_factory=lambda: [0] * len(TCP_ANALYSIS_FLAGS))
+    events: list[Event] = field(default_factory=list)
+    zw_stalls: list[tuple[int, int, bool]] = field(default_factory=list)  # (start, end or -1, receiver is orig)
+    z: zeek.ZeekFlow = field(default_factory=zeek.ZeekFlow)
+    icmp_error: str | None = None
+    icmp_errors: int = 0
+
+
+@dataclass
+class PacketResult:
+    """What --packets shows for one TCP segment."""
+
+    conv: Conv
+    is_orig: bool
+    flags: int
+    rel_seq: int
+    rel_ack: int
+    window_scaled: int | None
+    dupnum: int = 0
+    dupframe: int = 0
+    ack_rtt_ns: int | None = None
+    bytes_in_flight: int | None = None
+
+
+class TcpAnalyzer:
+    """Feeds packets in file order; ``conversations`` holds every tcp.stream."""
+
+    def __init__(self, keep_results: bool = False) -> None:
+        self.active: dict[tuple[int, int, int, int], Conv] = {}
+        self.conversations: list[Conv] = []
+        self.keep_results = keep_results
+        self.on_new: Callable[[Conv], None] | None = None
+
+    # --- conversation lookup --------------------------------------------------------
+
+    def _lookup(self, src: int, sport: int, dst: int, dport: int, ip_ver: int, ts: int) -> tuple[Conv, bool]:
+        key = (src, sport, dst, dport) if (src, sport) <= (dst, dport) else (dst, dport, src, sport)
+        conv = self.active.get(key)
+        if conv is not None:
+            return conv, False
+        return self._new(key, src, sport, dst, dport, ip_ver, ts), True
+
+    def _new(
+        self, key: tuple[int, int, int, int], src: int, sport: int, dst: int, dport: int, ip_ver: int, ts: int
+    ) -> Conv:
+        conv = Conv(
+            stream=len(self.conversations), flow1=Flow(src, sport), flow2=Flow(dst, dport), ip_ver=ip_ver, first_ts=ts
+        )
+        self.active[key] = conv
+        self.conversations.append(conv)
+        return conv
+
+    # --- one packet -------------------------------------------------------------------
+
+    def packet(
+        self, frame: int, ts: int, ip_ver: int, src: int, sport: int, dst: int, dport: int,
+        seq: int, ack: int, flags: int, win: int, seglen: int, ip_len: int, opts: TcpOptions | None,
+    ) -> PacketResult | None:  # fmt: skip
+        conv, is_new = self._lookup(src, sport, dst, dport, ip_ver, ts)
+        f1 = conv.flow1
+        if f1.addr == src and f1.port == sport:
+            fwd, rev = f1, conv.flow2
+        else:
+            fwd, rev = conv.flow2, f1
+        aflags = 0
+        synack = flags & (SYN | ACK)
+        if synack and flags & SYN and fwd.base_set:
+            if seq != fwd.base_seq or conv.completeness & (COMPLETE_RST | COMPLETE_FIN):
+                conv, fwd, rev = self._reuse(conv, src, sport, dst, dport, ip_ver, ts)
+                aflags |= REUSED
+                is_new = True
+            elif synack == SYN:
+                fwd.nextseq = fwd.maxseqtobeacked
+        if not fwd.base_set:
+            if flags & SYN:
+                fwd.base_seq = seq
+                fwd.saw_syn = True
+            else:
+                fwd.base_seq = (seq - 1) & M32
+            fwd.base_set = True
+        if not rev.base_set and flags & ACK:
+            rev.base_seq = (ack - 1) & M32
+            rev.base_set = True
+        rseq = (seq - fwd.base_seq) & M32
+        rack = (ack - rev.base_seq) & M32 if flags & ACK else ack
+        if is_new:
+            self._direction(conv, fwd, rev, synack)
+        res = self._analyze(conv, fwd, rev, frame, ts, rseq, rack, seglen, flags, win, aflags)
+        self._after(conv, fwd, rev, is_new, ts, flags, seglen, win, opts, ip_ver, rseq)
+        # counters and summary
+        conv.last_ts = ts
+        fwd.packets += 1
+        fwd.bytes += seglen
+        fwd.wire_bytes += ip_len
+        flags_now = self._last_flags
+        if seglen:
+            fwd.data_segments += 1
+            if flags_now & ANY_RETRANS:
+                fwd.retrans_bytes += seglen
+        if flags_now:
+            counts = conv.counts
+            if flags_now & (FAST | SPURIOUS):
+                flags_now |= RETRANS
+            for i, (_name, bit) in enumerate(FLAG_BITS):
+                if flags_now & bit:
+                    counts[i] += 1
+            if flags_now & EVENT_MASK:
+                conv.events.append(Event(frame, ts, fwd is conv.orig, flags_now, rseq, rack, self._dupnum))
+        if win == 0 and not flags & (SYN | RST):
+            if fwd.zw_since < 0:
+                fwd.zw_since = ts
+        elif fwd.zw_since >= 0:
+            conv.zw_stalls.append((fwd.zw_since, ts, fwd is conv.orig))
+            fwd.zw_since = -1
+        z = conv.z
+        if not z.quiet or flags & SFR or flags_now & (ANY_RETRANS | LOST) or win == 0:
+            zeek.tcp_event(
+                z, fwd is conv.orig, flags, rseq, seglen, win, bool(flags_now & ANY_RETRANS), bool(flags_now & LOST)
+            )
+        if res is not None:
+            res.is_orig = fwd is conv.orig
+            res.window_scaled = scaled_window(fwd, win, flags)
+        return res
+
+    @staticmethod
+    def _direction(conv: Conv, fwd: Flow, rev: Flow, synack: int) -> None:
+        """Originator: the sender of a first pure SYN; else the higher port is the client (guessed)."""
+        if synack == SYN:
+            conv.orig, conv.guessed = fwd, False
+        elif synack == SYN | ACK:
+            conv.orig, conv.guessed = rev, True
+        else:
+            conv.orig, conv.guessed = (fwd, True) if fwd.port >= rev.port else (rev, True)
+        conv.z.flipped = conv.orig is not fwd
+
+    def _reuse(
+        self, old: Conv, src: int, sport: int, dst: int, dport: int, ip_ver: int, ts: int
+    ) -> tuple[Conv, Flow, Flow]:
+        key = (src, sport, dst, dport) if (src, sport) <= (dst, dport) else (dst, dport, src, sport)
+        conv = self._new(key, src, sport, dst, dport, ip_ver, ts)
+        return conv, conv.flow1, conv.flow2
+
+    # --- tcp_analyze_sequence_number ----------------------------------------------------
+
+    def _analyze(
+        self, conv: Conv, fwd: Flow, rev: Flow, frame: int, ts: int, seq: int, ack: int, seglen: int, flags: int, window: int, aflags: int
+    ) -> PacketResult | None:  # fmt: skip
+        dupnum = 0
+        dupframe = 0
+        nextseq_f = fwd.nextseq
+        if flags & ACK:
+            rev.valid_bif = True
+        # 1. zero window probe
+        if seglen == 1 and seq == nextseq_f and rev.window == 0:
+            aflags |= ZWP
+        else:
+            sfr = flags & SFR
+            # 2. zero window
+            if window == 0 and not sfr:
+                aflags |= ZW
+            # 3. previous segment not captured
+            if nextseq_f and gt(seq, nextseq_f) and not flags & RST:
+                aflags |= LOST
+                fwd.valid_bif = False
+            # 4. keep-alive
+            if seglen <= 1 and seq == ((nextseq_f - 1) & M32) and not sfr:
+                aflags |= KA
+            same = seq == nextseq_f and ack == fwd.lastack and not sfr and seglen == 0
+            # 5. window update
+            if same and window and window != fwd.window:
+                aflags |= WUPDATE
+            # 6. window full
+            if seglen > 0 and rev.win_scale != -1 and not sfr:
+                shift = 0 if rev.is_first_ack or rev.win_scale == -2 else rev.win_scale
+                if ((seq + seglen) & M32) == ((rev.lastack + ((rev.window << shift) & M32)) & M32):
+                    aflags |= WFULL
+            if same and window and window == fwd.window and rev.lastsegmentflags & KA:
+                aflags |= KAACK  # 7. keep-alive ACK
+            elif (
+                seglen == 0 and window == 0 and window == fwd.window and seq == nextseq_f
+                and (ack == fwd.lastack or ack == ((fwd.lastack + 1) & M32))
+                and rev.lastsegmentflags & ZWP and not sfr
+            ):  # fmt: skip
+                aflags |= ZWPACK  # 8. zero window probe ACK
+                if ack == ((fwd.lastack + 1) & M32):
+                    rev.nextseq = ack
+                    rev.maxseqtobeacked = ack
+            elif same and window and window == fwd.window:
+                fwd.dupacknum += 1  # 9. duplicate ACK
+                aflags |= DUPACK
+                dupnum = fwd.dupacknum
+                dupframe = fwd.lastnondupack
+        # 10. finished_fwd
+        if ack != fwd.lastack:
+            fwd.lastnondupack = frame
+            fwd.dupacknum = 0
+        # 11. ACKed unseen segment
+        if rev.maxseqtobeacked and gt(ack, rev.maxseqtobeacked) and flags & ACK:
+            aflags = self._acked_unseen(fwd, rev, seq, ack, aflags)
+        # 12. retransmission family
+        if seglen > 0 or flags & (SYN | FIN):
+            aflags = self._retransmission(conv, fwd, rev, ts, seq, seglen, flags, aflags)
+        # 13. state updates
+        nextseq = (seq + seglen) & M32
+        if flags & (SYN | FIN):
+            nextseq = (nextseq + 1) & M32
+        if (seglen or flags & (SYN | FIN)) and len(fwd.segs) < MAX_UNACKED:
+            segs = fwd.segs
+            if segs and fwd.ordered:
+                last = segs[-1]
+                if gt(last[0], seq) or gt(last[1], nextseq):
+                    fwd.ordered = False
+            segs.append([seq, nextseq, frame, ts, 1 if aflags & ANY_RETRANS else 0])
+        if not fwd.nextseq or gt(nextseq, (fwd.nextseq + (1 if flags & (SYN | FIN) else 0)) & M32):
+            fwd.lastacklen = seglen
+        if (gt(nextseq, fwd.nextseq) or not fwd.nextseq) and not aflags & ZWP:
+            fwd.nextseq = nextseq
+            fwd.nextseqframe = frame
+            fwd.nextseqtime = ts
+        if (seq == fwd.maxseqtobeacked or not fwd.maxseqtobeacked) and not aflags & ZWP:
+            fwd.maxseqtobeacked = fwd.nextseq
+        fwd.window = window
+        fwd.lastack = ack
+        fwd.lastacktime = ts
+        fwd.lastsegmentflags = aflags
+        rtt = self._retire(rev, ack, ts) if rev.segs else None
+        if rtt is not None:
+            rev.rtt_n += 1
+            rev.rtt_sum += rtt
+            if rev.rtt_n == 1 or rtt < rev.rtt_min:
+                rev.rtt_min = rtt
+            if rtt > rev.rtt_max:
+                rev.rtt_max = rtt
+        self._last_flags = aflags
+        self._dupnum = dupnum
+        if not self.keep_results:
+            return None
+        return PacketResult(
+            conv, False, aflags, seq, ack, None, dupnum, dupframe, rtt, self._in_flight(fwd, rev, seglen, flags)
+        )
+
+    def _acked_unseen(self, fwd: Flow, rev: Flow, seq: int, ack: int, aflags: int) -> int:
+        if ack == ((fwd.lastack + 1) & M32) and seq == fwd.nextseq and rev.lastsegmentflags & ZWP:
+            rev.nextseq = ack
+            rev.maxseqtobeacked = ack
+            return aflags | WUPDATE
+        tail_le = tail_re = 0
+        for s in reversed(rev.segs):  # Wireshark walks newest first
+            if tail_le == tail_re:
+                tail_le, tail_re = s[0], s[1]
+            if not gt(ack, s[0]):  # s.seq >= ack
+                if s[1] == tail_le:
+                    tail_le = s[0]
+                else:
+                    tail_le, tail_re = s[0], s[1]
+        if ack == tail_le and gt(tail_re, ack):
+            rev.maxseqtobeacked = tail_re
+        else:
+            rev.maxseqtobeacked = ack
+        return aflags | ACKLOST
+
+    def _retransmission(
+        self, conv: Conv, fwd: Flow, rev: Flow, ts: int, seq: int, seglen: int, flags: int, aflags: int
+    ) -> int:
+        if aflags & KA:
+            return aflags
+        nextseq_f = fwd.nextseq
+        not_advanced = bool(nextseq_f) and gt(nextseq_f, seq)
+        if seglen > 1 and ((nextseq_f - 1) & M32) == seq:
+            not_advanced = False
+        end = (seq + seglen) & M32
+        if seglen > 0 and rev.lastack and not gt(end, rev.lastack):
+            return aflags | SPURIOUS
+        if not not_advanced:
+            return aflags
+        t = ts - rev.lastacktime if ts > rev.lastacktime else 0
+        if t < 20_000_000:
+            if rev.dupacknum >= 2 and rev.lastack == seq:
+                return aflags | FAST
+            if rev.sack and rev.lastack == seq:
+                count = 0
+                inside = True
+                for left, right in rev.sack:
+                    count += (right - left) & M32
+                    inside = inside and seq >= left and end <= right
+                if not inside and count > 2 * rev.mss:
+                    return aflags | FAST
+            if rev.dupacknum >= 2 and rev.sack:
+                if not any(seq >= left and end <= right for left, right in rev.sack):
+                    return aflags | FAST
+        thres = conv.first_rtt if conv.first_rtt else 3_000_000
+        seen = False
+        for s in reversed(fwd.segs):  # newest first, like Wireshark's list
+            if not gt(s[0], seq) and not gt(end, s[1]):
+                seen = True
+                s[4] = 1
+                break
+        if t < thres and not seen:
+            if nextseq_f != ((end + (1 if flags & (SYN | FIN) else 0)) & M32):
+                return aflags | OOO
+            if fwd.lastacklen == 0:
+                return aflags | OOO
+        return aflags | RETRANS
+
+    def _retire(self, rev: Flow, ack: int, ts: int) -> int | None:
+        """Drop segments of the other direction covered by this ACK; -> ack RTT (ns) of the acked segment."""
+        segs = rev.segs
+        rtt = None
+        if rev.ordered:
+            n = 0
+            partial = False
+            for s in segs:
+                if not gt(s[1], ack):  # old or exactly acked: retire
+                    if partial:
+                        break  # not a prefix after all: fall back to the full scan below
+                    if rtt is None and s[1] == ack:
+                        rtt = ts - s[3]
+                    n += 1
+                elif gt(ack, s[0]):  # partly acked: trim
+                    if rtt is None:
+                        rtt = ts - s[3]
+                    s[0] = ack
+                    partial = True
+                else:
+                    if n:
+                        del segs[:n]
+                    return rtt
+            else:
+                if n:
+                    del segs[:n]
+                return rtt
+            if n:
+                del segs[:n]
+        keep = []
+        for s in segs:
+            if s[1] == ack:
+                if rtt is None:
+                    rtt = ts - s[3]
+            elif gt(ack, s[0]) and not gt(ack, s[1]):
+                if rtt is None:
+                    rtt = ts - s[3]
+                s[0] = ack
+                keep.append(s)
+            elif gt(s[1], ack):
+                keep.append(s)
+        rev.segs = keep
+        rev.ordered = all(not gt(a[0], b[0]) and not gt(a[1], b[1]) for a, b in zip(keep, keep[1:], strict=False))
+        return rtt
+
+    def _in_flight(self, fwd: Flow, rev: Flow, seglen: int, flags: int) -> int | None:
+        if not seglen or not fwd.segs or not fwd.valid_bif:
+            return None
+        first = min(s[0] for s in fwd.segs)
+        last = max(s[1] for s in fwd.segs)
+        value = (last - first) & M32
+        for left, right in rev.sack:
+            value = (value - ((right - left) & M32)) & M32
+        if not 0 < value < 2_000_000_000:
+            return None
+        return value - 1 if flags & (SYN | FIN) else value
+
+    # --- after the analysis: handshake bookkeeping and options ----------------------------
+
+    def _after(
+        self, conv: Conv, fwd: Flow, rev: Flow, is_new: bool, ts: int, flags: int, seglen: int, win: int,
+        opts: TcpOptions | None, ip_ver: int, rseq: int,
+    ) -> None:  # fmt: skip
+        synack = flags & (SYN | ACK)
+        if is_new and synack == SYN:
+            conv.completeness |= COMPLETE_SYN | (COMPLETE_DATA if seglen else 0)
+        if synack == SYN | ACK:
+            conv.completeness |= COMPLETE_SYNACK
+        elif synack == ACK:
+            conv.completeness |= COMPLETE_DATA if seglen else COMPLETE_ACK
+        if flags & (FIN | ACK) == FIN | ACK:
+            conv.completeness |= COMPLETE_FIN
+        if flags & RST:
+            conv.completeness |= COMPLETE_RST
+        if flags & SYN:
+            if not flags & ACK:
+                conv.ts_mru_syn = ts
+            fwd.is_first_ack = True
+        if synack == ACK:
+            if conv.ts_mru_syn and not conv.first_rtt:
+                conv.first_rtt = max(ts - conv.ts_mru_syn, 0) or 1
+            fwd.is_first_ack = False
+        rev_base = rev.base_seq
+        if opts is not None:
+            if opts.mss is not None:
+                fwd.mss = opts.mss
+            if opts.wscale is not None and flags & SYN:
+                fwd.win_scale = min(opts.wscale, 14)
+            fwd.sack = (
+                [((left - rev_base) & M32, (right - rev_base) & M32) for left, right in opts.sack[:4]]
+                if opts.sack
+                else []
+            )
+        elif fwd.sack:
+            fwd.sack = []
+        if is_new and fwd.mss == -1:
+            fwd.mss = rev.mss = 536 if ip_ver == 4 else 1220
+        if flags & SYN:
+            if fwd.win_scale == -1:
+                fwd.win_scale = rev.win_scale = -2
+            elif synack == SYN | ACK and rev.win_scale == -2:
+                fwd.win_scale = -2
+
+    _last_flags = 0
+    _dupnum = 0
+
+
+def counts_of(conv: Conv) -> AnalysisCounts:
+    return AnalysisCounts(**{name: conv.counts[i] for i, name in enumerate(TCP_ANALYSIS_FLAGS)})
+
+
+def scaled_window(fwd: Flow, win: int, flags: int) -> int:
+    if flags & SYN or fwd.win_scale < 0:
+        return win
+    return win << fwd.win_scale

@@ -1,0 +1,182 @@
+"""`nettrail analyze FILE`: a pcap/pcapng capture -> connections, TCP analysis flags, alerts (xo output).
+
+Output contract (docs/analyze.md): top container `analyze` with `file`, `format`,
+`host_id`, `boot_id`; with --packets a `packet` list (ip_packet, tcp_segment,
+udp_datagram records in file order); a `connection` list (translators.records.Connection,
+one per TCP/UDP flow, each with an `analysis` container); a `totals` container; an
+`alert` list (P1-P6). Field names keep their underscores in every style.
+
+Errors: a file that cannot be read as a capture at all prints one line naming the file
+and the byte offset and exits 1. Damaged packets are skipped and counted
+(totals.packets_malformed); their first offsets are printed as warnings with
+`--libxo warn`.
+
+Keep in sync with: docs/analyze.md, collector/analysis/capture_flows.py (Totals).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from collector.analysis.capture_flows import CapturePipeline, Totals
+from collector.sources.pcap import CaptureError, CaptureReader
+from translators.packet import decode_batch
+from translators.records import Record
+from xo import Writer, add_libxo_argument, libxo_from_args
+
+PROGRESS_MIN_BYTES = 4 << 20
+
+TOTAL_FIELDS = (
+    ("packets", "Packets"),
+    ("bytes_captured", "Bytes captured"),
+    ("bytes_wire", "Bytes on the wire"),
+    ("packets_tcp", "TCP packets"),
+    ("packets_udp", "UDP packets"),
+    ("packets_icmp", "ICMP packets"),
+    ("packets_other_ip", "Other IP packets (incl. non-first fragments)"),
+    ("packets_non_ip", "Non-IP packets"),
+    ("packets_malformed", "Malformed packets (skipped)"),
+    ("records_damaged", "Damaged file records (skipped)"),
+    ("fragments", "IP fragments"),
+    ("icmp_unreachable", "ICMP unreachable messages"),
+    ("connections_tcp", "TCP connections"),
+    ("connections_udp", "UDP flows"),
+)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "analyze",
+        help="analyse a pcap/pcapng capture: connections, Wireshark-style TCP analysis, alerts",
+        description="Analyse a pcap or pcapng file (optionally gzip-compressed) like a live host: "
+        "connection summaries with Zeek conn_state/history, tcp.analysis flag counts, pcap alerts P1-P6.",
+    )
+    p.add_argument("file", metavar="FILE", help="capture file (pcap, pcapng, .gz)")
+    p.add_argument("--packets", action="store_true", help="also emit one record per packet, with its analysis flags")
+    add_libxo_argument(p)
+    p.set_defaults(func=run)
+
+
+def capture_id(path: str) -> str:
+    """boot_id of a capture: the first 16 hex digits of the file's sha256."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
+def run(args: argparse.Namespace) -> int:
+    options = dataclasses.replace(libxo_from_args(args), underscores=True)
+    path: str = args.file
+    try:
+        boot_id = capture_id(path)
+        reader = CaptureReader(path)
+    except CaptureError as exc:
+        print(f"nettrail: analyze: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"nettrail: analyze: {path}: byte offset 0: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    pipeline = CapturePipeline(os.path.basename(path), boot_id, packets=args.packets)
+    writer = Writer(sys.stdout, options)
+    with reader:
+        writer.open_container("analyze")
+        writer.emit(
+            "{L:File}{Lc:}{:file/%s}\n{L:Format}{Lc:}{:format/%s}\n",
+            file=path,
+            format=reader.format + (".gz" if reader.compressed else ""),
+        )
+        writer.emit(
+            "{L:Host}{Lc:}{:host_id/%s}\n{L:Capture id}{Lc:}{:boot_id/%s}\n", host_id=pipeline.host_id, boot_id=boot_id
+        )
+        try:
+            consume(reader, pipeline, writer, args.packets)
+        except CaptureError as exc:
+            writer.finish()
+            print(f"nettrail: analyze: {exc}", file=sys.stderr)
+            return 1
+        write_results(writer, pipeline, reader)
+    writer.finish()
+    return 0
+
+
+def consume(reader: CaptureReader, pipeline: CapturePipeline, writer: Writer, packets: bool) -> None:
+    """Stream every batch through the pipeline; --packets records are written as they come."""
+    with progress(reader) as tick:
+        opened = False
+        for batch in reader.batches():
+            decoded = decode_batch(batch, want_options=packets)
+            records: Iterator[Record] = pipeline.feed(decoded)
+            if packets:
+                for rec in records:
+                    if not opened:
+                        writer.open_list("packet")
+                        opened = True
+                    writer.record(rec, name="packet")
+            else:
+                for _ in records:
+                    pass
+            tick()
+        if opened:
+            writer.close_list("packet")
+
+
+def write_results(writer: Writer, pipeline: CapturePipeline, reader: CaptureReader) -> None:
+    connections = pipeline.connections()
+    alerts = pipeline.alerts()
+    totals = pipeline.totals
+    totals.records_damaged = reader.damage.count
+    if connections:
+        writer.open_list("connection")
+        for conn in connections:
+            writer.record(conn, name="connection")
+        writer.close_list("connection")
+    write_totals(writer, totals)
+    if alerts:
+        writer.open_list("alert")
+        for alert in alerts:
+            writer.record(alert, name="alert")
+        writer.close_list("alert")
+    if writer.options.warn:
+        for offset, reason in reader.damage.first:
+            writer.warn(f"{reader.path}: byte offset {offset}: {reason}")
+        for line in totals.warnings:
+            writer.warn(f"{reader.path}: {line}")
+
+
+def write_totals(writer: Writer, totals: Totals) -> None:
+    writer.open_container("totals")
+    for name, label in TOTAL_FIELDS:
+        writer.emit(f"{{L:{label}}}{{Lc:}}{{:{name}/%u}}\n", **{name: getattr(totals, name)})
+    if totals.first_ts is not None and totals.last_ts is not None:
+        writer.emit(
+            "{L:First packet}{Lc:}{:first_ts/%.6f}\n{L:Last packet}{Lc:}{:last_ts/%.6f}\n",
+            first_ts=totals.first_ts,
+            last_ts=totals.last_ts,
+        )
+    writer.close_container("totals")
+
+
+@contextmanager
+def progress(reader: CaptureReader) -> Iterator[Callable[[], None]]:
+    """A rich progress bar on stderr for big files when stderr is a terminal; otherwise nothing."""
+    if reader.size < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
+        yield lambda: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    with Progress(
+        "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+        console=Console(file=sys.stderr), transient=True,
+    ) as bar:  # fmt: skip
+        task = bar.add_task(os.path.basename(reader.path), total=reader.size)
+        yield lambda: bar.update(task, completed=reader.progress())

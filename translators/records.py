@@ -301,6 +301,7 @@ class TcpRetransmit(FlowRecord, tag="tcp_retransmit", kw_only=True):
     err: Annotated[Int, doc("result of the transmit (0 ok, negative errno)")] = None
     ca_state: Annotated[Str, doc("congestion state at the time", choices=CA_STATES, brief=True)] = None
     retrans_kind: Annotated[Str, doc("timeout (RTO), fast, syn, synack, tlp or unknown", choices=("rto", "fast", "syn", "synack", "tlp", "unknown"))] = None
+    segs: Annotated[Int, doc("segments retransmitted (tcp_skb_pcount: what the kernel's TcpRetransSegs counts)")] = None
 
 
 class TcpReset(FlowRecord, tag="tcp_reset", kw_only=True):

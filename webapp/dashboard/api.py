@@ -1,0 +1,292 @@
+"""The dashboard's JSON views under /api/dash/: what the page scripts fetch.
+
+Login is required (webapp.middleware answers anonymous API calls with a JSON 401; the
+decorator below checks again so the views stay safe if mounted elsewhere). Every error
+is ``{"error": "..."}`` through webapp.http.json_error. The read API (webapp/api) serves
+programs; these views serve exactly what one page draws, in one request.
+Keep in sync with: js/*.js (field names), queries.py, detail.py, buffers.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.db.models import Count, Max, Min, Q, Sum
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from webapp.dashboard import buffers, detail, queries
+from webapp.dashboard.filterlang import FilterError
+from webapp.dashboard.models import AlertAck
+from webapp.http import json_error
+from webapp.traces.models import KIND_MODELS, Alert, Connection, Host, LossReport, SockEvent, UdpDatagram
+
+View = Callable[..., HttpResponse]
+RATE_WINDOW_S = 10  # overview rates: records in the last 10 seconds / 10
+TOP_N = 10
+ALERT_LIMIT = 500
+UDP_LIMIT = 500
+
+
+def api(*methods: str) -> Callable[[View], View]:
+    """JSON view: allowed methods, login required (JSON 401), bad filters as JSON 400."""
+
+    def wrap(view: View) -> View:
+        @functools.wraps(view)
+        def inner(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.is_authenticated:
+                return json_error(401, "login required")
+            if request.method not in methods:
+                return json_error(405, f"method {request.method} not allowed; use {', '.join(methods)}")
+            try:
+                return view(request, *args, **kwargs)
+            except FilterError as exc:
+                return json_error(400, str(exc), pos=exc.pos)
+
+        return inner
+
+    return wrap
+
+
+def host_names() -> list[str]:
+    names = set(Host.objects.values_list("name", flat=True))
+    names.update(Connection.objects.values_list("host_id", flat=True).distinct())
+    return sorted(names)
+
+
+# --- connections -------------------------------------------------------------------------
+
+
+def _limit(request: HttpRequest) -> int:
+    raw = request.GET.get("limit") or str(queries.DEFAULT_LIMIT)
+    if not raw.isdigit() or int(raw) not in queries.PAGE_SIZES:
+        raise FilterError(f"limit must be one of {', '.join(map(str, queries.PAGE_SIZES))}", 0)
+    return int(raw)
+
+
+@api("GET")
+def connections(request: HttpRequest) -> HttpResponse:
+    """One page of connections: ?q=<filter>&sort=<key|-key>&cursor=<c>&limit=<n>&uuids=<a,b>."""
+    started = time.perf_counter()
+    qs = queries.filtered(request.GET.get("q", ""))
+    limit = _limit(request)
+    uuids = [u for u in request.GET.get("uuids", "").split(",") if u][: queries.MAX_UUIDS]
+    if uuids:  # the live table asks which of these new connections match its filter
+        rows = list(qs.filter(conn_uuid__in=uuids).order_by("-first_seen"))
+        page = queries.Page(rows, None, len(rows))
+    else:
+        page = queries.page(qs, request.GET.get("sort") or queries.DEFAULT_SORT, request.GET.get("cursor"), limit)
+    rules = queries.alert_rules([c.conn_uuid for c in page.rows if c.alerts])
+    return JsonResponse(
+        {
+            "rows": [queries.row_json(c, rules) for c in page.rows],
+            "next": page.next,
+            "total": page.total,
+            "hosts": host_names(),
+            "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
+        }
+    )
+
+
+@api("GET")
+def connection(request: HttpRequest, uuid: str) -> HttpResponse:
+    conn = queries.annotated().filter(conn_uuid=uuid).first()
+    if conn is None:
+        return json_error(404, "no such connection")
+    rules = queries.alert_rules([uuid])
+    body = queries.row_json(conn, rules)
+    summary = detail.summary_fields(uuid)
+    return JsonResponse(
+        {
+            "conn": {**summary, **body},
+            "timeline": detail.timeline(conn),
+            "siftr": detail.siftr(uuid),
+            "tseq": detail.tseq(conn),
+            "tcpdebug": detail.tcpdebug(uuid),
+            "skbs": detail.skbs(uuid),
+            "drops": detail.drops(uuid),
+            "alerts": detail.alerts(uuid),
+        }
+    )
+
+
+# --- overview ------------------------------------------------------------------------------
+
+
+def _host_counters(host: str, now: float) -> dict[str, Any]:
+    since = now - RATE_WINDOW_S
+    recent = {"host_id": host, "ts_wall__gte": since}
+    records = sum(model.objects.filter(**recent).count() for model in KIND_MODELS.values())
+    new = Connection.objects.filter(host_id=host, last_seen__gte=since, first_seen__gte=since).count()
+    retrans = KIND_MODELS["tcp_retransmit"].objects.filter(**recent).count()
+    reasons = buffers.drop_rates(host, since)
+    lost = LossReport.objects.filter(host_id=host).aggregate(n=Sum("lost"))["n"] or 0
+    last = Host.objects.filter(name=host).values_list("last_seen", flat=True).first()
+    return {
+        "host_id": host,
+        "open": Connection.objects.filter(host_id=host, closed=False).count(),
+        "new_per_s": new / RATE_WINDOW_S,
+        "retrans_per_s": retrans / RATE_WINDOW_S,
+        "drops_per_s": sum(reasons.values()) / RATE_WINDOW_S,
+        "top_drop_reasons": [
+            {"reason": r, "per_s": n / RATE_WINDOW_S} for r, n in sorted(reasons.items(), key=lambda x: -x[1])[:3]
+        ],
+        "records_per_s": records / RATE_WINDOW_S,
+        "lost": lost,
+        "last_seen": last.timestamp() if last else None,
+    }
+
+
+@api("GET")
+def overview(request: HttpRequest) -> HttpResponse:
+    now = time.time()
+    hosts = [_host_counters(h, now) for h in host_names()]
+    alert_cols = ("id", "start", "severity", "rule_id", "host_id", "message", "conn_uuid")
+    latest = list(Alert.objects.order_by("-start").values(*alert_cols)[:TOP_N])
+    conns = queries.annotated()
+    top_bytes = conns.filter(total_bytes__gt=0).order_by("-total_bytes")[:TOP_N]
+    top_retrans = conns.filter(retransmits__gt=0).order_by("-retransmits")[:TOP_N]
+    return JsonResponse(
+        {
+            "window": RATE_WINDOW_S,
+            "hosts": hosts,
+            "alerts": latest,
+            "top_bytes": [queries.row_json(c, {}) for c in top_bytes],
+            "top_retrans": [queries.row_json(c, {}) for c in top_retrans],
+        }
+    )
+
+
+# --- buffers, udp ---------------------------------------------------------------------------
+
+
+@api("GET")
+def buffers_view(request: HttpRequest) -> HttpResponse:
+    """?host=&reason=&conn=: drop statistics and the selected buffers' lifecycles."""
+    host = request.GET.get("host") or None
+    reason = request.GET.get("reason") or None
+    conn = request.GET.get("conn") or None
+    return JsonResponse(buffers.summary(host, reason, conn))
+
+
+@api("GET")
+def skb(request: HttpRequest, uid: int) -> HttpResponse:
+    found = detail.lifecycles([uid])
+    if not found:
+        return json_error(404, "no such buffer")
+    life = found[0]
+    conn = Connection.objects.filter(conn_uuid=life["conn_uuid"]).first() if life["conn_uuid"] else None
+    return JsonResponse({"skb": life, "conn": queries.row_json(conn, {}) if conn else None})
+
+
+@api("GET")
+def udp(request: HttpRequest) -> HttpResponse:
+    """UDP flows: datagrams grouped by host, 4-tuple and process; socket errors beside them."""
+    host = request.GET.get("host") or None
+    qs = UdpDatagram.objects.all()
+    if host:
+        qs = qs.filter(host_id=host)
+    flows = (
+        qs.values("host_id", "src", "sport", "dst", "dport", "comm", "conn_uuid")
+        .annotate(
+            datagrams=Count("id"),
+            bytes=Sum("payload_length"),
+            errors=Count("id", filter=Q(error__isnull=False) & ~Q(error=0)),
+            icmp_errors=Count("id", filter=Q(icmp_error__isnull=False)),
+            first=Min("ts_wall"),
+            last=Max("ts_wall"),
+        )
+        .order_by("-last")[:UDP_LIMIT]
+    )
+    socks = SockEvent.objects.filter(proto="udp")
+    if host:
+        socks = socks.filter(host_id=host)
+    sock_rows = (
+        socks.values("host_id", "probe", "src", "sport", "comm")
+        .annotate(events=Count("id"), last=Max("ts_wall"))
+        .order_by("-last")[:UDP_LIMIT]
+    )
+    return JsonResponse({"flows": list(flows), "socket_events": list(sock_rows), "hosts": host_names()})
+
+
+# --- alerts -----------------------------------------------------------------------------------
+
+
+def _ack_of(a: Alert) -> AlertAck | None:
+    try:
+        return a.ack  # type: ignore[attr-defined, no-any-return]
+    except AlertAck.DoesNotExist:
+        return None
+
+
+def _alert_json(a: Alert) -> dict[str, Any]:
+    ack = _ack_of(a)
+    return {
+        "id": a.pk,
+        "host_id": a.host_id,
+        "rule_id": a.rule_id,
+        "severity": a.severity,
+        "status": a.status,
+        "start": a.start,
+        "end": a.end,
+        "count": a.count,
+        "message": a.message,
+        "conn_uuid": a.conn_uuid,
+        "src": a.src,
+        "sport": a.sport,
+        "dst": a.dst,
+        "dport": a.dport,
+        "evidence": a.evidence,
+        "metric": a.metric,
+        "thresholds": a.thresholds,
+        "acked_by": (ack.user.get_username() if ack.user else "(deleted user)") if ack else None,
+        "acked_at": ack.at.timestamp() if ack else None,
+    }
+
+
+@api("GET")
+def alerts(request: HttpRequest) -> HttpResponse:
+    """?severity=&rule=&host=&acked=yes|no: the newest matching alerts."""
+    qs = Alert.objects.select_related("ack", "ack__user").order_by("-start", "-id")
+    for param, column in (("severity", "severity"), ("rule", "rule_id"), ("host", "host_id"), ("status", "status")):
+        value = request.GET.get(param)
+        if value:
+            qs = qs.filter(**{column: value})
+    acked = request.GET.get("acked")
+    if acked in ("yes", "no"):
+        qs = qs.filter(ack__isnull=acked == "no")
+    elif acked:
+        return json_error(400, "acked is yes or no")
+    facets = {
+        "rules": sorted(set(Alert.objects.values_list("rule_id", flat=True).distinct())),
+        "hosts": sorted(set(Alert.objects.values_list("host_id", flat=True).distinct())),
+    }
+    return JsonResponse({"alerts": [_alert_json(a) for a in qs[:ALERT_LIMIT]], **facets})
+
+
+@api("POST")
+def alert_ack(request: HttpRequest, alert_id: int) -> HttpResponse:
+    alert = Alert.objects.filter(pk=alert_id).first()
+    if alert is None:
+        return json_error(404, "no such alert")
+    AlertAck.objects.get_or_create(alert=alert, defaults={"user": request.user})
+    alert = Alert.objects.select_related("ack", "ack__user").get(pk=alert_id)
+    return JsonResponse(_alert_json(alert))
+
+
+@api("GET")
+def alert_evidence(request: HttpRequest, alert_id: int) -> HttpResponse:
+    """The records an alert names as evidence (by seq on the alert's host and boot)."""
+    alert = Alert.objects.filter(pk=alert_id).first()
+    if alert is None:
+        return json_error(404, "no such alert")
+    seqs = [s for s in (alert.evidence or []) if isinstance(s, int)][:ALERT_LIMIT]
+    found: list[dict[str, Any]] = []
+    for kind, model in KIND_MODELS.items():
+        rows = model.objects.filter(host_id=alert.host_id, boot_id=alert.boot_id, seq__in=seqs)
+        for row in rows.values("seq", "ts_wall", "probe", "conn_uuid", "skb_uid"):
+            found.append({"kind": kind, **row})
+    found.sort(key=lambda r: r["seq"])
+    return JsonResponse({"alert": alert_id, "evidence": seqs, "records": found})

@@ -1,0 +1,113 @@
+"""The buffers page's data: drop reasons over time (stacked), by kernel location and by
+process, exact in-kernel drop counts, recent drops, and the lifecycles of the buffers of
+a selected flow or drop reason.
+
+Exact counts come from ``drop_count`` records (in-kernel map deltas, never sampled);
+the per-drop breakdowns come from ``skb_drop`` events, which may be sampled — the page
+says so. Keep in sync with: js/buffers.js, detail.lifecycles().
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django.db.models import Count, Max, QuerySet, Sum
+
+from webapp.dashboard.detail import lifecycles
+from webapp.traces.models import DropCount, SkbDrop, SkbEvent
+
+MAX_TIMELINE_DROPS = 50_000  # newest drops bucketed into the stacked chart
+BUCKETS = 60
+TOP_REASONS = 8  # stacked series; the rest are summed as "other"
+MAX_ROWS = 100
+MAX_LIFECYCLES = 50
+
+
+def drop_rates(host: str, since: float) -> dict[str, int]:
+    """Drops per reason since ``since``: exact deltas when the host reports them, else events."""
+    exact = (
+        DropCount.objects.filter(host_id=host, ts_wall__gte=since).values("drop_reason_str").annotate(n=Sum("delta"))
+    )
+    counts = {r["drop_reason_str"]: int(r["n"] or 0) for r in exact}
+    if counts:
+        return counts
+    events = SkbDrop.objects.filter(host_id=host, ts_wall__gte=since).values("drop_reason_str").annotate(n=Count("id"))
+    return {r["drop_reason_str"]: r["n"] for r in events}
+
+
+def _timeline(drops: QuerySet[SkbDrop]) -> dict[str, Any]:
+    rows = list(drops.order_by("-ts_wall").values_list("ts_wall", "drop_reason_str")[:MAX_TIMELINE_DROPS])
+    if not rows:
+        return {"t": [], "series": []}
+    t0, t1 = min(r[0] for r in rows), max(r[0] for r in rows)
+    width = max((t1 - t0) / BUCKETS, 1.0)
+    nbuckets = min(BUCKETS, int(math.floor((t1 - t0) / width)) + 1)
+    totals: dict[str, int] = {}
+    for _t, reason in rows:
+        totals[reason] = totals.get(reason, 0) + 1
+    top = [r for r, _n in sorted(totals.items(), key=lambda x: -x[1])[:TOP_REASONS]]
+    names = top + (["other"] if len(totals) > len(top) else [])
+    counts = {name: [0] * nbuckets for name in names}
+    for t, reason in rows:
+        i = min(int((t - t0) / width), nbuckets - 1)
+        counts[reason if reason in counts else "other"][i] += 1
+    return {
+        "t": [t0 + i * width for i in range(nbuckets)],
+        "bucket_s": width,
+        "series": [{"reason": n, "counts": counts[n]} for n in names],
+    }
+
+
+def summary(host: str | None, reason: str | None, conn: str | None) -> dict[str, Any]:
+    drops = SkbDrop.objects.all()
+    exact = DropCount.objects.all()
+    if host:
+        drops = drops.filter(host_id=host)
+        exact = exact.filter(host_id=host)
+    selected = drops
+    if reason:
+        selected = selected.filter(drop_reason_str=reason)
+    if conn:
+        selected = selected.filter(conn_uuid=conn)
+    by_location = drops.values("drop_reason_str", "drop_location").annotate(n=Count("id")).order_by("-n")[:MAX_ROWS]
+    by_process = drops.values("comm", "tgid").annotate(n=Count("id")).order_by("-n")[:MAX_ROWS]
+    exact_rows = (
+        exact.values("host_id", "drop_reason_str", "drop_location")
+        .annotate(total=Max("count"), recent=Sum("delta"))
+        .order_by("-total")[:MAX_ROWS]
+    )
+    recent_cols = (
+        "id",
+        "ts_wall",
+        "host_id",
+        "drop_reason_str",
+        "drop_location",
+        "len",
+        "skb_uid",
+        "conn_uuid",
+        "comm",
+        "tgid",
+    )
+    recent = list(selected.order_by("-ts_ns").values(*recent_cols)[:MAX_ROWS])
+    return {
+        "timeline": _timeline(drops),
+        "by_location": list(by_location),
+        "by_process": list(by_process),
+        "exact": list(exact_rows),
+        "recent": recent,
+        "reasons": sorted(set(drops.values_list("drop_reason_str", flat=True).distinct())),
+        "lifecycles": lifecycles(_selected_uids(selected, conn)) if (reason or conn) else [],
+    }
+
+
+def _selected_uids(selected: QuerySet[SkbDrop], conn: str | None) -> list[int]:
+    uids = [u for u in selected.order_by("-ts_ns").values_list("skb_uid", flat=True)[:MAX_LIFECYCLES] if u is not None]
+    if conn and len(uids) < MAX_LIFECYCLES:  # a flow's buffers that were not dropped, too
+        more = SkbEvent.objects.filter(conn_uuid=conn, skb_uid__isnull=False).order_by("-ts_ns")
+        for uid in more.values_list("skb_uid", flat=True).distinct()[: MAX_LIFECYCLES * 4]:
+            if uid not in uids:
+                uids.append(uid)
+            if len(uids) >= MAX_LIFECYCLES:
+                break
+    return uids

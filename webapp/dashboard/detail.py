@@ -1,0 +1,264 @@
+"""The connection detail page's data: one JSON document assembled from the record tables.
+
+State timeline (durations, who caused each transition, resets and retransmissions in
+between), SIFTR series (columnar, for uPlot), the time-sequence graph's aligned series,
+tcpdebug snapshots, the connection's skb lifecycles and drops, and its alerts.
+Keep in sync with: js/connection.js (field names), webapp/traces/models.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webapp.traces.models import (
+    Alert,
+    Connection,
+    ConnectionSummary,
+    SiftrSample,
+    SkbDrop,
+    SkbEvent,
+    TcpDebugSnapshot,
+    TcpReset,
+    TcpRetransmit,
+    TcpSegment,
+    TcpStateChange,
+)
+
+MAX_POINTS = 100_000  # SIFTR samples / segments per chart (the newest)
+MAX_ROWS = 500  # tcpdebug snapshots, drops, alerts
+MAX_BUFFERS = 200  # skb lifecycles
+INFINITE_SSTHRESH = 1 << 30  # Linux starts ssthresh at "infinity" (0x7fffffff): not a value to plot
+RETRANS_FLAGS = frozenset({"retransmission", "fast_retransmission", "spurious_retransmission"})
+
+
+def owner(rec: Any) -> str:
+    if rec.comm is None and rec.pid is None:
+        return "kernel" if rec.ctx == "softirq" else "unknown"
+    return f"{rec.comm or '?'} (pid {rec.tgid if rec.tgid is not None else rec.pid})"
+
+
+def who(change: TcpStateChange, conn: Connection) -> str:
+    """The process or the remote peer that caused a state change."""
+    if change.caused_by == "peer":
+        return f"remote peer {conn.dst}:{conn.dport}" if conn.dst else "remote peer"
+    if change.caused_by == "local" or change.ctx == "task":
+        return owner(change)
+    if change.inferred:
+        return "nettrail (timer)"
+    return owner(change)
+
+
+def timeline(conn: Connection) -> list[dict[str, Any]]:
+    changes = list(TcpStateChange.objects.filter(conn_uuid=conn.conn_uuid).order_by("ts_ns", "seq"))
+    items: list[tuple[int, dict[str, Any]]] = []
+    for i, ch in enumerate(changes):
+        nxt = changes[i + 1] if i + 1 < len(changes) else None
+        if nxt is not None:
+            dur: float | None = (nxt.ts_ns - ch.ts_ns) / 1e9
+        else:
+            dur = None if ch.state != "CLOSED" else 0.0
+        item = {"type": "state", "ts": ch.ts_wall, "state": ch.state, "prev_state": ch.prev_state, "duration": dur}
+        item.update({"who": who(ch, conn), "caused_by": ch.caused_by, "inferred": ch.inferred})
+        items.append((ch.ts_ns, item))
+    for rst in TcpReset.objects.filter(conn_uuid=conn.conn_uuid).order_by("ts_ns")[:MAX_ROWS]:
+        text = f"RST {'sent' if rst.sender == 'local' else 'received from the peer'} in {rst.state or '?'}"
+        text += f" ({rst.reason})" if rst.reason else ""
+        items.append((rst.ts_ns, {"type": "reset", "ts": rst.ts_wall, "text": text}))
+    for rt in TcpRetransmit.objects.filter(conn_uuid=conn.conn_uuid).order_by("ts_ns")[:MAX_ROWS]:
+        text = f"{rt.retrans_kind or 'retransmission'} seq {rt.tcp_seq if rt.tcp_seq is not None else '?'}"
+        text += f", {rt.tcp_payload_len} bytes" if rt.tcp_payload_len else ""
+        items.append((rt.ts_ns, {"type": "retransmit", "ts": rt.ts_wall, "text": text}))
+    items.sort(key=lambda x: x[0])
+    return [item for _, item in items]
+
+
+def siftr(uuid: str) -> dict[str, list[Any]]:
+    cols = ("ts_wall", "snd_cwnd", "snd_ssthresh", "srtt", "rttvar", "snd_wnd", "rcv_wnd", "sent_inflight_bytes")
+    rows = list(SiftrSample.objects.filter(conn_uuid=uuid).order_by("-ts_ns").values_list(*cols)[:MAX_POINTS])
+    rows.reverse()
+    out: dict[str, list[Any]] = {
+        k: [] for k in ("t", "cwnd", "ssthresh", "srtt", "rttvar", "snd_wnd", "rcv_wnd", "inflight")
+    }
+    for t, cwnd, ssthresh, srtt, rttvar, snd_wnd, rcv_wnd, inflight in rows:
+        out["t"].append(t)
+        out["cwnd"].append(cwnd)
+        out["ssthresh"].append(ssthresh if ssthresh is not None and ssthresh < INFINITE_SSTHRESH else None)
+        out["srtt"].append(srtt)
+        out["rttvar"].append(rttvar)
+        out["snd_wnd"].append(snd_wnd)
+        out["rcv_wnd"].append(rcv_wnd)
+        out["inflight"].append(inflight)
+    return out
+
+
+def tseq(conn: Connection) -> dict[str, list[Any]]:
+    """Aligned series for the time-sequence graph of the direction carrying most data."""
+    cols = (
+        "ts_wall",
+        "src",
+        "sport",
+        "tcp_seq",
+        "tcp_ack",
+        "rel_seq",
+        "tcp_payload_len",
+        "analysis",
+        "opt_sack_blocks",
+    )
+    rows = list(TcpSegment.objects.filter(conn_uuid=conn.conn_uuid).order_by("-ts_ns").values_list(*cols)[:MAX_POINTS])
+    rows.reverse()
+    out: dict[str, list[Any]] = {k: [] for k in ("t", "data", "retrans", "sack", "ack")}
+    if not rows:
+        return out
+    sent: dict[tuple[str, int], int] = {}
+    for r in rows:
+        sent[(r[1], r[2])] = sent.get((r[1], r[2]), 0) + (r[6] or 0)
+    data_side = max(sent, key=lambda k: sent[k])
+    isn = next(((r[3] - (r[5] or 0)) for r in rows if (r[1], r[2]) == data_side and r[3] is not None), 0)
+    for t, src, sport, seq, ack, _rel, length, analysis, sacks in rows:
+        point: dict[str, Any] = {"data": None, "retrans": None, "sack": None, "ack": None}
+        if (src, sport) == data_side:
+            if not length or seq is None:
+                continue
+            rel = (seq - isn) % (1 << 32)
+            point["retrans" if RETRANS_FLAGS & set(analysis or ()) else "data"] = rel
+        else:
+            if ack is not None:
+                point["ack"] = (ack - isn) % (1 << 32)
+            if sacks:
+                point["sack"] = max((right - isn) % (1 << 32) for _left, right in sacks)
+            if point["ack"] is None and point["sack"] is None:
+                continue
+        out["t"].append(t)
+        for k, v in point.items():
+            out[k].append(v)
+    return out
+
+
+def skbs(uuid: str) -> list[dict[str, Any]]:
+    """Each buffer of the connection with its stages in order (newest buffers)."""
+    uids = list(
+        SkbEvent.objects.filter(conn_uuid=uuid, skb_uid__isnull=False)
+        .order_by("-ts_ns")
+        .values_list("skb_uid", flat=True)
+        .distinct()[:MAX_BUFFERS]
+    )
+    return lifecycles(uids)
+
+
+def lifecycles(uids: list[int]) -> list[dict[str, Any]]:
+    """Stages of each buffer in ``uids`` (plus its drop, if any), oldest buffer first."""
+    by_uid: dict[int, dict[str, Any]] = {}
+    events = SkbEvent.objects.filter(skb_uid__in=uids).order_by("ts_ns")
+    for ev in events.values(
+        "skb_uid", "ts_wall", "ts_ns", "stage", "since_prev_ns", "end", "conn_uuid", "if_name", "len"
+    ):
+        b = by_uid.setdefault(
+            ev["skb_uid"],
+            {
+                "skb_uid": ev["skb_uid"],
+                "first": ev["ts_wall"],
+                "first_ns": ev["ts_ns"],
+                "stages": [],
+                "end": None,
+                "conn_uuid": None,
+                "drop": None,
+            },
+        )
+        b["stages"].append(
+            {
+                "stage": ev["stage"],
+                "ts": ev["ts_wall"],
+                "since_prev_ns": ev["since_prev_ns"],
+                "if_name": ev["if_name"],
+                "len": ev["len"],
+            }
+        )
+        b["end"] = ev["end"] or b["end"]
+        b["conn_uuid"] = b["conn_uuid"] or ev["conn_uuid"]
+        b["last_ns"] = ev["ts_ns"]
+    for d in SkbDrop.objects.filter(skb_uid__in=uids).values(
+        "skb_uid", "ts_wall", "ts_ns", "drop_reason_str", "drop_location", "conn_uuid"
+    ):
+        b = by_uid.setdefault(
+            d["skb_uid"],
+            {
+                "skb_uid": d["skb_uid"],
+                "first": d["ts_wall"],
+                "first_ns": d["ts_ns"],
+                "stages": [],
+                "end": None,
+                "conn_uuid": None,
+                "drop": None,
+            },
+        )
+        since = d["ts_ns"] - b.get("last_ns", d["ts_ns"])
+        b["stages"].append(
+            {
+                "stage": f"drop: {d['drop_reason_str']}",
+                "ts": d["ts_wall"],
+                "since_prev_ns": since,
+                "if_name": None,
+                "len": None,
+            }
+        )
+        b["drop"] = {"reason": d["drop_reason_str"], "location": d["drop_location"]}
+        b["end"] = "dropped"
+        b["conn_uuid"] = b["conn_uuid"] or d["conn_uuid"]
+        b["last_ns"] = d["ts_ns"]
+    out = sorted(by_uid.values(), key=lambda b: b["first_ns"])
+    for b in out:
+        b["total_ns"] = b.pop("last_ns", b["first_ns"]) - b["first_ns"]
+        b.pop("first_ns")
+    return out
+
+
+def drops(uuid: str) -> list[dict[str, Any]]:
+    cols = ("ts_wall", "drop_reason_str", "drop_location", "len", "skb_uid", "comm", "pid")
+    return list(SkbDrop.objects.filter(conn_uuid=uuid).order_by("-ts_ns").values(*cols)[:MAX_ROWS])
+
+
+def tcpdebug(uuid: str) -> list[dict[str, Any]]:
+    cols = (
+        "ts_wall",
+        "direction",
+        "prureq_str",
+        "state",
+        "snd_una",
+        "snd_nxt",
+        "rcv_nxt",
+        "snd_cwnd",
+        "snd_ssthresh",
+        "srtt_us",
+        "rto_ms",
+        "ca_state",
+        "tcp_flags",
+    )
+    rows = list(TcpDebugSnapshot.objects.filter(conn_uuid=uuid).order_by("ts_ns").values(*cols)[:MAX_ROWS])
+    from translators.records import tcp_flags_str
+
+    for r in rows:
+        r["flags"] = tcp_flags_str(r.pop("tcp_flags")) if r["tcp_flags"] is not None else None
+    return rows
+
+
+def alerts(uuid: str) -> list[dict[str, Any]]:
+    cols = ("id", "start", "end", "severity", "rule_id", "status", "count", "message")
+    return list(Alert.objects.filter(conn_uuid=uuid).order_by("-start").values(*cols)[:MAX_ROWS])
+
+
+SUMMARY_FIELDS = (
+    "handshake_rtt_us",
+    "conn_state",
+    "history",
+    "source",
+    "segs_in",
+    "segs_out",
+    "retrans_bytes",
+    "lifetime_ns",
+)
+
+
+def summary_fields(uuid: str) -> dict[str, Any]:
+    """Fields of the latest connection summary record, when the connection has one."""
+    row = ConnectionSummary.objects.filter(conn_uuid=uuid).order_by("-ts_ns").values(*SUMMARY_FIELDS).first()
+    return dict(row) if row else {}

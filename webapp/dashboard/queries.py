@@ -1,0 +1,183 @@
+"""The connections list: filter-language columns, sort keys and keyset (cursor) pages.
+
+Pages are keyset-paginated — ``WHERE (sort key, id) < (last row's)`` — never OFFSET,
+so page 2,000 costs what page 1 costs with 100,000 connections stored
+(bench/bench_dashboard_pages.py measures it). Sorting by plain non-null columns
+(first_seen, last_seen) can use the Connection table's indexes; computed keys
+(duration, bytes) and nullable ones (NULL read as -1 / "") sort by expression.
+Keep in sync with: webapp/traces/models.py (Connection columns), filterlang.FIELDS,
+js/connections.js (sort keys, row fields).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Exists, F, OuterRef, Q, QuerySet, Value
+from django.db.models.functions import Coalesce
+
+from webapp.dashboard.filterlang import Columns, FilterError, compare, either, parse, to_q
+from webapp.traces.models import Alert, Connection
+
+PAGE_SIZES = (25, 50, 100, 200)
+DEFAULT_LIMIT = 50
+MAX_UUIDS = 50  # live look-ups of new connections per request
+
+
+def _state(op: str, value: Any) -> Q:
+    q = Q(closed=False) if value == "OPEN" else Q(state=value)
+    return ~q if op == "!=" else q
+
+
+def _anomaly(op: str, value: Any) -> Q:
+    if not value:
+        return Q(anomaly=True)
+    return Q(Exists(Alert.objects.filter(conn_uuid=OuterRef("conn_uuid"), rule_id=value)))
+
+
+COLUMNS = Columns(
+    {
+        "host": compare("host_id"),
+        "comm": compare("comm"),
+        "pid": either("pid", "tgid"),
+        "uid": compare("uid"),
+        "src": compare("src"),
+        "dst": compare("dst"),
+        "addr": either("src", "dst"),
+        "sport": compare("sport"),
+        "dport": compare("dport"),
+        "port": either("sport", "dport"),
+        "state": _state,
+        "proto": compare("proto"),
+        "duration": compare("duration_s"),
+        "bytes": compare("total_bytes"),
+        "retrans": compare("retransmits"),
+        "anomaly": _anomaly,
+    }
+)
+
+
+@dataclass(frozen=True)
+class SortKey:
+    expr: Any  # a column name or an expression (annotated as "sort_key")
+    numeric: bool
+
+
+SORTS: dict[str, SortKey] = {
+    "host": SortKey(F("host_id"), False),
+    "proto": SortKey(F("proto"), False),
+    "comm": SortKey(Coalesce("comm", Value("")), False),
+    "pid": SortKey(Coalesce("pid", Value(-1)), True),
+    "uid": SortKey(Coalesce("uid", Value(-1)), True),
+    "local": SortKey(Coalesce("sport", Value(-1)), True),
+    "remote": SortKey(Coalesce("dport", Value(-1)), True),
+    "state": SortKey(Coalesce("state", Value("")), False),
+    "start": SortKey(F("first_seen"), True),
+    "last": SortKey(F("last_seen"), True),
+    "duration": SortKey(F("duration_s"), True),
+    "bytes": SortKey(F("total_bytes"), True),
+    "retrans": SortKey(F("retransmits"), True),
+    "alerts": SortKey(F("alerts"), True),
+}
+DEFAULT_SORT = "-start"
+
+
+def annotated() -> QuerySet[Connection]:
+    """Connections with the computed columns the filter language and sorts use."""
+    return Connection.objects.annotate(
+        duration_s=F("last_seen") - F("first_seen"),
+        total_bytes=Coalesce("bytes_orig", Value(0)) + Coalesce("bytes_resp", Value(0)),
+    )
+
+
+def filtered(text: str) -> QuerySet[Connection]:
+    """Raises FilterError for a bad expression."""
+    return annotated().filter(to_q(parse(text), COLUMNS))
+
+
+def encode_cursor(value: Any, pk: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps([value, pk]).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, numeric: bool) -> tuple[Any, int]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        value, pk = json.loads(raw)
+    except (ValueError, TypeError) as exc:
+        raise FilterError("bad page cursor; start again from the first page", 0) from exc
+    if (
+        not isinstance(pk, int)
+        or (numeric and not isinstance(value, int | float))
+        or (not numeric and not isinstance(value, str))
+    ):
+        raise FilterError("bad page cursor; start again from the first page", 0)
+    return value, pk
+
+
+@dataclass(frozen=True)
+class Page:
+    rows: list[Connection]
+    next: str | None
+    total: int
+
+
+def page(qs: QuerySet[Connection], sort: str, cursor: str | None, limit: int) -> Page:
+    """One page of ``qs`` in ``sort`` order ("-bytes": descending) after ``cursor``."""
+    descending = sort.startswith("-")
+    key = SORTS.get(sort.lstrip("-"))
+    if key is None:
+        raise FilterError(f"unknown sort {sort!r}; sorts: {', '.join(SORTS)}", 0)
+    total = qs.count()
+    qs = qs.annotate(sort_key=key.expr)
+    if cursor:
+        value, pk = decode_cursor(cursor, key.numeric)
+        if descending:
+            qs = qs.filter(Q(sort_key__lt=value) | Q(sort_key=value, id__lt=pk))
+        else:
+            qs = qs.filter(Q(sort_key__gt=value) | Q(sort_key=value, id__gt=pk))
+    order = ("-sort_key", "-id") if descending else ("sort_key", "id")
+    rows = list(qs.order_by(*order)[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    nxt = encode_cursor(rows[-1].sort_key, rows[-1].pk) if more and rows else None
+    return Page(rows, nxt, total)
+
+
+def alert_rules(uuids: list[str]) -> dict[str, list[str]]:
+    """Rule ids of the alerts naming each connection (for the table's anomaly column)."""
+    out: dict[str, list[str]] = {}
+    rows = Alert.objects.filter(conn_uuid__in=uuids).values_list("conn_uuid", "rule_id").distinct()
+    for uuid, rule in rows:
+        out.setdefault(uuid, []).append(rule)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def row_json(c: Connection, rules: dict[str, list[str]]) -> dict[str, Any]:
+    return {
+        "conn_uuid": c.conn_uuid,
+        "host_id": c.host_id,
+        "proto": c.proto,
+        "comm": c.comm,
+        "pid": c.tgid if c.tgid is not None else c.pid,
+        "uid": c.uid,
+        "src": c.src,
+        "sport": c.sport,
+        "dst": c.dst,
+        "dport": c.dport,
+        "state": c.state,
+        "closed": c.closed,
+        "start": c.first_seen,
+        "last": c.last_seen,
+        "duration": c.last_seen - c.first_seen,
+        "bytes": (c.bytes_orig or 0) + (c.bytes_resp or 0),
+        "bytes_orig": c.bytes_orig,
+        "bytes_resp": c.bytes_resp,
+        "retrans": c.retransmits,
+        "resets": c.resets,
+        "alerts": c.alerts,
+        "alert_rules": rules.get(c.conn_uuid, []),
+        "anomaly": c.anomaly,
+    }

@@ -1,0 +1,67 @@
+/* Alerts page: list from /api/dash/alerts filtered by severity/rule/host/acknowledged,
+   acknowledge (POST /api/dash/alerts/<id>/ack), evidence records and the connection. New
+   alerts arrive over the live feed's alert stream and reload the list. */
+"use strict";
+
+(() => {
+  const { el, num, time } = NT;
+  const pd = NT.pageData;
+  const form = document.getElementById("filters");
+
+  function options(select, values, chosen) {
+    const keep = select.value || chosen;
+    select.replaceChildren(el("option", { value: "", text: "any" }), ...values.map((v) => el("option", { value: v, text: v, selected: v === keep })));
+  }
+
+  async function acknowledge(id, button) {
+    button.disabled = true;
+    try {
+      const a = await NT.fetchJSON(`/api/dash/alerts/${id}/ack`, { method: "POST" });
+      button.replaceWith(el("span", { class: "acked", text: `${a.acked_by}, ${NT.datetime(a.acked_at)}` }));
+    } catch (e) {
+      button.disabled = false;
+      NT.showError(e.message);
+    }
+  }
+
+  async function evidence(id) {
+    let d;
+    try { d = await NT.fetchJSON(`/api/dash/alerts/${id}/evidence`); } catch (e) { NT.showError(e.message); return; }
+    document.querySelector("#evidence tbody").replaceChildren(...(d.records.length ? d.records.map((r) => el("tr", {},
+      el("td", { class: "num", text: r.seq }), el("td", { text: r.kind }), el("td", { text: time(r.ts_wall) }), el("td", { text: r.probe }),
+      el("td", {}, r.conn_uuid ? el("a", { href: `/connections/${r.conn_uuid}/`, text: r.conn_uuid.slice(0, 8) }) : "–")))
+      : [el("tr", {}, el("td", { colspan: 5, class: "muted", text: `Evidence seqs ${d.evidence.join(", ") || "none"}: no stored records match.` }))]));
+    const panel = document.getElementById("evidence-panel");
+    panel.hidden = false;
+    panel.focus();
+  }
+
+  async function load() {
+    const p = new URLSearchParams();
+    for (const k of ["severity", "rule", "host", "acked"]) { const v = form.elements[k].value; if (v) p.set(k, v); }
+    history.replaceState(null, "", location.pathname + (p.toString() ? "?" + p : ""));
+    let d;
+    try { d = await NT.fetchJSON("/api/dash/alerts?" + p); } catch (e) { NT.showError(e.message); return; }
+    options(form.elements.rule, d.rules, pd.rule);
+    options(form.elements.host, d.hosts, pd.host);
+    document.getElementById("count").textContent = num(d.alerts.length);
+    document.querySelector("#alerts tbody").replaceChildren(...d.alerts.map((a) => el("tr", { dataset: { id: a.id } },
+      el("td", { text: NT.datetime(a.start) }), el("td", {}, NT.sevBadge(a.severity)), el("td", { text: a.rule_id }),
+      el("td", { text: a.host_id }), el("td", { text: a.status }), el("td", { class: "num", text: num(a.count) }),
+      el("td", {}, a.conn_uuid ? el("a", { href: `/connections/${a.conn_uuid}/`, text: a.message }) : a.message),
+      el("td", {}, el("button", { type: "button", class: "evidence", text: `${a.evidence.length} records`, onclick: () => evidence(a.id) })),
+      el("td", {}, a.acked_by
+        ? el("span", { class: "acked", text: `${a.acked_by}, ${NT.datetime(a.acked_at)}` })
+        : el("button", { type: "button", class: "ack", "aria-label": `Acknowledge alert ${a.rule_id} ${a.id}`, text: "Acknowledge", onclick: (ev) => acknowledge(a.id, ev.currentTarget) })))));
+    document.body.dataset.loaded = "1";
+  }
+
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); load(); });
+  load();
+  let pending = false;
+  NT.live([{ alerts: true }], () => {
+    if (pending) return;
+    pending = true;
+    setTimeout(() => { pending = false; load(); }, 1000);
+  });
+})();

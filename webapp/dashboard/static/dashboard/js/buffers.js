@@ -1,0 +1,118 @@
+/* Buffers page: stacked drop-reason chart, breakdown tables, recent drops (selecting one
+   shows its buffer lifecycle from /api/dash/skb/<uid> and its connection), and lifecycles
+   of the buffers of a chosen flow or drop reason. Data: /api/dash/buffers. */
+"use strict";
+
+(() => {
+  const { el, num, duration, time } = NT;
+  const pd = NT.pageData;
+  const form = document.getElementById("select");
+  const COLORS = ["#0b5cad", "#b3261e", "#1f7a3a", "#a15c00", "#5a3fa0", "#0a7d8c", "#6b7280", "#10243b", "#c0c4ca"];
+  let chart = null;
+
+  function params() {
+    const p = new URLSearchParams();
+    for (const k of ["host", "reason", "conn"]) { const v = form.elements[k].value.trim(); if (v) p.set(k, v); }
+    return p;
+  }
+
+  function stacked(tl) {
+    const container = document.getElementById("chart-drops");
+    if (chart) { chart.destroy(); chart = null; }
+    container.replaceChildren();
+    document.getElementById("drops-empty").hidden = tl.t.length > 0;
+    if (!tl.t.length) return;
+    // uPlot draws what it is given: stack by accumulating the series, largest on top.
+    const acc = tl.t.map(() => 0);
+    const cumulative = tl.series.map((s) => s.counts.map((c, i) => (acc[i] += c)));
+    const series = tl.series.map((s, i) => ({
+      label: s.reason, stroke: COLORS[i % COLORS.length], fill: COLORS[i % COLORS.length] + "99", width: 1,
+      value: (u, v, si, idx) => (idx === null ? "–" : num(s.counts[idx])),
+    }));
+    const opts = {
+      scales: { x: { time: true } },
+      cursor: { drag: { x: true, y: false } },
+      series: [{}, ...series],
+      bands: series.slice(1).map((_, i) => ({ series: [i + 2, i + 1] })),
+      axes: [{}, { size: 60 }],
+    };
+    chart = NT.chart(container, opts, [tl.t, ...cumulative]);
+  }
+
+  function stageBar(stages) {
+    const total = stages.reduce((s, x) => s + (x.since_prev_ns || 0), 0) || 1;
+    return el("div", { class: "bar", role: "img", "aria-label": stages.map((s) => `${s.stage} after ${duration((s.since_prev_ns || 0) / 1e9)}`).join(", ") },
+      ...stages.map((s, i) => el("span", { title: `${s.stage}: ${duration((s.since_prev_ns || 0) / 1e9)}`, style: `width:${Math.max(2, 100 * (s.since_prev_ns || 0) / total)}%;background:${COLORS[i % COLORS.length]}` })));
+  }
+  function stagesText(stages) { return stages.map((s) => `${s.stage} +${duration((s.since_prev_ns || 0) / 1e9)}`).join(" → "); }
+
+  function lifecycleRows(list) {
+    return list.map((b) => el("tr", { dataset: { skb: b.skb_uid } },
+      el("td", {}, el("button", { type: "button", class: "link", text: String(b.skb_uid), onclick: () => showSkb(b.skb_uid) })),
+      el("td", { text: time(b.first) }),
+      el("td", {}, stageBar(b.stages), el("span", { class: "muted", text: stagesText(b.stages) })),
+      el("td", { class: "num", text: duration(b.total_ns / 1e9) }),
+      el("td", { text: b.end || "–" })));
+  }
+
+  async function showSkb(uid) {
+    let d;
+    try { d = await NT.fetchJSON(`/api/dash/skb/${uid}`); } catch (e) { NT.showError(e.message); return; }
+    const b = d.skb;
+    const panel = document.getElementById("skb-panel");
+    const rows = b.stages.map((s) => el("tr", {}, el("td", { text: time(s.ts) }), el("td", { text: s.stage }),
+      el("td", { class: "num", text: duration((s.since_prev_ns || 0) / 1e9) }), el("td", { text: s.if_name || "–" }), el("td", { class: "num", text: num(s.len) })));
+    const conn = d.conn
+      ? el("p", {}, "Connection: ", el("a", { href: `/connections/${d.conn.conn_uuid}/`, text: `${NT.endpoint(d.conn.src, d.conn.sport)} → ${NT.endpoint(d.conn.dst, d.conn.dport)}` }), ` (${d.conn.comm || "?"}, ${d.conn.state || "?"})`)
+      : el("p", { class: "muted", text: "No connection is known for this buffer." });
+    document.getElementById("skb-detail").replaceChildren(
+      el("p", {}, el("strong", { text: `skb ${b.skb_uid}` }), b.drop ? ` — dropped: ${b.drop.reason} at ${b.drop.location || "?"}` : ` — ${b.end || "in flight"}`),
+      conn, stageBar(b.stages),
+      el("table", {}, el("thead", {}, el("tr", {}, ...["Time", "Stage", "Since previous", "Interface", "Length"].map((h) => el("th", { scope: "col", text: h })))), el("tbody", {}, ...rows)));
+    panel.hidden = false;
+    panel.focus();
+  }
+
+  async function load() {
+    const p = params();
+    history.replaceState(null, "", location.pathname + (p.toString() ? "?" + p : ""));
+    let d;
+    try { d = await NT.fetchJSON("/api/dash/buffers?" + p); } catch (e) { NT.showError(e.message); return; }
+    const reason = form.elements.reason;
+    const chosen = reason.value || pd.reason;
+    reason.replaceChildren(el("option", { value: "", text: "any" }), ...d.reasons.map((r) => el("option", { value: r, text: r, selected: r === chosen })));
+    stacked(d.timeline);
+    document.querySelector("#by-location tbody").replaceChildren(...d.by_location.map((r) => el("tr", {},
+      el("td", { text: r.drop_reason_str }), el("td", { text: r.drop_location || "–" }), el("td", { class: "num", text: num(r.n) }))));
+    document.querySelector("#by-process tbody").replaceChildren(...d.by_process.map((r) => el("tr", {},
+      el("td", { text: r.comm || "(kernel / unknown)" }), el("td", { class: "num", text: r.tgid ?? "–" }), el("td", { class: "num", text: num(r.n) }))));
+    document.querySelector("#exact tbody").replaceChildren(...d.exact.map((r) => el("tr", {},
+      el("td", { text: r.host_id }), el("td", { text: r.drop_reason_str }), el("td", { text: r.drop_location || "–" }), el("td", { class: "num", text: num(r.total) }))));
+    document.querySelector("#recent tbody").replaceChildren(...d.recent.map((r) => {
+      const tr = el("tr", { tabindex: 0, dataset: { skb: r.skb_uid ?? "" } },
+        el("td", { text: time(r.ts_wall) }), el("td", { text: r.host_id }), el("td", { text: r.drop_reason_str }),
+        el("td", { text: r.drop_location || "–" }), el("td", { class: "num", text: num(r.len) }),
+        el("td", { text: r.comm ? `${r.comm} (${r.tgid ?? "?"})` : "–" }),
+        el("td", {}, r.conn_uuid ? el("a", { href: `/connections/${r.conn_uuid}/`, text: r.conn_uuid.slice(0, 8) }) : "–"));
+      if (r.skb_uid !== null) {
+        tr.addEventListener("click", (ev) => { if (!ev.target.closest("a")) showSkb(r.skb_uid); });
+        tr.addEventListener("keydown", (ev) => { if (ev.key === "Enter") showSkb(r.skb_uid); });
+      }
+      return tr;
+    }));
+    document.querySelector("#lifecycles tbody").replaceChildren(...lifecycleRows(d.lifecycles));
+    document.getElementById("life-empty").hidden = d.lifecycles.length > 0;
+    document.body.dataset.loaded = "1";
+  }
+
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); load(); });
+  if (pd.reason) form.elements.reason.append(el("option", { value: pd.reason, text: pd.reason, selected: true }));
+  load();
+  if (pd.skb) showSkb(pd.skb);
+  let pending = false;
+  NT.live(pd.hosts.map((h) => ({ host: h, kind: ["skb_drop", "drop_count"] })), () => {
+    if (pending) return;
+    pending = true;
+    setTimeout(() => { pending = false; load(); }, 2000);
+  });
+})();

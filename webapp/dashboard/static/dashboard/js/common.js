@@ -1,0 +1,156 @@
+/* Shared helpers for every dashboard page: JSON fetch with CSRF, the live websocket
+   (/ws/live/, contract: {"subscribe": {...}} in, {"type": "records", "records": [...]} out),
+   DOM building, number/time formatting and a uPlot wrapper. Plain script, no build step:
+   exposes one global, NT. Keep in sync with webapp/dashboard/views.py (page_data) and
+   the read-API websocket consumer. */
+"use strict";
+
+const NT = (() => {
+  const pageData = JSON.parse(document.getElementById("page-data").textContent || "{}");
+
+  function showError(message) {
+    const box = document.getElementById("error");
+    box.textContent = message;
+    box.hidden = false;
+    clearTimeout(showError.timer);
+    showError.timer = setTimeout(() => { box.hidden = true; }, 8000);
+  }
+
+  async function fetchJSON(url, options = {}) {
+    const opts = Object.assign({ credentials: "same-origin", headers: {} }, options);
+    opts.headers = Object.assign({ Accept: "application/json" }, opts.headers);
+    if (opts.method && opts.method !== "GET") opts.headers["X-CSRFToken"] = document.querySelector('meta[name="csrf-token"]').content;
+    const resp = await fetch(url, opts);
+    let body = null;
+    try { body = await resp.json(); } catch (e) { body = null; }
+    if (!resp.ok) {
+      const err = new Error((body && body.error) || `${resp.status} ${resp.statusText}`);
+      err.status = resp.status;
+      throw err;
+    }
+    return body;
+  }
+
+  /* el("td", {class: "num", text: "3"}, child...) */
+  function el(tag, attrs = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "text") node.textContent = v;
+      else if (k === "class") node.className = v;
+      else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+      else if (k === "dataset") Object.assign(node.dataset, v);
+      else node.setAttribute(k, v === true ? "" : v);
+    }
+    for (const c of children) if (c !== null && c !== undefined) node.append(c);
+    return node;
+  }
+
+  const dash = "–";
+  function num(v, digits = 0) {
+    if (v === null || v === undefined || Number.isNaN(v)) return dash;
+    return Number(v).toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits });
+  }
+  function bytes(v) {
+    if (v === null || v === undefined) return dash;
+    const units = ["B", "kB", "MB", "GB", "TB"];
+    let i = 0;
+    let x = Number(v);
+    while (x >= 1000 && i < units.length - 1) { x /= 1000; i += 1; }
+    return (i === 0 ? x.toFixed(0) : x.toFixed(1)) + " " + units[i];
+  }
+  function duration(seconds) {
+    if (seconds === null || seconds === undefined) return dash;
+    const s = Number(seconds);
+    if (s < 0.001) return (s * 1e6).toFixed(0) + " µs";
+    if (s < 1) return (s * 1000).toFixed(1) + " ms";
+    if (s < 120) return s.toFixed(2) + " s";
+    if (s < 7200) return (s / 60).toFixed(1) + " min";
+    return (s / 3600).toFixed(1) + " h";
+  }
+  function time(epoch) {
+    if (!epoch) return dash;
+    const d = new Date(epoch * 1000);
+    const ms = String(d.getMilliseconds()).padStart(3, "0");
+    return d.toLocaleTimeString("en-GB", { hour12: false }) + "." + ms;
+  }
+  function datetime(epoch) {
+    if (!epoch) return dash;
+    const d = new Date(epoch * 1000);
+    return d.toISOString().replace("T", " ").slice(0, 19);
+  }
+  function endpoint(ip, port) {
+    if (!ip && port === null) return dash;
+    const host = ip && ip.includes(":") ? `[${ip}]` : (ip || "?");
+    return port === null || port === undefined ? host : `${host}:${port}`;
+  }
+
+  /* The live websocket with reconnect. subs: subscriptions such as {host: "h", kind: [...]}
+     or {conn: uuid} (the server wants a host, a conn or alerts in each). Calls
+     onRecords(records) for each pushed batch; add(sub) subscribes to one more target. */
+  function live(subs, onRecords) {
+    const status = document.getElementById("live-status");
+    const current = new Map(); // JSON of a subscription -> the subscription
+    for (const s of subs) current.set(JSON.stringify(s), s);
+    let delay = 500;
+    let socket = null;
+    function setState(state, text) { status.dataset.state = state; status.textContent = "live: " + text; }
+    function send(sub) {
+      if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ subscribe: sub }));
+    }
+    function connect() {
+      const scheme = location.protocol === "https:" ? "wss" : "ws";
+      socket = new WebSocket(`${scheme}://${location.host}/ws/live/`);
+      socket.addEventListener("open", () => {
+        delay = 500;
+        setState("open", "on");
+        for (const s of current.values()) send(s);
+      });
+      socket.addEventListener("message", (ev) => {
+        let msg;
+        try { msg = JSON.parse(ev.data); } catch (e) { return; }
+        if (msg.type === "records" && Array.isArray(msg.records)) onRecords(msg.records);
+        else if (msg.type === "subscribed") document.body.dataset.liveGroups = (msg.groups || []).join(" ");
+        else if (msg.type === "error") showError("live: " + msg.error);
+      });
+      socket.addEventListener("close", () => {
+        setState("closed", "reconnecting");
+        setTimeout(connect, delay);
+        delay = Math.min(delay * 2, 10000);
+      });
+    }
+    connect();
+    return {
+      add(sub) {
+        const key = JSON.stringify(sub);
+        if (current.has(key)) return;
+        current.set(key, sub);
+        send(sub);
+      },
+    };
+  }
+
+  /* A uPlot chart sized to its container; returns the uPlot instance. */
+  function chart(container, opts, data) {
+    const width = Math.max(320, container.clientWidth || 600);
+    const plot = new uPlot(Object.assign({ width, height: 220 }, opts), data, container);
+    new ResizeObserver(() => {
+      const w = Math.max(320, container.clientWidth);
+      if (Math.abs(w - plot.width) > 4) plot.setSize({ width: w, height: plot.height });
+    }).observe(container);
+    return plot;
+  }
+
+  /* Makes a table row a keyboard-reachable link. */
+  function linkRow(tr, href) {
+    tr.tabIndex = 0;
+    tr.dataset.href = href;
+    tr.addEventListener("click", (ev) => { if (!ev.target.closest("a,button")) location.href = href; });
+    tr.addEventListener("keydown", (ev) => { if (ev.key === "Enter") location.href = href; });
+    return tr;
+  }
+
+  function sevBadge(sev) { return el("span", { class: `badge sev-${sev}`, text: sev }); }
+
+  return { pageData, fetchJSON, el, num, bytes, duration, time, datetime, endpoint, live, chart, linkRow, sevBadge, showError };
+})();

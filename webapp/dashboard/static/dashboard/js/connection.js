@@ -1,0 +1,159 @@
+/* Connection detail page: renders /api/dash/connections/<uuid> (summary, state timeline,
+   SIFTR charts with a shared cursor and zoom, the time-sequence graph, tcpdebug, skbs,
+   drops, alerts) and re-renders when the websocket pushes records for this connection.
+   Keep field names in sync with webapp/dashboard/detail.py. */
+"use strict";
+
+(() => {
+  const { el, num, bytes, duration, time, endpoint } = NT;
+  const uuid = NT.pageData.conn_uuid;
+  const charts = {};
+  const SYNC_KEY = "siftr-" + uuid;
+  let zooming = false;
+
+  function summary(c) {
+    const items = [
+      ["Host", c.host_id], ["Protocol", c.proto], ["Local", endpoint(c.src, c.sport)], ["Remote", endpoint(c.dst, c.dport)],
+      ["Process", c.comm ? `${c.comm} (pid ${c.pid ?? "?"}, uid ${c.uid ?? "?"})` : "–"], ["State", c.state || "–"],
+      ["Opened", NT.datetime(c.start)], ["Duration", duration(c.duration)], ["Bytes out", bytes(c.bytes_orig)],
+      ["Bytes in", bytes(c.bytes_resp)], ["Retransmits", num(c.retrans)], ["Handshake RTT", c.handshake_rtt_us ? duration(c.handshake_rtt_us / 1e6) : "–"],
+    ];
+    document.getElementById("summary").replaceChildren(...items.map(([k, v]) => el("div", {}, el("dt", { text: k }), el("dd", { text: v ?? "–" }))));
+  }
+
+  function timeline(items) {
+    const ol = document.getElementById("timeline");
+    ol.replaceChildren(...items.map((it) => {
+      if (it.type === "state") {
+        return el("li", { class: "state", dataset: { state: it.state } },
+          el("span", { text: time(it.ts) }),
+          el("strong", { class: `state-${it.state}`, text: it.state }),
+          el("span", { class: "num", title: "time in this state", text: it.duration === null ? "until now" : duration(it.duration) }),
+          el("span", { text: `${it.prev_state} → ${it.state}, caused by ${it.who}${it.inferred ? " (inferred)" : ""}` }));
+      }
+      return el("li", { class: `mark mark-${it.type}`, dataset: { mark: it.type } },
+        el("span", { text: time(it.ts) }), el("span", { text: it.type === "reset" ? "⚠ RST" : "↻ retransmit" }),
+        el("span", {}), el("span", { text: it.text }));
+    }));
+    if (!items.length) ol.append(el("li", { class: "muted", text: "No state changes recorded." }));
+  }
+
+  function syncZoom(source) {
+    if (zooming) return;
+    zooming = true;
+    const { min, max } = source.scales.x;
+    for (const c of Object.values(charts)) if (c !== source && c.data[0].length) c.setScale("x", { min, max });
+    zooming = false;
+  }
+
+  function siftrChart(id, title, series, columns, fmt, data) {
+    const container = document.getElementById(id);
+    container.replaceChildren();
+    const opts = {
+      title,
+      scales: { x: { time: true } },
+      cursor: { sync: { key: SYNC_KEY, setSeries: true }, drag: { x: true, y: false } },
+      series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 1.5, value: (u, v) => (v === null ? "–" : fmt(v)) }))],
+      axes: [{}, { size: 70, values: (u, vals) => vals.map(fmt) }],
+      hooks: { setScale: [(u, key) => { if (key === "x") syncZoom(u); }] },
+    };
+    charts[id] = NT.chart(container, opts, [data.t, ...columns.map((c) => data[c])]);
+  }
+
+  function siftr(data) {
+    const empty = !data.t.length;
+    document.getElementById("siftr-empty").hidden = !empty;
+    if (empty) return;
+    const us = (v) => duration(v / 1e6);
+    siftrChart("chart-cwnd", "cwnd and ssthresh", [{ label: "cwnd", color: "#0b5cad" }, { label: "ssthresh", color: "#b3261e" }], ["cwnd", "ssthresh"], bytes, data);
+    siftrChart("chart-rtt", "srtt and rttvar", [{ label: "srtt", color: "#1f7a3a" }, { label: "rttvar", color: "#a15c00" }], ["srtt", "rttvar"], us, data);
+    siftrChart("chart-wnd", "snd_wnd and rcv_wnd", [{ label: "snd_wnd", color: "#5a3fa0" }, { label: "rcv_wnd", color: "#0a7d8c" }], ["snd_wnd", "rcv_wnd"], bytes, data);
+    siftrChart("chart-inflight", "bytes in flight", [{ label: "in flight", color: "#10243b" }], ["inflight"], bytes, data);
+  }
+
+  function tseq(data) {
+    const empty = !data.t.length;
+    document.getElementById("tseq-empty").hidden = !empty;
+    const container = document.getElementById("chart-tseq");
+    container.replaceChildren();
+    if (empty) return;
+    const dots = (color, size) => ({ stroke: color, fill: color, width: 0, paths: () => null, points: { show: true, size, fill: color } });
+    const opts = {
+      title: "sequence vs time",
+      height: 300,
+      scales: { x: { time: true } },
+      cursor: { drag: { x: true, y: true, uni: 20 } },
+      series: [{},
+        Object.assign({ label: "data" }, dots("#0b5cad", 4)),
+        Object.assign({ label: "retransmission" }, dots("#b3261e", 7)),
+        Object.assign({ label: "SACK" }, dots("#1f7a3a", 5)),
+        { label: "ACK", stroke: "#888", width: 1, spanGaps: true }],
+      axes: [{}, { size: 80 }],
+    };
+    charts["chart-tseq"] = NT.chart(container, opts, [data.t, data.data, data.retrans, data.sack, data.ack]);
+  }
+
+  function alerts(rows) {
+    document.querySelector("#alerts tbody").replaceChildren(...rows.map((a) => el("tr", {},
+      el("td", { text: time(a.start) }), el("td", {}, NT.sevBadge(a.severity)),
+      el("td", {}, el("a", { href: `/alerts/?rule=${encodeURIComponent(a.rule_id)}`, text: a.rule_id })),
+      el("td", { class: "num", text: num(a.count) }), el("td", { text: a.message }))));
+  }
+
+  function drops(rows) {
+    document.querySelector("#drops tbody").replaceChildren(...rows.map((d) => el("tr", {},
+      el("td", { text: time(d.ts_wall) }), el("td", { text: d.drop_reason_str }), el("td", { text: d.drop_location || "–" }),
+      el("td", { class: "num", text: num(d.len) }),
+      el("td", {}, d.skb_uid !== null ? el("a", { href: `/buffers/?skb=${d.skb_uid}`, text: `skb ${d.skb_uid}` }) : "–"))));
+  }
+
+  const STAGE_COLORS = ["#0b5cad", "#1f7a3a", "#a15c00", "#5a3fa0", "#0a7d8c", "#b3261e", "#6b7280", "#10243b"];
+  function stageBar(stages) {
+    const total = stages.reduce((s, x) => s + (x.since_prev_ns || 0), 0) || 1;
+    return el("div", { class: "bar", role: "img", "aria-label": stages.map((s) => `${s.stage} ${duration((s.since_prev_ns || 0) / 1e9)}`).join(", ") },
+      ...stages.map((s, i) => el("span", { title: `${s.stage}: ${duration((s.since_prev_ns || 0) / 1e9)}`, style: `width:${Math.max(2, 100 * (s.since_prev_ns || 0) / total)}%;background:${STAGE_COLORS[i % STAGE_COLORS.length]}` })));
+  }
+  function skbs(rows) {
+    document.querySelector("#skbs tbody").replaceChildren(...rows.map((b) => el("tr", {},
+      el("td", {}, el("a", { href: `/buffers/?skb=${b.skb_uid}`, text: String(b.skb_uid) })),
+      el("td", { text: time(b.first) }),
+      el("td", {}, stageBar(b.stages), el("span", { class: "muted", text: b.stages.map((s) => `${s.stage} +${duration((s.since_prev_ns || 0) / 1e9)}`).join(" → ") })),
+      el("td", { class: "num", text: duration(b.total_ns / 1e9) }), el("td", { text: b.end || "–" }))));
+  }
+
+  function tcpdebug(rows) {
+    document.querySelector("#tcpdebug tbody").replaceChildren(...rows.map((d) => el("tr", {},
+      el("td", { text: time(d.ts_wall) }), el("td", { text: d.direction }), el("td", { text: d.prureq_str || "–" }),
+      el("td", { text: d.state || "–" }), el("td", { class: "num", text: d.snd_una ?? "–" }), el("td", { class: "num", text: d.snd_nxt ?? "–" }),
+      el("td", { class: "num", text: d.rcv_nxt ?? "–" }), el("td", { class: "num", text: num(d.snd_cwnd) }),
+      el("td", { class: "num", text: num(d.snd_ssthresh) }), el("td", { class: "num", text: num(d.srtt_us) }),
+      el("td", { class: "num", text: num(d.rto_ms) }), el("td", { text: d.ca_state || "–" }), el("td", { text: d.flags || "–" }))));
+  }
+
+  let loading = false;
+  let again = false;
+  async function load() {
+    if (loading) { again = true; return; }
+    loading = true;
+    try {
+      const d = await NT.fetchJSON(`/api/dash/connections/${uuid}`);
+      summary(d.conn);
+      timeline(d.timeline);
+      siftr(d.siftr);
+      tseq(d.tseq);
+      alerts(d.alerts);
+      drops(d.drops);
+      skbs(d.skbs);
+      tcpdebug(d.tcpdebug);
+      document.body.dataset.loaded = "1";
+    } catch (e) {
+      NT.showError(e.message);
+    } finally {
+      loading = false;
+      if (again) { again = false; setTimeout(load, 1000); }
+    }
+  }
+
+  load();
+  NT.live([{ conn: uuid }], () => load());
+})();

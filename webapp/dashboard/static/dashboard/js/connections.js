@@ -1,0 +1,181 @@
+/* Connections page: the table from /api/dash/connections (filter language q, sort, cursor
+   pages), kept live by the websocket: unknown connections are fetched (only those matching
+   the filter come back) and inserted on the first page; known rows update state, bytes and
+   retransmits in place. Keep column keys in sync with views.CONNECTION_COLUMNS. */
+"use strict";
+
+(() => {
+  const { el, num, bytes, duration, endpoint } = NT;
+  const params = new URLSearchParams(location.search);
+  const state = {
+    q: params.get("q") || "",
+    sort: params.get("sort") || "-start",
+    limit: Number(params.get("limit") || NT.pageData.limit),
+    cursors: [null], // cursor of each page visited; last = current page
+    next: null,
+  };
+  const tbody = document.querySelector("#conns tbody");
+  const input = document.getElementById("q");
+  const errorBox = document.getElementById("q-error");
+  const liveKinds = ["tcp_state", "connection", "tcp_retransmit", "tcp_reset", "flow_counters", "alert"];
+
+  function row(c) {
+    const tr = el("tr", { dataset: { uuid: c.conn_uuid } },
+      el("td", { text: c.host_id }),
+      el("td", { text: c.proto || "–" }),
+      el("td", { text: c.comm || "–" }),
+      el("td", { class: "num", text: c.pid ?? "–" }),
+      el("td", { class: "num", text: c.uid ?? "–" }),
+      el("td", {}, el("a", { href: `/connections/${c.conn_uuid}/`, text: endpoint(c.src, c.sport) })),
+      el("td", { text: endpoint(c.dst, c.dport) }),
+      el("td", { dataset: { col: "state" } }, el("span", { class: `state-${c.state}`, text: c.state || "–" })),
+      el("td", { text: NT.time(c.start) }),
+      el("td", { class: "num", dataset: { col: "duration" }, text: duration(c.duration) }),
+      el("td", { class: "num", dataset: { col: "bytes" }, text: bytes(c.bytes) }),
+      el("td", { class: "num", dataset: { col: "retrans" }, text: num(c.retrans) }),
+      el("td", { dataset: { col: "alerts" } }, c.alerts ? el("span", { class: "badge sev-warning", text: `${c.alerts} (${c.alert_rules.join(",")})` }) : "–"),
+    );
+    return NT.linkRow(tr, `/connections/${c.conn_uuid}/`);
+  }
+
+  function query(extra = {}) {
+    const p = new URLSearchParams({ q: state.q, sort: state.sort, limit: state.limit });
+    for (const [k, v] of Object.entries(extra)) if (v) p.set(k, v);
+    return "/api/dash/connections?" + p.toString();
+  }
+
+  function syncUrl() {
+    const p = new URLSearchParams();
+    if (state.q) p.set("q", state.q);
+    if (state.sort !== "-start") p.set("sort", state.sort);
+    if (state.limit !== NT.pageData.limit) p.set("limit", state.limit);
+    history.replaceState(null, "", location.pathname + (p.toString() ? "?" + p : ""));
+  }
+
+  function markSort() {
+    for (const th of document.querySelectorAll("#conns th[data-sort]")) {
+      const key = th.dataset.sort;
+      th.setAttribute("aria-sort", state.sort === key ? "ascending" : state.sort === "-" + key ? "descending" : "none");
+    }
+  }
+
+  async function load() {
+    syncUrl();
+    markSort();
+    const cursor = state.cursors[state.cursors.length - 1];
+    let data;
+    try {
+      data = await NT.fetchJSON(query({ cursor }));
+    } catch (e) {
+      if (e.status === 400) {
+        errorBox.textContent = e.message;
+        errorBox.hidden = false;
+        input.setAttribute("aria-invalid", "true");
+        tbody.replaceChildren();
+        return;
+      }
+      NT.showError(e.message);
+      return;
+    }
+    errorBox.hidden = true;
+    input.removeAttribute("aria-invalid");
+    tbody.replaceChildren(...data.rows.map(row));
+    for (const h of data.hosts) feed.add({ host: h, kind: liveKinds });
+    state.next = data.next;
+    document.getElementById("total").textContent = num(data.total);
+    document.getElementById("next").disabled = !data.next;
+    document.getElementById("first").disabled = state.cursors.length === 1;
+    const page = state.cursors.length;
+    document.getElementById("page-info").textContent = `page ${page}, ${data.rows.length} rows, ${data.elapsed_ms} ms`;
+  }
+
+  /* --- live updates --------------------------------------------------------- */
+  const unknown = new Set();
+  let fetching = false;
+
+  function applyToRow(tr, r) {
+    if (r.kind === "tcp_state") {
+      tr.querySelector('[data-col="state"]').replaceChildren(el("span", { class: `state-${r.state}`, text: r.state }));
+    } else if (r.kind === "connection") {
+      if (r.state) tr.querySelector('[data-col="state"]').replaceChildren(el("span", { class: `state-${r.state}`, text: r.state }));
+      if (r.duration !== null && r.duration !== undefined) tr.querySelector('[data-col="duration"]').textContent = duration(r.duration);
+      tr.querySelector('[data-col="bytes"]').textContent = bytes((r.bytes_orig || 0) + (r.bytes_resp || 0));
+      if (r.total_retrans !== null && r.total_retrans !== undefined) tr.querySelector('[data-col="retrans"]').textContent = num(r.total_retrans);
+    } else if (r.kind === "tcp_retransmit") {
+      const cell = tr.querySelector('[data-col="retrans"]');
+      const n = Number(cell.textContent.replace(/,/g, "")) || 0;
+      cell.textContent = num(n + 1);
+    } else if (r.kind === "alert") {
+      tr.querySelector('[data-col="alerts"]').replaceChildren(el("span", { class: "badge sev-warning", text: r.rule_id }));
+    }
+  }
+
+  async function fetchUnknown() {
+    if (fetching || !unknown.size) return;
+    fetching = true;
+    const uuids = [...unknown].slice(0, 50);
+    uuids.forEach((u) => unknown.delete(u));
+    try {
+      const data = await NT.fetchJSON(query({ uuids: uuids.join(",") }));
+      for (const c of data.rows.reverse()) {
+        if (tbody.querySelector(`tr[data-uuid="${c.conn_uuid}"]`)) continue;
+        const tr = row(c);
+        tr.classList.add("new");
+        tbody.prepend(tr);
+        while (tbody.children.length > state.limit) tbody.lastElementChild.remove();
+      }
+      if (data.rows.length) {
+        const total = document.getElementById("total");
+        total.textContent = num((Number(total.textContent.replace(/,/g, "")) || 0) + data.rows.length);
+      }
+    } catch (e) {
+      NT.showError(e.message);
+    } finally {
+      fetching = false;
+      if (unknown.size) setTimeout(fetchUnknown, 200);
+    }
+  }
+
+  function onRecords(records) {
+    const onFirstPage = state.cursors.length === 1;
+    for (const r of records) {
+      if (!r.conn_uuid) continue;
+      const tr = tbody.querySelector(`tr[data-uuid="${r.conn_uuid}"]`);
+      if (tr) applyToRow(tr, r);
+      else if (onFirstPage && r.kind !== "alert") unknown.add(r.conn_uuid);
+    }
+    fetchUnknown();
+  }
+
+  /* --- controls ------------------------------------------------------------- */
+  document.getElementById("search").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    state.q = input.value.trim();
+    state.limit = Number(document.getElementById("page-size").value);
+    state.cursors = [null];
+    load();
+  });
+  document.getElementById("clear").addEventListener("click", () => {
+    input.value = "";
+    state.q = "";
+    state.cursors = [null];
+    load();
+  });
+  document.getElementById("next").addEventListener("click", () => {
+    if (!state.next) return;
+    state.cursors.push(state.next);
+    load();
+  });
+  document.getElementById("first").addEventListener("click", () => { state.cursors = [null]; load(); });
+  for (const th of document.querySelectorAll("#conns th[data-sort]")) {
+    th.querySelector("button").addEventListener("click", () => {
+      const key = th.dataset.sort;
+      state.sort = state.sort === "-" + key ? key : "-" + key;
+      state.cursors = [null];
+      load();
+    });
+  }
+
+  const feed = NT.live(NT.pageData.hosts.map((h) => ({ host: h, kind: liveKinds })), onRecords);
+  load();
+})();

@@ -1,0 +1,64 @@
+/* Overview page: host counters, latest alerts, top talkers from /api/dash/overview.
+   Every batch the live websocket pushes triggers a refresh (at most one per second), and a
+   slow timer refreshes anyway so rates fall back to zero when a host goes quiet. */
+"use strict";
+
+(() => {
+  const { el, num, bytes, time, endpoint } = NT;
+  let pending = false;
+  let last = 0;
+
+  function connCell(c) {
+    const a = el("a", { href: `/connections/${c.conn_uuid}/`, text: `${endpoint(c.src, c.sport)} → ${endpoint(c.dst, c.dport)}` });
+    return el("td", {}, a, el("span", { class: "muted", text: ` ${c.host_id}` }));
+  }
+  function proc(c) { return c.comm ? `${c.comm} (${c.pid ?? "?"})` : "–"; }
+
+  function render(data) {
+    const hosts = document.querySelector("#hosts tbody");
+    hosts.replaceChildren(...data.hosts.map((h) => el("tr", { dataset: { host: h.host_id } },
+      el("th", { scope: "row" }, el("a", { href: `/connections/?q=${encodeURIComponent("host " + h.host_id)}`, text: h.host_id })),
+      el("td", { class: "num", dataset: { counter: "open" }, text: num(h.open) }),
+      el("td", { class: "num", dataset: { counter: "new" }, text: num(h.new_per_s, 1) }),
+      el("td", { class: "num", dataset: { counter: "retrans" }, text: num(h.retrans_per_s, 1) }),
+      el("td", { class: "num", dataset: { counter: "drops" }, text: num(h.drops_per_s, 1) }),
+      el("td", { text: h.top_drop_reasons.map((r) => `${r.reason} ${num(r.per_s, 1)}/s`).join(", ") || "–" }),
+      el("td", { class: "num", dataset: { counter: "records" }, text: num(h.records_per_s, 1) }),
+      el("td", { class: "num", dataset: { counter: "lost" }, text: num(h.lost) }),
+      el("td", { text: time(h.last_seen) }),
+    )));
+    if (!data.hosts.length) hosts.append(el("tr", {}, el("td", { colspan: 9, class: "muted", text: "No host has sent records yet." })));
+
+    document.querySelector("#latest-alerts tbody").replaceChildren(...data.alerts.map((a) => el("tr", {},
+      el("td", { text: time(a.start) }), el("td", {}, NT.sevBadge(a.severity)), el("td", { text: a.rule_id }),
+      el("td", { text: a.host_id }),
+      el("td", {}, a.conn_uuid ? el("a", { href: `/connections/${a.conn_uuid}/`, text: a.message }) : a.message),
+    )));
+    document.querySelector("#top-bytes tbody").replaceChildren(...data.top_bytes.map((c) => el("tr", {},
+      connCell(c), el("td", { text: proc(c) }), el("td", { class: "num", text: bytes(c.bytes) }))));
+    document.querySelector("#top-retrans tbody").replaceChildren(...data.top_retrans.map((c) => el("tr", {},
+      connCell(c), el("td", { text: proc(c) }), el("td", { class: "num", text: num(c.retrans) }))));
+  }
+
+  const kinds = ["connection", "tcp_state", "tcp_retransmit", "skb_drop", "drop_count", "loss_report", "alert"];
+  let feed = null;
+
+  async function refresh() {
+    pending = false;
+    last = performance.now();
+    try {
+      const data = await NT.fetchJSON("/api/dash/overview");
+      render(data);
+      for (const h of data.hosts) feed.add({ host: h.host_id, kind: kinds });
+    } catch (e) { NT.showError(e.message); }
+  }
+  function soon() {
+    if (pending) return;
+    pending = true;
+    setTimeout(refresh, Math.max(0, 1000 - (performance.now() - last)));
+  }
+
+  feed = NT.live(NT.pageData.hosts.map((h) => ({ host: h, kind: kinds })), soon);
+  refresh();
+  setInterval(soon, 5000);
+})();

@@ -1,0 +1,41 @@
+/* UDP flows page: datagrams grouped per host, 4-tuple and process, plus socket events,
+   from /api/dash/udp; refreshed when the live feed brings UDP records. */
+"use strict";
+
+(() => {
+  const { el, num, bytes, time, endpoint } = NT;
+  const form = document.getElementById("select");
+
+  async function load() {
+    const host = form.elements.host.value;
+    const p = new URLSearchParams(host ? { host } : {});
+    history.replaceState(null, "", location.pathname + (host ? "?" + p : ""));
+    let d;
+    try { d = await NT.fetchJSON("/api/dash/udp?" + p); } catch (e) { NT.showError(e.message); return; }
+    const tbody = document.querySelector("#flows tbody");
+    tbody.replaceChildren(...d.flows.map((f) => {
+      const tr = el("tr", {},
+        el("td", { text: f.host_id }),
+        el("td", {}, f.conn_uuid ? el("a", { href: `/connections/${f.conn_uuid}/`, text: endpoint(f.src, f.sport) }) : endpoint(f.src, f.sport)),
+        el("td", { text: endpoint(f.dst, f.dport) }), el("td", { text: f.comm || "–" }),
+        el("td", { class: "num", text: num(f.datagrams) }), el("td", { class: "num", text: bytes(f.bytes) }),
+        el("td", { class: "num", text: num(f.errors) }), el("td", { class: "num", text: num(f.icmp_errors) }),
+        el("td", { text: time(f.first) }), el("td", { text: time(f.last) }));
+      return f.conn_uuid ? NT.linkRow(tr, `/connections/${f.conn_uuid}/`) : tr;
+    }));
+    if (!d.flows.length) tbody.append(el("tr", {}, el("td", { colspan: 10, class: "muted", text: "No UDP datagrams recorded." })));
+    document.querySelector("#sock tbody").replaceChildren(...d.socket_events.map((s) => el("tr", {},
+      el("td", { text: s.host_id }), el("td", { text: s.probe }), el("td", { text: endpoint(s.src, s.sport) }),
+      el("td", { text: s.comm || "–" }), el("td", { class: "num", text: num(s.events) }), el("td", { text: time(s.last) }))));
+    document.body.dataset.loaded = "1";
+  }
+
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); load(); });
+  load();
+  let pending = false;
+  NT.live(NT.pageData.hosts.map((h) => ({ host: h, kind: ["udp_datagram", "sock_event"] })), () => {
+    if (pending) return;
+    pending = true;
+    setTimeout(() => { pending = false; load(); }, 2000);
+  });
+})();

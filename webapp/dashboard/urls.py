@@ -1,0 +1,32 @@
+"""Dashboard URLs: the pages (/, /connections/, /buffers/, /udp/, /alerts/) and their
+JSON views under /api/dash/, and /static/ (the appliance has no separate web server). Included by webapp/urls.py ahead of the minimal home page.
+Keep in sync with: views.py, api.py, the fetch() URLs in static/dashboard/js/.
+"""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, path, re_path
+
+from webapp.dashboard import api, export, views
+
+app_name = "dashboard"
+
+urlpatterns: list[URLPattern] = [
+    re_path(r"^static/(?P<path>.+)$", views.static_file, name="static"),
+    path("", views.overview, name="overview"),
+    path("connections/", views.connections, name="connections"),
+    path("connections/<str:uuid>/", views.connection, name="connection"),
+    path("buffers/", views.buffers, name="buffers"),
+    path("udp/", views.udp, name="udp"),
+    path("alerts/", views.alerts, name="alerts"),
+    path("api/dash/overview", api.overview, name="api-overview"),
+    path("api/dash/connections", api.connections, name="api-connections"),
+    path("api/dash/connections/<str:uuid>", api.connection, name="api-connection"),
+    path("api/dash/connections/<str:uuid>/export", api.api("GET")(export.export), name="api-export"),
+    path("api/dash/buffers", api.buffers_view, name="api-buffers"),
+    path("api/dash/skb/<int:uid>", api.skb, name="api-skb"),
+    path("api/dash/udp", api.udp, name="api-udp"),
+    path("api/dash/alerts", api.alerts, name="api-alerts"),
+    path("api/dash/alerts/<int:alert_id>/ack", api.alert_ack, name="api-alert-ack"),
+    path("api/dash/alerts/<int:alert_id>/evidence", api.alert_evidence, name="api-alert-evidence"),
+]

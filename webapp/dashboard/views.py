@@ -1,0 +1,106 @@
+"""Dashboard pages: each renders one template with the little data its script starts from.
+
+Everything else a page shows is fetched by its script from /api/dash/ (api.py) and kept
+live over /ws/live/. Keep in sync with: templates/dashboard/*.html, static/dashboard/js/.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_not_required, login_required
+from django.contrib.staticfiles.views import serve
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import Resolver404, resolve, reverse
+
+from translators.records import SEVERITIES
+from webapp.dashboard import queries
+from webapp.dashboard.api import host_names
+from webapp.dashboard.filterlang import FIELDS
+from webapp.traces.models import Connection
+
+# (sort key, heading, numeric) of the connections table; keys are queries.SORTS keys.
+CONNECTION_COLUMNS = (
+    ("host", "Host", False),
+    ("proto", "Proto", False),
+    ("comm", "Process", False),
+    ("pid", "PID", True),
+    ("uid", "UID", True),
+    ("local", "Local", False),
+    ("remote", "Remote", False),
+    ("state", "State", False),
+    ("start", "Opened", False),
+    ("duration", "Duration", True),
+    ("bytes", "Bytes", True),
+    ("retrans", "Retrans", True),
+    ("alerts", "Anomaly", False),
+)
+# Exports served by another part of the webapp, shown only when their URL exists.
+EXTERNAL_EXPORTS = (("pcap", "pcap"), ("siftr", "SIFTR log"))
+
+
+def _page(request: HttpRequest, template: str, page_data: dict[str, Any], **context: Any) -> HttpResponse:
+    context.update(page_data=page_data, logout_url=reverse("logout"))
+    return render(request, f"dashboard/{template}", context)
+
+
+@login_required
+def overview(request: HttpRequest) -> HttpResponse:
+    from webapp.dashboard.api import RATE_WINDOW_S
+
+    return _page(request, "overview.html", {"hosts": host_names(), "window": RATE_WINDOW_S})
+
+
+@login_required
+def connections(request: HttpRequest) -> HttpResponse:
+    data = {"q": request.GET.get("q", ""), "limit": queries.DEFAULT_LIMIT, "hosts": host_names()}
+    columns = [{"key": k, "label": label, "num": num} for k, label, num in CONNECTION_COLUMNS]
+    return _page(request, "connections.html", data, fields=FIELDS, columns=columns, page_sizes=queries.PAGE_SIZES)
+
+
+def _exports(uuid: str) -> list[dict[str, str]]:
+    base = reverse("dashboard:api-export", args=[uuid])
+    out = [
+        {"format": f, "label": f.upper() if f != "text" else "Text", "url": f"{base}?format={f}"}
+        for f in ("json", "xml", "text", "html")
+    ]
+    external = f"/api/connections/{uuid}/export"
+    try:
+        resolve(external)
+    except Resolver404:
+        return out
+    return out + [{"format": f, "label": label, "url": f"{external}?format={f}"} for f, label in EXTERNAL_EXPORTS]
+
+
+@login_required
+def connection(request: HttpRequest, uuid: str) -> HttpResponse:
+    if not Connection.objects.filter(conn_uuid=uuid).exists():
+        raise Http404("no such connection")
+    return _page(request, "connection.html", {"conn_uuid": uuid}, exports=_exports(uuid))
+
+
+@login_required
+def buffers(request: HttpRequest) -> HttpResponse:
+    data = {k: request.GET.get(k, "") for k in ("host", "reason", "conn", "skb")}
+    return _page(request, "buffers.html", {**data, "hosts": host_names()})
+
+
+@login_required
+def udp(request: HttpRequest) -> HttpResponse:
+    return _page(request, "udp.html", {"hosts": host_names(), "host": request.GET.get("host", "")})
+
+
+@login_required
+def alerts(request: HttpRequest) -> HttpResponse:
+    data = {k: request.GET.get(k, "") for k in ("severity", "rule", "host", "acked")}
+    return _page(request, "alerts.html", {**data, "hosts": host_names()}, severities=SEVERITIES)
+
+
+@login_not_required  # CSS/JS are public code; the login page uses the stylesheet too
+def static_file(request: HttpRequest, path: str) -> HttpResponse:
+    """Static files through the staticfiles finders (app static dirs, js-env's vendor copy).
+
+    ``nettrail up`` runs daphne alone, with no web server in front to serve STATIC_ROOT.
+    """
+    return serve(request, path, insecure=True)

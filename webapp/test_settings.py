@@ -19,3 +19,7 @@ if "NETTRAIL_DATA" not in os.environ:
     atexit.register(shutil.rmtree, _tmp, True)
 
 from webapp.settings import *  # noqa: E402,F403
+
+# The default PBKDF2 costs ~0.5 s per password: the cast's two users would dominate the
+# suite's run time. Test users need no brute-force resistance.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-COMMANDS: tuple[str, ...] = ("token", "up", "analyze")
+COMMANDS: tuple[str, ...] = ("token", "up", "analyze", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -176,6 +176,11 @@ def family(version: str) -> str:
     raise ValueError(f"unsupported SIFTR version {version!r} (supported: 1.2.x, 1.3.x, 2.x)")
 
 
+def skip_counter_names(version: str) -> tuple[str, ...]:
+    """The footer's skip counters of a version (1.2 has the _mtx pair; 2.x has none)."""
+    return tuple(k for k in _FOOTER_KEYS[family(version)] if "skipped_pkts_" in k)
+
+
 def linux_version_code(release: str | None = None) -> int:
     """LINUX_VERSION_CODE of a release string: 6.18.44 -> 0x06122c (patch clamped to 255)."""
     release = release or os.uname().release

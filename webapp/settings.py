@@ -29,7 +29,7 @@ CSRF_TRUSTED_ORIGINS = env_origins("CSRF_TRUSTED_ORIGINS")
 
 # Apps other engineers add (dashboard, read API, live websocket) join when present,
 # so each can land without editing this file.
-_OPTIONAL_APPS = ("webapp.dashboard", "webapp.api", "webapp.live")
+_OPTIONAL_APPS = ("webapp.dashboard", "webapp.api", "webapp.live", "webapp.reports", "webapp.metrics")
 OPTIONAL_APPS = [name for name in _OPTIONAL_APPS if (Path(__file__).parent / name.split(".")[1] / "apps.py").exists()]
 
 INSTALLED_APPS = [

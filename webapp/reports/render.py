@@ -1,0 +1,305 @@
+"""Trace reports: stored records streamed through the xo Writer, in any xo style.
+
+Shape (docs/reports.md, docs/schema/report.schema.json, docs/schema/report.xsd):
+container ``nettrail-report`` = container ``header`` (filter, hosts, providers, kinds,
+loss, drops, thresholds used), list ``connection`` (one instance per Connection row,
+then one list per record kind holding that connection's records in kernel-time
+order), container ``unattributed`` (records of no connection: loss reports, drop
+counts, alerts and drops not tied to a socket).
+
+Everything is read with ``.iterator(chunk_size=...)`` and rendered as it arrives:
+memory stays bounded by one chunk, whatever the report size. ``report_steps`` is a
+generator that yields after every record, so an HTTP response can hand out the
+output in chunks while the report is being written.
+Keep in sync with: collector/export/filters.py (ReportFilter), collector/export/schema.py
+(the schemas are generated from the same names), webapp/traces/models.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+from django.db.models import Count, Max, Min, QuerySet, Sum
+
+from collector.export.filters import CONNECTIONLESS, ReportFilter
+from collector.export.schema import CONNECTION_FIELDS
+from translators.records import BY_KIND, Record, describe
+from webapp.traces.models import KIND_MODELS, Connection, Host, RecordModel
+from xo import Writer
+
+CHUNK = 2000
+REPORT = "nettrail-report"
+# Never in a report: raw frames belong in the pcap export, and would bloat every style.
+OMITTED_FIELDS = frozenset({"frame_bytes"})
+
+
+class ReportNotFound(LookupError):
+    """The filter names a connection or host the database does not know (HTTP 404, exit 1)."""
+
+
+def check(f: ReportFilter) -> None:
+    """Raises ReportNotFound before any output is written."""
+    if f.connection is not None and not Connection.objects.filter(conn_uuid=f.connection).exists():
+        raise ReportNotFound(f"unknown connection {f.connection}")
+    for host in f.hosts:
+        known = Host.objects.filter(name=host).exists() or Connection.objects.filter(host_id=host).exists()
+        if not known:
+            raise ReportNotFound(f"unknown host {host}")
+
+
+def write_report(w: Writer, f: ReportFilter, chunk_size: int = CHUNK) -> int:
+    """Writes the whole report; returns the number of records rendered."""
+    count = 0
+    for _ in report_steps(w, f, chunk_size):
+        count += 1
+    return count
+
+
+def report_steps(w: Writer, f: ReportFilter, chunk_size: int = CHUNK) -> Iterator[None]:
+    """Renders the report, yielding after each record (pull-style streaming)."""
+    w.open_container(REPORT)
+    write_header(w, f)
+    w.open_list("connection")
+    for conn in connections(f).iterator(chunk_size=chunk_size):
+        w.open_instance("connection")
+        _emit_connection(w, conn)
+        for kind in f.connection_kinds():
+            yield from _records(w, records_of(kind, f, conn_uuid=conn.conn_uuid), kind, chunk_size)
+        w.close_instance("connection")
+    w.close_list("connection")
+    if f.connection is None:
+        w.open_container("unattributed")
+        for kind in f.kinds:
+            yield from _records(w, records_of(kind, f, conn_uuid=None), kind, chunk_size)
+        w.close_container("unattributed")
+    w.close_container(REPORT)
+    w.finish()
+
+
+# --- queries ---------------------------------------------------------------------------------------
+
+
+def connections(f: ReportFilter) -> QuerySet[Connection]:
+    qs = Connection.objects.all()
+    if f.connection is not None:
+        qs = qs.filter(conn_uuid=f.connection)
+    if f.hosts:
+        qs = qs.filter(host_id__in=f.hosts)
+    if f.since is not None:
+        qs = qs.filter(last_seen__gte=f.since)
+    if f.until is not None:
+        qs = qs.filter(first_seen__lte=f.until)
+    return qs.order_by("first_seen", "id")
+
+
+def _in_range(qs: QuerySet[Any], f: ReportFilter) -> QuerySet[Any]:
+    if f.since is not None:
+        qs = qs.filter(ts_wall__gte=f.since)
+    if f.until is not None:
+        qs = qs.filter(ts_wall__lte=f.until)
+    return qs
+
+
+def scoped(kind: str, f: ReportFilter) -> QuerySet[RecordModel]:
+    """Records of a kind within the filter's hosts, connection and time range."""
+    qs: QuerySet[RecordModel] = KIND_MODELS[kind].objects.all()
+    if f.connection is not None:
+        qs = qs.filter(conn_uuid=f.connection)
+    elif f.hosts:
+        qs = qs.filter(host_id__in=f.hosts)
+    return _in_range(qs, f)
+
+
+def records_of(kind: str, f: ReportFilter, *, conn_uuid: str | None) -> QuerySet[RecordModel]:
+    """One connection's records of a kind (index conn_uuid, ts_ns), or the unattributed ones."""
+    qs: QuerySet[RecordModel] = KIND_MODELS[kind].objects.all()
+    if conn_uuid is not None:
+        return _in_range(qs.filter(conn_uuid=conn_uuid), f).order_by("ts_ns", "seq")
+    if kind not in CONNECTIONLESS:
+        qs = qs.filter(conn_uuid__isnull=True)
+    if f.hosts:
+        qs = qs.filter(host_id__in=f.hosts)
+    return _in_range(qs, f).order_by("ts_wall", "seq")
+
+
+def as_records(
+    qs: QuerySet[RecordModel], kind: str, chunk_size: int = CHUNK, omit: frozenset[str] = OMITTED_FIELDS
+) -> Iterator[Record]:
+    """Rows back into record Structs, one chunk in memory at a time."""
+    cls = BY_KIND[kind]
+    names = [d.name for d in describe(cls) if d.name not in omit]
+    for row in qs.values_list(*names).iterator(chunk_size=chunk_size):
+        yield msgspec.convert(dict(zip(names, row, strict=True)), cls)
+
+
+def _records(w: Writer, qs: QuerySet[RecordModel], kind: str, chunk_size: int) -> Iterator[None]:
+    for rec in as_records(qs, kind, chunk_size):
+        w.record(rec)
+        yield None
+
+
+# --- header ----------------------------------------------------------------------------------------
+
+
+def write_header(w: Writer, f: ReportFilter) -> None:
+    w.open_container("header")
+    w.emit("{T:nettrail trace report} {Lwc:generated}{:generated-at/%.6f}\n", generated_at=time.time())
+    _emit_filter(w, f)
+    _emit_hosts(w, f)
+    _emit_kinds(w, f)
+    _emit_loss(w, f)
+    _emit_drops(w, f)
+    _emit_thresholds(w, f)
+    w.close_container("header")
+
+
+def _emit_filter(w: Writer, f: ReportFilter) -> None:
+    w.open_container("filter")
+    if f.since is not None:
+        w.emit("{Lwc:since}{:since/%.6f}\n", since=f.since)
+    if f.until is not None:
+        w.emit("{Lwc:until}{:until/%.6f}\n", until=f.until)
+    if f.connection is not None:
+        w.emit("{Lwc:connection}{:connection/%s}\n", connection=f.connection)
+    for host in f.hosts:
+        w.emit("{Lwc:host}{l:host/%s}\n", host=host)
+    w.emit("{Lwc:kinds}{:kinds/%s}\n", kinds=",".join(f.kinds))
+    w.close_container("filter")
+
+
+def _host_names(f: ReportFilter) -> list[str]:
+    if f.connection is not None:
+        return list(Connection.objects.filter(conn_uuid=f.connection).values_list("host_id", flat=True))
+    if f.hosts:
+        return list(f.hosts)
+    names = set(Host.objects.values_list("name", flat=True))
+    names.update(Connection.objects.values_list("host_id", flat=True).distinct())
+    return sorted(names)
+
+
+def _emit_hosts(w: Writer, f: ReportFilter) -> None:
+    w.open_list("host")
+    for name in _host_names(f):
+        agg = (
+            connections(f).filter(host_id=name).aggregate(n=Count("id"), first=Min("first_seen"), last=Max("last_seen"))
+        )
+        w.open_instance("host")
+        w.emit("{Lwc:host}{k:name/%s} {Lw:connections}{:connections/%d}", name=name, connections=agg["n"])
+        if agg["first"] is not None:
+            w.emit(
+                " {Lw:from}{:first-seen/%.6f} {Lw:to}{:last-seen/%.6f}", first_seen=agg["first"], last_seen=agg["last"]
+            )
+        w.emit("\n")
+        w.close_instance("host")
+    w.close_list("host")
+
+
+def _emit_kinds(w: Writer, f: ReportFilter) -> None:
+    """Record counts per kind and per provider (the providers that contributed)."""
+    providers: dict[str, int] = {}
+    w.open_list("kind")
+    for kind in f.kinds:
+        rows = scoped(kind, f).values_list("provider").annotate(n=Count("id")).order_by()
+        total = 0
+        for provider, n in rows:
+            providers[provider] = providers.get(provider, 0) + n
+            total += n
+        if total:
+            w.open_instance("kind")
+            w.emit("{Lwc:kind}{k:name/%s} {Lw:records}{:records/%d}\n", name=kind, records=total)
+            w.close_instance("kind")
+    w.close_list("kind")
+    w.open_list("provider")
+    for name in sorted(providers):
+        w.open_instance("provider")
+        w.emit("{Lwc:provider}{k:name/%s} {Lw:records}{:records/%d}\n", name=name, records=providers[name])
+        w.close_instance("provider")
+    w.close_list("provider")
+
+
+def _emit_loss(w: Writer, f: ReportFilter) -> None:
+    """Collector blind spots: LossReport.lost summed per host and event type."""
+    qs = KIND_MODELS["loss_report"].objects.all()
+    if f.hosts or f.connection is not None:
+        qs = qs.filter(host_id__in=_host_names(f))
+    rows = (
+        _in_range(qs, f)
+        .values_list("host_id", "event_type")
+        .annotate(lost=Sum("lost"))
+        .order_by("host_id", "event_type")
+    )
+    w.open_container("loss")
+    total = 0
+    w.open_list("event")
+    for host, event_type, lost in rows:
+        total += lost
+        w.open_instance("event")
+        w.emit("{Lwc:lost}{k:host/%s} {k:event-type/%s} {:lost/%d}\n", host=host, event_type=event_type, lost=lost)
+        w.close_instance("event")
+    w.close_list("event")
+    w.emit("{Lwc:lost total}{:lost-total/%d}\n", lost_total=total)
+    w.close_container("loss")
+
+
+def _emit_drops(w: Writer, f: ReportFilter) -> None:
+    """skb drops in scope per kernel reason."""
+    rows = (
+        scoped("skb_drop", f).values_list("drop_reason_str").annotate(n=Count("id")).order_by("-n", "drop_reason_str")
+    )
+    w.open_list("drop")
+    for reason, n in rows:
+        w.open_instance("drop")
+        w.emit("{Lwc:dropped}{k:reason/%s} {:drops/%d}\n", reason=reason, drops=n)
+        w.close_instance("drop")
+    w.close_list("drop")
+
+
+def _emit_thresholds(w: Writer, f: ReportFilter) -> None:
+    """The thresholds in force when the reported alerts fired, per rule."""
+    seen: dict[str, dict[str, Any]] = {}
+    for rule_id, thresholds in scoped("alert", f).values_list("rule_id", "thresholds").order_by("rule_id").distinct():
+        seen.setdefault(rule_id, {}).update(thresholds or {})
+    w.open_list("rule")
+    for rule_id, values in seen.items():
+        w.open_instance("rule")
+        w.emit("{Lwc:thresholds}{k:rule-id/%s}", rule_id=rule_id)
+        w.open_list("threshold")
+        for name in sorted(values):
+            w.open_instance("threshold")
+            w.emit(" {k:name/%s}={:value/" + _value_format(values[name]) + "}", name=name, value=values[name])
+            w.close_instance("threshold")
+        w.close_list("threshold")
+        w.emit("\n")
+        w.close_instance("rule")
+    w.close_list("rule")
+
+
+def _value_format(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "%s"
+    return "%d" if isinstance(value, int) else "%g"
+
+
+# --- connections -------------------------------------------------------------------------------------
+
+
+def _emit_connection(w: Writer, conn: Connection) -> None:
+    parts = ["{Lwc:connection}{k:conn-uuid/%s}"]
+    values: dict[str, Any] = {"conn_uuid": conn.conn_uuid}
+    for name, fmt, _ in CONNECTION_FIELDS:
+        value = getattr(conn, name)
+        if value is None:
+            continue  # the encodings leave unknown values out (providers.md 0.2)
+        xo = name.replace("_", "-")
+        mods = "n" if isinstance(value, bool) else ""  # bare true/false in JSON
+        parts.append(f" {{Lw:{xo}}}{{{mods}:{xo}/{fmt}}}")
+        values[name] = str(value).lower() if isinstance(value, bool) else value
+    w.emit("".join(parts) + "\n", **values)
+
+
+def count_in_scope(f: ReportFilter) -> int:
+    """Records the filter covers (for the download endpoints' headers and tests)."""
+    return sum(scoped(kind, f).count() for kind in f.kinds)

@@ -71,12 +71,14 @@ class UdpFlow:
 class CapturePipeline:
     """Feed :class:`Decoded` batches; read connections, totals and alerts at the end."""
 
-    def __init__(self, host_id: str, boot_id: str, packets: bool = False, hook: str = "pcap") -> None:
+    def __init__(
+        self, host_id: str, boot_id: str, packets: bool = False, hook: str = "pcap", compat: str = "upstream"
+    ) -> None:
         self.host_id = host_id
         self.boot_id = boot_id
         self.want_packets = packets
         self.hook = hook
-        self.tcp = TcpAnalyzer(keep_results=packets)
+        self.tcp = TcpAnalyzer(keep_results=packets, compat=compat)
         self.udp: dict[tuple[int, int, int, int], UdpFlow] = {}
         self.udp_list: list[UdpFlow] = []
         self.totals = Totals()

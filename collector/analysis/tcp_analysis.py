@@ -159,7 +159,8 @@ class PacketResult:
 class TcpAnalyzer:
     """Feeds packets in file order; ``conversations`` holds every tcp.stream."""
 
-    def __init__(self, keep_results: bool = False) -> None:
+    def __init__(self, keep_results: bool = False, compat: str = "upstream") -> None:
+        self.compat = compat
         self.active: dict[tuple[int, int, int, int], Conv] = {}
         self.conversations: list[Conv] = []
         self.keep_results = keep_results
@@ -333,7 +334,8 @@ class TcpAnalyzer:
             aflags = self._acked_unseen(fwd, rev, seq, ack, aflags)
         # 12. retransmission family
         if seglen > 0 or flags & (SYN | FIN):
-            aflags = self._retransmission(conv, fwd, rev, ts, seq, seglen, flags, aflags)
+            classify = self._retransmission_40 if self.compat == "4.0" else self._retransmission
+            aflags = classify(conv, fwd, rev, ts, seq, seglen, flags, aflags)
         # 13. state updates
         nextseq = (seq + seglen) & M32
         if flags & (SYN | FIN):
@@ -433,6 +435,31 @@ class TcpAnalyzer:
             if nextseq_f != ((end + (1 if flags & (SYN | FIN) else 0)) & M32):
                 return aflags | OOO
             if fwd.lastacklen == 0:
+                return aflags | OOO
+        return aflags | RETRANS
+
+    def _retransmission_40(
+        self, conv: Conv, fwd: Flow, rev: Flow, ts: int, seq: int, seglen: int, flags: int, aflags: int
+    ) -> int:
+        """Wireshark 4.0's classification (Debian 12's tshark): entered only when the sequence
+        did not advance; fast retransmission from duplicate ACKs alone; out-of-order timed
+        from the packet that last advanced nextseq."""
+        nextseq_f = fwd.nextseq
+        if not (nextseq_f and gt(nextseq_f, seq)):
+            return aflags
+        if aflags & KA:
+            return aflags
+        not_advanced = not (seglen > 1 and ((nextseq_f - 1) & M32) == seq)
+        end = (seq + seglen) & M32
+        if seglen > 0 and rev.lastack and not gt(end, rev.lastack):
+            return aflags | SPURIOUS
+        if not_advanced:
+            t = ts - rev.lastacktime if ts > rev.lastacktime else 0
+            if rev.dupacknum >= 2 and rev.lastack == seq and t < 20_000_000:
+                return aflags | FAST
+            t = ts - fwd.nextseqtime if ts > fwd.nextseqtime else 0
+            thres = conv.first_rtt if conv.first_rtt else 3_000_000
+            if nextseq_f != ((end + (1 if flags & (SYN | FIN) else 0)) & M32) and t < thres:
                 return aflags | OOO
         return aflags | RETRANS
 

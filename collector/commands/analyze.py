@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from collector.analysis.capture_flows import CapturePipeline, Totals
+from collector.sinks import store
 from collector.sources.pcap import CaptureError, CaptureReader
 from translators.packet import decode_batch
 from translators.records import Record
@@ -60,7 +61,15 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("file", metavar="FILE", help="capture file (pcap, pcapng, .gz)")
     p.add_argument("--packets", action="store_true", help="also emit one record per packet, with its analysis flags")
+    p.add_argument(
+        "--wireshark",
+        choices=("upstream", "4.0"),
+        default="upstream",
+        help="tcp.analysis semantics: current upstream Wireshark (default, anomalies.md) or Wireshark 4.0 "
+        "(Debian 12's tshark) for cross-checking against that version",
+    )
     add_libxo_argument(p)
+    store.add_arguments(p)  # --store / --server URL --token T
     p.set_defaults(func=run)
 
 
@@ -85,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"nettrail: analyze: {path}: byte offset 0: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    pipeline = CapturePipeline(os.path.basename(path), boot_id, packets=args.packets)
+    pipeline = CapturePipeline(os.path.basename(path), boot_id, packets=args.packets, compat=args.wireshark)
     writer = Writer(sys.stdout, options)
     with reader:
         writer.open_container("analyze")
@@ -105,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         write_results(writer, pipeline, reader)
     writer.finish()
-    return 0
+    return store.ship(args) if store.wanted(args) else 0
 
 
 def consume(reader: CaptureReader, pipeline: CapturePipeline, writer: Writer, packets: bool) -> None:

@@ -1,0 +1,101 @@
+"""The Connection table: one row per conn_uuid, updated from state, retransmit, reset, summary, SIFTR and alert records."""
+
+from __future__ import annotations
+
+import pytest
+
+from translators import records as r
+from webapp.traces.models import Connection
+from webapp.traces.store import store_batch
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+HOST, BOOT, UUID = "host-a", "boot-1", "conn-x"
+FLOW = {"src": "10.0.0.1", "sport": 40000, "dst": "10.0.0.2", "dport": 443, "ip_ver": 4}
+
+
+def env(seq: int, ts: float, **kw: object) -> dict[str, object]:
+    return {
+        "host_id": HOST,
+        "boot_id": BOOT,
+        "seq": seq,
+        "ts_ns": int(ts * 1e9),
+        "ts_wall": ts,
+        "conn_uuid": UUID,
+        **FLOW,
+        **kw,
+    }
+
+
+def state(seq: int, ts: float, prev: str, new: str, **kw: object) -> r.TcpStateChange:
+    return r.TcpStateChange(**env(seq, ts, **kw), provider="tcp", probe="state-change", prev_state=prev, state=new)
+
+
+def test_it_creates_the_connection_from_its_first_state_change() -> None:
+    store_batch([state(1, 10.0, "CLOSED", "SYN_SENT", pid=7, tgid=7, comm="curl", uid=1000, ctx="task")])
+    conn = Connection.objects.get()
+    assert (conn.host_id, conn.boot_id, conn.conn_uuid, conn.proto) == (HOST, BOOT, UUID, "tcp")
+    assert (conn.src, conn.sport, conn.dst, conn.dport, conn.ip_ver) == ("10.0.0.1", 40000, "10.0.0.2", 443, 4)
+    assert (conn.state, conn.first_seen, conn.last_seen, conn.closed) == ("SYN_SENT", 10.0, 10.0, False)
+    assert (conn.pid, conn.tgid, conn.comm, conn.uid) == (7, 7, "curl", 1000)
+    assert (conn.retransmits, conn.resets, conn.alerts, conn.anomaly) == (0, 0, 0, False)
+
+
+def test_it_follows_the_lifecycle_across_batches() -> None:
+    store_batch([state(1, 10.0, "CLOSED", "SYN_SENT"), state(2, 10.5, "SYN_SENT", "ESTABLISHED")])
+    retrans = r.TcpRetransmit(**env(3, 11.0), provider="tcp", probe="retransmit", state="ESTABLISHED")
+    sample = r.SiftrSample(**env(4, 11.5), provider="siftr", probe="siftr", direction="out", srtt=2500, snd_cwnd=14480)
+    store_batch([retrans, sample, r.TcpRetransmit(**env(5, 12.0), provider="tcp", probe="retransmit")])
+    store_batch([state(6, 13.0, "ESTABLISHED", "FIN_WAIT_1"), state(7, 14.0, "FIN_WAIT_1", "CLOSED")])
+    conn = Connection.objects.get()
+    assert (conn.state, conn.closed, conn.retransmits) == ("CLOSED", True, 2)
+    assert (conn.first_seen, conn.last_seen, conn.srtt_us, conn.snd_cwnd) == (10.0, 14.0, 2500, 14480)
+    assert conn.anomaly is False
+
+
+def test_a_late_older_state_change_does_not_roll_the_state_back() -> None:
+    store_batch([state(2, 20.0, "SYN_SENT", "ESTABLISHED")])
+    store_batch([state(1, 19.0, "CLOSED", "SYN_SENT")])
+    conn = Connection.objects.get()
+    assert (conn.state, conn.first_seen, conn.last_seen) == ("ESTABLISHED", 19.0, 20.0)
+
+
+def test_a_reset_and_an_alert_mark_the_connection_anomalous() -> None:
+    store_batch([state(1, 1.0, "CLOSED", "SYN_SENT")])
+    store_batch([r.TcpReset(**env(2, 2.0), provider="tcp", probe="reset-received", sender="peer")])
+    conn = Connection.objects.get()
+    assert (conn.resets, conn.anomaly) == (1, True)
+    alert = r.Alert(
+        **env(3, 3.0), provider="nettrail", probe="alert", rule_id="K1", severity="warning", start=3.0, message="m"
+    )
+    store_batch([alert])
+    assert Connection.objects.get().alerts == 1
+
+
+def test_the_kernel_summary_sets_bytes_and_closes_the_connection() -> None:
+    store_batch(
+        [state(1, 1.0, "CLOSED", "SYN_SENT"), r.TcpRetransmit(**env(2, 2.0), provider="tcp", probe="retransmit")]
+    )
+    summary = r.Connection(
+        **env(3, 5.0), provider="tcp", probe="connection", proto="tcp", source="kernel", start=0.5, end=5.0,
+        bytes_orig=1000, bytes_resp=5000, bytes_acked=1001, bytes_received=5001, total_retrans=4, state="CLOSED",
+    )  # fmt: skip
+    store_batch([summary])
+    conn = Connection.objects.get()
+    assert (conn.bytes_orig, conn.bytes_resp, conn.bytes_acked, conn.bytes_received) == (1000, 5000, 1001, 5001)
+    assert (conn.retransmits, conn.first_seen, conn.last_seen, conn.state, conn.closed) == (4, 0.5, 5.0, "CLOSED", True)
+
+
+def test_task_context_attribution_replaces_softirq_attribution() -> None:
+    store_batch([state(1, 1.0, "SYN_RECEIVED", "ESTABLISHED", pid=0, comm="swapper/0", ctx="softirq")])
+    store_batch([state(2, 2.0, "ESTABLISHED", "CLOSE_WAIT", pid=321, tgid=321, comm="nginx", uid=33, ctx="task")])
+    store_batch([state(3, 3.0, "CLOSE_WAIT", "LAST_ACK", pid=0, comm="swapper/1", ctx="softirq")])
+    conn = Connection.objects.get()
+    assert (conn.pid, conn.comm, conn.uid) == (321, "nginx", 33)
+
+
+def test_records_of_other_kinds_and_without_a_uuid_make_no_connection() -> None:
+    drop = r.SkbDrop(**env(1, 1.0), provider="skb", probe="m-free", drop_reason=2, drop_reason_str="NO_SOCKET")
+    no_uuid = r.TcpStateChange(**{**env(2, 1.0), "conn_uuid": None}, provider="tcp", probe="state-change",
+                               prev_state="CLOSED", state="SYN_SENT")  # fmt: skip
+    store_batch([drop, no_uuid])
+    assert Connection.objects.count() == 0

@@ -1,0 +1,107 @@
+"""Imported captures: `nettrail analyze FILE --store` and the /captures/upload/ page store under the capture's name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from api_cast import get_json
+from django.test import Client, override_settings
+from scapy.layers.inet import IP, TCP
+from scapy.utils import wrpcap
+
+from collector.cli import main
+from webapp.traces.models import Connection, ConnectionSummary, Host
+
+pytest_plugins = ["api_cast"]
+pytestmark = pytest.mark.django_db
+
+
+def write_capture(path: Path) -> Path:
+    """Two TCP connections: a clean exchange 10.1.0.1:40000 -> 10.1.0.2:80, and one refused with a RST."""
+    c, s = IP(src="10.1.0.1", dst="10.1.0.2"), IP(src="10.1.0.2", dst="10.1.0.1")
+    packets = [
+        c / TCP(sport=40000, dport=80, flags="S", seq=100),
+        s / TCP(sport=80, dport=40000, flags="SA", seq=500, ack=101),
+        c / TCP(sport=40000, dport=80, flags="A", seq=101, ack=501),
+        c / TCP(sport=40000, dport=80, flags="PA", seq=101, ack=501) / b"GET / HTTP/1.0\r\n\r\n",
+        s / TCP(sport=80, dport=40000, flags="A", seq=501, ack=119),
+        c / TCP(sport=40000, dport=80, flags="FA", seq=119, ack=501),
+        s / TCP(sport=80, dport=40000, flags="FA", seq=501, ack=120),
+        c / TCP(sport=40000, dport=80, flags="A", seq=120, ack=502),
+        c / TCP(sport=40001, dport=81, flags="S", seq=900),
+        s / TCP(sport=81, dport=40001, flags="RA", seq=0, ack=901),
+    ]
+    for i, p in enumerate(packets):
+        p.time = 1_700_000_000 + i * 0.01
+    wrpcap(str(path), packets)
+    return path
+
+
+def test_analyze_store_keeps_the_connections_under_a_host_named_after_the_capture(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capture = write_capture(tmp_path / "web.pcap")
+    assert main(["analyze", str(capture), "--store", "--libxo", "json"]) == 0
+    assert Host.objects.filter(name="web.pcap").count() == 1
+    conns = Connection.objects.filter(host_id="web.pcap").order_by("sport")
+    assert [(c.src, c.sport, c.dst, c.dport, c.proto) for c in conns] == [
+        ("10.1.0.1", 40000, "10.1.0.2", 80, "tcp"),
+        ("10.1.0.1", 40001, "10.1.0.2", 81, "tcp"),
+    ]
+    assert sorted(ConnectionSummary.objects.filter(host_id="web.pcap").values_list("conn_state", flat=True)) == [
+        "REJ",
+        "SF",
+    ]
+    first = capsys.readouterr().err
+    assert "under host 'web.pcap'" in first
+    assert main(["analyze", str(capture), "--store", "--libxo", "json"]) == 0
+    assert "stored 0 records" in capsys.readouterr().err  # the same capture again: nothing twice
+    assert ConnectionSummary.objects.filter(host_id="web.pcap").count() == 2
+
+
+def test_analyze_server_without_a_token_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capture = write_capture(tmp_path / "x.pcap")
+    assert main(["analyze", str(capture), "--server", "http://127.0.0.1:9", "--libxo", "json"]) == 2
+    assert "--server needs --token" in capsys.readouterr().err
+
+
+def test_the_upload_page_analyses_and_stores_an_uploaded_capture(viewer_client: Client, tmp_path: Path) -> None:
+    page = viewer_client.get("/captures/upload/")
+    assert page.status_code == 200 and b'name="csrfmiddlewaretoken"' in page.content
+    capture = write_capture(tmp_path / "lab-upload.pcap")
+    with capture.open("rb") as f:
+        answer = viewer_client.post("/captures/upload/", {"capture": f})
+    assert answer.status_code == 200
+    assert b"under host\n      <strong>lab-upload.pcap</strong>" in answer.content
+    body = get_json(viewer_client, "/api/connections", host="lab-upload.pcap")
+    assert [c["dport"] for c in body["connections"]] == [81, 80]
+
+
+@override_settings(NETTRAIL_UPLOAD_MAX_BYTES=200)
+def test_an_upload_over_the_limit_is_refused_with_413(viewer_client: Client, tmp_path: Path) -> None:
+    capture = write_capture(tmp_path / "big.pcap")
+    with capture.open("rb") as f:
+        answer = viewer_client.post("/captures/upload/", {"capture": f})
+    assert answer.status_code == 413
+    assert b"larger than the 200 bytes" in answer.content
+    assert not Host.objects.filter(name="big.pcap").exists()
+
+
+def test_a_file_that_is_not_a_capture_is_a_400_naming_it(viewer_client: Client, tmp_path: Path) -> None:
+    junk = tmp_path / "notes.pcap"
+    junk.write_bytes(b"this is not a capture file at all" * 4)
+    with junk.open("rb") as f:
+        answer = viewer_client.post("/captures/upload/", {"capture": f})
+    assert answer.status_code == 400
+    assert b"notes.pcap: not a capture nettrail can read" in answer.content
+
+
+def test_the_upload_needs_a_login_and_a_csrf_token(client: Client, tmp_path: Path) -> None:
+    assert client.get("/captures/upload/").status_code == 302
+    csrf_client = Client(enforce_csrf_checks=True)
+    from django.contrib.auth import get_user_model
+
+    csrf_client.force_login(get_user_model().objects.create_user("u2", password="pw-not-used-1"))
+    with write_capture(tmp_path / "c.pcap").open("rb") as f:
+        assert csrf_client.post("/captures/upload/", {"capture": f}).status_code == 403

@@ -61,7 +61,8 @@ class PcapWriter:
     def __init__(self, out: BinaryIO, link_type: int | None = None) -> None:
         self.out = out
         self.stats = PcapStats(link_type=link_type)
-        self._last: tuple[str, int] | None = None
+        self._key: tuple[int, int] | None = None
+        self._idents: set[tuple[str, str]] = set()
         if link_type is not None:
             out.write(global_header(link_type))
 
@@ -71,18 +72,30 @@ class PcapWriter:
         if data is None:
             self.stats.without_bytes += 1
             return False
-        frame = getattr(record, "frame", None)
-        ident = (record.boot_id, frame) if frame is not None else None
-        if ident is not None and ident == self._last:
+        if self._seen_frame(record):
             self.stats.duplicates += 1
             return False
-        self._last = ident
         self._check_link(record)
         original = max(getattr(record, "wire_length", None) or len(data), len(data))
         self.out.write(packet_header(record.ts_wall, len(data), original))
         self.out.write(data)
         self.stats.written += 1
         return True
+
+    def _seen_frame(self, record: Record) -> bool:
+        """True for a second record of one frame. Copies share (ts_ns, frame), so in capture
+        order they are neighbours: only the frames of the current timestamp are remembered."""
+        frame = getattr(record, "frame", None)
+        if frame is None:
+            return False
+        key = (record.ts_ns, frame)
+        if key != self._key:
+            self._key, self._idents = key, set()
+        ident = (record.host_id, record.boot_id)
+        if ident in self._idents:
+            return True
+        self._idents.add(ident)
+        return False
 
     def _check_link(self, record: Record) -> None:
         link = getattr(record, "link_type", None) or LINKTYPE_ETHERNET

@@ -1,0 +1,52 @@
+"""Keep captured frame bytes on packet records, so stored captures can be exported as pcap.
+
+The capture pipeline builds packet records from a batch of frames; `with_frame_bytes`
+copies each frame's captured bytes and link type from that batch onto the ip_packet,
+udp_datagram and tcp_segment records it yielded (matched by frame number). Used by
+`nettrail analyze --keep-bytes` (and its --store path).
+Keep in sync with: collector/sources/pcap.py (Batch), collector/export/pcap.py,
+the frame_bytes/link_type fields in translators/records.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from collector.export.pcap import PACKET_KINDS
+from translators.records import Record
+
+
+def frame_of(batch: Any, frame: int) -> tuple[bytes, int]:
+    """(captured bytes, link type) of a frame number inside `batch` (collector.sources.pcap.Batch)."""
+    j = frame - batch.first_frame
+    if not 0 <= j < len(batch):
+        raise IndexError(f"frame {frame} is not in the batch starting at frame {batch.first_frame}")
+    start = int(batch.data_off[j])
+    return bytes(batch.buf[start : start + int(batch.caplen[j])]), int(batch.linktype[j])
+
+
+def with_frame_bytes(records: Iterable[Record], batch: Any) -> Iterator[Record]:
+    """Yields the records, packet records with frame_bytes and link_type set from the batch."""
+    for rec in records:
+        frame = getattr(rec, "frame", None)
+        if rec.kind in PACKET_KINDS and frame is not None:
+            data, link = frame_of(batch, frame)
+            rec.frame_bytes = data  # type: ignore[attr-defined]
+            rec.link_type = link  # type: ignore[attr-defined]
+        yield rec
+
+
+def capture_records_with_bytes(path: str, name: str) -> Iterator[Record]:
+    """Every record of `nettrail analyze --packets` over a capture, packet records with their bytes."""
+    from collector.analysis.capture_flows import CapturePipeline
+    from collector.commands.analyze import capture_id
+    from collector.sources.pcap import CaptureReader
+    from translators.packet import decode_batch
+
+    pipeline = CapturePipeline(name, capture_id(path), packets=True)
+    with CaptureReader(path) as reader:
+        for batch in reader.batches():
+            yield from with_frame_bytes(pipeline.feed(decode_batch(batch, want_options=True)), batch)
+    yield from pipeline.connections()
+    yield from pipeline.alerts()

@@ -1,0 +1,68 @@
+"""A captured connection, analysed with its bytes kept and stored, exported as pcap again
+(CLI and endpoint): tshark sees the same frames and flow as in the original capture."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+from loopback_capture import capture_connections, need_tools, tshark_conversations
+
+from collector.cli import main
+from collector.export.frames import capture_records_with_bytes
+from webapp.traces.models import Connection, Host, IpPacket, TcpSegment
+from webapp.traces.store import store_batch
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    need_tools()
+    path = tmp_path_factory.mktemp("stored") / "lo.pcap"
+    capture_connections(path, [2000, 12000])
+    return path
+
+
+def store_capture(path: Path) -> None:
+    Host.objects.create(name=path.name)
+    records = capture_records_with_bytes(str(path), path.name)
+    while chunk := list(itertools.islice(records, 500)):
+        store_batch(chunk)
+
+
+def second_connection() -> Connection:
+    return Connection.objects.order_by("first_seen")[1]
+
+
+def test_the_exported_connection_has_the_captured_frames_and_flow(capture: Path, tmp_path: Path, db: None) -> None:
+    store_capture(capture)
+    conn = second_connection()
+    original = tshark_conversations(capture)
+    assert len(original) == 2
+    stored = TcpSegment.objects.filter(conn_uuid=conn.conn_uuid)
+    assert stored.count() == stored.filter(frame_bytes__isnull=False).count() > 0
+    assert IpPacket.objects.filter(conn_uuid=conn.conn_uuid).count() == stored.count()  # one frame, two records
+    out = tmp_path / "conn.pcap"
+    assert main(["report", "--connection", conn.conn_uuid, "--pcap", "-o", str(out)]) == 0
+    ((ends, frames),) = tshark_conversations(out).items()
+    assert ends[1] == f"127.0.0.1:{conn.dport}" or ends[0] == f"127.0.0.1:{conn.dport}"
+    assert frames == original[ends] == stored.count()
+
+
+def test_the_pcap_download_streams_the_same_frames(capture: Path, tmp_path: Path, db: None) -> None:
+    store_capture(capture)
+    conn = second_connection()
+    client = Client()
+    url = f"/api/connections/{conn.conn_uuid}/export?format=pcap"
+    assert client.get(url).status_code == 401
+    client.force_login(get_user_model().objects.create_user("viewer"))
+    resp = client.get(url)
+    assert resp.status_code == 200 and resp["Content-Type"] == "application/vnd.tcpdump.pcap"
+    out = tmp_path / "download.pcap"
+    out.write_bytes(b"".join(resp.streaming_content))
+    ((ends, frames),) = tshark_conversations(out).items()
+    assert frames == tshark_conversations(capture)[ends]

@@ -33,14 +33,16 @@ class StoreTotals:
     duplicates: int = 0
 
 
-def capture_records(path: str, name: str | None = None, packets: bool = False) -> Iterator[Record]:
+def capture_records(
+    path: str, name: str | None = None, packets: bool = False, compat: str = "upstream"
+) -> Iterator[Record]:
     """Every record `nettrail analyze` derives from a capture file; raises CaptureError/OSError."""
     from collector.analysis.capture_flows import CapturePipeline
     from collector.commands.analyze import capture_id
     from collector.sources.pcap import CaptureReader
     from translators.packet import decode_batch
 
-    pipeline = CapturePipeline(name or os.path.basename(path), capture_id(path), packets=packets)
+    pipeline = CapturePipeline(name or os.path.basename(path), capture_id(path), packets=packets, compat=compat)
     with CaptureReader(path) as reader:
         for batch in reader.batches():
             yield from pipeline.feed(decode_batch(batch, want_options=packets))
@@ -106,13 +108,18 @@ def ship(args: argparse.Namespace) -> int:
 
         setup_django()
         migrate()
-        totals = store_records(capture_records(args.file, name, packets), name)
+        totals = store_records(capture_records(args.file, name, packets, _compat(args)), name)
         print(
             f"nettrail: analyze: stored {totals.stored} records ({totals.duplicates} already there) under host {name!r}",
             file=sys.stderr,
         )
         return 0
     return _send(args, name, packets)
+
+
+def _compat(args: argparse.Namespace) -> str:
+    """The TCP-analysis flavour `analyze --wireshark` chose, so stored flags match the printed ones."""
+    return str(getattr(args, "wireshark", None) or "upstream")
 
 
 def default_spool_dir() -> str:
@@ -126,7 +133,7 @@ def _send(args: argparse.Namespace, name: str, packets: bool) -> int:
     spool = args.spool or default_spool_dir()
     sink = HttpSink(args.server, args.token, spool)
     count = 0
-    for rec in capture_records(args.file, name, packets):
+    for rec in capture_records(args.file, name, packets, _compat(args)):
         sink.write([rec])
         count += 1
     sink.close(timeout=30.0)

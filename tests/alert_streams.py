@@ -59,7 +59,9 @@ class Stream:
     def flow(self, src: str = "10.0.0.1", sport: int | None = None, dst: str = "10.0.0.2", dport: int = 80,
              pid: int | None = 4242, comm: str | None = "client") -> Flow:  # fmt: skip
         self.cookie += 1
-        return Flow(src, sport if sport is not None else 30000 + self.cookie % 30000, dst, dport, self.cookie, pid, comm)
+        return Flow(
+            src, sport if sport is not None else 30000 + self.cookie % 30000, dst, dport, self.cookie, pid, comm
+        )
 
     def advance(self, dt: float) -> None:
         self.t += dt

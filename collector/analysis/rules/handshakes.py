@@ -271,7 +271,7 @@ class ConnectFailures(Rule):
             if len(svc.evidence) < 32:
                 svc.evidence.append(rec.seq)
         resolved = svc.resolved.total(t)
-        if resolved < self.num("min_attempts") or out == "success":
+        if resolved < self.num("min_attempts") or not svc.evidence:
             return
         counts = {k: int(v.total(t)) for k, v in svc.outcomes.items()}
         failed = sum(counts.values())
@@ -289,5 +289,5 @@ class ConnectFailures(Rule):
         sev = "critical" if share > self.num("critical_share") else "warning"
         self.fire(
             "connect-failures", ("service", dst, dport), now=t, severity=sev, subject=subject, message=message,
-            clear_after=2 * w, metric=share, evidence=svc.evidence,
+            clear_after=2 * w, metric=share, evidence=svc.evidence, bump=out != "success",
         )  # fmt: skip

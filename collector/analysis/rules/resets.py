@@ -70,7 +70,10 @@ class ResetStorm(Rule):
     def feed(self, rec: Record) -> None:
         if isinstance(rec, TcpStateChange):
             if rec.prev_state == "CLOSED" and rec.state == "SYN_SENT":
-                self._dest(rec, rec.dst, rec.dport).attempts.add(rec.ts_wall)
+                d = self._dest(rec, rec.dst, rec.dport)
+                d.attempts.add(rec.ts_wall)
+                if d.evidence:  # resets already seen: the share may now be judged
+                    self._check_dest(rec, d, bump=False)
         elif isinstance(rec, TcpReset):
             if rec.sender == "local":
                 self._local(rec)
@@ -114,6 +117,9 @@ class ResetStorm(Rule):
         (d.refused if rec.state == "SYN_SENT" else d.aborted).add(rec.ts_wall)
         if len(d.evidence) < 32:
             d.evidence.append(rec.seq)
+        self._check_dest(rec, d, bump=True)
+
+    def _check_dest(self, rec: TcpReset | TcpStateChange, d: _Dest, bump: bool) -> None:
         t = rec.ts_wall
         attempts = d.attempts.total(t)
         refused, aborted = d.refused.total(t), d.aborted.total(t)
@@ -133,5 +139,5 @@ class ResetStorm(Rule):
         )
         self.fire(
             "peer-share", ("dest", rec.dst, rec.dport), now=t, severity="warning", subject=subject,
-            message=message, clear_after=2 * self.peer_window, metric=share, evidence=d.evidence,
+            message=message, clear_after=2 * self.peer_window, metric=share, evidence=d.evidence, bump=bump,
         )  # fmt: skip

@@ -1,0 +1,150 @@
+"""K4 listen overflow, K5 receive-buffer pressure, K11 UDP drops, K13 peer zero window."""
+
+from __future__ import annotations
+
+from tests.alert_streams import Stream, engine, feed_all, only
+
+
+def test_it_warns_on_one_listen_overflow_and_turns_critical_when_it_persists_5_of_10_seconds():
+    s, e = Stream(), engine()
+    recs = []
+    for i in range(5):
+        recs.append(s.drop("TCP_LISTEN_OVERFLOW", "10.0.0.9", 50000 + i, "10.0.0.2", 8080))
+        s.advance(1.0)
+    alerts = only(feed_all(e, recs), "K4")
+    assert [(a.severity, a.count, a.metric) for a in alerts] == [("warning", 1, 1.0), ("critical", 5, 5.0)]
+    a = alerts[0]
+    assert (a.src, a.sport, a.dst, a.dport, a.proto) == (None, None, "10.0.0.2", 8080, "tcp")
+    assert alerts[1].evidence == [r.seq for r in recs]
+    assert "The listener 10.0.0.2:8080 dropped 1 connection attempts" in a.message
+
+
+def test_it_reads_listen_overflow_from_exact_drop_counts():
+    s, e = Stream(), engine()
+    recs = [s.drop_count("TCP_LISTEN_OVERFLOW", 0, 0)]
+    s.advance(1)
+    recs.append(s.drop_count("TCP_LISTEN_OVERFLOW", 3, 3))
+    alerts = only(feed_all(e, recs), "K4")
+    assert [(a.severity, a.metric, a.dst) for a in alerts] == [("warning", 3.0, None)]
+
+
+def test_it_warns_on_a_zero_window_drop_on_a_tcp_flow():
+    s, e = Stream(), engine()
+    d = s.drop("TCP_ZEROWINDOW", "10.0.0.9", 5001, "10.0.0.2", 7000)
+    alerts = only(feed_all(e, [d]), "K5")
+    assert [(a.condition, a.severity, a.evidence) for a in alerts] == [("tcp-zerowindow", "warning", [d.seq])]
+    assert "thrown away" in alerts[0].message
+
+
+def test_it_warns_when_this_host_advertises_a_zero_window_for_a_second():
+    s, e = Stream(), engine()
+    f = s.flow(pid=99, comm="slowreader")
+    recs = [s.state(f, "SYN_RECEIVED", "ESTABLISHED"), s.siftr(f, rcv_wnd=65535, snd_wnd=65535)]
+    zero = []
+    for _ in range(5):  # zero-window probes arriving 0.3 s apart: zero from 0.3 s to 1.5 s
+        s.advance(0.3)
+        r = s.siftr(f, rcv_wnd=0, snd_wnd=65535)
+        recs.append(r)
+        zero.append(r.seq)
+    alerts = only(feed_all(e, recs), "K5")
+    assert len(alerts) == 1
+    a = alerts[0]
+    assert (a.condition, a.severity, a.comm, a.pid, a.dport) == ("zero-window", "warning", "slowreader", 99, f.dport)
+    assert a.evidence == zero  # the fifth zero sample, 1.2 s after the first, fired it
+    assert a.metric is not None and 1.19 < a.metric < 1.21
+
+
+def test_it_fires_the_zero_window_from_the_sweep_when_no_more_samples_arrive():
+    s, e = Stream(), engine()
+    f = s.flow()
+    r = s.siftr(f, rcv_wnd=0)
+    assert e.feed(r) == []
+    assert e.tick(s.t + 0.5) == []
+    alerts = e.tick(s.t + 1.2)
+    assert [(a.rule_id, a.condition) for a in alerts] == [("K5", "zero-window")]
+
+
+def test_it_stays_quiet_when_the_window_reopens_within_a_second():
+    s, e = Stream(), engine()
+    f = s.flow()
+    recs = [s.siftr(f, rcv_wnd=0)]
+    s.advance(0.6)
+    recs.append(s.siftr(f, rcv_wnd=4096))
+    s.advance(3)
+    recs.append(s.siftr(f, rcv_wnd=4096))
+    assert only(feed_all(e, recs), "K5") == [] and e.tick(s.t + 10) == []
+
+
+def test_it_calls_tcp_memory_pressure_critical_for_the_whole_host():
+    s, e = Stream(), engine()
+    ev = s.sock("sock-exceed-buf-limit", "tcp", "10.0.0.2", 80)
+    alerts = only(feed_all(e, [ev]), "K5")
+    assert [(a.condition, a.severity, a.src, a.conn_uuid) for a in alerts] == [("proto-mem", "critical", None, None)]
+
+
+def test_it_warns_on_a_peer_zero_window_held_for_a_second():
+    s, e = Stream(), engine()
+    f = s.flow()
+    recs = []
+    for _ in range(6):
+        recs.append(s.siftr(f, snd_wnd=0, rcv_wnd=65535))
+        s.advance(0.25)
+    alerts = only(feed_all(e, recs), "K13")
+    assert [(a.condition, a.severity, a.dst, a.dport) for a in alerts] == [("zero-window", "warning", f.dst, f.dport)]
+    assert a_message_names_peer(alerts[0].message, f.dst, f.dport)
+    assert only(feed_all(e, recs), "K5") == []  # our own window was open all along
+
+
+def a_message_names_peer(message: str, dst: str, dport: int) -> bool:
+    return f"The peer {dst}:{dport} has advertised a zero window" in message
+
+
+def test_it_counts_a_udp_datagram_dropped_at_the_socket_once_even_with_two_records():
+    s, e = Stream(), engine()
+    recs = [s.udp("10.0.0.9", 5000, "10.0.0.2", 5353) for _ in range(9995)]
+    drops = []
+    for _ in range(5):  # 0.05 %: below the 0.1 % threshold and the 100/s rate
+        drops.append(s.drop("SOCKET_RCVBUFF", "10.0.0.9", 5000, "10.0.0.2", 5353, l4="udp"))
+        drops.append(s.sock("udp-fail-queue", "udp", "10.0.0.2", 5353, rc=-12))
+    assert only(feed_all(e, recs + drops), "K11") == []
+    more = []
+    for _ in range(10):  # now 15 of 10,010: 0.15 %
+        more.append(s.drop("SOCKET_RCVBUFF", "10.0.0.9", 5000, "10.0.0.2", 5353, l4="udp"))
+        more.append(s.sock("udp-fail-queue", "udp", "10.0.0.2", 5353, rc=-12))
+    alerts = only(feed_all(e, more), "K11")
+    assert len(alerts) == 1
+    a = alerts[0]
+    assert (a.condition, a.severity, a.src, a.sport, a.proto) == ("rcvbuf", "warning", "10.0.0.2", 5353, "udp")
+    assert a.metric == 11 / 10006  # the 11th drop crossed 0.1 %
+    assert "dropped 11 datagrams" in a.message
+
+
+def test_it_warns_on_udp_rcvbuf_drops_with_nothing_received():
+    s, e = Stream(), engine()
+    d = s.drop("SOCKET_RCVBUFF", "10.0.0.9", 5000, "10.0.0.2", 9999, l4="udp")
+    alerts = only(feed_all(e, [d]), "K11")
+    assert [(a.metric, a.evidence) for a in alerts] == [(1.0, [d.seq])]
+
+
+def test_it_notices_over_100_no_socket_udp_datagrams_a_minute_to_one_port():
+    s, e = Stream(), engine()
+    recs = []
+    for _ in range(101):
+        s.advance(0.5)
+        recs.append(s.drop("NO_SOCKET", "10.0.0.9", 5000, "10.0.0.2", 161, l4="udp"))
+    alerts = only(feed_all(e, recs), "K11", "no-socket")
+    assert [(a.severity, a.dst, a.dport, a.metric) for a in alerts] == [("notice", "10.0.0.2", 161, 101.0)]
+
+
+def test_it_notices_udp_checksum_failures_from_one_source():
+    s, e = Stream(), engine()
+    recs = [s.drop("UDP_CSUM", "10.0.0.66", 5000, "10.0.0.2", 53, l4="udp") for _ in range(11)]
+    alerts = only(feed_all(e, recs), "K11", "checksum")
+    assert [(a.severity, a.src, a.metric) for a in alerts] == [("notice", "10.0.0.66", 11.0)]
+
+
+def test_it_calls_udp_memory_pressure_critical():
+    s, e = Stream(), engine()
+    ev = s.sock("udp-fail-queue", "udp", "10.0.0.2", 53, rc=-105)
+    alerts = only(feed_all(e, [ev]), "K11")
+    assert [(a.condition, a.severity, a.proto) for a in alerts] == [("proto-mem", "critical", "udp")]

@@ -1,0 +1,82 @@
+"""K12: bursts of skb drop reasons not owned by a more specific rule."""
+
+from __future__ import annotations
+
+from tests.alert_streams import Stream, engine, feed_all, only
+
+
+def test_it_notices_netfilter_drops_per_flow():
+    s, e = Stream(), engine()
+    d = s.drop("NETFILTER_DROP", "10.0.0.1", 40000, "10.0.0.2", 22, drop_location="nft_do_chain+0x4b")
+    alerts = only(feed_all(e, [d]), "K12")
+    assert len(alerts) == 1
+    a = alerts[0]
+    assert (a.condition, a.severity, a.src, a.sport, a.dst, a.dport, a.proto) == (
+        "netfilter_drop",
+        "notice",
+        "10.0.0.1",
+        40000,
+        "10.0.0.2",
+        22,
+        "tcp",
+    )
+    assert "dropped with reason NETFILTER_DROP at nft_do_chain+0x4b" in a.message and "firewall" in a.message
+
+
+def test_it_warns_on_qdisc_drops_above_100_per_second_for_10_seconds():
+    s, e = Stream(), engine()
+    recs = []
+    for sec in range(12):
+        for i in range(101):
+            s.t = 1_700_000_000.0 + sec + i / 101
+            recs.append(s.drop("QDISC_DROP", "10.0.0.1", 40000, "10.0.0.2", 80))
+    alerts = only(feed_all(e, recs), "K12")
+    assert len(alerts) == 1
+    assert (alerts[0].severity, alerts[0].condition, alerts[0].src, alerts[0].ts_wall) == (
+        "warning",
+        "qdisc_drop",
+        None,
+        1_700_000_010.0,
+    )
+
+
+def test_it_does_not_warn_on_a_short_or_light_qdisc_drop_rate():
+    s, e = Stream(), engine()
+    recs = []
+    for sec in range(30):
+        for i in range(60 if sec % 2 else 150):  # bursts over 100/s, never 10 s in a row
+            s.t = 1_700_000_000.0 + sec + i / 150
+            recs.append(s.drop("QDISC_DROP", "10.0.0.1", 40000, "10.0.0.2", 80))
+    assert only(feed_all(e, recs), "K12") == []
+
+
+def test_it_notices_a_burst_of_any_other_reason_and_ignores_background_reasons():
+    s, e = Stream(), engine()
+    recs = [s.drop("IP_INHDR", "10.0.0.1", None, "10.0.0.2", None, l4=None) for _ in range(100)]
+    recs += [s.drop("SOCKET_CLOSE", "10.0.0.1", 1, "10.0.0.2", 2) for _ in range(5000)]
+    recs += [s.drop("NOT_SPECIFIED", "10.0.0.1", 1, "10.0.0.2", 2) for _ in range(5000)]
+    alerts = only(feed_all(e, recs), "K12")
+    assert [(a.condition, a.severity, a.metric) for a in alerts] == [("ip_inhdr", "notice", 100.0)]
+
+
+def test_it_leaves_reasons_owned_by_other_rules_to_them():
+    s, e = Stream(), engine()
+    recs = [s.drop("TCP_LISTEN_OVERFLOW", "10.0.0.1", 1, "10.0.0.2", 80) for _ in range(200)]
+    alerts = feed_all(e, recs)
+    assert {a.rule_id for a in alerts} == {"K4"}
+
+
+def test_it_prefers_exact_drop_counts_over_rate_limited_events():
+    s, e = Stream(), engine()
+    recs = [s.drop("IP_INHDR", "10.0.0.1", None, "10.0.0.2", None, l4=None) for _ in range(10)]
+    recs.append(s.drop_count("IP_INHDR", 120, 120))  # the kernel map saw 120, events were sampled
+    alerts = only(feed_all(e, recs), "K12")
+    assert [(a.condition, a.metric) for a in alerts] == [("ip_inhdr", 120.0)]
+
+
+def test_it_warns_on_repeated_reachability_drops_and_md5_failures():
+    s, e = Stream(), engine()
+    recs = [s.drop("NEIGH_FAILED", "10.0.0.1", None, "10.0.0.99", None, l4=None) for _ in range(3)]
+    recs.append(s.drop("TCP_MD5FAILURE", "10.0.0.7", 179, "10.0.0.2", 33000))
+    alerts = only(feed_all(e, recs), "K12")
+    assert [(a.condition, a.severity) for a in alerts] == [("neigh_failed", "warning"), ("tcp_md5failure", "warning")]

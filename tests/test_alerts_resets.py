@@ -1,0 +1,83 @@
+"""K3 reset storms (volume and peer share) with who sent them, on record streams."""
+
+from __future__ import annotations
+
+from tests.alert_streams import Flow, Stream, engine, feed_all, only
+
+
+def closed_port_resets(s: Stream, n: int, dt: float = 1.0):
+    """The kernel answers n SYNs to local port 9 with RSTs (no socket, no owner)."""
+    recs = []
+    for i in range(n):
+        s.advance(dt)
+        f = Flow("10.0.0.2", 9, "10.0.0.7", 50000 + i, 0, None, None)
+        recs.append(s.reset(f, "local", None, flow_overrides={"conn_uuid": None, "sock_cookie": None}))
+    return recs
+
+
+def test_it_warns_when_a_closed_port_makes_the_kernel_send_over_10_resets_a_minute():
+    s, e = Stream(), engine()
+    recs = closed_port_resets(s, 11)
+    alerts = only(feed_all(e, recs), "K3")
+    assert len(alerts) == 1
+    a = alerts[0]
+    assert (a.condition, a.severity, a.count, a.metric) == ("volume", "warning", 1, 11.0)
+    assert (a.src, a.sport, a.dst, a.dport, a.pid, a.conn_uuid) == ("10.0.0.2", 9, None, None, None, None)
+    assert a.evidence == [r.seq for r in recs]
+    assert "the kernel on local 10.0.0.2:9" in a.message
+    assert "11 replies to segments for a closed port (no listener)" in a.message
+
+
+def test_it_names_the_process_that_aborts_connections_with_resets():
+    s, e = Stream(), engine()
+    recs = []
+    for _ in range(12):
+        f = s.flow(pid=777, comm="proxy")
+        s.advance(0.5)
+        recs.append(s.state(f, "SYN_RECEIVED", "ESTABLISHED"))  # teaches the owner of the socket
+        recs.append(s.reset(f, "local", "ESTABLISHED", active=True))
+    alerts = only(feed_all(e, recs), "K3", "volume")
+    assert [(a.severity, a.pid, a.comm, a.metric) for a in alerts] == [("warning", 777, "proxy", 11.0)]
+    assert "proxy (pid 777)" in alerts[0].message
+    assert "11 active resets" in alerts[0].message
+
+
+def test_it_stays_quiet_at_10_resets_a_minute():
+    s, e = Stream(), engine()
+    quiet = closed_port_resets(s, 30, dt=6.5)  # never more than 10 within any 60 s
+    assert only(feed_all(e, quiet), "K3") == []
+
+
+def test_it_warns_when_peers_refuse_over_5_percent_of_new_connections_to_a_service():
+    s, e = Stream(), engine()
+    recs = []
+    refused = []
+    for i in range(20):
+        f = s.flow(dst="10.0.0.5", dport=5432)
+        s.advance(1.0)
+        recs.append(s.state(f, "CLOSED", "SYN_SENT"))
+        if i in (7, 15):
+            r = s.reset(f, "peer", "SYN_SENT")
+            recs += [r, s.state(f, "SYN_SENT", "CLOSED")]
+            refused.append(r.seq)
+        else:
+            recs.append(s.state(f, "SYN_SENT", "ESTABLISHED"))
+    alerts = only(feed_all(e, recs), "K3", "peer-share")
+    assert len(alerts) == 1
+    a = alerts[0]
+    assert (a.severity, a.src, a.dst, a.dport, a.metric) == ("warning", None, "10.0.0.5", 5432, 2 / 20)
+    assert a.evidence == refused
+    assert "reset 2 of 20 new connections (10%)" in a.message and "2 refused during the handshake" in a.message
+
+
+def test_it_accepts_one_peer_reset_in_twenty_connections():
+    s, e = Stream(), engine()
+    recs = []
+    for i in range(20):
+        f = s.flow(dst="10.0.0.5", dport=5432)
+        s.advance(1.0)
+        recs.append(s.state(f, "CLOSED", "SYN_SENT"))
+        recs.append(s.state(f, "SYN_SENT", "ESTABLISHED"))
+        if i == 3:
+            recs.append(s.reset(f, "peer", "ESTABLISHED"))
+    assert only(feed_all(e, recs), "K3") == []

@@ -1,0 +1,129 @@
+"""K8 stuck handshakes and K10 CLOSE_WAIT / FIN_WAIT_2 / TIME_WAIT, with the engine's sweeps."""
+
+from __future__ import annotations
+
+from tests.alert_streams import Flow, Stream, engine, feed_all, only
+
+
+def test_it_notices_a_socket_stuck_in_syn_sent_for_over_3_seconds():
+    s, e = Stream(), engine()
+    f = s.flow(dst="10.0.0.5", dport=443)
+    start = s.state(f, "CLOSED", "SYN_SENT")
+    assert e.feed(start) == []
+    assert e.tick(s.t + 2.9) == []
+    alerts = e.tick(s.t + 3.5)
+    assert len(alerts) == 1
+    a = alerts[0]
+    assert (a.rule_id, a.condition, a.severity, a.status, a.count) == ("K8", "syn-sent", "notice", "open", 1)
+    assert (a.conn_uuid, a.comm, a.dst, a.dport, a.evidence) == (f.uuid, "client", "10.0.0.5", 443, [start.seq])
+    assert e.tick(s.t + 8) == []  # still stuck: the same alert, no new emission
+    s.advance(9)
+    done = s.state(f, "SYN_SENT", "ESTABLISHED")
+    assert e.feed(done) == []
+    closed = e.tick(s.t + 20.5)
+    assert [(c.alert_id, c.status, c.count) for c in closed] == [(a.alert_id, "closed", 1)]
+
+
+def test_it_warns_when_over_20_sockets_wait_in_syn_sent_for_one_destination():
+    s, e = Stream(), engine()
+    recs = [s.state(s.flow(dst="10.0.0.5", dport=443), "CLOSED", "SYN_SENT") for _ in range(21)]
+    feed_all(e, recs)
+    alerts = e.tick(s.t + 4)
+    assert len(only(alerts, "K8", "syn-sent")) == 21
+    dest = only(alerts, "K8", "syn-sent-destination")
+    assert [(a.severity, a.dst, a.dport, a.metric, a.conn_uuid) for a in dest] == [
+        ("warning", "10.0.0.5", 443, 21.0, None)
+    ]
+
+
+def test_it_notices_a_connect_timeout_but_not_a_refusal():
+    s, e = Stream(), engine()
+    f, g = s.flow(), s.flow()
+    recs = [s.state(f, "CLOSED", "SYN_SENT"), s.state(g, "CLOSED", "SYN_SENT")]
+    s.advance(0.01)
+    recs += [s.reset(g, "peer", "SYN_SENT"), s.state(g, "SYN_SENT", "CLOSED")]
+    s.advance(2.0)
+    recs.append(s.state(f, "SYN_SENT", "CLOSED"))
+    alerts = only(feed_all(e, recs, tick_every=None), "K8")
+    assert [(a.condition, a.conn_uuid, a.severity) for a in alerts] == [("connect-timeout", f.uuid, "notice")]
+    assert "after 2.0 s without any answer" in alerts[0].message
+
+
+def test_it_warns_when_a_listener_retries_synacks_to_over_50_clients_that_never_finish():
+    s, e = Stream(), engine()
+    recs = []
+    for i in range(51):
+        s.advance(0.1)
+        recs.append(s.retrans(Flow("10.0.0.2", 80, "10.9.9.9", 1000 + i, 0, None, None), retrans_kind="synack"))
+    alerts = only(feed_all(e, recs), "K8", "server-half-open")
+    assert [(a.severity, a.src, a.sport, a.metric) for a in alerts] == [("warning", "10.0.0.2", 80, 51.0)]
+
+
+def close_wait(s: Stream, f: Flow):
+    return [s.state(f, "SYN_RECEIVED", "ESTABLISHED"), s.state(f, "ESTABLISHED", "CLOSE_WAIT")]
+
+
+def test_it_notices_a_socket_left_in_close_wait_beyond_60_seconds_at_the_10_second_sweep():
+    s, e = Stream(), engine()
+    f = s.flow(pid=31, comm="leaky")
+    recs = close_wait(s, f)
+    feed_all(e, recs)
+    assert e.tick(s.t + 1) == []  # first sweep; the next one is due 10 s later
+    assert e.tick(s.t + 59) == []  # sweeps; the next is due at +69
+    assert e.tick(s.t + 61) == []  # past 60 s but between sweeps
+    alerts = e.tick(s.t + 69)
+    assert [(a.rule_id, a.condition, a.severity, a.comm, a.evidence) for a in alerts] == [
+        ("K10", "close-wait", "notice", "leaky", [recs[1].seq])
+    ]
+    assert "leaky (pid 31) never called close()" in alerts[0].message
+
+
+def test_it_uses_the_configured_close_wait_timeout():
+    s, e = Stream(), engine(K10={"close_wait_s": 2, "sweep_s": 1})
+    f = s.flow()
+    feed_all(e, close_wait(s, f))
+    assert e.tick(s.t + 1.5) == []
+    alerts = e.tick(s.t + 2.5)
+    assert [(a.condition, a.thresholds["close_wait_s"]) for a in alerts] == [("close-wait", 2)]
+
+
+def test_it_does_not_flag_a_close_wait_that_ends_in_time():
+    s, e = Stream(), engine()
+    f = s.flow()
+    feed_all(e, close_wait(s, f))
+    e.tick(s.t + 1)
+    s.advance(50)
+    e.feed(s.state(f, "CLOSE_WAIT", "LAST_ACK"))
+    assert e.tick(s.t + 30) == [] and e.tick(s.t + 200) == []
+
+
+def test_it_warns_when_one_process_holds_over_50_close_wait_sockets():
+    s, e = Stream(), engine()
+    recs = []
+    for _ in range(51):
+        recs += close_wait(s, s.flow(pid=55, comm="leaky"))
+    feed_all(e, recs)
+    alerts = e.tick(s.t + 1)
+    assert [(a.condition, a.severity, a.pid, a.comm, a.metric) for a in alerts] == [
+        ("close-wait-process", "warning", 55, "leaky", 51.0)
+    ]
+
+
+def test_it_notices_fin_wait_2_beyond_120_seconds():
+    s, e = Stream(), engine()
+    f = s.flow()
+    feed_all(e, [s.state(f, "ESTABLISHED", "FIN_WAIT_1"), s.state(f, "FIN_WAIT_1", "FIN_WAIT_2")])
+    e.tick(s.t)
+    assert e.tick(s.t + 115) == []
+    alerts = e.tick(s.t + 125)
+    assert [(a.condition, a.severity, a.conn_uuid) for a in alerts] == [("fin-wait-2", "notice", f.uuid)]
+
+
+def test_it_warns_when_time_wait_sockets_toward_one_destination_near_the_port_range():
+    s, e = Stream(), engine(K10={"ephemeral_ports": 100})
+    recs = []
+    for _ in range(51):
+        s.advance(0.1)
+        recs.append(s.state(s.flow(dst="10.0.0.5", dport=80), "FIN_WAIT_2", "TIME_WAIT"))
+    alerts = only(feed_all(e, recs), "K10", "time-wait")
+    assert [(a.severity, a.dst, a.dport, a.metric) for a in alerts] == [("warning", "10.0.0.5", 80, 51.0)]

@@ -48,9 +48,10 @@ struct nt_config {
 	__u32 netns;            /* 0 = any; network namespace inode */
 	__u32 ppl;              /* SIFTR: one sample per ppl packets per flow (>= 1) */
 	__u32 providers;        /* NT_PROV_* bits */
+	__u32 exclude_tgid;     /* 0 = none; the collector itself, so it does not trace its own shipping */
 	__u16 port;             /* 0 = any; local or remote port */
 	__u8 addr_family;       /* 0 = any, 2 = AF_INET, 10 = AF_INET6 */
-	__u8 _pad[5];
+	__u8 _pad;
 	__u8 addr[NT_ADDR_LEN]; /* local or remote address (IPv4 in the first 4 bytes) */
 };
 

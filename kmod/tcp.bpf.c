@@ -95,20 +95,21 @@ struct {
 /* Task or softirq context? preempt_count is a per-CPU variable that is not in
  * kallsyms without CONFIG_KALLSYMS_ALL, so it cannot be read as a typed ksym.
  * Instead: x86-64 runs softirqs on the per-CPU IRQ stack (do_softirq_own_stack,
- * CONFIG_HAVE_SOFTIRQ_ON_OWN_STACK) and this program's frame lives on whatever
- * stack the kernel is using, so a frame outside the task's stack means softirq
- * (or hardirq). ksoftirqd runs softirqs on its own task stack: caught by name. */
-static __always_inline bool in_task(void)
+ * CONFIG_HAVE_SOFTIRQ_ON_OWN_STACK), and a tp_btf program's ctx is the argument
+ * array bpf_trace_runN() keeps on the kernel stack in use. (The program's own
+ * frame is no guide: since 6.14 tracing programs may run on a private per-CPU
+ * stack.) So ctx outside the task's stack means softirq (or hardirq). ksoftirqd
+ * runs softirqs on its own task stack: caught by name. */
+static __always_inline bool in_task(void *ctx)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
 	__u64 base = (__u64)BPF_CORE_READ(t, stack);
-	void *frame = &base;
+	void *args = ctx;
 	__u64 here = 0;
 	char comm[10];
 
-	/* copy the frame address out as a plain number (the verifier forbids math on fp) */
-	bpf_probe_read_kernel(&here, sizeof(here), &frame);
-
+	/* copy the address out as a plain number (the verifier forbids math on ctx) */
+	bpf_probe_read_kernel(&here, sizeof(here), &args);
 	if (here - base >= NT_THREAD_SIZE)
 		return false;
 	if (BPF_CORE_READ(t, flags) & PF_KTHREAD) {
@@ -120,7 +121,6 @@ static __always_inline bool in_task(void)
 	return true;
 }
 
-/* For pointers the verifier trusts (tracepoint arguments): assigns a cookie if needed. */
 static __always_inline __u64 cookie_of(const struct sock *sk)
 {
 	return sk ? bpf_get_socket_cookie((void *)sk) : 0;
@@ -213,14 +213,14 @@ static __always_inline void copy_owner(struct nt_header *h, const struct nt_owne
 
 /* Fill ts, cpu, ctx and attribution. In task context the current task is the
  * owner (and is recorded); elsewhere the owner map says who it is. */
-static __always_inline void attribute(struct nt_header *h, __u16 type)
+static __always_inline void attribute(struct nt_header *h, __u16 type, bool task)
 {
 	struct nt_owner *o;
 
 	h->type = type;
 	h->ts_ns = bpf_ktime_get_ns();
 	h->cpu = bpf_get_smp_processor_id();
-	if (in_task()) {
+	if (task) {
 		struct nt_owner cur = {};
 
 		h->ctx = NT_CTX_TASK;
@@ -251,6 +251,8 @@ static __always_inline bool addr_match(const __u8 *a)
 static __always_inline bool pass(const struct nt_header *h)
 {
 	if (cfg.tgid && h->tgid != cfg.tgid)
+		return false;
+	if (cfg.exclude_tgid && h->tgid == cfg.exclude_tgid && h->attribution != NT_ATTR_NONE)
 		return false;
 	if (cfg.cgroup_id && h->cgroup_id != cfg.cgroup_id)
 		return false;
@@ -283,14 +285,14 @@ static __always_inline struct nt_event *reserve(__u16 type)
 }
 
 /* Header on the stack, filters, then the slot: filtered events cost no ring space. */
-static __always_inline struct nt_event *start(struct nt_header *h, const struct sock *sk, __u16 type)
+static __always_inline struct nt_event *start(struct nt_header *h, const struct sock *sk, __u16 type, bool task)
 {
 	struct nt_event *e;
 
 	h->cookie = cookie_of(sk);
 	if (sk)
 		fill_flow(h, sk);
-	attribute(h, type);
+	attribute(h, type, task);
 	if (!pass(h))
 		return NULL;
 	e = reserve(type);
@@ -428,14 +430,14 @@ static __always_inline bool flow_count(__u64 cookie, bool out, __u32 payload, __
 	return true;
 }
 
-static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, const struct seg *g, __u8 dir)
+static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, const struct seg *g, __u8 dir, bool task)
 {
 	struct nt_header h = {};
 	struct nt_event *e;
 
 	h.cookie = cookie;
 	fill_flow(&h, sk);
-	attribute(&h, NT_EV_SIFTR);
+	attribute(&h, NT_EV_SIFTR, task);
 	if (!pass(&h))
 		return;
 	if (!flow_count(h.cookie, dir == 1, g->payload, h.ts_ns))
@@ -458,7 +460,7 @@ static __always_inline void flow_from_segment(struct nt_header *h, const struct 
 
 /* rx_skb: the segment to take the 4-tuple from when there is no socket (drop). */
 static __always_inline void debug_point(const struct sock *sk, __u64 cookie, const struct seg *g, __u8 dir,
-					 __u8 prureq, __u8 approx, __u32 reason, const struct sk_buff *rx_skb)
+					 __u8 prureq, __u8 approx, __u32 reason, const struct sk_buff *rx_skb, bool task)
 {
 	struct nt_header h = {};
 	struct nt_event *e;
@@ -468,7 +470,7 @@ static __always_inline void debug_point(const struct sock *sk, __u64 cookie, con
 		fill_flow(&h, sk);
 	else if (rx_skb)
 		flow_from_segment(&h, rx_skb);
-	attribute(&h, NT_EV_DEBUG);
+	attribute(&h, NT_EV_DEBUG, task);
 	if (!pass(&h) || !(e = reserve(NT_EV_DEBUG)))
 		return;
 	__builtin_memcpy(&e->hdr, &h, sizeof(h));
@@ -539,7 +541,7 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 {
 	struct nt_header h = {};
 	struct nt_event *e;
-	bool task;
+	bool task = in_task(ctx);
 
 	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
 		return 0;
@@ -547,8 +549,7 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	fill_flow(&h, sk);
 	if (oldstate == TCP_LISTEN && newstate == TCP_SYN_RECV)
 		child_inherit(h.cookie, h.netns, h.sport);
-	attribute(&h, NT_EV_STATE);
-	task = h.ctx == NT_CTX_TASK;
+	attribute(&h, NT_EV_STATE, task);
 	if (oldstate == TCP_CLOSE && newstate == TCP_LISTEN && task)
 		listener_note(sk, h.netns, h.sport, true);
 	else if (oldstate == TCP_LISTEN && newstate == TCP_CLOSE)
@@ -560,7 +561,7 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 		__u8 req = user_request(oldstate, newstate, &approx);
 
 		if (req != PRU_NONE && task)
-			debug_point(sk, h.cookie, NULL, NT_TA_USER, req, approx, 0, NULL);
+			debug_point(sk, h.cookie, NULL, NT_TA_USER, req, approx, 0, NULL, task);
 	}
 	if (!(cfg.providers & NT_PROV_TCP))
 		return 0;
@@ -581,7 +582,7 @@ int BPF_PROG(tcp_retransmit_skb, const struct sock *sk, const struct sk_buff *sk
 {
 	const struct tcp_skb_cb *cb = (const struct tcp_skb_cb *)&skb->cb[0];
 	struct nt_header h = {};
-	struct nt_event *e = start(&h, sk, NT_EV_RETRANSMIT);
+	struct nt_event *e = start(&h, sk, NT_EV_RETRANSMIT, in_task(ctx));
 
 	if (!e)
 		return 0;
@@ -601,7 +602,7 @@ SEC("tp_btf/tcp_retransmit_synack")
 int BPF_PROG(tcp_retransmit_synack, const struct sock *sk, const struct request_sock *req)
 {
 	struct nt_header h = {};
-	struct nt_event *e = start(&h, sk, NT_EV_RETRANSMIT);
+	struct nt_event *e = start(&h, sk, NT_EV_RETRANSMIT, in_task(ctx));
 
 	if (!e)
 		return 0;
@@ -668,13 +669,14 @@ int BPF_PROG(tcp_send_reset, const struct sock *sk, const struct sk_buff *skb, c
 {
 	struct nt_header h = {};
 	struct nt_event *e;
+	bool task = in_task(ctx);
 
 	h.cookie = cookie_of(sk);
 	if (sk)
 		fill_flow(&h, sk);
 	else if (skb)
 		flow_from_segment(&h, skb);
-	attribute(&h, NT_EV_RESET);
+	attribute(&h, NT_EV_RESET, task);
 	if (!pass(&h))
 		return 0;
 	e = reserve(NT_EV_RESET);
@@ -694,7 +696,7 @@ SEC("tp_btf/tcp_receive_reset")
 int BPF_PROG(tcp_receive_reset, struct sock *sk)
 {
 	struct nt_header h = {};
-	struct nt_event *e = start(&h, sk, NT_EV_RESET);
+	struct nt_event *e = start(&h, sk, NT_EV_RESET, in_task(ctx));
 
 	if (!e)
 		return 0;
@@ -712,7 +714,7 @@ int BPF_PROG(tcp_cong_state_set, struct sock *sk, const __u8 ca_state)
 {
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
 	struct nt_header h = {};
-	struct nt_event *e = start(&h, sk, NT_EV_CONG);
+	struct nt_event *e = start(&h, sk, NT_EV_CONG, in_task(ctx));
 
 	if (!e)
 		return 0;
@@ -747,10 +749,11 @@ int BPF_PROG(tcp_destroy_sock, struct sock *sk)
 	struct nt_event *e;
 	struct nt_owner *o;
 	struct nt_flow *f;
+	bool task = in_task(ctx);
 
 	h.cookie = cookie_of(sk);
 	fill_flow(&h, sk);
-	attribute(&h, NT_EV_DESTROY);
+	attribute(&h, NT_EV_DESTROY, task);
 	o = bpf_map_lookup_elem(&owners, &h.cookie);
 	if (pass(&h)) {
 		if (cfg.providers & NT_PROV_SIFTR) {
@@ -759,7 +762,7 @@ int BPF_PROG(tcp_destroy_sock, struct sock *sk)
 				emit_flow_final(&h, f);
 		}
 		if (cfg.providers & NT_PROV_TCPDEBUG)
-			debug_point(sk, h.cookie, NULL, NT_TA_USER, PRU_DETACH, 0, 0, NULL);
+			debug_point(sk, h.cookie, NULL, NT_TA_USER, PRU_DETACH, 0, 0, NULL, task);
 		if ((cfg.providers & NT_PROV_TCP) && (e = reserve(NT_EV_DESTROY))) {
 			__builtin_memcpy(&e->hdr, &h, sizeof(h));
 			e->destroy.bytes_acked = BPF_CORE_READ(tp, bytes_acked);
@@ -784,15 +787,16 @@ SEC("tp_btf/tcp_probe")
 int BPF_PROG(tcp_probe, struct sock *sk, const struct sk_buff *skb)
 {
 	struct seg g = {};
+	bool task = in_task(ctx);
 
 	/* tcp_rcv_established: skb->data is the TCP header */
 	read_tcphdr(&g, (const struct tcphdr *)BPF_CORE_READ(skb, data), BPF_CORE_READ(skb, len));
 	__u64 cookie = cookie_of(sk);
 
 	if (cfg.providers & NT_PROV_SIFTR)
-		siftr_packet(sk, cookie, &g, 0);
+		siftr_packet(sk, cookie, &g, 0, task);
 	if (cfg.providers & NT_PROV_TCPDEBUG)
-		debug_point(sk, cookie, &g, NT_TA_INPUT, PRU_NONE, 0, 0, NULL);
+		debug_point(sk, cookie, &g, NT_TA_INPUT, PRU_NONE, 0, 0, NULL, task);
 	return 0;
 }
 
@@ -809,6 +813,7 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 	struct sock *sk;
 	__u64 cookie;
 	struct seg g = {};
+	bool task;
 
 	if (proto != ETH_P_IP && proto != ETH_P_IPV6)
 		return 0;
@@ -816,24 +821,27 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 	if (!full_tcp(sk))
 		return 0; /* request, timewait and control sockets are not full sockets */
 	cookie = cookie_read(sk);
+	if (!cookie)
+		return 0; /* a socket nettrail has not seen yet: no identity to count it under */
+	task = in_task(ctx);
 	seg_at_transport(&g, skb);
 	if ((cfg.providers & NT_PROV_SIFTR) && siftr_out_state(BPF_CORE_READ(sk, __sk_common.skc_state)))
-		siftr_packet(sk, cookie, &g, 1);
+		siftr_packet(sk, cookie, &g, 1, task);
 	if (cfg.providers & NT_PROV_TCPDEBUG)
-		debug_point(sk, cookie, &g, NT_TA_OUTPUT, PRU_NONE, 0, 0, NULL);
+		debug_point(sk, cookie, &g, NT_TA_OUTPUT, PRU_NONE, 0, 0, NULL, task);
 	return 0;
 }
 
 /* ---- attribution hooks (process context) and debug-user ------------------ */
 
-static __always_inline void user_call(const struct sock *sk, int flags, __u8 req, __u8 oob_req)
+static __always_inline void user_call(const struct sock *sk, int flags, __u8 req, __u8 oob_req, bool task)
 {
 	struct nt_owner cur = {};
 
 	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
 		return;
 	if (cfg.providers & NT_PROV_TCPDEBUG) {
-		debug_point(sk, cookie_of(sk), NULL, NT_TA_USER, (flags & MSG_OOB) ? oob_req : req, 0, 0, NULL);
+		debug_point(sk, cookie_of(sk), NULL, NT_TA_USER, (flags & MSG_OOB) ? oob_req : req, 0, 0, NULL, task);
 		return; /* debug_point's attribute() already noted the owner */
 	}
 	owner_from_current(&cur);
@@ -843,14 +851,14 @@ static __always_inline void user_call(const struct sock *sk, int flags, __u8 req
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(sock_send_length, struct sock *sk, int ret, int flags)
 {
-	user_call(sk, flags, PRU_SEND, PRU_SENDOOB);
+	user_call(sk, flags, PRU_SEND, PRU_SENDOOB, in_task(ctx));
 	return 0;
 }
 
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(sock_recv_length, struct sock *sk, int ret, int flags)
 {
-	user_call(sk, flags, PRU_RCVD, PRU_RCVOOB);
+	user_call(sk, flags, PRU_RCVD, PRU_RCVOOB, in_task(ctx));
 	return 0;
 }
 
@@ -860,6 +868,7 @@ int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reaso
 	struct sock *sk = rx_sk;
 	struct seg g = {};
 	__u32 r = reason;
+	bool task = in_task(ctx);
 
 	__u64 word;
 
@@ -873,6 +882,6 @@ int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reaso
 	if (sk && !full_tcp(sk))
 		sk = NULL; /* e.g. a timewait socket: describe the segment instead */
 	seg_at_transport(&g, skb);
-	debug_point(sk, cookie_read(sk), &g, NT_TA_DROP, PRU_NONE, 0, r, skb);
+	debug_point(sk, cookie_read(sk), &g, NT_TA_DROP, PRU_NONE, 0, r, skb, task);
 	return 0;
 }

@@ -56,9 +56,10 @@ CONFIG: Fields = [
     ("netns", "<u4"),
     ("ppl", "<u4"),
     ("providers", "<u4"),
+    ("exclude_tgid", "<u4"),
     ("port", "<u2"),
     ("addr_family", "u1"),
-    ("_pad", "V5"),
+    ("_pad", "u1"),
     ("addr", f"V{ADDR_LEN}"),
 ]
 COUNTERS: Fields = [("generated", f"({EV_MAX},)<u8"), ("lost", f"({EV_MAX},)<u8")]

@@ -84,6 +84,7 @@ class Options:
     filters: Filters = field(default_factory=Filters)
     ringbuf_bytes: int = DEFAULT_RINGBUF_BYTES
     object_path: Path | None = None
+    exclude_pid: int = 0  # the collector's own process, whose shipping would trace itself
 
 
 def missing_privileges() -> str | None:
@@ -109,6 +110,7 @@ def config_bytes(opts: Options, drop_reasons: dict[int, str]) -> bytes:
     cfg["tgid"] = f.pid
     cfg["netns"] = f.netns
     cfg["port"] = f.port
+    cfg["exclude_tgid"] = opts.exclude_pid
     cfg["ppl"] = max(1, opts.ppl)
     cfg["providers"] = sum(PROVIDER_BITS[p] for p in opts.providers)
     mask = [0, 0]
@@ -179,14 +181,18 @@ class KernelSession:
             self.links[name] = link
         self.reader = RingReader(self._map_fd("events"), self.opts.ringbuf_bytes, layout.EVENT_SIZE)
 
-    def close(self) -> None:
-        """Detach and free everything; safe to call twice and after a failed step."""
-        if self.reader is not None:
-            self.reader.close()
-            self.reader = None
+    def detach(self) -> None:
+        """Stop the programs firing; maps and the ring stay readable until close()."""
         for link in self.links.values():
             self.lib.bpf_link__destroy(link)
         self.links.clear()
+
+    def close(self) -> None:
+        """Detach and free everything; safe to call twice and after a failed step."""
+        self.detach()
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
         if self.obj:
             self.lib.bpf_object__close(self.obj)
             self.obj = 0

@@ -1,0 +1,209 @@
+"""Kernel events -> records: drains the ring buffer, translates by kind, accounts for loss.
+
+One `poll()` drains what is in the ring (whole batches viewed as numpy arrays, see
+ringbuf.py), translates them through translators.registry in arrival order, adds
+LossReport records when the kernel's lost counters moved and, every
+`flow_interval` seconds, FlowCounters for flows whose exact counters changed.
+Sequence numbers start at CLOCK_MONOTONIC in ns when the source starts, so they
+stay unique within a boot across collector restarts (ingest is idempotent on
+(host, boot, seq)); within a run they are consecutive.
+Keep in sync with: collector/bpf/layout.py (event kinds), translators/registry.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from collector.bpf import layout
+from collector.bpf.loader import KernelSession
+from translators.kernel import KernelEnv, Raw
+from translators.records import LossReport, Record
+from translators.registry import KERNEL_TRANSLATORS
+from translators.siftr import translate_flow
+
+HEADER_NAMES = tuple(n for n in layout.HEADER_DTYPE.names or () if not n.startswith("_"))
+FLOW_NAMES = tuple(n for n, _ in layout.FLOW)
+TUPLE_NAMES = ("family", "saddr", "daddr", "sport", "dport")
+MAX_TUPLES = 200_000
+WALL_RESAMPLE_S = 10.0
+
+
+def wall_offset() -> float:
+    """CLOCK_REALTIME - CLOCK_MONOTONIC now, seconds (providers.md 9.5)."""
+    return time.time() - time.monotonic()
+
+
+@dataclass
+class Totals:
+    received: dict[str, int] = field(default_factory=dict)
+    lost: dict[str, int] = field(default_factory=dict)
+    generated: dict[str, int] = field(default_factory=dict)
+    malformed: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        received = sum(self.received.values())
+        lost = sum(self.lost.values())
+        parts = [f"{name} {n}" for name, n in sorted(self.lost.items()) if n]
+        line = f"events received {received}, lost {lost}"
+        if parts:
+            line += " (" + ", ".join(parts) + ")"
+        malformed = sum(self.malformed.values())
+        return line + (f", malformed {malformed}" if malformed else "")
+
+
+class KernelSource:
+    def __init__(self, session: KernelSession, env: KernelEnv, flow_interval: float = 1.0) -> None:
+        self.session = session
+        self.env = env
+        self.flow_interval = flow_interval
+        self.seq = time.monotonic_ns()
+        self.totals = Totals()
+        self.received = np.zeros(layout.EV_MAX, dtype=np.int64)
+        self.lost_seen = np.zeros(layout.EV_MAX, dtype=np.int64)
+        self.flow_meta: dict[int, dict[str, Any]] = {}  # cookie -> header of a sample, for map reads
+        self.flow_seen: dict[int, int] = {}  # cookie -> packets at the last FlowCounters
+        self.tuples: dict[int, dict[str, Any]] = {}  # cookie -> 4-tuple while the socket had a port
+        self.next_flow = time.monotonic() + flow_interval
+        self.next_wall = time.monotonic() + WALL_RESAMPLE_S
+
+    # -- the loop body ---------------------------------------------------------------------
+    def poll(self, timeout: float = 0.1, final: bool = False) -> list[Record]:
+        """Wait up to timeout for events, then everything available as records."""
+        reader = self.session.reader
+        if reader is None:
+            return []
+        if not final and not reader.pending():
+            reader.wait(timeout)
+        out: list[Record] = []
+        for _ in range(64):  # bounded: a busy ring yields the loop back to the caller
+            raw = reader.read()
+            if not raw.size:
+                break
+            out.extend(self.translate(raw))
+        now = time.monotonic()
+        if now >= self.next_wall:
+            self.env.wall_offset = wall_offset()
+            self.next_wall = now + WALL_RESAMPLE_S
+        if final or now >= self.next_flow:
+            out.extend(self.flow_counters())
+            self.next_flow = now + self.flow_interval
+        out.extend(self.loss_reports())
+        return self.number(out)
+
+    def number(self, records: list[Record]) -> list[Record]:
+        seq = self.seq
+        for rec in records:
+            rec.seq = seq
+            seq += 1
+        self.seq = seq
+        return records
+
+    # -- translation -----------------------------------------------------------------------
+    def translate(self, raw: np.ndarray) -> list[Record]:
+        """A batch of raw struct nt_event rows -> records, in arrival order."""
+        events = raw.view(layout.EVENT_DTYPE)
+        types = events["type"]
+        slots: list[list[Record] | None] = [None] * len(types)
+        for t in np.unique(types).tolist():
+            idx = np.flatnonzero(types == t)
+            self.received[t % layout.EV_MAX] += len(idx)
+            name = layout.EVENT_NAMES.get(t)
+            if name is None:
+                self._malformed(f"type {t}", len(idx))
+                continue
+            rows = raw[idx].view(layout.EVENT_DTYPES[t]).tolist()
+            self._translate_rows(name, layout.FIELD_NAMES[t], idx.tolist(), rows, slots)
+        if len(self.tuples) > MAX_TUPLES:  # sockets whose destroy we never saw (tcp provider off)
+            self.tuples.clear()
+        return [rec for recs in slots if recs for rec in recs]
+
+    def _translate_rows(
+        self,
+        name: str,
+        names: tuple[str, ...],
+        positions: list[int],
+        rows: list[tuple[Any, ...]],
+        slots: list[list[Record] | None],
+    ) -> None:
+        fn: Callable[[Raw, KernelEnv], list[Record]] = KERNEL_TRANSLATORS[name]
+        env = self.env
+        remember = name == "siftr_sample"
+        forget = name == "flow_counters"
+        tuples = self.tuples
+        for pos, row in zip(positions, rows, strict=True):
+            fields = dict(zip(names, row, strict=True))
+            cookie = fields["cookie"]
+            if fields["sport"]:
+                if cookie and cookie not in tuples:
+                    tuples[cookie] = {k: fields[k] for k in TUPLE_NAMES}
+            elif cookie in tuples:
+                # At X -> CLOSE the kernel has already released the local port: use the socket's tuple.
+                fields.update(tuples[cookie])
+                if name == "tcp_destroy":
+                    del tuples[cookie]
+            if remember and cookie not in self.flow_meta:
+                self.flow_meta[cookie] = {k: fields[k] for k in HEADER_NAMES}
+            elif forget:
+                self.flow_meta.pop(cookie, None)
+                self.flow_seen.pop(cookie, None)
+            try:
+                slots[pos] = fn(fields, env)
+            except (ValueError, TypeError):
+                self._malformed(name, 1)
+
+    def _malformed(self, name: str, n: int) -> None:
+        self.totals.malformed[name] = self.totals.malformed.get(name, 0) + n
+
+    # -- exact counters and loss -----------------------------------------------------------
+    def flow_counters(self) -> list[Record]:
+        """FlowCounters for flows whose counters moved since the last report (map read)."""
+        if "siftr" not in self.session.opts.providers:
+            return []
+        out: list[Record] = []
+        now = time.monotonic_ns()
+        for cookie, flow in self.session.flows().items():
+            meta = self.flow_meta.get(cookie)
+            packets = int(flow["packets_in"]) + int(flow["packets_out"])
+            if meta is None or self.flow_seen.get(cookie) == packets:
+                continue
+            self.flow_seen[cookie] = packets
+            raw = {**meta, **{k: int(flow[k]) for k in FLOW_NAMES}, "ts_ns": now, "periodic": True}
+            out.extend(translate_flow(raw, self.env))
+        return out
+
+    def loss_reports(self) -> list[Record]:
+        counters = self.session.counters().astype(np.int64)  # (ncpu, 2, EV_MAX)
+        lost_per_cpu = counters[:, 1, :]
+        lost = lost_per_cpu.sum(axis=0)
+        generated = counters[:, 0, :].sum(axis=0)
+        out: list[Record] = []
+        for t in np.flatnonzero(lost != self.lost_seen).tolist():
+            name = layout.EVENT_NAMES.get(t, f"type {t}")
+            out.append(
+                LossReport(
+                    host_id=self.env.host_id,
+                    boot_id=self.env.boot_id,
+                    seq=0,
+                    ts_ns=time.monotonic_ns(),
+                    ts_wall=round(time.time(), 6),
+                    provider="nettrail",
+                    probe="loss",
+                    hook="map/counters",
+                    event_type=name,
+                    lost=int(lost[t] - self.lost_seen[t]),
+                    lost_total=int(lost[t]),
+                    received_total=int(self.received[t]),
+                    per_cpu=[int(x) for x in lost_per_cpu[:, t]],
+                )
+            )
+        self.lost_seen = lost
+        for t, name in layout.EVENT_NAMES.items():
+            self.totals.received[name] = int(self.received[t])
+            self.totals.lost[name] = int(lost[t])
+            self.totals.generated[name] = int(generated[t])
+        return out

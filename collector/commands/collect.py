@@ -1,0 +1,207 @@
+"""``nettrail collect``: live kernel tracing with the tcp, siftr and tcpdebug providers.
+
+Loads kmod/tcp.bpf.o (building it if needed), streams records to stdout (xo
+styles), to a file (--out FILE.jsonl|.msgpack, or - for JSON lines on stdout) or to
+the webapp (--server URL --token T, through collector/sinks/http.py), until
+--duration ends or SIGINT/SIGTERM arrives; then drains the ring, detaches every
+program and prints the loss totals on stderr. Without the privileges or kernel
+support it needs it prints one line saying what is missing and exits 1.
+The output contract is docs/collector.md; keep it in sync.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol
+
+from collector import identity
+from collector.bpf import loader
+from collector.bpf.build import BuildError
+from collector.bpf.loader import BpfError, KernelSession, Options
+from collector.bpf.source import KernelSource, wall_offset
+from translators.kernel import KernelEnv
+from translators.records import Record
+from xo import add_libxo_argument, libxo_from_args
+
+DEFAULT_PROVIDERS = "tcp,siftr"
+BTF_PATH = Path("/sys/kernel/btf/vmlinux")
+PROG = "nettrail collect"
+
+
+class Sink(Protocol):
+    def write(self, records: list[Record]) -> None: ...
+    def close(self) -> None: ...
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("collect", help="trace TCP live in the kernel (eBPF): tcp, siftr, tcpdebug providers")
+    p.add_argument(
+        "--providers",
+        default=DEFAULT_PROVIDERS,
+        help=f"comma-separated providers: {', '.join(loader.PROVIDERS)} (default {DEFAULT_PROVIDERS})",
+    )
+    p.add_argument("--ppl", type=int, default=1, help="siftr: one sample per N packets of each flow (default 1)")
+    p.add_argument("--duration", type=float, default=None, help="stop after S seconds (default: until SIGINT/SIGTERM)")
+    p.add_argument(
+        "--filter",
+        default="",
+        help="in-kernel filters, comma-separated: pid=N (process), port=N (local or remote), addr=IP, "
+        "cgroup=ID (cgroup v2 id), netns=INODE",
+    )
+    add_libxo_argument(p)
+    p.add_argument("--out", default=None, help="write records to FILE.jsonl or FILE.msgpack (- = JSON lines on stdout)")
+    p.add_argument("--server", default=None, help="ship records to the webapp at URL (needs --token)")
+    p.add_argument("--token", default=None, help="the host's ingest token for --server")
+    p.add_argument("--spool", default=None, help="spool directory for --server (default $NETTRAIL_DATA/spool)")
+    p.add_argument(
+        "--ringbuf-size", type=int, default=loader.DEFAULT_RINGBUF_BYTES, help="ring buffer bytes (power of 2)"
+    )
+    p.add_argument("--flow-interval", type=float, default=1.0, help="siftr: seconds between FlowCounters reports")
+    p.set_defaults(func=run)
+
+
+def fail(message: str, status: int = 1) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return status
+
+
+def parse_options(args: argparse.Namespace) -> Options:
+    """Options from the command line; ValueError says which argument is wrong."""
+    providers = tuple(p.strip() for p in args.providers.split(",") if p.strip())
+    unknown = [p for p in providers if p not in loader.PROVIDERS]
+    if unknown or not providers:
+        raise ValueError(
+            f"--providers: unknown {', '.join(unknown) or '(none)'}; choose from {', '.join(loader.PROVIDERS)}"
+        )
+    if args.ppl < 1:
+        raise ValueError("--ppl must be at least 1")
+    size = args.ringbuf_size
+    if size < 4096 or size & (size - 1):
+        raise ValueError("--ringbuf-size must be a power of 2 of at least 4096")
+    if args.duration is not None and args.duration <= 0:
+        raise ValueError("--duration must be positive")
+    return Options(
+        providers=providers,
+        ppl=args.ppl,
+        filters=loader.parse_filters(args.filter),
+        ringbuf_bytes=size,
+        exclude_pid=os.getpid(),
+    )
+
+
+def default_spool() -> Path:
+    data = os.environ.get("NETTRAIL_DATA")
+    base = (
+        Path(data)
+        if data
+        else Path("/var/lib/nettrail")
+        if os.geteuid() == 0
+        else Path.home() / ".local/share/nettrail"
+    )
+    return base / "spool"
+
+
+def open_sink(args: argparse.Namespace) -> Sink:
+    """The sink the arguments ask for; ValueError/OSError/ImportError say why not."""
+    chosen = [name for name in ("out", "server") if getattr(args, name)] + (["libxo"] if args.libxo else [])
+    if len(chosen) > 1:
+        raise ValueError(f"choose one of --libxo, --out and --server (got {', '.join('--' + c for c in chosen)})")
+    if args.server:
+        if not args.token:
+            raise ValueError("--server needs --token (the host's ingest token)")
+        try:
+            from collector.sinks.http import HttpSink
+        except ImportError as exc:
+            raise ImportError(f"--server: the HTTP sink is not available ({exc})") from None
+        return HttpSink(args.server, args.token, args.spool or default_spool())  # type: ignore[no-any-return]
+    if args.out:
+        from collector.sinks.file import FileSink
+
+        return FileSink(args.out)
+    from collector.sinks.stdout import StdoutSink
+
+    return StdoutSink(libxo_from_args(args))
+
+
+class StopFlag:
+    """Set by SIGINT/SIGTERM: the loop finishes its batch, drains and detaches."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self.previous = {s: signal.signal(s, self.stop) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stopped = True
+
+    def restore(self) -> None:
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+
+def preflight() -> str | None:
+    """What stops this process from tracing, before anything is built or loaded."""
+    missing = loader.missing_privileges()
+    if missing:
+        return missing
+    if not BTF_PATH.exists():
+        return f"no kernel BTF at {BTF_PATH}: needs a kernel built with CONFIG_DEBUG_INFO_BTF=y"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        opts = parse_options(args)
+    except ValueError as exc:
+        return fail(str(exc), 2)
+    problem = preflight()
+    if problem:
+        return fail(problem)
+    try:
+        sink = open_sink(args)
+    except (ValueError, ImportError) as exc:
+        return fail(str(exc), 2)
+    except OSError as exc:
+        return fail(f"cannot open output: {exc}")
+    session = KernelSession(opts)
+    try:
+        session.__enter__()
+    except (BpfError, BuildError) as exc:
+        sink.close()
+        return fail(str(exc))
+    try:
+        source = collect(session, sink, args.duration, args.flow_interval)
+    finally:
+        session.close()
+        sink.close()
+    print(f"{PROG}: {source.totals.summary()}", file=sys.stderr)
+    return 0
+
+
+def collect(session: KernelSession, sink: Sink, duration: float | None, flow_interval: float) -> KernelSource:
+    env = KernelEnv(
+        host_id=identity.host_id(),
+        boot_id=identity.boot_id(),
+        wall_offset=wall_offset(),
+        drop_reasons=session.drop_reasons,
+        rst_reasons=session.rst_reasons,
+    )
+    source = KernelSource(session, env, flow_interval)
+    stop = StopFlag()
+    deadline = None if duration is None else time.monotonic() + duration
+    try:
+        while not stop.stopped and (deadline is None or time.monotonic() < deadline):
+            timeout = 0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
+            records = source.poll(timeout)
+            if records:
+                sink.write(records)
+        session.detach()  # no new events; what is in the ring is still read below
+        sink.write(source.poll(final=True))
+    finally:
+        stop.restore()
+    return source

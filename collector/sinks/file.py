@@ -1,0 +1,47 @@
+"""File sink: records to FILE.jsonl (one JSON record per line) or FILE.msgpack (a stream of records).
+
+The wire form is translators.records.to_json / to_msgpack, so `decode_batch` and the
+ingest API read these files as they are. Each batch is flushed, so a reader can
+follow the file while the collector runs. Keep in sync with docs/collector.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import BinaryIO
+
+from translators.records import Record, to_json, to_msgpack
+
+SUFFIXES = (".jsonl", ".msgpack")
+
+
+class FileSink:
+    def __init__(self, path: str | Path) -> None:
+        path = Path(path)
+        if str(path) == "-":
+            self.encode, self.stream, self.owned = _json_line, sys.stdout.buffer, False
+            return
+        if path.suffix not in SUFFIXES:
+            raise ValueError(f"--out {path}: the file name must end in .jsonl or .msgpack")
+        self.encode = _json_line if path.suffix == ".jsonl" else to_msgpack
+        self.stream: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed by close()
+        self.owned = True
+        self.count = 0
+
+    def write(self, records: Iterable[Record]) -> None:
+        encode = self.encode
+        data = b"".join(encode(r) for r in records)
+        if data:
+            self.stream.write(data)
+            self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.flush()
+        if self.owned:
+            self.stream.close()
+
+
+def _json_line(record: Record) -> bytes:
+    return to_json(record) + b"\n"

@@ -1,0 +1,124 @@
+"""What every kernel-event translator shares: the envelope and the 4-tuple of a raw event.
+
+A raw event is a dict of the fields of `struct nt_event` (kmod/nettrail.h, header +
+one body) as plain Python values (collector/bpf/layout.py names them). Translators
+are pure: raw event + KernelEnv in, records out; the collector assigns `seq`.
+Keep in sync with: kmod/nettrail.h (nt_header, enum nt_ctx, nt_attribution) and the
+envelope of translators/records.py (providers.md 0.1, 9.3).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from translators.records import LINUX_TCP_STATES, TCP_STATES, Record, connection_uuid
+
+Raw = Mapping[str, Any]
+Translator = Callable[[Raw, "KernelEnv"], list[Record]]
+
+AF_INET, AF_INET6 = 2, 10
+CTX = {0: "unknown", 1: "task", 2: "softirq"}
+ATTRIBUTION = {1: "current", 2: "owner-map"}
+CA_STATE_NAMES = ("Open", "Disorder", "CWR", "Recovery", "Loss")
+FREEBSD_STATE_NUMBER = {name: i for i, name in enumerate(TCP_STATES)}
+
+
+@dataclass
+class KernelEnv:
+    """Per-collector facts a translator needs; the caches only memoise pure functions."""
+
+    host_id: str
+    boot_id: str
+    wall_offset: float  # CLOCK_REALTIME - CLOCK_MONOTONIC, seconds
+    drop_reasons: Mapping[int, str] = field(default_factory=dict)
+    rst_reasons: Mapping[int, str] = field(default_factory=dict)
+    _uuids: dict[int, str] = field(default_factory=dict, repr=False)
+    _addrs: dict[tuple[int, bytes], str | None] = field(default_factory=dict, repr=False)
+
+    def conn_uuid(self, cookie: int) -> str | None:
+        if not cookie:
+            return None
+        found = self._uuids.get(cookie)
+        if found is None:
+            if len(self._uuids) > 200_000:
+                self._uuids.clear()
+            found = self._uuids[cookie] = connection_uuid(self.host_id, self.boot_id, cookie)
+        return found
+
+    def address(self, family: int, raw: bytes) -> str | None:
+        key = (family, raw)
+        found = self._addrs.get(key, "")
+        if found == "":
+            if len(self._addrs) > 100_000:
+                self._addrs.clear()
+            found = self._addrs[key] = format_address(family, raw)
+        return found
+
+    def wall(self, ts_ns: int) -> float:
+        return round(ts_ns / 1e9 + self.wall_offset, 6)
+
+
+def format_address(family: int, raw: bytes) -> str | None:
+    """IPv4 dotted quad, IPv6 RFC 5952 (mapped addresses stay IPv6), None if unknown."""
+    if family == AF_INET:
+        return str(ipaddress.IPv4Address(raw[:4]))
+    if family == AF_INET6:
+        return str(ipaddress.IPv6Address(raw[:16]))
+    return None
+
+
+def state_name(linux_state: int) -> str | None:
+    """Linux enum tcp_state -> FreeBSD name (providers.md 4.4); None for 0/unknown."""
+    return LINUX_TCP_STATES.get(linux_state)
+
+
+def ca_state_name(value: int) -> str | None:
+    return CA_STATE_NAMES[value] if 0 <= value < len(CA_STATE_NAMES) else None
+
+
+def envelope(raw: Raw, env: KernelEnv, provider: str, probe: str, hook: str) -> dict[str, Any]:
+    """Envelope and 4-tuple keyword arguments (local side first) of one raw event."""
+    family = raw["family"]
+    cookie = raw["cookie"]
+    out: dict[str, Any] = {
+        "host_id": env.host_id,
+        "boot_id": env.boot_id,
+        "seq": 0,
+        "ts_ns": raw["ts_ns"],
+        "ts_wall": env.wall(raw["ts_ns"]),
+        "provider": provider,
+        "probe": probe,
+        "hook": hook,
+        "cpu": raw["cpu"],
+        "netns": raw["netns"] or None,
+        "ctx": CTX.get(raw["ctx"], "unknown"),
+        "conn_uuid": env.conn_uuid(cookie),
+        "sock_cookie": cookie or None,
+        "ip_ver": 4 if family == AF_INET else 6 if family == AF_INET6 else None,
+        "src": env.address(family, raw["saddr"]),
+        "sport": raw["sport"] if family else None,
+        "dst": env.address(family, raw["daddr"]),
+        "dport": raw["dport"] if family else None,
+    }
+    how = ATTRIBUTION.get(raw["attribution"])
+    if how is not None:
+        out.update(
+            pid=raw["pid"],
+            tgid=raw["tgid"],
+            comm=raw["comm"].decode(errors="replace"),
+            uid=raw["uid"],
+            gid=raw["gid"],
+            cgroup_id=raw["cgroup_id"],
+            attribution=how,
+        )
+    return out
+
+
+def without_flow(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Envelope only, for record kinds that are not FlowRecords."""
+    for name in ("ip_ver", "src", "sport", "dst", "dport"):
+        kwargs.pop(name, None)
+    return kwargs

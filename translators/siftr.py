@@ -1,0 +1,119 @@
+"""siftr provider: raw kernel events -> SiftrSample and FlowCounters.
+
+A sample snapshots the control block of the flow a packet belongs to (providers.md
+6.2): windows in bytes, srtt/rto in µs, FreeBSD t_flags synthesized from Linux bits
+(6.3). FlowCounters are the exact per-flow counts the kernel keeps whatever `ppl`.
+Keep in sync with: kmod/nettrail.h (nt_tcp_snapshot, nt_siftr_body, nt_flow) and
+docs/collector.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from translators.kernel import FREEBSD_STATE_NUMBER, KernelEnv, Raw, ca_state_name, envelope, state_name
+from translators.records import FlowCounters, Record, SiftrSample
+from translators.tcp import cwnd_bytes, ssthresh_bytes
+
+# nt_tcp_snapshot.flags
+SNAP_SACK, SNAP_WSCALE, SNAP_TSTAMP, SNAP_NODELAY, SNAP_FASTOPEN, SNAP_ECN, SNAP_VALID = (
+    0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x80,
+)  # fmt: skip
+# FreeBSD tcp_var.h bits (providers.md 6.3)
+TF_NODELAY, TF_REQ_SCALE, TF_RCVD_SCALE, TF_REQ_TSTMP, TF_RCVD_TSTMP, TF_SACK_PERMIT = (
+    0x4, 0x20, 0x40, 0x80, 0x100, 0x200,
+)  # fmt: skip
+TF_FASTRECOVERY, TF_CONGRECOVERY, TF_FASTOPEN = 0x100000, 0x20000000, 0x80000000
+TF2_ECN_PERMIT = 0x20
+CA_CWR, CA_RECOVERY = 2, 3
+U32 = 0xFFFFFFFF
+SAMPLE_APPROX = ("snd_cwnd", "snd_ssthresh", "t_flags", "t_flags2", "snd_buf_hiwater", "rcv_buf_hiwater", "flowid")
+
+
+def t_flags(flags: int, ca_state: int) -> int:
+    """FreeBSD t_flags from the Linux bits that have a clear equivalent; everything else 0."""
+    out = TF_NODELAY if flags & SNAP_NODELAY else 0
+    if flags & SNAP_WSCALE:
+        out |= TF_REQ_SCALE | TF_RCVD_SCALE
+    if flags & SNAP_TSTAMP:
+        out |= TF_REQ_TSTMP | TF_RCVD_TSTMP
+    if flags & SNAP_SACK:
+        out |= TF_SACK_PERMIT
+    if ca_state == CA_RECOVERY:
+        out |= TF_FASTRECOVERY
+    if ca_state == CA_CWR:
+        out |= TF_CONGRECOVERY
+    if flags & SNAP_FASTOPEN:
+        out |= TF_FASTOPEN
+    return out
+
+
+def snapshot_fields(raw: Raw) -> dict[str, Any]:
+    """The control-block values SIFTR and tcpdebug share, in stable units."""
+    mss = raw["mss_cache"]
+    return {
+        "snd_cwnd": cwnd_bytes(raw["snd_cwnd"], mss),
+        "snd_ssthresh": ssthresh_bytes(raw["snd_ssthresh"], mss),
+        "snd_wnd": raw["snd_wnd"],
+        "rcv_wnd": raw["rcv_wnd"],
+        "mss": mss,
+        "snd_una": raw["snd_una"],
+        "snd_nxt": raw["snd_nxt"],
+        "packets_out": raw["packets_out"],
+        "sacked_out": raw["sacked_out"],
+        "lost_out": raw["lost_out"],
+        "retrans_out": raw["retrans_out"],
+        "ca_state": ca_state_name(raw["ca_state"]),
+    }
+
+
+def translate_sample(raw: Raw, env: KernelEnv) -> list[Record]:
+    out = raw["direction"] == 1
+    hook = "tp_btf/net_dev_queue" if out else "tp_btf/tcp_probe"
+    flags = raw["flags"]
+    wscale = bool(flags & SNAP_WSCALE)
+    state = state_name(raw["state"])
+    rec = SiftrSample(
+        **envelope(raw, env, "siftr", "siftr", hook),
+        **snapshot_fields(raw),
+        direction="out" if out else "in",
+        t_flags=t_flags(flags, raw["ca_state"]),
+        t_flags2=TF2_ECN_PERMIT if flags & SNAP_ECN else 0,
+        conn_state=FREEBSD_STATE_NUMBER.get(state) if state else None,
+        srtt=raw["srtt_us"] >> 3,
+        rttvar=raw["mdev_us"] >> 2,
+        rto=raw["rto_us"] or None,
+        sack_enabled=bool(flags & SNAP_SACK),
+        snd_scale=raw["snd_wscale"] if wscale else 0,
+        rcv_scale=raw["rcv_wscale"] if wscale else 0,
+        snd_buf_hiwater=raw["sndbuf"],
+        snd_buf_cc=(raw["write_seq"] - raw["snd_una"]) & U32,
+        rcv_buf_hiwater=raw["rcvbuf"],
+        rcv_buf_cc=(raw["rcv_nxt"] - raw["copied_seq"]) & U32,
+        sent_inflight_bytes=(raw["snd_nxt"] - raw["snd_una"]) & U32,
+        flowid=raw["rxhash"] or (raw["cookie"] & U32),
+        flowtype=0,
+        th_seq=raw["th_seq"],
+        th_ack=raw["th_ack"],
+        data_sz=raw["data_sz"],
+        cc_algo=raw["cc_algo"].decode(errors="replace") or None,
+    )
+    rec.approx = list(SAMPLE_APPROX)
+    return [rec]
+
+
+def translate_flow(raw: Raw, env: KernelEnv) -> list[Record]:
+    """Exact counters: final at tcp_destroy_sock, or read from the flows map while running."""
+    return [
+        FlowCounters(
+            **envelope(
+                raw, env, "siftr", "flow-counters", "map/flows" if raw.get("periodic") else "tp_btf/tcp_destroy_sock"
+            ),
+            proto="tcp",
+            packets_in=raw["packets_in"],
+            packets_out=raw["packets_out"],
+            bytes_in=raw["bytes_in"],
+            bytes_out=raw["bytes_out"],
+            samples=raw["samples"],
+        )
+    ]

@@ -147,6 +147,7 @@ def server() -> Iterator[Server]:
             proc.kill()
             proc.wait()
         log.close()
+        print("--- webapp log (tail) ---\n" + (data_dir / "server.log").read_text()[-4000:])  # shown on failure
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

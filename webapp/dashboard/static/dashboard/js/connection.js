@@ -8,6 +8,7 @@
   const { el, num, bytes, duration, time, endpoint } = NT;
   const uuid = NT.pageData.conn_uuid;
   const charts = {};
+  NT.charts = charts; // uPlot instances by figure id (handy from the console and the browser tests)
   const SYNC_KEY = "siftr-" + uuid;
   let zooming = false;
 

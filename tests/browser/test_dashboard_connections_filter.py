@@ -1,0 +1,59 @@
+"""The connections search box: filtering by port keeps exactly the matching rows; a bad
+expression shows the parser's message and no rows; sorting by a column header works."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import HOST, Server
+from dashboard_batch import build
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def two_more(server: Server, ingested: Any) -> list[Any]:
+    batches = [build(HOST, sport=40300 + i, cookie=300 + i) for i in range(2)]
+    for b in batches:
+        server.ingest(b.records)
+    return batches
+
+
+def uuids(page: Any) -> list[str]:
+    return list(page.locator("#conns tbody tr").evaluate_all("els => els.map(e => e.dataset.uuid)"))
+
+
+def test_filtering_by_port_keeps_only_that_connection(server: Server, page: Any, two_more: list[Any]) -> None:
+    page.goto(f"{server.url}/connections/")
+    page.wait_for_selector(f'#conns tr[data-uuid="{two_more[1].uuid}"]')
+    page.fill("#q", "port 40301 and comm curl and retrans > 0")
+    page.press("#q", "Enter")
+    page.wait_for_function("document.querySelectorAll('#conns tbody tr').length === 1")
+    assert uuids(page) == [two_more[1].uuid]
+    assert page.locator("#total").inner_text() == "1"
+    assert "q=port+40301" in page.url
+
+
+def test_a_bad_expression_shows_where_it_is_wrong(server: Server, page: Any, two_more: list[Any]) -> None:
+    page.goto(f"{server.url}/connections/")
+    page.fill("#q", "port abc")
+    page.click("#search button[type=submit]")
+    error = page.locator("#q-error")
+    error.wait_for(state="visible")
+    assert error.inner_text() == "port needs a whole number, got 'abc' (at character 6)"
+    assert page.locator("#q").get_attribute("aria-invalid") == "true"
+    assert page.locator("#conns tbody tr").count() == 0
+
+
+def test_sorting_by_local_port_orders_the_rows(server: Server, page: Any, two_more: list[Any]) -> None:
+    page.goto(f"{server.url}/connections/?q=port+%3E%3D+40300+and+port+%3C+40400")
+    page.wait_for_function("document.querySelectorAll('#conns tbody tr').length === 2")
+    page.locator('th[data-sort="local"] button').focus()
+    page.keyboard.press("Enter")  # keyboard works: descending first
+    page.wait_for_selector('th[data-sort="local"][aria-sort="descending"]')
+    assert uuids(page) == [two_more[1].uuid, two_more[0].uuid]
+    page.keyboard.press("Enter")
+    page.wait_for_selector('th[data-sort="local"][aria-sort="ascending"]')
+    page.wait_for_function(f"document.querySelector('#conns tbody tr').dataset.uuid === '{two_more[0].uuid}'")
+    assert uuids(page) == [two_more[0].uuid, two_more[1].uuid]

@@ -1,0 +1,52 @@
+"""Overview counters and top talkers, the buffers page (drop breakdowns, a drop's buffer
+lifecycle and connection), and the UDP flows page, after a recorded batch is ingested."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import HOST, Server, screenshot
+from dashboard_batch import DROP_REASON, RETRANSMITTED
+
+pytestmark = pytest.mark.browser
+
+
+def test_the_overview_shows_host_counters_alerts_and_top_talkers(server: Server, page: Any, ingested: Any) -> None:
+    page.goto(f"{server.url}/")
+    host = page.locator(f'#hosts tbody tr[data-host="{HOST}"]')
+    host.wait_for()
+    assert host.locator('[data-counter="records"]').inner_text() != "0.0"  # the batch is seconds old
+    assert page.locator("#latest-alerts tbody tr", has_text="K1").count() >= 1
+    top = page.locator("#top-retrans tbody tr", has_text=f":{ingested.sport}")
+    assert top.locator("td.num").inner_text() == str(len(RETRANSMITTED))
+    assert page.locator("#top-bytes tbody tr", has_text=f":{ingested.sport}").count() == 1
+    screenshot(page, "overview")
+
+
+def test_clicking_a_drop_shows_its_buffer_lifecycle_and_connection(server: Server, page: Any, ingested: Any) -> None:
+    page.goto(f"{server.url}/buffers/?reason={DROP_REASON}")
+    page.wait_for_selector("body[data-loaded='1']")
+    assert page.locator("#by-location tbody tr", has_text="nf_hook_slow+0x9c").count() == 1
+    assert page.locator("#by-process tbody tr", has_text="curl").count() == 1
+    assert page.evaluate("document.querySelector('#chart-drops canvas') !== null")
+    drop = page.locator(f'#recent tbody tr[data-skb="{ingested.cookie * 1000 + 9}"]')
+    drop.focus()
+    page.keyboard.press("Enter")
+    panel = page.locator("#skb-panel")
+    panel.wait_for(state="visible")
+    stages = panel.locator("tbody tr td:nth-child(2)").all_inner_texts()
+    assert stages == ["tx-first", "queue", f"drop: {DROP_REASON}"]
+    assert panel.locator(f'a[href="/connections/{ingested.uuid}/"]').count() == 1
+    assert page.locator("#lifecycles tbody tr").count() >= 1
+    screenshot(page, "buffers")
+
+
+def test_the_udp_page_lists_the_flow_with_its_datagrams(server: Server, page: Any, ingested: Any) -> None:
+    page.goto(f"{server.url}/udp/")
+    page.wait_for_selector("body[data-loaded='1']")
+    row = page.locator("#flows tbody tr", has_text=f"127.0.0.1:{15353 + ingested.cookie}")
+    assert row.count() == 1
+    cells = row.locator("td").all_inner_texts()
+    assert cells[3] == "curl" and cells[4] == "5" and cells[5] == "500 B"
+    screenshot(page, "udp")

@@ -44,7 +44,7 @@ MODIFIER_NAMES: dict[str, str] = {
 HUMANIZE_OPTIONS = ("hn-space", "hn-decimal", "hn-1000")
 
 # One printf conversion: flags, min width, .precision, (ignored) length modifier, conversion.
-_CONV = re.compile(r"%([-+ #0]*)(\d+|\*)?(?:\.(\d*|\*))?(?:hh|h|ll|l|j|z|t|q|L)?([diouxXDOUeEfFgGsc%mn])")
+_CONV = re.compile(r"%([-+ #0]*)(\d+|\*)?(?:\.(\d*|\*))?(hh|h|ll|l|j|z|t|q|L)?([diouxXDOUeEfFgGsc%mn])")
 _NUMERIC = set("diouxXDOUeEfFgG")
 
 
@@ -192,9 +192,9 @@ def _parse_head(head: str, body: str) -> tuple[str, set[str]]:
 
 def _check_conversions(fmt: str, body: str) -> None:
     for m in _CONV.finditer(fmt):
-        if m.group(4) == "n":
+        if m.group(5) == "n":
             raise XoFormatError(f"%n is refused in {{{body}}}")
-        if m.group(4) == "m":
+        if m.group(5) == "m":
             raise XoFormatError(f"%m (strerror) is not supported in {{{body}}}: format the message yourself")
         if "*" in (m.group(2) or "") + (m.group(3) or ""):
             raise XoFormatError(f"'*' widths are not supported in {{{body}}}")
@@ -209,14 +209,14 @@ def strip_width(fmt: str) -> str:
             kept = flags.replace("-", "") + width  # leading zeros reach XML/JSON
         else:
             kept = flags.replace("-", "").replace("0", "")
-        return "%" + kept + ("." + prec if prec is not None else "") + m.group(0)[-1]
+        return "%" + kept + ("." + prec if prec is not None else "") + (m.group(4) or "") + m.group(5)
 
     return _CONV.sub(repl, fmt)
 
 
 def _is_numeric(efmt: str) -> bool:
     m = _CONV.fullmatch(efmt)
-    return bool(m) and m is not None and m.group(4) in _NUMERIC and "#" not in m.group(1)
+    return m is not None and m.group(5) in _NUMERIC and "#" not in m.group(1)
 
 
 def _link_units(pieces: list[Field]) -> tuple[Field, ...]:
@@ -244,7 +244,7 @@ def _py_format(fmt: str) -> tuple[str, int]:
 
     def repl(m: re.Match[str]) -> str:
         nonlocal count
-        conv = m.group(4)
+        conv = m.group(5)
         if conv == "%":
             return "%%"
         count += 1
@@ -270,7 +270,7 @@ def _prepare(value: Any, conv: str) -> Any:
 
 @functools.lru_cache(maxsize=4096)
 def _conversions(fmt: str) -> str:
-    return "".join(m.group(4) for m in _CONV.finditer(fmt) if m.group(4) != "%")
+    return "".join(m.group(5) for m in _CONV.finditer(fmt) if m.group(5) != "%")
 
 
 def printf(fmt: str, value: Any) -> str:

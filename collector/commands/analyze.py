@@ -28,6 +28,7 @@ from typing import Any
 from collector.analysis.capture_flows import CapturePipeline, Totals
 from collector.sinks import store
 from collector.sources.pcap import CaptureError, CaptureReader
+from collector.sources.siftr import analyze_siftr, looks_like_siftr
 from translators.packet import decode_batch
 from translators.records import Record
 from xo import Writer, add_libxo_argument, libxo_from_args
@@ -85,6 +86,8 @@ def capture_id(path: str) -> str:
 def run(args: argparse.Namespace) -> int:
     options = dataclasses.replace(libxo_from_args(args), underscores=True)
     path: str = args.file
+    if looks_like_siftr(path):  # a siftr(4) log: starts with enable_time_secs= (issue 9)
+        return analyze_siftr(args)
     try:
         boot_id = capture_id(path)
         reader = CaptureReader(path)

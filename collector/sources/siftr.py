@@ -4,19 +4,26 @@ Identity follows the capture convention (brief: "captures use host_id = capture 
 name, boot_id = hex sha256 prefix of the file"). Non-zero skip counters in the footer
 become LossReport records, so a report shows the blind spots next to the samples.
 
+`analyze_siftr` is what `nettrail analyze` runs for such a file: flow summaries,
+loss records, the samples with --packets, and --store into the local database.
 Keep in sync with: translators/siftr_log.py (the format), collector/commands/analyze.py
-(detection by the ``enable_time_secs=`` header).
+(detection by the ``enable_time_secs=`` header), docs/reports.md.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import hashlib
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from translators.records import LossReport, Record
-from translators.siftr_log import SiftrFooter, SiftrHeader, is_siftr_log, open_log
+from translators.records import LossReport, Record, SiftrSample
+from translators.siftr_log import SiftrFooter, SiftrHeader, SiftrLogError, is_siftr_log, open_log
+from xo import Writer, libxo_from_args
 
 BOOT_ID_HEX = 16
 
@@ -66,3 +73,105 @@ def _losses(footer: SiftrFooter, host_id: str, boot_id: str, seq: int) -> Iterat
             ts_wall=ts, provider="siftr", probe="siftr", hook="file/siftr",
             event_type=name.removeprefix("num_"), lost=count, lost_total=count, received_total=received,
         )  # fmt: skip
+
+
+# --- `nettrail analyze FILE.siftr` ---------------------------------------------------------------
+
+STORE_CHUNK = 5000
+
+
+@dataclass
+class FlowSummary:
+    src: str | None
+    sport: int | None
+    dst: str | None
+    dport: int | None
+    conn_uuid: str | None
+    samples: int = 0
+    first: float = 0.0
+    last: float = 0.0
+    max_cwnd: int = 0
+    last_srtt: int | None = None
+
+
+def analyze_siftr(args: argparse.Namespace) -> int:
+    """The analyze command for a SIFTR log: flows, totals, loss; samples with --packets; --store."""
+    options = dataclasses.replace(libxo_from_args(args), underscores=True)
+    if getattr(args, "server", None):
+        print("nettrail: analyze: --server is not supported for SIFTR logs; use --store", file=sys.stderr)
+        return 2
+    host_id, boot_id = file_identity(args.file)
+    flows: dict[str | None, FlowSummary] = {}
+    losses: list[LossReport] = []
+    w = Writer(sys.stdout, options)
+    w.open_container("analyze")
+    w.emit("{L:File}{Lc:}{:file/%s}\n{L:Format}{Lc:}{:format/%s}\n", file=args.file, format="siftr")
+    w.emit("{L:Host}{Lc:}{:host_id/%s}\n{L:Capture id}{Lc:}{:boot_id/%s}\n", host_id=host_id, boot_id=boot_id)
+    try:
+        for rec in _stored(read_siftr(args.file), args, host_id):
+            if isinstance(rec, LossReport):
+                losses.append(rec)
+                continue
+            assert isinstance(rec, SiftrSample)
+            _fold(flows, rec)
+            if getattr(args, "packets", False):
+                w.record(rec, name="siftr_sample")
+    except SiftrLogError as exc:
+        w.finish()
+        print(f"nettrail: analyze: {exc}", file=sys.stderr)
+        return 1
+    _write_flows(w, flows.values())
+    for loss in losses:
+        w.record(loss, name="loss_report")
+    w.finish()
+    return 0
+
+
+def _fold(flows: dict[str | None, FlowSummary], s: SiftrSample) -> None:
+    flow = flows.get(s.conn_uuid)
+    if flow is None:
+        flow = flows[s.conn_uuid] = FlowSummary(s.src, s.sport, s.dst, s.dport, s.conn_uuid, first=s.ts_wall)
+    flow.samples += 1
+    flow.last = s.ts_wall
+    flow.max_cwnd = max(flow.max_cwnd, s.snd_cwnd or 0)
+    flow.last_srtt = s.srtt
+
+
+def _write_flows(w: Writer, flows: Iterable[FlowSummary]) -> None:
+    w.open_list("flow")
+    for f in flows:
+        w.open_instance("flow")
+        w.emit(
+            "{k:src/%s}:{k:sport/%d} -> {k:dst/%s}:{k:dport/%d} {:conn_uuid/%s} {Lw:samples}{:samples/%d} "
+            "{Lw:from}{:first/%.6f} {Lw:to}{:last/%.6f} {Lw:max cwnd}{:max_cwnd/%d}\n",
+            src=f.src, sport=f.sport, dst=f.dst, dport=f.dport, conn_uuid=f.conn_uuid, samples=f.samples,
+            first=f.first, last=f.last, max_cwnd=f.max_cwnd,
+        )  # fmt: skip
+        w.close_instance("flow")
+    w.close_list("flow")
+
+
+def _stored(records: Iterator[Record], args: argparse.Namespace, host_id: str) -> Iterator[Record]:
+    """With --store, records also go to the local database, in atomic chunks, as they pass."""
+    if not getattr(args, "store", False):
+        yield from records
+        return
+    from collector.commands._django import migrate, setup_django
+
+    setup_django()
+    migrate()
+    from webapp.traces.models import Host
+    from webapp.traces.store import store_batch
+
+    Host.objects.get_or_create(name=host_id)
+    chunk: list[Record] = []
+    stored = 0
+    for rec in records:
+        chunk.append(rec)
+        yield rec
+        if len(chunk) >= STORE_CHUNK:
+            stored += store_batch(chunk).stored
+            chunk = []
+    if chunk:
+        stored += store_batch(chunk).stored
+    print(f"nettrail: analyze: stored {stored} records under host {host_id!r}", file=sys.stderr)

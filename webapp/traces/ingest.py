@@ -41,14 +41,14 @@ _BACKTICK = re.compile(r"field `(?P<field>\w+)`")
 @csrf_exempt
 @login_not_required
 def ingest(request: HttpRequest) -> JsonResponse:
-    if request.method != "POST":
-        return json_error(405, "use POST")
     token = _bearer(request)
     if token is None:
         return json_error(401, "missing ingest token")
     row = tokens.authenticate(token)
     if row is None:
         return json_error(401, "unknown ingest token")
+    if request.method != "POST":
+        return json_error(405, "use POST")
     wire = CONTENT_TYPES.get(request.content_type or "")
     if wire is None:
         return json_error(415, f"Content-Type must be one of {', '.join(CONTENT_TYPES)}")

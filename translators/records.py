@@ -325,21 +325,21 @@ class TcpCongState(FlowRecord, tag="tcp_cong_state", kw_only=True):
 class AnalysisCounts(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Per-connection packet counts matching tshark's `tcp.analysis.<flag>` filters."""
 
-    reused_ports: int = 0
-    retransmission: int = 0
-    fast_retransmission: int = 0
-    spurious_retransmission: int = 0
-    out_of_order: int = 0
-    lost_segment: int = 0
-    ack_lost_segment: int = 0
-    window_update: int = 0
-    window_full: int = 0
-    keep_alive: int = 0
-    keep_alive_ack: int = 0
-    duplicate_ack: int = 0
-    zero_window_probe: int = 0
-    zero_window: int = 0
-    zero_window_probe_ack: int = 0
+    reused_ports: Annotated[int, doc("packets tshark flags tcp.analysis.reused_ports")] = 0
+    retransmission: Annotated[int, doc("packets tshark flags tcp.analysis.retransmission")] = 0
+    fast_retransmission: Annotated[int, doc("packets tshark flags tcp.analysis.fast_retransmission")] = 0
+    spurious_retransmission: Annotated[int, doc("packets tshark flags tcp.analysis.spurious_retransmission")] = 0
+    out_of_order: Annotated[int, doc("packets tshark flags tcp.analysis.out_of_order")] = 0
+    lost_segment: Annotated[int, doc("packets tshark flags tcp.analysis.lost_segment")] = 0
+    ack_lost_segment: Annotated[int, doc("packets tshark flags tcp.analysis.ack_lost_segment")] = 0
+    window_update: Annotated[int, doc("packets tshark flags tcp.analysis.window_update")] = 0
+    window_full: Annotated[int, doc("packets tshark flags tcp.analysis.window_full")] = 0
+    keep_alive: Annotated[int, doc("packets tshark flags tcp.analysis.keep_alive")] = 0
+    keep_alive_ack: Annotated[int, doc("packets tshark flags tcp.analysis.keep_alive_ack")] = 0
+    duplicate_ack: Annotated[int, doc("packets tshark flags tcp.analysis.duplicate_ack")] = 0
+    zero_window_probe: Annotated[int, doc("packets tshark flags tcp.analysis.zero_window_probe")] = 0
+    zero_window: Annotated[int, doc("packets tshark flags tcp.analysis.zero_window")] = 0
+    zero_window_probe_ack: Annotated[int, doc("packets tshark flags tcp.analysis.zero_window_probe_ack")] = 0
 
 
 class Connection(Record, tag="connection", kw_only=True):

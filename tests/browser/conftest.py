@@ -44,6 +44,19 @@ VIEWER = ("viewer", "browser-test-viewer-pw")
 UPLOT = ROOT / "webapp/dashboard/static/dashboard/vendor/uplot/uPlot.iife.min.js"
 
 pytestmark = pytest.mark.browser
+# Counts the pixels of the plot canvas (inside the element with this id) close to one
+# colour: a series' stroke, so grid lines and axes (drawn on the same canvas) do not count.
+PAINTED = """([id, hex]) => {
+  const c = document.querySelector('#' + id + ' canvas');
+  if (!c || !c.width || !c.height) return 0;
+  const want = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+  const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  let n = 0;
+  for (let i = 0; i < px.length; i += 4) {
+    if (px[i + 3] > 128 && Math.abs(px[i] - want[0]) < 40 && Math.abs(px[i + 1] - want[1]) < 40 && Math.abs(px[i + 2] - want[2]) < 40) n++;
+  }
+  return n;
+}"""
 
 
 @dataclass

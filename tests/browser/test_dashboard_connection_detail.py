@@ -9,21 +9,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Server, screenshot
+from conftest import PAINTED, Server, screenshot
 from dashboard_batch import DROP_REASON, MSS, RETRANSMITTED, SIFTR_SAMPLES, STATES
 
 pytestmark = pytest.mark.browser
 
-CHARTS = ("chart-cwnd", "chart-rtt", "chart-wnd", "chart-inflight", "chart-tseq")
-# Counts non-transparent pixels of a figure's plot canvas.
-PAINTED = """(id) => {
-  const c = document.querySelector('#' + id + ' canvas');
-  if (!c || !c.width || !c.height) return 0;
-  const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-  let n = 0;
-  for (let i = 3; i < px.length; i += 4) if (px[i] !== 0) n++;
-  return n;
-}"""
+# Each chart and the stroke colour of its first series (connection.js).
+CHARTS = {
+    "chart-cwnd": "#0b5cad",
+    "chart-rtt": "#1f7a3a",
+    "chart-wnd": "#5a3fa0",
+    "chart-inflight": "#10243b",
+    "chart-tseq": "#0b5cad",
+}
 
 
 def open_detail(server: Server, page: Any, uuid: str) -> None:
@@ -48,8 +46,9 @@ def test_the_state_timeline_lists_the_states_in_order_with_who_caused_them(
 
 def test_every_chart_draws_on_its_canvas(server: Server, page: Any, ingested: Any) -> None:
     open_detail(server, page, ingested.uuid)
-    for chart in CHARTS:
-        assert page.evaluate(PAINTED, chart) > 500, f"{chart} is blank"
+    for chart, colour in CHARTS.items():
+        assert page.evaluate(PAINTED, [chart, colour]) > 100, f"{chart} has no {colour} series drawn"
+    assert page.evaluate(PAINTED, ["chart-tseq", "#b3261e"]) > 10  # the retransmissions, in red
     legend = page.locator("#chart-tseq .u-legend").inner_text()
     assert "retransmission" in legend and "SACK" in legend
     assert page.locator("#siftr-empty").is_hidden()

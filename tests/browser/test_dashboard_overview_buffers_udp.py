@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import HOST, Server, screenshot
+from conftest import HOST, PAINTED, Server, screenshot
 from dashboard_batch import DROP_REASON, RETRANSMITTED
 
 pytestmark = pytest.mark.browser
@@ -29,7 +29,7 @@ def test_clicking_a_drop_shows_its_buffer_lifecycle_and_connection(server: Serve
     page.wait_for_selector("body[data-loaded='1']")
     assert page.locator("#by-location tbody tr", has_text="nf_hook_slow+0x9c").count() == 1
     assert page.locator("#by-process tbody tr", has_text="curl").count() == 1
-    assert page.evaluate("document.querySelector('#chart-drops canvas') !== null")
+    assert page.evaluate(PAINTED, ["chart-drops", "#0b5cad"]) > 100  # the stacked bars are drawn
     drop = page.locator(f'#recent tbody tr[data-skb="{ingested.cookie * 1000 + 9}"]')
     drop.focus()
     page.keyboard.press("Enter")

@@ -19,6 +19,7 @@ from webapp.traces.models import DropCount, SkbDrop, SkbEvent
 
 MAX_TIMELINE_DROPS = 50_000  # newest drops bucketed into the stacked chart
 BUCKETS = 60
+MIN_SPAN_S = 60.0  # the chart covers at least a minute
 TOP_REASONS = 8  # stacked series; the rest are summed as "other"
 MAX_ROWS = 100
 MAX_LIFECYCLES = 50
@@ -40,7 +41,8 @@ def _timeline(drops: QuerySet[SkbDrop]) -> dict[str, Any]:
     rows = list(drops.order_by("-ts_wall").values_list("ts_wall", "drop_reason_str")[:MAX_TIMELINE_DROPS])
     if not rows:
         return {"t": [], "series": []}
-    t0, t1 = min(r[0] for r in rows), max(r[0] for r in rows)
+    t1 = max(r[0] for r in rows)
+    t0 = min(min(r[0] for r in rows), t1 - MIN_SPAN_S)  # a lone drop still gets a readable axis
     width = max((t1 - t0) / BUCKETS, 1.0)
     nbuckets = min(BUCKETS, int(math.floor((t1 - t0) / width)) + 1)
     totals: dict[str, int] = {}

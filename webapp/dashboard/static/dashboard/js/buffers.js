@@ -22,21 +22,24 @@
     container.replaceChildren();
     document.getElementById("drops-empty").hidden = tl.t.length > 0;
     if (!tl.t.length) return;
-    // uPlot draws what it is given: stack by accumulating the series, largest on top.
+    // Stacked bars: each reason's bar reaches the running total up to it; the tallest
+    // (all reasons) is drawn first so each smaller one paints its own slice on top.
     const acc = tl.t.map(() => 0);
     const cumulative = tl.series.map((s) => s.counts.map((c, i) => (acc[i] += c)));
-    const series = tl.series.map((s, i) => ({
-      label: s.reason, stroke: COLORS[i % COLORS.length], fill: COLORS[i % COLORS.length] + "99", width: 1,
-      value: (u, v, si, idx) => (idx === null ? "–" : num(s.counts[idx])),
+    const bars = uPlot.paths.bars({ size: [0.9, 40] });
+    const order = tl.series.map((_, i) => i).reverse();
+    const series = order.map((i) => ({
+      label: tl.series[i].reason, stroke: COLORS[i % COLORS.length], fill: COLORS[i % COLORS.length], width: 0, paths: bars, points: { show: false },
+      value: (u, v, si, idx) => (idx === null ? "–" : num(tl.series[i].counts[idx])),
     }));
     const opts = {
-      scales: { x: { time: true } },
+      scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(1, max)] } },
       cursor: { drag: { x: true, y: false } },
       series: [{}, ...series],
-      bands: series.slice(1).map((_, i) => ({ series: [i + 2, i + 1] })),
       axes: [{}, { size: 60 }],
     };
-    chart = NT.chart(container, opts, [tl.t, ...cumulative]);
+    const data = [tl.t, ...order.map((i) => cumulative[i])];
+    chart = NT.chart(container, opts, data);
   }
 
   function stageBar(stages) {

@@ -1,0 +1,98 @@
+"""`nettrail up` as root: serves the login page from an unprivileged process, stops on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+ADMIN_PASSWORD = "up-test-admin-Rk82-pass"
+START_LIMIT = 90.0  # seconds: a bound for a hung start, not a performance expectation
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: nettrail up drops privileges to the nettrail user"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    # Under /tmp itself, not pytest's private tmp_path: the nettrail user must reach it.
+    path = Path(tempfile.mkdtemp(prefix="nettrail-up-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def wait_for_line(proc: subprocess.Popen[str], needle: str) -> list[str]:
+    lines: list[str] = []
+    deadline = time.monotonic() + START_LIMIT
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if needle in line:
+            return lines
+    raise AssertionError(f"no {needle!r} in output: {''.join(lines)}")
+
+
+def test_up_serves_the_login_page_as_an_unprivileged_user_and_stops_on_sigterm(data_dir: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
+    env.update(NETTRAIL_DATA=str(data_dir), NETTRAIL_ADMIN_PASSWORD=ADMIN_PASSWORD, NETTRAIL_TRIM_INTERVAL="0")
+    command = [sys.executable, "-m", "collector.cli", "up", "--port", str(port), "--no-collect"]
+    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = wait_for_line(proc, f"webapp running at http://127.0.0.1:{port}/")
+        base = f"http://127.0.0.1:{port}"
+        login = requests.get(f"{base}/accounts/login/", timeout=10)
+        assert login.status_code == 200
+        assert "<title>nettrail — log in</title>" in login.text
+        home = requests.get(f"{base}/", allow_redirects=False, timeout=10)
+        assert (home.status_code, home.headers["Location"]) == (302, "/accounts/login/?next=/")
+
+        server = [
+            p for p in psutil.Process(proc.pid).children(recursive=True) if "webapp.serve" in " ".join(p.cmdline())
+        ]
+        assert len(server) == 1
+        nettrail_uid = pwd.getpwnam("nettrail").pw_uid
+        assert server[0].uids().real == server[0].uids().effective == nettrail_uid != 0
+        assert data_dir.stat().st_uid == nettrail_uid
+
+        session = requests.Session()
+        session.get(f"{base}/accounts/login/", timeout=10)
+        form = {"username": "admin", "password": ADMIN_PASSWORD, "csrfmiddlewaretoken": session.cookies["csrftoken"]}
+        resp = session.post(f"{base}/accounts/login/", data=form, allow_redirects=False, timeout=10)
+        assert (resp.status_code, resp.headers["Location"]) == (302, "/")
+
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        assert not server[0].is_running()
+        output = "".join(lines) + rest
+        assert "nettrail: stopping" in output
+        assert ADMIN_PASSWORD not in output  # a given password is never echoed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from translators.records import tcp_flags_str
+from translators.tcp import FREEBSD_INITIAL_SSTHRESH
 from webapp.traces.models import (
     Alert,
     Connection,
@@ -27,7 +29,8 @@ from webapp.traces.models import (
 MAX_POINTS = 100_000  # SIFTR samples / segments per chart (the newest)
 MAX_ROWS = 500  # tcpdebug snapshots, drops, alerts
 MAX_BUFFERS = 200  # skb lifecycles
-INFINITE_SSTHRESH = 1 << 30  # Linux starts ssthresh at "infinity" (0x7fffffff): not a value to plot
+# ssthresh starts at "infinity" (the translators map it to FreeBSD's 65535 << 14 bytes): not a value to plot.
+INFINITE_SSTHRESH = FREEBSD_INITIAL_SSTHRESH
 RETRANS_FLAGS = frozenset({"retransmission", "fast_retransmission", "spurious_retransmission"})
 
 
@@ -234,8 +237,6 @@ def tcpdebug(uuid: str) -> list[dict[str, Any]]:
         "tcp_flags",
     )
     rows = list(TcpDebugSnapshot.objects.filter(conn_uuid=uuid).order_by("ts_ns").values(*cols)[:MAX_ROWS])
-    from translators.records import tcp_flags_str
-
     for r in rows:
         r["flags"] = tcp_flags_str(r.pop("tcp_flags")) if r["tcp_flags"] is not None else None
     return rows

@@ -134,10 +134,13 @@ const NT = (() => {
   function chart(container, opts, data) {
     const width = Math.max(320, container.clientWidth || 600);
     const plot = new uPlot(Object.assign({ width, height: 220 }, opts), data, container);
-    new ResizeObserver(() => {
+    const observer = new ResizeObserver(() => {
       const w = Math.max(320, container.clientWidth);
       if (Math.abs(w - plot.width) > 4) plot.setSize({ width: w, height: plot.height });
-    }).observe(container);
+    });
+    observer.observe(container);
+    const destroy = plot.destroy.bind(plot);
+    plot.destroy = () => { observer.disconnect(); destroy(); };
     return plot;
   }
 

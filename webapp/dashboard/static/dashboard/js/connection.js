@@ -49,6 +49,7 @@
 
   function siftrChart(id, title, series, columns, fmt, data) {
     const container = document.getElementById(id);
+    if (charts[id]) charts[id].destroy();
     container.replaceChildren();
     const opts = {
       title,
@@ -64,6 +65,7 @@
   function siftr(data) {
     const empty = !data.t.length;
     document.getElementById("siftr-empty").hidden = !empty;
+    document.querySelector(".chart-grid").hidden = empty;
     if (empty) return;
     const us = (v) => duration(v / 1e6);
     siftrChart("chart-cwnd", "cwnd and ssthresh", [{ label: "cwnd", color: "#0b5cad" }, { label: "ssthresh", color: "#b3261e" }], ["cwnd", "ssthresh"], bytes, data);
@@ -76,7 +78,9 @@
     const empty = !data.t.length;
     document.getElementById("tseq-empty").hidden = !empty;
     const container = document.getElementById("chart-tseq");
+    if (charts["chart-tseq"]) charts["chart-tseq"].destroy();
     container.replaceChildren();
+    container.hidden = empty;
     if (empty) return;
     const dots = (color, size) => ({ stroke: color, fill: color, width: 0, paths: () => null, points: { show: true, size, fill: color } });
     const opts = {

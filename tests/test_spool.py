@@ -82,15 +82,15 @@ def test_the_size_bound_holds_and_dropped_batches_are_counted_as_lost(
 ) -> None:
     spool = Spool(tmp_path, max_bytes=8192)
     with caplog.at_level(logging.ERROR, "nettrail.spool"):
-        for i in range(200):
+        for i in range(120):
             spool.append(payload(i, 100), 10)
             on_disk = sum(p.stat().st_size for p in tmp_path.glob("*.seg"))
             assert on_disk <= 8192
             assert on_disk == spool.total_bytes
     kept = drain(spool)
-    assert kept == [payload(i, 100) for i in range(200 - len(kept), 200)]
-    assert spool.lost_batches == 200 - len(kept)
-    assert spool.lost_records == 10 * (200 - len(kept))
+    assert kept == [payload(i, 100) for i in range(120 - len(kept), 120)]
+    assert spool.lost_batches == 120 - len(kept)
+    assert spool.lost_records == 10 * (120 - len(kept))
     assert len(kept) >= 8192 * 3 // 4 // (HEADER.size + 100)  # only whole old segments are dropped
     assert "spool full" in caplog.text
 

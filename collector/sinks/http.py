@@ -1,6 +1,7 @@
 """HTTP sink: ships record batches to the webapp's ingest endpoint, spooling what it cannot send.
 
-`write()` only appends to an in-memory list; a background thread cuts batches
+`write()` only appends to an in-memory list (beyond `max_pending` records, held up
+by a slow request, the oldest go to the spool); a background thread cuts batches
 (`batch_size` records or `flush_interval` seconds), encodes each as one MessagePack
 array and POSTs it to ``<server>/api/ingest`` with the host's bearer token.
 
@@ -44,6 +45,7 @@ DEFAULT_BATCH_SIZE = 1000
 DEFAULT_FLUSH_INTERVAL = 0.5
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_CLOSE_TIMEOUT = 5.0
+DEFAULT_MAX_PENDING = 100_000  # records held in memory while a request is in flight
 RETRYABLE = frozenset({408, 429})
 
 
@@ -87,6 +89,7 @@ class HttpSink:
         timeout: float = DEFAULT_TIMEOUT,
         retry_interval: float = 1.0,
         max_retry_interval: float = 30.0,
+        max_pending: int = DEFAULT_MAX_PENDING,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
@@ -98,10 +101,12 @@ class HttpSink:
         self.timeout = timeout
         self.retry_interval = retry_interval
         self.max_retry_interval = max_retry_interval
+        self.max_pending = max(max_pending, batch_size)
         self.stats = SinkStats()
         self._session = requests.Session()
         self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/msgpack"}
-        self._cond = threading.Condition()
+        self._cond = threading.Condition()  # guards the pending list and counters (taken before _spool_lock)
+        self._spool_lock = threading.Lock()  # the spool is shared by write() (overflow) and the sender
         self._pending: list[Any] = []
         self._oldest = 0.0  # monotonic time the oldest pending record arrived
         self._accepted = 0  # records given to write()
@@ -129,8 +134,18 @@ class HttpSink:
                 self._oldest = time.monotonic()
             self._pending.extend(batch)
             self._accepted += len(batch)
+            self._overflow()
             if len(self._pending) >= self.batch_size:
                 self._cond.notify_all()
+
+    def _overflow(self) -> None:
+        """Memory bound while the sender is stuck in a slow request: the oldest pending
+        records go to the spool (disk, not network), behind which later batches queue up."""
+        while len(self._pending) > self.max_pending:
+            chunk = self._pending[: self.batch_size]
+            del self._pending[: self.batch_size]
+            self._to_spool(_encoder.encode(chunk), len(chunk))
+            self._handled += len(chunk)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every written record was sent or spooled; False on timeout."""
@@ -174,10 +189,12 @@ class HttpSink:
             with self._cond:
                 while not self._closing and not self._due():
                     self._cond.wait(self._wait_time())
-                records, self._pending = self._pending, []
-                closing = self._closing
-            for start in range(0, len(records), self.batch_size):
-                chunk = records[start : start + self.batch_size]
+                # One batch at a time: what stays pending is newer than what is in flight,
+                # so write()'s overflow to the spool keeps the order.
+                chunk = self._pending[: self.batch_size]
+                del self._pending[: self.batch_size]
+                closing = self._closing and not self._pending
+            if chunk:
                 self._ship(_encoder.encode(chunk), len(chunk))
                 self._mark_handled(len(chunk))
             if closing:
@@ -215,28 +232,34 @@ class HttpSink:
         self._to_spool(payload, count)
 
     def _to_spool(self, payload: bytes, count: int) -> None:
-        try:
-            self.spool.append(payload, count)
-        except (SpoolError, OSError) as exc:
-            self.stats.unspoolable_records += count
-            log.error("cannot spool a batch of %d records, they are lost: %s", count, exc)
-            return
-        self.stats.spooled_batches += 1
-        self._has_spool = True
+        with self._spool_lock:
+            try:
+                self.spool.append(payload, count)
+            except (SpoolError, OSError) as exc:
+                self.stats.unspoolable_records += count
+                log.error("cannot spool a batch of %d records, they are lost: %s", count, exc)
+                return
+            self.stats.spooled_batches += 1
+            self._has_spool = True
 
     def _replay(self, force: bool = False) -> None:
         """Send spooled batches oldest first until the spool is empty or the server fails again."""
         if not self._has_spool or (not force and time.monotonic() < self._next_retry):
             return
         replayed = 0
-        while (entry := self.spool.peek()) is not None:
+        while True:
+            with self._spool_lock:
+                entry = self.spool.peek()
+                if entry is None:
+                    self._has_spool = False  # under the lock: an overflow append cannot slip in between
+                    break
             if self._post(entry.payload, entry.records) is Outcome.RETRY:
                 self._went_down()
                 return
-            self.spool.ack(entry)
+            with self._spool_lock:
+                self.spool.ack(entry)
             replayed += 1
             self.stats.replayed_batches += 1
-        self._has_spool = False
         if self._down or replayed:
             log.warning("ingest server reachable again: replayed %d spooled batches", replayed)
         self._down = False

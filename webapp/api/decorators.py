@@ -18,7 +18,7 @@ from webapp.api.params import BadParam, Param, parse
 from webapp.http import json_error
 
 
-class ApiRequest(HttpRequest):
+class ApiRequest(HttpRequest):  # type: ignore[misc]
     """What api_view adds to the request."""
 
     params: dict[str, Any]
@@ -52,7 +52,7 @@ def api_view(
             if request.method not in ("GET", "HEAD"):
                 return json_error(405, "use GET")
             try:
-                request.params = parse(spec.params, request.GET)  # type: ignore[attr-defined]
+                request.params = parse(spec.params, request.GET)
                 return view(request, *args, **kwargs)
             except BadParam as exc:
                 return json_error(400, str(exc))

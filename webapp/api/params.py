@@ -37,7 +37,7 @@ class Param:
     default: Any = None
 
     def convert(self, raw: str) -> Any:
-        value = _CONVERTERS[self.type](self, raw)
+        value: Any = _CONVERTERS[self.type](self, raw)
         if self.minimum is not None and value < self.minimum:
             raise BadParam(f"{self.name} must be at least {self.minimum:g}")
         if self.maximum is not None and value > self.maximum:

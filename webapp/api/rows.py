@@ -15,14 +15,18 @@ from typing import Any
 
 from django.db.models import Model, Q, QuerySet
 
-from translators.records import describe
+from translators.records import BY_KIND, describe
 from webapp.api.params import BadParam, encode_cursor
 from webapp.traces.models import Connection, RecordModel
 
 
-@functools.cache
 def record_columns(model: type[RecordModel]) -> tuple[str, ...]:
-    return tuple(d.name for d in describe(model.record_type))
+    return _columns(model.kind)
+
+
+@functools.cache
+def _columns(kind: str) -> tuple[str, ...]:
+    return tuple(d.name for d in describe(BY_KIND[kind]))
 
 
 def record_dicts(model: type[RecordModel], rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

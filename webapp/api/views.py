@@ -26,8 +26,10 @@ from webapp.api.rows import (
     record_dicts,
 )
 from webapp.http import json_error
-from webapp.traces.models import KIND_MODELS, Alert, Connection, DropCount, Host, LossReport, RecordModel, SkbDrop
+from webapp.traces.models import KIND_MODELS, Connection, Host, RecordModel
 from webapp.traces.schema import CONNECTIONLESS_KINDS
+
+Alert, DropCount, LossReport, SkbDrop = (KIND_MODELS[k] for k in ("alert", "drop_count", "loss_report", "skb_drop"))
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -123,7 +125,8 @@ def connections(request: ApiRequest) -> HttpResponse:
 
 
 def _connection_or_404(conn_uuid: str) -> Connection | None:
-    return Connection.objects.filter(conn_uuid=conn_uuid).first()
+    found: Connection | None = Connection.objects.filter(conn_uuid=conn_uuid).first()
+    return found
 
 
 @api_view(

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
 from translators.records import BY_KIND, Record, describe
@@ -123,6 +124,8 @@ def export(request: HttpRequest, uuid: str) -> HttpResponse:
         chunks = _render(conn, spec)
     except XoOptionError as exc:  # pragma: no cover - the specs above are fixed
         return json_error(500, str(exc))
-    response = StreamingHttpResponse(_async_chunks(chunks), content_type=content_type)
+    # Under ASGI (daphne) an async iterator streams; a WSGI server takes the generator itself.
+    content = _async_chunks(chunks) if isinstance(request, ASGIRequest) else chunks
+    response = StreamingHttpResponse(content, content_type=content_type)
     response["Content-Disposition"] = f'attachment; filename="nettrail-{uuid[:8]}.{ext}"'
     return response

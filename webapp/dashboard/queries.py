@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Exists, F, OuterRef, Q, QuerySet, Value
+from django.db.models import BigIntegerField, Exists, F, OuterRef, Q, QuerySet, TextField, Value
 from django.db.models.functions import Coalesce
 
 from webapp.dashboard.filterlang import Columns, FilterError, compare, either, parse, to_q
@@ -69,12 +69,12 @@ class SortKey:
 SORTS: dict[str, SortKey] = {
     "host": SortKey(F("host_id"), False),
     "proto": SortKey(F("proto"), False),
-    "comm": SortKey(Coalesce("comm", Value("")), False),
-    "pid": SortKey(Coalesce("pid", Value(-1)), True),
-    "uid": SortKey(Coalesce("uid", Value(-1)), True),
-    "local": SortKey(Coalesce("sport", Value(-1)), True),
-    "remote": SortKey(Coalesce("dport", Value(-1)), True),
-    "state": SortKey(Coalesce("state", Value("")), False),
+    "comm": SortKey(Coalesce("comm", Value(""), output_field=TextField()), False),
+    "pid": SortKey(Coalesce("tgid", "pid", Value(-1), output_field=BigIntegerField()), True),
+    "uid": SortKey(Coalesce("uid", Value(-1), output_field=BigIntegerField()), True),
+    "local": SortKey(Coalesce("sport", Value(-1), output_field=BigIntegerField()), True),
+    "remote": SortKey(Coalesce("dport", Value(-1), output_field=BigIntegerField()), True),
+    "state": SortKey(Coalesce("state", Value(""), output_field=TextField()), False),
     "start": SortKey(F("first_seen"), True),
     "last": SortKey(F("last_seen"), True),
     "duration": SortKey(F("duration_s"), True),
@@ -89,7 +89,8 @@ def annotated() -> QuerySet[Connection]:
     """Connections with the computed columns the filter language and sorts use."""
     return Connection.objects.annotate(
         duration_s=F("last_seen") - F("first_seen"),
-        total_bytes=Coalesce("bytes_orig", Value(0)) + Coalesce("bytes_resp", Value(0)),
+        total_bytes=Coalesce("bytes_orig", Value(0), output_field=BigIntegerField())
+        + Coalesce("bytes_resp", Value(0), output_field=BigIntegerField()),
     )
 
 

@@ -1,0 +1,234 @@
+"""The dashboard's JSON views (/api/dash/): login, the filter language on real rows, keyset
+pages that neither skip nor repeat, the export styles, alert acknowledgement."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from translators.records import Alert, Connection, Record, TcpRetransmit, TcpStateChange, connection_uuid
+from webapp.traces.store import store_batch
+
+pytestmark = pytest.mark.django_db
+HOST, OTHER, BOOT = "web1", "db1", "boot-1"
+_seq = itertools.count(1)
+
+
+def conn_records(
+    host: str, cookie: int, sport: int, dport: int, comm: str, *, retrans: int = 0, rule: str | None = None,
+    bytes_out: int | None = None, closed: bool = False, t: float = 1_700_000_000.0,
+) -> list[Record]:  # fmt: skip
+    """One connection's records, as a collector would send them."""
+    uuid = connection_uuid(host, BOOT, cookie)
+    base: dict[str, Any] = {
+        "host_id": host, "boot_id": BOOT, "provider": "tcp", "conn_uuid": uuid, "src": "10.0.0.1",
+        "sport": sport, "dst": "10.0.0.2", "dport": dport, "comm": comm, "pid": cookie, "tgid": cookie,
+        "uid": 1000, "ctx": "task",
+    }  # fmt: skip
+
+    def env(dt: float) -> dict[str, Any]:
+        return {**base, "seq": next(_seq), "ts_ns": int((t + dt) * 1e9), "ts_wall": t + dt}
+
+    out: list[Record] = [
+        TcpStateChange(**env(0), probe="state-change", prev_state="CLOSED", state="SYN_SENT"),
+        TcpStateChange(**env(0.001), probe="state-change", prev_state="SYN_SENT", state="ESTABLISHED"),
+    ]
+    out += [TcpRetransmit(**env(0.5 + i), probe="retransmit", tcp_seq=i) for i in range(retrans)]
+    if rule:
+        out.append(
+            Alert(
+                **{**env(1), "provider": "nettrail"},
+                probe="alert",
+                rule_id=rule,
+                severity="warning",
+                start=t + 1,
+                message=f"{rule} fired",
+            )
+        )
+    if bytes_out is not None or closed:
+        summary = {k: v for k, v in env(3).items() if k not in ("ctx",)}
+        out.append(
+            Connection(
+                **{**summary, "provider": "nettrail"},
+                probe="conn-summary",
+                proto="tcp",
+                source="kernel" if closed else "wire",
+                bytes_orig=bytes_out,
+                state="CLOSED" if closed else "ESTABLISHED",
+                start=t,
+                end=t + 3,
+            )
+        )
+    return out
+
+
+@pytest.fixture()
+def client() -> Client:
+    user = get_user_model().objects.create_user("viewer", password="pw-for-tests-only")
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+@pytest.fixture()
+def cast() -> dict[str, str]:
+    """web1: nginx :443 with retransmits and a K1 alert (closed, 5 MB); nginx :443 clean;
+    sshd :22 with retransmits. db1: postgres :5432."""
+    specs = {
+        "nginx_retrans": (HOST, 1, 443, 50001, "nginx", {"retrans": 2, "rule": "K1", "bytes_out": 5_000_000, "closed": True}),
+        "nginx_clean": (HOST, 2, 443, 50002, "nginx", {}),
+        "sshd": (HOST, 3, 22, 50003, "sshd", {"retrans": 1}),
+        "postgres": (OTHER, 4, 5432, 50004, "postgres", {"bytes_out": 1000}),
+    }  # fmt: skip
+    out = {}
+    for name, (host, cookie, sport, dport, comm, kw) in specs.items():
+        store_batch(conn_records(host, cookie, sport, dport, comm, **kw))
+        out[name] = connection_uuid(host, BOOT, cookie)
+    return out
+
+
+def rows(client: Client, **params: Any) -> list[str]:
+    resp = client.get("/api/dash/connections", params)
+    assert resp.status_code == 200, resp.content
+    return [r["conn_uuid"] for r in resp.json()["rows"]]
+
+
+def test_it_answers_anonymous_callers_with_a_json_401() -> None:
+    resp = Client().get("/api/dash/connections")
+    assert resp.status_code == 401
+    assert resp.json() == {"error": "login required"}
+
+
+def test_the_documented_example_finds_exactly_the_nginx_connection_that_retransmitted(
+    client: Client, cast: dict[str, str]
+) -> None:
+    assert rows(client, q="port 443 and comm nginx and retrans > 0") == [cast["nginx_retrans"]]
+
+
+@pytest.mark.parametrize(
+    ("q", "expected"),
+    [
+        ("host db1", ["postgres"]),
+        ("comm ~ ngi", ["nginx_clean", "nginx_retrans"]),
+        ("anomaly", ["nginx_retrans"]),
+        ("anomaly K1", ["nginx_retrans"]),
+        ("anomaly K9", []),
+        ("bytes >= 5M", ["nginx_retrans"]),
+        ("state open", ["nginx_clean", "postgres", "sshd"]),
+        ("state CLOSED or port 22", ["nginx_retrans", "sshd"]),
+        ("not host web1", ["postgres"]),
+        ("port != 443 and host web1", ["sshd"]),
+    ],
+)
+def test_filters_select_the_expected_connections(
+    client: Client, cast: dict[str, str], q: str, expected: list[str]
+) -> None:
+    assert sorted(rows(client, q=q)) == sorted(cast[name] for name in expected)
+
+
+def test_a_bad_expression_is_a_400_naming_the_problem(client: Client, cast: dict[str, str]) -> None:
+    resp = client.get("/api/dash/connections", {"q": "retrans > lots"})
+    assert resp.status_code == 400
+    assert resp.json() == {"error": "retrans needs a whole number, got 'lots' (at character 11)", "pos": 10}
+
+
+def test_a_forged_cursor_or_unknown_sort_is_a_400(client: Client, cast: dict[str, str]) -> None:
+    assert client.get("/api/dash/connections", {"cursor": "!!!"}).status_code == 400
+    resp = client.get("/api/dash/connections", {"sort": "-colour"})
+    assert resp.status_code == 400
+    assert resp.json()["error"].startswith("unknown sort '-colour'")
+
+
+@pytest.mark.parametrize(
+    "sort", ["-start", "bytes", "-comm", "local", "-retrans", "pid", "-uid", "state", "duration", "host"]
+)
+def test_pages_cover_every_connection_once_in_sort_order(client: Client, sort: str) -> None:
+    batch: list[Record] = []
+    for i in range(130):
+        batch += conn_records(
+            HOST,
+            1000 + i,
+            1000 + i % 7,
+            40000 + i,
+            f"app{i % 5}",
+            retrans=i % 3,
+            bytes_out=(i * 37) % 11 or None,
+            t=1_700_000_000.0 + i % 13,
+        )
+    store_batch(batch)
+    seen: list[dict[str, Any]] = []
+    cursor = None
+    for _ in range(10):
+        params = {"sort": sort, "limit": 25, **({"cursor": cursor} if cursor else {})}
+        body = client.get("/api/dash/connections", params).json()
+        assert body["total"] == 130
+        seen += body["rows"]
+        cursor = body["next"]
+        if cursor is None:
+            break
+    assert len(seen) == 130 and len({r["conn_uuid"] for r in seen}) == 130
+    key = {
+        "start": "start",
+        "bytes": "bytes",
+        "comm": "comm",
+        "local": "sport",
+        "retrans": "retrans",
+        "pid": "pid",
+        "uid": "uid",
+        "state": "state",
+        "duration": "duration",
+        "host": "host_id",
+    }[sort.lstrip("-")]
+    values = [r[key] for r in seen]
+    assert values == sorted(values, reverse=sort.startswith("-"))
+
+
+def test_live_lookups_return_only_new_connections_that_match_the_filter(client: Client, cast: dict[str, str]) -> None:
+    found = rows(client, q="comm nginx", uuids=f"{cast['nginx_clean']},{cast['sshd']}")
+    assert found == [cast["nginx_clean"]]
+
+
+def test_the_detail_view_orders_the_states_and_names_who_caused_them(client: Client, cast: dict[str, str]) -> None:
+    body = client.get(f"/api/dash/connections/{cast['nginx_retrans']}").json()
+    states = [(i["state"], i["who"]) for i in body["timeline"] if i["type"] == "state"]
+    assert states == [("SYN_SENT", "nginx (pid 1)"), ("ESTABLISHED", "nginx (pid 1)")]
+    assert [i["type"] for i in body["timeline"]].count("retransmit") == 2
+    assert [a["rule_id"] for a in body["alerts"]] == ["K1"]
+    assert client.get("/api/dash/connections/no-such-uuid").status_code == 404
+
+
+def test_xml_text_and_html_exports_carry_the_records(client: Client, cast: dict[str, str]) -> None:
+    uuid = cast["nginx_retrans"]
+    resp = client.get(f"/api/dash/connections/{uuid}/export", {"format": "xml"})
+    assert resp.status_code == 200 and resp["Content-Type"] == "application/xml"
+    assert resp["Content-Disposition"] == f'attachment; filename="nettrail-{uuid[:8]}.xml"'
+    root = ET.fromstring(b"".join(resp.streaming_content))  # type: ignore[attr-defined]
+    assert root.tag == "nettrail" and root.findtext("conn-uuid") == uuid
+    assert [e.findtext("state") for e in root.iter("tcp-state")] == ["SYN_SENT", "ESTABLISHED"]
+    assert len(list(root.iter("tcp-retransmit"))) == 2
+    text = b"".join(client.get(f"/api/dash/connections/{uuid}/export", {"format": "text"}).streaming_content).decode()  # type: ignore[attr-defined]
+    assert uuid in text and "ESTABLISHED" in text
+    html = b"".join(client.get(f"/api/dash/connections/{uuid}/export", {"format": "html"}).streaming_content).decode()  # type: ignore[attr-defined]
+    assert 'class="line"' in html and "K1" in html
+    doc = json.loads(b"".join(client.get(f"/api/dash/connections/{uuid}/export").streaming_content))  # type: ignore[attr-defined]
+    assert doc["nettrail"]["alert"][0]["rule-id"] == "K1"
+    bad = client.get(f"/api/dash/connections/{uuid}/export", {"format": "pdf"})
+    assert bad.status_code == 400 and bad.json() == {"error": "format must be one of json, xml, text, html"}
+
+
+def test_acknowledging_an_alert_records_who_and_is_idempotent(client: Client, cast: dict[str, str]) -> None:
+    alert = client.get("/api/dash/alerts", {"rule": "K1"}).json()["alerts"][0]
+    assert alert["acked_by"] is None
+    first = client.post(f"/api/dash/alerts/{alert['id']}/ack")
+    again = client.post(f"/api/dash/alerts/{alert['id']}/ack")
+    assert first.status_code == again.status_code == 200
+    assert first.json()["acked_by"] == "viewer" and again.json()["acked_at"] == first.json()["acked_at"]
+    assert [a["id"] for a in client.get("/api/dash/alerts", {"acked": "no"}).json()["alerts"]] == []
+    assert client.get(f"/api/dash/alerts/{alert['id']}/ack").status_code == 405
+    assert client.post("/api/dash/alerts/999999/ack").status_code == 404

@@ -41,6 +41,14 @@ char LICENSE[] SEC("license") = "GPL";
 #define TCP_LAST_ACK 9
 #define TCP_LISTEN 10
 #define TCP_CLOSING 11
+#define TCP_TIME_WAIT 6
+#define TCP_NEW_SYN_RECV 12
+
+/* Request and timewait mini-sockets end after sock_common. */
+static __always_inline bool full_sock_state(__u8 st)
+{
+	return st != TCP_TIME_WAIT && st != TCP_NEW_SYN_RECV;
+}
 
 /* FreeBSD PRU_* codes used at the debug-user point (providers.md 5) */
 #define PRU_LISTEN 3
@@ -134,8 +142,6 @@ static __always_inline __u64 cookie_read(const struct sock *sk)
 	return sk ? BPF_CORE_READ(sk, __sk_common.skc_cookie.counter) : 0;
 }
 
-#define TCP_TIME_WAIT 6
-#define TCP_NEW_SYN_RECV 12
 #define SOCK_STREAM 1
 
 /* A full TCP socket (not a request or timewait mini-socket, which end after sock_common). */
@@ -146,7 +152,7 @@ static __always_inline bool full_tcp(const struct sock *sk)
 	if (!sk)
 		return false;
 	st = BPF_CORE_READ(sk, __sk_common.skc_state);
-	if (st == TCP_TIME_WAIT || st == TCP_NEW_SYN_RECV)
+	if (!full_sock_state(st))
 		return false;
 	return BPF_CORE_READ(sk, sk_protocol) == IPPROTO_TCP && BPF_CORE_READ(sk, sk_type) == SOCK_STREAM;
 }
@@ -157,6 +163,9 @@ static __always_inline void fill_flow(struct nt_header *h, const struct sock *sk
 
 	h->family = family;
 	h->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	if (!h->sport && full_sock_state(BPF_CORE_READ(sk, __sk_common.skc_state)))
+		/* X -> CLOSE: inet_put_port() already zeroed inet_num; inet_sport keeps the port */
+		h->sport = bpf_ntohs(BPF_CORE_READ((const struct inet_sock *)sk, inet_sport));
 	h->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 	h->netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
 	if (family == AF_INET) {

@@ -251,3 +251,16 @@ def event_dtype(event_type: int) -> np.dtype[np.void]:
 
 EVENT_DTYPES: dict[int, np.dtype[np.void]] = {t: event_dtype(t) for t in BODIES}
 FIELD_NAMES: dict[int, tuple[str, ...]] = {t: tuple(d.names or ()) for t, d in EVENT_DTYPES.items()}
+
+
+def decode_event(data: bytes) -> tuple[str, dict[str, object]]:
+    """One struct nt_event -> (kind, fields by name): what the source does per row, for tests and tools.
+
+    Wrong size or unknown type is an error naming both."""
+    if len(data) != EVENT_SIZE:
+        raise ValueError(f"struct nt_event is {EVENT_SIZE} bytes, got {len(data)}")
+    event_type = int(np.frombuffer(data, HEADER_DTYPE, count=1)["type"][0])
+    if event_type not in EVENT_DTYPES:
+        raise ValueError(f"unknown nt_event type {event_type} (known: {sorted(EVENT_DTYPES)})")
+    row = np.frombuffer(data, EVENT_DTYPES[event_type], count=1).tolist()[0]
+    return EVENT_NAMES[event_type], dict(zip(FIELD_NAMES[event_type], row, strict=True))

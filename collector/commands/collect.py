@@ -174,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
     except (BpfError, BuildError) as exc:
         sink.close()
         return fail(str(exc))
+    ids = " ".join(f"{name}#{pid}" for name, pid in session.program_ids().items())
+    print(f"{PROG}: tracing {','.join(opts.providers)} (programs {ids})", file=sys.stderr, flush=True)
     try:
         source = collect(session, sink, args.duration, args.flow_interval)
     finally:

@@ -1,0 +1,108 @@
+"""Helpers for the kernel collector tests: skip reasons, a tracing session, loopback traffic.
+
+Every kernel test filters on ports it owns so concurrent traffic on this shared
+machine cannot change its exact counts. Keep in sync with collector/bpf/loader.py.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import pytest
+
+from collector.bpf import loader
+from collector.bpf.loader import Filters, KernelSession, Options
+from collector.bpf.source import KernelSource, wall_offset
+from translators.kernel import KernelEnv
+from translators.records import Record
+
+
+def bpf_skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (CAP_BPF, CAP_PERFMON) to load eBPF programs"
+    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+        return "needs kernel BTF (/sys/kernel/btf/vmlinux)"
+    if loader.missing_privileges():
+        return str(loader.missing_privileges())
+    return None
+
+
+needs_bpf = pytest.mark.skipif(bpf_skip_reason() is not None, reason=str(bpf_skip_reason()))
+kernel = [pytest.mark.kernel, needs_bpf]
+
+
+@dataclass
+class Capture:
+    session: KernelSession
+    source: KernelSource
+    records: list[Record] = field(default_factory=list)
+
+    def drain(self) -> list[Record]:
+        self.records.extend(self.source.poll(timeout=0.05))
+        return self.records
+
+    def wait_for(self, done: Callable[[list[Record]], bool], timeout: float = 5.0) -> list[Record]:
+        """Poll until done(records) holds; bounded by timeout (then the test's asserts speak)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if done(self.drain()):
+                break
+        return self.records
+
+    def of(self, kind: str, cookie: int | None = None) -> list[Record]:
+        return [r for r in self.records if r.kind == kind and (cookie is None or r.sock_cookie == cookie)]
+
+
+@contextmanager
+def tracing(
+    providers: tuple[str, ...] = ("tcp",), ppl: int = 1, ringbuf: int = 1 << 22, **filters: object
+) -> Iterator[Capture]:
+    opts = Options(providers=providers, ppl=ppl, filters=Filters(**filters), ringbuf_bytes=ringbuf)  # type: ignore[arg-type]
+    env = KernelEnv(host_id="test-host", boot_id="test-boot", wall_offset=wall_offset())
+    with KernelSession(opts) as session:
+        env.drop_reasons = session.drop_reasons
+        env.rst_reasons = session.rst_reasons
+        yield Capture(session, KernelSource(session, env, flow_interval=3600))
+
+
+def bound_listener(host: str = "127.0.0.1") -> socket.socket:
+    """A socket bound to a fresh port but not yet listening (so tracing can see LISTEN)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, 0))
+    return s
+
+
+def cookie_of(s: socket.socket) -> int:
+    return int.from_bytes(s.getsockopt(socket.SOL_SOCKET, 57, 8), "little")  # SO_COOKIE
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound then closed: connecting to it is refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def snmp_tcp(name: str) -> int:
+    """A counter of the Tcp: line of /proc/net/snmp (e.g. RetransSegs)."""
+    lines = [ln.split() for ln in open("/proc/net/snmp") if ln.startswith("Tcp:")]
+    return int(lines[1][lines[0].index(name)])
+
+
+def bpftool_prog_ids() -> set[int]:
+    import json
+
+    out = subprocess.run(["bpftool", "-j", "prog", "list"], capture_output=True, text=True, check=True).stdout
+    return {int(p["id"]) for p in json.loads(out or "[]")}
+
+
+def my_comm() -> str:
+    return open(f"/proc/self/task/{os.getpid()}/comm").read().strip()

@@ -15,17 +15,12 @@ Times: alpha's A at wall 1000-1010, B at 2000, beta's C at 3000.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from translators import records as r
 from translators.records import connection_uuid
-from webapp.traces.models import Host
-from webapp.traces.store import store_batch
 
 CONN_A = connection_uuid("alpha", "boot-a", 1)
 CONN_B = connection_uuid("alpha", "boot-a", 2)
@@ -172,21 +167,6 @@ def beta_records() -> list[r.Record]:
             **env("beta", s, 3002.0, probe="loss", event_type="ringbuf", lost=2, lost_total=2), provider="nettrail"
         ),
     ]
-
-
-@pytest.fixture
-def cast(db: None) -> None:
-    Host.objects.create(name="alpha")
-    Host.objects.create(name="beta")
-    store_batch(alpha_records())
-    store_batch(beta_records())
-
-
-@pytest.fixture
-def viewer_client(db: None) -> Iterator[Client]:
-    client = Client()
-    client.force_login(get_user_model().objects.create_user("viewer", password="viewer-password-1"))
-    yield client
 
 
 def get_json(client: Client, url: str, expect: int = 200, **params: Any) -> Any:

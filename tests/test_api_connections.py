@@ -9,8 +9,8 @@ from django.test import Client
 from webapp.api.params import encode_cursor
 from webapp.traces.models import Connection
 
-pytest_plugins = ["api_cast"]
-pytestmark = pytest.mark.usefixtures("cast")
+pytest_plugins = ["api_fixtures"]
+pytestmark = [pytest.mark.usefixtures("cast"), pytest.mark.postgres]
 
 
 def uuids(client: Client, **params: object) -> list[str]:

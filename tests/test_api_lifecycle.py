@@ -6,8 +6,8 @@ import pytest
 from api_cast import CONN_A, CONN_B, get_json
 from django.test import Client
 
-pytest_plugins = ["api_cast"]
-pytestmark = pytest.mark.usefixtures("cast")
+pytest_plugins = ["api_fixtures"]
+pytestmark = [pytest.mark.usefixtures("cast"), pytest.mark.postgres]
 
 A_LIFECYCLE = [
     ("tcp_state", 1000.0),

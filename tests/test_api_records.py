@@ -6,8 +6,8 @@ import pytest
 from api_cast import CONN_A, get_json
 from django.test import Client
 
-pytest_plugins = ["api_cast"]
-pytestmark = pytest.mark.usefixtures("cast")
+pytest_plugins = ["api_fixtures"]
+pytestmark = [pytest.mark.usefixtures("cast"), pytest.mark.postgres]
 
 
 def test_hosts_are_listed_with_their_connection_counts(viewer_client: Client) -> None:

@@ -8,7 +8,7 @@ from django.test import Client
 
 from webapp.api.openapi import iter_api_urls
 
-pytest_plugins = ["api_cast"]
+pytest_plugins = ["api_fixtures"]
 pytestmark = pytest.mark.django_db
 
 

@@ -13,7 +13,7 @@ from scapy.utils import wrpcap
 from collector.cli import main
 from webapp.traces.models import Connection, ConnectionSummary, Host
 
-pytest_plugins = ["api_cast"]
+pytest_plugins = ["api_fixtures"]
 pytestmark = pytest.mark.django_db
 
 

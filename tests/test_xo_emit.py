@@ -378,3 +378,28 @@ def test_record_lines_show_hex_fields_units_and_formats() -> None:
         " lost 12 lost-total 340",
         "ok",
     ]
+
+
+def test_an_error_inside_a_list_becomes_an_element_so_json_stays_valid() -> None:
+    def calls(w: Writer) -> None:
+        w.open_container("c")
+        w.open_list("x")
+        w.error("boom")
+        w.open_instance("x")
+        w.emit("{:v/%d}", v=1)
+
+    assert json.loads(run("json", calls)[0]) == {"c": {"x": [{"error": {"message": "boom"}}, {"v": 1}]}}
+    assert json.loads(run("json,pretty", calls)[0]) == {"c": {"x": [{"error": {"message": "boom"}}, {"v": 1}]}}
+
+
+def test_nan_and_infinity_never_reach_the_encodings() -> None:
+    rec = full_record(Alert, metric=math.nan, end=math.inf)
+    out = io.StringIO()
+    render_records([rec], parse_libxo("json"), out)
+    (alert,) = json.loads(out.getvalue())["nettrail"]["alert"]
+    assert (alert["metric"], alert["end"]) == (None, None)
+    out = io.StringIO()
+    render_records([rec], parse_libxo("xml"), out)
+    root = ET.fromstring(out.getvalue())
+    assert root.find("alert/metric") is None and root.find("alert/end") is None
+    assert root.findtext("alert/start") == "1764403190.500000"

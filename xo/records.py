@@ -99,6 +99,7 @@ def kind_of(cls: type[msgspec.Struct]) -> str:
 
 
 def xo_name(name: str) -> str:
+    """Encoding name of a Python/record name: libxo writes names with hyphens."""
     return name.replace("_", "-")
 
 
@@ -196,6 +197,8 @@ ENV = jinja2.Environment(
     cache_size=-1,
 )
 ENV.filters.update(FILTERS)
+# `is present`: a value the encodings carry (not None, not NaN/Inf).
+ENV.tests["present"] = lambda value: value is not None and finite(value)
 
 
 def literal(text: str) -> str:

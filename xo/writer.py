@@ -18,8 +18,9 @@ from typing import Any, TextIO
 
 import msgspec
 
-from xo.fields import Field, XoFormatError, parse_format
+from xo.fields import Field, XoFormatError, parse_format, printf
 from xo.options import XoOptions
+from xo.records import xo_name
 from xo.styles import make_renderer
 
 CONTAINER, LIST, INSTANCE, TOP = "container", "list", "instance", "top"
@@ -191,8 +192,6 @@ class Writer:
             if frame.seen_value:
                 self.diagnostic(f"key field emitted after normal value field: {f.content!r}")
             if frame.kind == INSTANCE and value is not None:
-                from xo.fields import printf
-
                 frame.keys.append((f.content, printf(f.efmt, value)))
         else:
             frame.seen_value = True
@@ -278,11 +277,6 @@ def predicate(name: str, value: str, pretty: bool) -> str:
     quote = '"' if "'" in value else "'"
     eq = " = " if pretty else "="
     return f"[{name}{eq}{quote}{value}{quote}]"
-
-
-def xo_name(name: str) -> str:
-    """Encoding name of a Python/record name: libxo writes names with hyphens."""
-    return name.replace("_", "-")
 
 
 def render_records(

@@ -142,4 +142,5 @@ def _field(d: FieldDesc, obj: str, opts: XoOptions, nl: str, pad: str) -> str:
         return f"{{% if {ref} is not none %}}{open_tag}{nl}{inner}{{{{ i }}}}{pad}{close_tag}{{% endif %}}"
     efmt = encoding_format(d)
     value = f"{{{{ {ref}|xml_str }}}}" if d.type is str else f"{{{{ {ref}|xml({efmt!r}) }}}}"
-    return f"{{% if {ref} is not none %}}{open_tag}{value}{close_tag}{{% endif %}}"
+    test = "present" if d.type is float else "not none"  # NaN/Inf are left out like None
+    return f"{{% if {ref} is {test} %}}{open_tag}{value}{close_tag}{{% endif %}}"

@@ -95,33 +95,128 @@ class IcmpQuote:
     dport: int
 
 
-@dataclass
 class Decoded:
-    """Column lists for one batch (Python ints, ready for the per-packet analysis loop)."""
+    """One decoded batch: numpy columns per packet, Python lists on demand.
 
-    n: int
-    frame: list[int]
-    ts_ns: list[int]
-    kind: list[int]
-    ip_ver: list[int]
-    src: list[int]
-    dst: list[int]
-    sport: list[int]
-    dport: list[int]
-    seq: list[int]
-    ack: list[int]
-    flags: list[int]
-    window: list[int]
-    payload: list[int]
-    ip_len: list[int]
-    wire_len: list[int]
-    options: list[TcpOptions | None]
-    icmp: dict[int, IcmpQuote]
-    reasons: dict[int, str]
-    fragment: list[int]
-    # arrays kept for the per-packet record view (--packets)
-    cols: dict[str, IntArray]
-    batch: Batch
+    The TCP fast path reads :meth:`tcp_columns` (lists for the TCP packets only); the
+    ordered per-packet path (UDP, ICMP, --packets) reads the per-packet list properties.
+    """
+
+    LIST_COLUMNS = (
+        "kind",
+        "ip_ver",
+        "sport",
+        "dport",
+        "seq",
+        "ack",
+        "flags",
+        "window",
+        "payload",
+        "ip_len",
+        "fragment",
+    )
+
+    def __init__(
+        self, batch: Batch, arrays: dict[str, IntArray], v6: dict[int, tuple[int, int]], options: dict[int, TcpOptions],
+        icmp: dict[int, IcmpQuote], reasons: dict[int, str],
+    ) -> None:  # fmt: skip
+        self.batch = batch
+        self.n = len(batch)
+        self.cols = arrays
+        self.v6 = v6
+        self.option_map = options
+        self.icmp = icmp
+        self.reasons = reasons
+        self._lists: dict[str, list[Any]] = {}
+
+    def _list(self, name: str) -> list[Any]:
+        got = self._lists.get(name)
+        if got is None:
+            got = self._lists[name] = self.cols[name].tolist()
+        return got
+
+    @property
+    def frame(self) -> list[int]:
+        got = self._lists.get("frame")
+        if got is None:
+            first = self.batch.first_frame
+            got = self._lists["frame"] = list(range(first, first + self.n))
+        return got
+
+    @property
+    def ts_ns(self) -> list[int]:
+        got = self._lists.get("ts_ns")
+        if got is None:
+            got = self._lists["ts_ns"] = self.batch.ts_ns.tolist()
+        return got
+
+    @property
+    def wire_len(self) -> list[int]:
+        got = self._lists.get("wire_len")
+        if got is None:
+            got = self._lists["wire_len"] = self.batch.wirelen.tolist()
+        return got
+
+    def _addr(self, name: str, which: int) -> list[int]:
+        got = self._lists.get(name)
+        if got is None:
+            got = self._lists[name] = self.cols[name].tolist()
+            for i, pair in self.v6.items():
+                got[i] = pair[which]
+        return got
+
+    @property
+    def src(self) -> list[int]:
+        return self._addr("src", 0)
+
+    @property
+    def dst(self) -> list[int]:
+        return self._addr("dst", 1)
+
+    @property
+    def options(self) -> list[TcpOptions | None]:
+        got = self._lists.get("options")
+        if got is None:
+            got = self._lists["options"] = [None] * self.n
+            for i, opts in self.option_map.items():
+                got[i] = opts
+        return got
+
+    kind = property(lambda self: self._list("kind"))
+    ip_ver = property(lambda self: self._list("ip_ver"))
+    sport = property(lambda self: self._list("sport"))
+    dport = property(lambda self: self._list("dport"))
+    seq = property(lambda self: self._list("seq"))
+    ack = property(lambda self: self._list("ack"))
+    flags = property(lambda self: self._list("flags"))
+    window = property(lambda self: self._list("window"))
+    payload = property(lambda self: self._list("payload"))
+    ip_len = property(lambda self: self._list("ip_len"))
+    fragment = property(lambda self: self._list("fragment"))
+
+    def tcp_columns(self) -> tuple[list[Any], ...]:
+        """Per-TCP-packet lists: frame, ts, ip_ver, src, sport, dst, dport, seq, ack, flags, window, payload, ip_len, options."""
+        c = self.cols
+        mask = c["kind"] == K_TCP
+        idx = np.flatnonzero(mask)
+        src = c["src"][idx].tolist()
+        dst = c["dst"][idx].tolist()
+        opts: list[TcpOptions | None] = [None] * len(idx)
+        if self.v6 or self.option_map:
+            pos = np.cumsum(mask) - 1
+            for i, pair in self.v6.items():
+                if mask[i]:
+                    src[pos[i]], dst[pos[i]] = pair
+            for i, o in self.option_map.items():
+                opts[pos[i]] = o
+        frames = (idx + self.batch.first_frame).tolist()
+        cols = [
+            c[name][idx].tolist()
+            for name in ("ip_ver", "sport", "dport", "seq", "ack", "flags", "window", "payload", "ip_len")
+        ]
+        ver, sport, dport, seq, ack, flags, win, payload, ip_len = cols
+        ts = self.batch.ts_ns[idx].tolist()
+        return frames, ts, ver, src, sport, dst, dport, seq, ack, flags, win, payload, ip_len, opts
 
 
 def addr_str(value: int) -> str:
@@ -143,13 +238,27 @@ class _View:
     def b(self, idx: IntArray) -> IntArray:
         if not len(self.u8):
             return np.zeros(len(idx), np.int64)
-        return self.u8[np.clip(idx, 0, self.last)].astype(np.int64)
+        return self.u8.take(idx, mode="clip").astype(np.int64)
 
     def be16(self, idx: IntArray) -> IntArray:
         return (self.b(idx) << 8) | self.b(idx + 1)
 
+    def block(self, start: IntArray, width: int) -> npt.NDArray[np.uint8]:
+        """Rows of `width` bytes from each start offset (one gather for a whole header)."""
+        if not len(self.u8):
+            return np.zeros((len(start), width), np.uint8)
+        return self.u8.take(start[:, None] + np.arange(width, dtype=np.int64), mode="clip")
+
     def be32(self, idx: IntArray) -> IntArray:
         return (self.be16(idx) << 16) | self.be16(idx + 2)
+
+
+def _u16(blk: npt.NDArray[np.uint8], o: int) -> IntArray:
+    return (blk[:, o].astype(np.int64) << 8) | blk[:, o + 1]
+
+
+def _u32(blk: npt.NDArray[np.uint8], o: int) -> IntArray:
+    return (_u16(blk, o) << 16) | _u16(blk, o + 2)
 
 
 def _link_layer(v: _View, bt: Batch) -> tuple[IntArray, IntArray]:
@@ -210,35 +319,29 @@ def decode_batch(bt: Batch, want_options: bool = False) -> Decoded:
 
     # Link layers too short to hold their own header.
     bad((l3 > end_cap) & (ver > 0), "frame shorter than its link-layer header")
-    proto = np.zeros(n, np.int64)
-    hlen = np.zeros(n, np.int64)
-    tot = np.zeros(n, np.int64)
-    frag = np.zeros(n, np.int64)  # 1 = a fragment; 2 = a non-first fragment
-    src = np.zeros(n, np.int64)
-    dst = np.zeros(n, np.int64)
-
     p4 = (ver == 4) & (kind == K_IP)
     bad(p4 & (l3 + 20 > end_cap), "IPv4 header cut short")
     p4 &= kind == K_IP
-    vihl = v.b(l3)
+    h4 = v.block(l3, 20)
+    vihl = h4[:, 0].astype(np.int64)
     ihl = (vihl & 15) * 4
     bad(p4 & ((vihl >> 4) != 4), "IPv4 version field is not 4")
     bad(p4 & (ihl < 20), "IPv4 header length below 20")
     bad(p4 & (l3 + ihl > end_cap), "IPv4 options cut short")
     p4 &= kind == K_IP
-    t4 = v.be16(l3 + 2)
+    t4 = _u16(h4, 2)
     t4 = np.where(t4 == 0, wire3, t4)  # TSO captures carry 0
     bad(p4 & (t4 < ihl), "IPv4 total length below its header length")
     bad(p4 & (t4 > wire3), "IPv4 total length runs past the end of the frame")
     p4 &= kind == K_IP
-    fo = v.be16(l3 + 6)
-    hlen[p4] = ihl[p4]
-    tot[p4] = t4[p4]
-    proto[p4] = v.b(l3 + 9)[p4]
-    frag[p4 & ((fo & 0x3FFF) != 0)] = 1
-    frag[p4 & ((fo & 0x1FFF) != 0)] = 2
-    src[p4] = v.be32(l3 + 12)[p4]
-    dst[p4] = v.be32(l3 + 16)[p4]
+    fo = _u16(h4, 6)
+    hlen = np.where(p4, ihl, 0)
+    tot = np.where(p4, t4, 0)
+    proto = np.where(p4, h4[:, 9], 0)
+    frag = np.where(p4 & ((fo & 0x3FFF) != 0), np.where((fo & 0x1FFF) != 0, 2, 1), 0)  # 1 fragment, 2 non-first
+    src = np.where(p4, _u32(h4, 12), 0)
+    dst = np.where(p4, _u32(h4, 16), 0)
+    del h4
 
     p6 = (ver == 6) & (kind == K_IP)
     bad(p6 & (l3 + 40 > end_cap), "IPv6 header cut short")
@@ -271,13 +374,14 @@ def decode_batch(bt: Batch, want_options: bool = False) -> Decoded:
 
     bad(tcp & (l4 + 20 > end_cap), "TCP header cut short")
     tcp &= kind == K_IP
-    thl = (v.b(l4 + 12) >> 4) * 4
+    h = v.block(l4, 24)  # the fixed TCP header plus the first option word (UDP/ICMP use the start)
+    thl = (h[:, 12] >> 4).astype(np.int64) * 4
     bad(tcp & (thl < 20), "TCP header length below 20")
     bad(tcp & (thl > l4len), "TCP header length past the end of the IP payload")
     tcp &= kind == K_IP
     bad(udp & (l4 + 8 > end_cap), "UDP header cut short")
     udp &= kind == K_IP
-    ulen = v.be16(l4 + 4)
+    ulen = _u16(h, 4)
     bad(udp & (proto == 17) & ((ulen < 8) | (ulen > l4len)), "UDP length field is impossible")
     udp &= kind == K_IP
     bad(icmp & (l4 + 8 > end_cap), "ICMP header cut short")
@@ -286,33 +390,34 @@ def decode_batch(bt: Batch, want_options: bool = False) -> Decoded:
     kind[tcp] = K_TCP
     kind[udp] = K_UDP
     kind[icmp] = K_ICMP
-    l4ports = tcp | udp
-    sport = np.where(l4ports, v.be16(l4), 0)
-    dport = np.where(l4ports, v.be16(l4 + 2), 0)
-    seq = np.where(tcp, v.be32(l4 + 4), 0)
-    ack = np.where(tcp, v.be32(l4 + 8), 0)
-    flags = np.where(tcp, v.b(l4 + 13) | ((v.b(l4 + 12) & 1) << 8), 0)
-    win = np.where(tcp, v.be16(l4 + 14), 0)
+    # Values of rows that are not TCP (or UDP) are meaningless; every reader selects by kind.
+    sport = _u16(h, 0)
+    dport = _u16(h, 2)
+    seq = _u32(h, 4)
+    ack = _u32(h, 8)
+    flags = h[:, 13].astype(np.int64) | ((h[:, 12].astype(np.int64) & 1) << 8)
+    win = _u16(h, 14)
     payload = np.where(tcp, l4len - thl, np.where(udp, np.where(proto == 17, ulen - 8, l4len - 8), 0))
+    first_option = _u32(h, 20)
+    del h
 
     # TCP options: Linux data segments carry NOP NOP TS (12 bytes); everything else is parsed in Python.
-    ts_only = tcp & (thl == 32) & (v.be32(l4 + 20) == 0x0101080A)
+    ts_only = tcp & (thl == 32) & (first_option == 0x0101080A)
     opt_idx = np.flatnonzero(tcp & (thl > 20) & (~ts_only if not want_options else True))
-    options: list[TcpOptions | None] = [None] * n
+    options: dict[int, TcpOptions] = {}
     buf = bt.buf
     for i in opt_idx.tolist():
         start = int(l4[i]) + 20
         stop = min(int(l4[i]) + int(thl[i]), int(end_cap[i]))
         options[i] = parse_tcp_options(buf, start, stop)
 
-    src_l = src.tolist()
-    dst_l = dst.tolist()
-    for i in np.flatnonzero(ver == 6).tolist():
-        if kind[i] == K_MALFORMED:
-            continue
+    v6: dict[int, tuple[int, int]] = {}
+    for i in np.flatnonzero((ver == 6) & (kind != K_MALFORMED)).tolist():
         o = int(l3[i])
-        src_l[i] = int.from_bytes(buf[o + 8 : o + 24], "big") | V6_MARK
-        dst_l[i] = int.from_bytes(buf[o + 24 : o + 40], "big") | V6_MARK
+        v6[i] = (
+            int.from_bytes(buf[o + 8 : o + 24], "big") | V6_MARK,
+            int.from_bytes(buf[o + 24 : o + 40], "big") | V6_MARK,
+        )
 
     icmp_q: dict[int, IcmpQuote] = {}
     for i in np.flatnonzero(icmp).tolist():
@@ -320,32 +425,12 @@ def decode_batch(bt: Batch, want_options: bool = False) -> Decoded:
         if q is not None:
             icmp_q[i] = q
 
-    first = bt.first_frame
-    cols = {"l3": l3, "l4": l4, "hlen": hlen, "thl": thl, "proto": proto, "ulen": ulen, "frag_off": fo}
-    return Decoded(
-        n=n,
-        frame=list(range(first, first + n)),
-        ts_ns=bt.ts_ns.tolist(),
-        kind=kind.tolist(),
-        ip_ver=ver.tolist(),
-        src=src_l,
-        dst=dst_l,
-        sport=sport.tolist(),
-        dport=dport.tolist(),
-        seq=seq.tolist(),
-        ack=ack.tolist(),
-        flags=flags.tolist(),
-        window=win.tolist(),
-        payload=payload.tolist(),
-        ip_len=tot.tolist(),
-        wire_len=bt.wirelen.tolist(),
-        options=options,
-        icmp=icmp_q,
-        reasons=reasons,
-        fragment=frag.tolist(),
-        cols=cols,
-        batch=bt,
-    )
+    arrays = {
+        "kind": kind, "ip_ver": ver, "src": src, "dst": dst, "sport": sport, "dport": dport, "seq": seq, "ack": ack,
+        "flags": flags, "window": win, "payload": payload, "ip_len": tot, "fragment": frag,
+        "l3": l3, "l4": l4, "hlen": hlen, "thl": thl, "proto": proto, "ulen": ulen, "frag_off": fo,
+    }  # fmt: skip
+    return Decoded(bt, arrays, v6, options, icmp_q, reasons)
 
 
 # --- per-packet helpers (rare packets) -------------------------------------------------
@@ -508,7 +593,7 @@ def tcp_record(d: Decoded, i: int, env: dict[str, Any]) -> TcpSegment:
     l4 = int(d.cols["l4"][i])
     thl = int(d.cols["thl"][i])
     end_cap = int(d.batch.data_off[i] + d.batch.caplen[i])
-    opts = d.options[i] or parse_tcp_options(buf, l4 + 20, min(l4 + thl, end_cap))
+    opts = d.option_map.get(i) or parse_tcp_options(buf, l4 + 20, min(l4 + thl, end_cap))
     flags = d.flags[i]
     return TcpSegment(
         **env,

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from collector.analysis import conn_summary as zeek
 from collector.analysis.pcap_rules import AlertSink, Thresholds, evaluate
 from collector.analysis.tcp_analysis import Conv, TcpAnalyzer, counts_of, flag_names
@@ -91,66 +93,81 @@ class CapturePipeline:
         t = self.totals
         t.packets += d.n
         t.bytes_captured += int(d.batch.caplen.sum())
-        t.bytes_wire += sum(d.wire_len)
+        t.bytes_wire += int(d.batch.wirelen.sum())
         if d.n:
-            first, last = d.ts_ns[0] / 1e9, d.ts_ns[-1] / 1e9
+            first, last = int(d.batch.ts_ns[0]) / 1e9, int(d.batch.ts_ns[-1]) / 1e9
             t.first_ts = first if t.first_ts is None else t.first_ts
             t.last_ts = last
+        if not self.want_packets:
+            self.tcp.feed_columns(d.tcp_columns())
+            t.packets_tcp += int((d.cols["kind"] == K_TCP).sum())
+            t.fragments += int((d.cols["fragment"] > 0).sum())
+            for i in np.flatnonzero(d.cols["kind"] != K_TCP).tolist():
+                self._other(d, i)
+            return
+        t.fragments += int((d.cols["fragment"] > 0).sum())
         tcp_packet = self.tcp.packet
-        want = self.want_packets
         kinds = d.kind
         for i in range(d.n):
-            k = kinds[i]
-            if k == K_TCP:
+            if kinds[i] == K_TCP:
                 t.packets_tcp += 1
                 res = tcp_packet(
                     d.frame[i], d.ts_ns[i], d.ip_ver[i], d.src[i], d.sport[i], d.dst[i], d.dport[i], d.seq[i], d.ack[i],
-                    d.flags[i], d.window[i], d.payload[i], d.ip_len[i], d.options[i],
+                    d.flags[i], d.window[i], d.payload[i], d.ip_len[i], d.option_map.get(i),
                 )  # fmt: skip
-                if want and res is not None:
+                if res is not None:
                     yield from self._tcp_records(d, i, res)
-                continue
-            if k == K_UDP:
-                t.packets_udp += 1
-                self._udp(d, i)
-            elif k == K_ICMP:
-                t.packets_icmp += 1
-                self._icmp(d, i)
-            elif k == K_IP:
-                t.packets_other_ip += 1
-            elif k == K_MALFORMED:
-                t.packets_malformed += 1
-                if len(t.warnings) < MAX_WARNINGS:
-                    off = int(d.batch.file_off[i])
-                    t.warnings.append(
-                        f"frame {d.frame[i]} at byte offset {off}: {d.reasons.get(i, 'malformed')}; skipped"
-                    )
-                continue
-            else:
-                t.packets_non_ip += 1
-                continue
-            if want:
+            elif self._other(d, i):
                 yield from packet_records(d, i, self._env(d.ts_ns[i]))
-        for i in range(d.n):
-            if d.fragment[i]:
-                t.fragments += 1
+
+    def _other(self, d: Decoded, i: int) -> bool:
+        """A non-TCP packet: count it, track UDP flows and ICMP errors. -> it is an IP packet."""
+        t = self.totals
+        k = int(d.cols["kind"][i])
+        if k == K_UDP:
+            t.packets_udp += 1
+            self._udp(d, i)
+        elif k == K_ICMP:
+            t.packets_icmp += 1
+            self._icmp(d, i)
+        elif k == K_IP:
+            t.packets_other_ip += 1
+        elif k == K_MALFORMED:
+            t.packets_malformed += 1
+            if len(t.warnings) < MAX_WARNINGS:
+                off = int(d.batch.file_off[i])
+                t.warnings.append(
+                    f"frame {d.batch.first_frame + i} at byte offset {off}: {d.reasons.get(i, 'malformed')}; skipped"
+                )
+            return False
+        else:
+            t.packets_non_ip += 1
+            return False
+        return True
 
     def _udp(self, d: Decoded, i: int) -> None:
-        src, sport, dst, dport = d.src[i], d.sport[i], d.dst[i], d.dport[i]
+        c = d.cols
+        src, dst = d.v6.get(i) or (int(c["src"][i]), int(c["dst"][i]))
+        sport, dport, payload, ip_len = (
+            int(c["sport"][i]),
+            int(c["dport"][i]),
+            int(c["payload"][i]),
+            int(c["ip_len"][i]),
+        )
         key = (src, sport, dst, dport) if (src, sport) <= (dst, dport) else (dst, dport, src, sport)
         flow = self.udp.get(key)
-        ts = d.ts_ns[i]
+        ts = int(d.batch.ts_ns[i])
         if flow is None:
             proto = "udp" if int(d.cols["proto"][i]) == 17 else "udplite"
-            flow = UdpFlow(len(self.udp_list), (src, sport), (dst, dport), d.ip_ver[i], proto, ts)
+            flow = UdpFlow(len(self.udp_list), (src, sport), (dst, dport), int(c["ip_ver"][i]), proto, ts)
             self.udp[key] = flow
             self.udp_list.append(flow)
         side = 0 if (src, sport) == flow.orig else 1
         flow.packets[side] += 1
-        flow.bytes[side] += d.payload[i]
-        flow.wire[side] += d.ip_len[i]
+        flow.bytes[side] += payload
+        flow.wire[side] += ip_len
         flow.last_ts = ts
-        zeek.udp_event(flow.z, side == 0, d.payload[i])
+        zeek.udp_event(flow.z, side == 0, payload)
 
     def _icmp(self, d: Decoded, i: int) -> None:
         q = d.icmp.get(i)

@@ -27,7 +27,7 @@ _LOG = frozenset("cgtw")
 class ZeekFlow:
     """Endpoint states, history and byte counts of one connection."""
 
-    __slots__ = ("states", "history", "seen", "last_seq", "counts", "thresholds", "sizes", "quiet", "flipped")
+    __slots__ = ("states", "history", "seen", "last_seq", "counts", "thresholds", "sizes", "quiet", "flipped", "plain")
 
     def __init__(self) -> None:
         self.states = [INACTIVE, INACTIVE]  # [orig, resp]
@@ -37,7 +37,9 @@ class ZeekFlow:
         self.counts: dict[str, int] = {}
         self.thresholds: dict[str, int] = {}
         self.sizes = [0, 0]
-        self.quiet = False  # nothing a plain data/ACK packet does can change the summary any more
+        self.quiet = False  # both endpoints established: plain packets only matter through `plain`
+        # letters a plain packet would add, already recorded: bit (0 orig, 2 resp) + (0 data, 1 ack)
+        self.plain = 0
         self.flipped = False
 
     def letter(self, ch: str, is_orig: bool, seq: int = 0) -> None:
@@ -88,7 +90,8 @@ def tcp_event(
         z.letter("w", is_orig)
     z.sizes[me] += payload
     _transition(z, me, peer, syn, fin, rst, ack)
-    z.quiet = z.states == [ESTABLISHED, ESTABLISHED] and {"A", "a", "D", "d"} <= z.seen
+    z.quiet = z.states[0] == ESTABLISHED and z.states[1] == ESTABLISHED
+    z.plain = ("D" in z.seen) | ("A" in z.seen) << 1 | ("d" in z.seen) << 2 | ("a" in z.seen) << 3
 
 
 def _transition(z: ZeekFlow, me: int, peer: int, syn: int, fin: int, rst: int, ack: int) -> None:

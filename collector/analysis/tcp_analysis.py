@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from collector.analysis import conn_summary as zeek
 from translators.packet import TcpOptions
@@ -248,7 +249,8 @@ class TcpAnalyzer:
             conv.zw_stalls.append((fwd.zw_since, ts, fwd is conv.orig))
             fwd.zw_since = -1
         z = conv.z
-        if not z.quiet or flags & SFR or flags_now & (ANY_RETRANS | LOST) or win == 0:
+        bit = (1 if seglen else 2) << (0 if fwd is conv.orig else 2)
+        if not z.quiet or not z.plain & bit or flags & SFR or flags_now & (ANY_RETRANS | LOST) or win == 0:
             zeek.tcp_event(
                 z, fwd is conv.orig, flags, rseq, seglen, win, bool(flags_now & ANY_RETRANS), bool(flags_now & LOST)
             )
@@ -256,6 +258,132 @@ class TcpAnalyzer:
             res.is_orig = fwd is conv.orig
             res.window_scaled = scaled_window(fwd, win, flags)
         return res
+
+    def feed_columns(self, cols: tuple[list[Any], ...]) -> None:
+        """Analyse TCP packets given as columns (Decoded.tcp_columns), in capture order.
+
+        In-order data segments and advancing pure ACKs of established connections take
+        an inlined path that performs exactly the checks that can fire for them
+        (window full; everything else is ruled out by the guard); any packet that
+        fails the guard goes through :meth:`packet`, the full state machine."""
+        full = self.packet
+        active = self.active
+        # (src, sport, dst, dport) -> (conv, fwd, rev) for established conversations; cleared
+        # whenever the full path runs, since it may create or replace a conversation
+        sides: dict[tuple[int, int, int, int], tuple[Conv, Flow, Flow, bool, bool]] = {}
+        for frame, ts, ver, src, sport, dst, dport, seq, ack, flags, win, seglen, ip_len, opts in zip(
+            *cols, strict=True
+        ):
+            if flags & 0x17 != ACK or opts is not None or win == 0:
+                full(frame, ts, ver, src, sport, dst, dport, seq, ack, flags, win, seglen, ip_len, opts)
+                sides.clear()
+                continue
+            key = (src, sport, dst, dport)
+            hit = sides.get(key)
+            if hit is None:
+                conv = active.get(key if (src, sport) <= (dst, dport) else (dst, dport, src, sport))
+                if conv is None or conv.orig is None:
+                    full(frame, ts, ver, src, sport, dst, dport, seq, ack, flags, win, seglen, ip_len, opts)
+                    sides.clear()
+                    continue
+                hit = sides[key] = self._side(conv, src, sport)
+            conv, fwd, rev, ok_data, ok_ack = hit
+            rseq = (seq - fwd.base_seq) & M32
+            rack = (ack - rev.base_seq) & M32
+            maxrev = rev.maxseqtobeacked
+            if rseq != fwd.nextseq or not rseq or (maxrev and 0 < ((rack - maxrev) & M32) < HALF):
+                full(frame, ts, ver, src, sport, dst, dport, seq, ack, flags, win, seglen, ip_len, opts)
+                sides.clear()
+                continue
+            if seglen:
+                end = (rseq + seglen) & M32
+                lastack_r = rev.lastack
+                if (
+                    not ok_data or rack != fwd.lastack or (seglen == 1 and rev.window == 0)
+                    or (lastack_r and not 0 < ((end - lastack_r) & M32) < HALF)
+                ):  # fmt: skip
+                    full(frame, ts, ver, src, sport, dst, dport, seq, ack, flags, win, seglen, ip_len, opts)
+                    sides.clear()
+                    continue
+                rev.valid_bif = True
+                aflags = 0
+                ws = rev.win_scale
+                if ws != -1:
+                    shift = 0 if rev.is_first_ack or ws == -2 else ws
+                    if end == (lastack_r + ((rev.window << shift) & M32)) & M32:
+                        aflags = WFULL
+                segs = fwd.segs
+                if len(segs) < MAX_UNACKED:
+                    if segs and fwd.ordered:
+                        last = segs[-1]
+                        if 0 < ((last[0] - rseq) & M32) < HALF or 0 < ((last[1] - end) & M32) < HALF:
+                            fwd.ordered = False
+                    segs.append([rseq, end, frame, ts, 0])
+                fwd.lastacklen = seglen
+                fwd.nextseq = end
+                fwd.nextseqframe = frame
+                fwd.nextseqtime = ts
+                if rseq == fwd.maxseqtobeacked or not fwd.maxseqtobeacked:
+                    fwd.maxseqtobeacked = end
+                fwd.data_segments += 1
+                fwd.bytes += seglen
+                if aflags:
+                    conv.counts[8] += 1
+                    conv.events.append(Event(frame, ts, fwd is conv.orig, aflags, rseq, rack))
+            else:
+                if not ok_ack or rack == fwd.lastack:
+                    full(frame, ts, ver, src, sport, dst, dport, seq, ack, flags, win, seglen, ip_len, opts)
+                    sides.clear()
+                    continue
+                rev.valid_bif = True
+                fwd.lastnondupack = frame
+                fwd.dupacknum = 0
+                if rseq == fwd.maxseqtobeacked or not fwd.maxseqtobeacked:
+                    fwd.maxseqtobeacked = fwd.nextseq
+                aflags = 0
+            fwd.window = win
+            fwd.lastack = rack
+            fwd.lastacktime = ts
+            fwd.lastsegmentflags = aflags
+            rsegs = rev.segs
+            if rsegs and (not rev.ordered or 0 < ((rack - rsegs[0][0]) & M32) < HALF):
+                first = rsegs[0]
+                if (
+                    rev.ordered
+                    and first[1] == rack
+                    and (len(rsegs) == 1 or not 0 < ((rack - rsegs[1][0]) & M32) < HALF)
+                ):
+                    del rsegs[0]  # the common case: this ACK covers exactly the oldest segment
+                    rtt = ts - first[3]
+                else:
+                    rtt = self._retire(rev, rack, ts)
+                if rtt is not None:
+                    rev.rtt_n += 1
+                    rev.rtt_sum += rtt
+                    if rev.rtt_n == 1 or rtt < rev.rtt_min:
+                        rev.rtt_min = rtt
+                    if rtt > rev.rtt_max:
+                        rev.rtt_max = rtt
+            conv.last_ts = ts
+            fwd.packets += 1
+            fwd.wire_bytes += ip_len
+
+    @staticmethod
+    def _side(conv: Conv, src: int, sport: int) -> tuple[Conv, Flow, Flow, bool, bool]:
+        """(conv, fwd, rev, data may take the fast path, pure ACKs may) for packets from src:sport.
+
+        Everything tested here changes only in the full path, which clears the cache."""
+        f1 = conv.flow1
+        fwd, rev = (f1, conv.flow2) if f1.addr == src and f1.port == sport else (conv.flow2, f1)
+        z = conv.z
+        shift = 0 if fwd is conv.orig else 2
+        ok = (
+            not fwd.sack and fwd.zw_since < 0 and not fwd.is_first_ack and z.quiet
+            and not (conv.ts_mru_syn and not conv.first_rtt)
+        )  # fmt: skip
+        ok_data = ok and bool(z.plain & (1 << shift)) and bool(conv.completeness & COMPLETE_DATA)
+        ok_ack = ok and bool(z.plain & (2 << shift)) and bool(conv.completeness & COMPLETE_ACK)
+        return conv, fwd, rev, ok_data, ok_ack
 
     @staticmethod
     def _direction(conv: Conv, fwd: Flow, rev: Flow, synack: int) -> None:

@@ -1,0 +1,154 @@
+"""Benchmark: `nettrail report` throughput (records/s) and peak RSS on a large database.
+
+`main()` fills a temporary SQLite database with N records (default 5,000,000: 1,000
+connections of SIFTR samples and state changes, bulk_create in batches), then renders
+the JSON report to /dev/null in a child process and prints records/s and the child's
+peak RSS. The peer, run in the same child on the same rows, is the bare read: the
+same ORM iterators turning rows into records with no rendering (so the ratio shows
+the cost of the xo formatting itself).
+`populate()` is also used by tests/test_report_memory.py.
+Keep in sync with: webapp/reports/render.py, docs/benchmarks.md ("## Reports").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from translators.records import Record
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH = 5000
+
+
+def setup(data_dir: str) -> None:
+    os.environ["NETTRAIL_DATA"] = data_dir
+    os.environ.pop("DATABASE_URL", None)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "webapp.settings"
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+
+
+def populate(data_dir: str, records: int, connections: int = 1000) -> None:
+    """Migrates a fresh database in data_dir and inserts `records` rows (+ Connection rows)."""
+    setup(data_dir)
+    from django.core.management import call_command
+    from django.db import transaction
+
+    from translators import records as r
+    from translators.records import connection_uuid
+    from webapp.traces.models import Connection, Host
+
+    call_command("migrate", verbosity=0, interactive=False)
+    Host.objects.create(name="bench")
+    per_conn = max(1, records // connections)
+    uuids = [connection_uuid("bench", "boot", c) for c in range(connections)]
+    Connection.objects.bulk_create(
+        Connection(host_id="bench", boot_id="boot", conn_uuid=u, proto="tcp", src="10.0.0.1", sport=30000 + c,
+                   dst="10.0.0.2", dport=443, state="ESTABLISHED", first_seen=1000.0 + c, last_seen=1000.0 + c + per_conn)
+        for c, u in enumerate(uuids)
+    )  # fmt: skip
+    seq = 0
+    rows: list[Record] = []
+    with transaction.atomic():
+        for c, u in enumerate(uuids):
+            for i in range(per_conn):
+                seq += 1
+                common = dict(host_id="bench", boot_id="boot", seq=seq, ts_ns=seq * 1000, ts_wall=1000.0 + c + i * 1e-3,
+                              conn_uuid=u, src="10.0.0.1", sport=30000 + c, dst="10.0.0.2", dport=443, ip_ver=4)  # fmt: skip
+                if i % 50 == 0:
+                    rec: r.Record = r.TcpStateChange(**common, provider="tcp", probe="state-change",
+                                                   prev_state="SYN_SENT", state="ESTABLISHED")  # fmt: skip
+                else:
+                    rec = r.SiftrSample(**common, provider="siftr", probe="siftr", direction="out",
+                                        snd_cwnd=14480 + i, srtt=2000 + i % 100, mss=1448, conn_state=4)  # fmt: skip
+                rows.append(rec)
+                if len(rows) >= BATCH:
+                    _flush(rows)
+            if seq >= records:
+                break
+        _flush(rows)
+
+
+def _flush(rows: list[Record]) -> None:
+    """The ingest path's bulk insert (one executemany per kind), without its HTTP layer."""
+    from webapp.traces.store import store_batch
+
+    store_batch(rows)
+    rows.clear()
+
+
+def render(data_dir: str, peer: bool) -> None:
+    """Child: render the report (or the peer read) to /dev/null; prints records, seconds, peak RSS KiB."""
+    setup(data_dir)
+    from collector.export.filters import build_filter
+    from webapp.reports.render import as_records, records_of, report_steps
+    from webapp.traces.models import Connection
+    from xo import Writer, parse_libxo
+
+    f = build_filter(kinds="tcp_state,siftr_sample")
+    start = time.perf_counter()
+    count = 0
+    if peer:
+        for conn in Connection.objects.order_by("first_seen", "id").iterator(chunk_size=2000):
+            for kind in f.connection_kinds():
+                for _ in as_records(records_of(kind, f, conn_uuid=conn.conn_uuid), kind):
+                    count += 1
+    else:
+        with open(os.devnull, "w") as out:
+            for _ in report_steps(Writer(out, parse_libxo("json")), f):
+                count += 1
+    seconds = time.perf_counter() - start
+    print(count, f"{seconds:.3f}", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def run_child(data_dir: str, peer: bool) -> tuple[int, float, int]:
+    cmd = [sys.executable, __file__, "render", data_dir] + (["--peer"] if peer else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()
+    return int(out[0]), float(out[1]), int(out[2])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd")
+    fill = sub.add_parser("populate")
+    fill.add_argument("data_dir")
+    fill.add_argument("records", type=int)
+    fill.add_argument("--connections", type=int, default=1000)
+    rend = sub.add_parser("render")
+    rend.add_argument("data_dir")
+    rend.add_argument("--peer", action="store_true")
+    p.add_argument("--records", type=int, default=5_000_000)
+    args = p.parse_args(argv)
+    if args.cmd == "populate":
+        populate(args.data_dir, args.records, args.connections)
+        return 0
+    if args.cmd == "render":
+        render(args.data_dir, args.peer)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="nettrail-bench-") as data_dir:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, __file__, "populate", data_dir, str(args.records)], check=True)
+        print(f"populated {args.records} records in {time.perf_counter() - t0:.0f} s")
+        n, secs, rss = run_child(data_dir, peer=False)
+        pn, psecs, prss = run_child(data_dir, peer=True)
+        print(f"report (json): {n} records in {secs:.1f} s = {n / secs:,.0f} records/s, peak RSS {rss / 1024:.0f} MiB")
+        print(
+            f"peer (read only): {pn} records in {psecs:.1f} s = {pn / psecs:,.0f} records/s, peak RSS {prss / 1024:.0f} MiB"
+        )
+        print(f"ratio report/peer time: {secs / psecs:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -403,3 +403,16 @@ def test_nan_and_infinity_never_reach_the_encodings() -> None:
     root = ET.fromstring(out.getvalue())
     assert root.find("alert/metric") is None and root.find("alert/end") is None
     assert root.findtext("alert/start") == "1764403190.500000"
+
+
+def test_ipv6_addresses_get_brackets_before_the_port_on_the_display_line() -> None:
+    rec = full_record(TcpStateChange, src="fe80::1", dst="2001:db8::5", ip_ver=6)
+    out = io.StringIO()
+    render_records([rec], parse_libxo("text"), out)
+    assert out.getvalue().startswith("tcp_state [fe80::1]:44312 -> [2001:db8::5]:443 ts-wall ")
+    out = io.StringIO()
+    render_records([rec], parse_libxo("html"), out)
+    assert '<div class="data" data-tag="src">[fe80::1]</div>' in out.getvalue()
+    out = io.StringIO()
+    render_records([rec], parse_libxo("json"), out)
+    assert json.loads(out.getvalue())["nettrail"]["tcp-state"][0]["src"] == "fe80::1"

@@ -26,6 +26,8 @@ from xo.options import XoOptions
 
 # Separators between consecutive key fields on the display line: "src:sport -> dst:dport".
 KEY_SEPARATORS: dict[tuple[str, str], str] = {("src", "sport"): ":", ("sport", "dst"): " -> ", ("dst", "dport"): ":"}
+# Addresses shown before ":port": IPv6 ones get brackets ([fe80::1]:443), as in URLs.
+HOST_KEYS = frozenset(host for (host, _), sep in KEY_SEPARATORS.items() if sep == ":")
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,11 @@ def display_key(value: Any, fmt: str) -> str:
     return "*" if value is None else display_value(value, fmt)
 
 
+def display_host(value: Any, fmt: str) -> str:
+    text = display_key(value, fmt)
+    return f"[{text}]" if ":" in text else text
+
+
 def encode_scalar(value: Any, efmt: str | None) -> str | None:
     """The encoded text of a scalar; None for values the encodings leave out (None, NaN, Inf)."""
     if value is None or not finite(value):
@@ -172,6 +179,8 @@ FILTERS: dict[str, Callable[..., str]] = {
     "display_key": display_key,
     "html": lambda value, fmt: escape.xml_text(display_value(value, fmt)),
     "html_key": lambda value, fmt: escape.xml_text(display_key(value, fmt)),
+    "display_host": display_host,
+    "html_host": lambda value, fmt: escape.xml_text(display_host(value, fmt)),
     "attr": escape.xml_attr,
     "json": json_value,
     "json_int": json_int,

@@ -18,6 +18,7 @@ from xo import escape
 from xo.fields import Field, humanize, printf
 from xo.options import XoOptions
 from xo.records import (
+    HOST_KEYS,
     brief_layout,
     compile_template,
     key_predicates,
@@ -182,7 +183,7 @@ def _data_attrs(d: FieldDesc, f: Field, opts: XoOptions) -> str:
 
 def _piece(f: Field, d: FieldDesc, opts: XoOptions) -> str:
     if f.role == "V":
-        flt = "html_key" if d.key else "html"
+        flt = ("html_host" if d.name in HOST_KEYS else "html_key") if d.key else "html"
         return div("data", f"{{{{ r.{d.name}|{flt}({f.fmt!r}) }}}}", _data_attrs(d, f, opts), opts)
     if f.role == "L":
         pad = div("padding", " ", "", opts) if "w" in f.mods else ""

@@ -14,7 +14,7 @@ import msgspec
 from translators.records import FieldDesc
 from xo.fields import Field, humanize, printf
 from xo.options import XoOptions
-from xo.records import brief_layout, compile_template, kind_of, literal, stream_template
+from xo.records import HOST_KEYS, brief_layout, compile_template, kind_of, literal, stream_template
 from xo.styles.base import Renderer
 
 
@@ -76,6 +76,6 @@ def record_source(cls: type[msgspec.Struct], opts: XoOptions) -> str:
 
 def _piece(f: Field, d: FieldDesc) -> str:
     if f.role == "V":
-        flt = "display_key" if "k" in f.mods else "display"
+        flt = ("display_host" if d.name in HOST_KEYS else "display_key") if "k" in f.mods else "display"
         return f"{{{{ r.{d.name}|{flt}({f.fmt!r}) }}}}"
     return literal(display_text(f, f.content, XoOptions()))

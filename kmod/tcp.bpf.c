@@ -175,8 +175,9 @@ static __always_inline void fill_flow(struct nt_header *h, const struct sock *sk
 		__builtin_memcpy(h->saddr, &s, 4);
 		__builtin_memcpy(h->daddr, &d, 4);
 	} else if (family == AF_INET6) {
-		BPF_CORE_READ_INTO(h->saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
-		BPF_CORE_READ_INTO(h->daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+		/* explicit size: BPF_CORE_READ_INTO would copy sizeof(*h->saddr), one byte */
+		bpf_core_read(h->saddr, NT_ADDR_LEN, &sk->__sk_common.skc_v6_rcv_saddr);
+		bpf_core_read(h->daddr, NT_ADDR_LEN, &sk->__sk_common.skc_v6_daddr);
 	}
 }
 
@@ -624,8 +625,8 @@ int BPF_PROG(tcp_retransmit_synack, const struct sock *sk, const struct request_
 		__builtin_memcpy(e->hdr.daddr, &d, 4);
 		__builtin_memcpy(e->hdr.saddr, &s, 4);
 	} else {
-		BPF_CORE_READ_INTO(e->hdr.daddr, req, __req_common.skc_v6_daddr.in6_u.u6_addr8);
-		BPF_CORE_READ_INTO(e->hdr.saddr, req, __req_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
+		bpf_core_read(e->hdr.daddr, NT_ADDR_LEN, &req->__req_common.skc_v6_daddr);
+		bpf_core_read(e->hdr.saddr, NT_ADDR_LEN, &req->__req_common.skc_v6_rcv_saddr);
 	}
 	__builtin_memset(&e->retransmit, 0, sizeof(e->retransmit));
 	e->retransmit.segs = 1;

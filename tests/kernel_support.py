@@ -106,3 +106,13 @@ def bpftool_prog_ids() -> set[int]:
 
 def my_comm() -> str:
     return open(f"/proc/self/task/{os.getpid()}/comm").read().strip()
+
+
+def programs_left(ids: set[int], timeout: float = 5.0) -> set[int]:
+    """Which of ids bpftool still lists; the kernel frees released programs after an RCU grace period."""
+    end = time.monotonic() + timeout
+    left = ids & bpftool_prog_ids()
+    while left and time.monotonic() < end:
+        time.sleep(0.05)
+        left = ids & bpftool_prog_ids()
+    return left

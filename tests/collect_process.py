@@ -1,0 +1,49 @@
+"""Run `nettrail collect` as a child process for the command tests: start, wait until attached, stop."""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Collector:
+    def __init__(self, *args: str) -> None:
+        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "collector.cli", "collect", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        self.stderr_lines: list[str] = []
+
+    def wait_attached(self, timeout: float = 30.0) -> dict[str, int]:
+        """Program name -> id, from the line collect prints once everything is attached."""
+        sel = selectors.DefaultSelector()
+        assert self.proc.stderr is not None
+        sel.register(self.proc.stderr, selectors.EVENT_READ)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if not sel.select(timeout=max(0.0, end - time.monotonic())):
+                break
+            line = self.proc.stderr.readline().decode()
+            if not line:
+                break
+            self.stderr_lines.append(line)
+            if "(programs " in line:
+                return {name: int(pid) for name, pid in re.findall(r"(\w+)#(\d+)", line)}
+        raise AssertionError(f"collect did not attach: {''.join(self.stderr_lines)}")
+
+    def stop(self, signum: int = signal.SIGINT, timeout: float = 30.0) -> tuple[int, bytes, str]:
+        self.proc.send_signal(signum)
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out, "".join(self.stderr_lines) + err.decode()

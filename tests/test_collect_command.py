@@ -1,0 +1,127 @@
+"""`nettrail collect` as a user runs it: argument errors, missing privileges, output shapes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from tests.collect_process import ROOT, Collector
+from tests.kernel_support import bound_listener
+from translators.records import BY_KIND, from_json
+
+ENVELOPE = ("provider", "probe", "seq", "ts_ns", "sock_cookie", "pid", "tgid", "comm", "uid", "approx")
+
+
+def run_collect(*args: str, user: int | None = None) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "collector.cli", "collect", *args]
+    if user is not None:
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--", *cmd]
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to switch to nobody (setpriv)")
+def test_it_says_in_one_line_what_it_needs_when_run_as_an_ordinary_user() -> None:
+    proc = run_collect("--duration", "1", user=65534)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("nettrail collect: loading eBPF programs needs root, or CAP_BPF and CAP_PERFMON")
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--providers", "tcp,udp"], "--providers: unknown udp; choose from tcp, siftr, tcpdebug"),
+        (["--filter", "port=99999"], "bad filter 'port=99999': port must be 1-65535"),
+        (["--filter", "host=1"], "bad filter 'host=1': use pid=N, port=N, addr=IP, cgroup=ID or netns=INODE"),
+        (["--filter", "addr=1.2.3"], "bad filter 'addr=1.2.3': '1.2.3' is not a valid addr"),
+        (["--ppl", "0"], "--ppl must be at least 1"),
+        (["--out", "x.csv"], "--out x.csv: the file name must end in .jsonl or .msgpack"),
+        (["--server", "http://127.0.0.1:1"], "--server needs --token (the host's ingest token)"),
+    ],
+)
+def test_it_rejects_bad_arguments_with_status_2_and_says_why(args: list[str], message: str) -> None:
+    proc = run_collect(*args)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"nettrail collect: {message}"
+
+
+def make_traffic(lst: socket.socket) -> None:
+    lst.listen()
+    client = socket.create_connection(lst.getsockname())
+    server, _ = lst.accept()
+    client.sendall(b"j" * 3000)
+    server.recv(65536)
+    client.close()
+    server.recv(10)
+    server.close()
+
+
+def no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    keys = [k for k, _ in pairs]
+    assert len(keys) == len(set(keys)), f"duplicate keys: {keys}"
+    return dict(pairs)
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CAP_BPF, CAP_PERFMON) to load eBPF programs")
+def test_libxo_json_output_holds_one_list_per_record_kind_with_the_envelope() -> None:
+    lst = bound_listener()
+    port = lst.getsockname()[1]
+    collector = Collector("--providers", "tcp,siftr", "--filter", f"port={port}", "--libxo", "json")
+    collector.wait_attached()
+    make_traffic(lst)
+    lst.close()
+    status, out, err = collector.stop()
+    assert status == 0, err
+    doc = json.loads(out, object_pairs_hook=no_duplicate_keys)
+    lists = doc["nettrail"]
+    assert {"tcp-state", "siftr-sample", "connection"} <= set(lists)
+    for name, items in lists.items():
+        assert isinstance(items, list) and items
+        for item in items:
+            assert item["kind"].replace("_", "-") == name
+            assert all(f.replace("_", "-") in item for f in ENVELOPE)
+    states = [s for s in lists["tcp-state"] if s["dport"] == port]
+    assert {"SYN_SENT", "ESTABLISHED", "FIN_WAIT_1"} <= {s["state"] for s in states}
+    assert all({"src", "sport", "dst", "dport"} <= set(s) for s in states)
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CAP_BPF, CAP_PERFMON) to load eBPF programs")
+@pytest.mark.parametrize("suffix", [".jsonl", ".msgpack"])
+def test_out_files_hold_every_record_in_the_wire_form_with_consecutive_seq(suffix: str, tmp_path: Path) -> None:
+    path = tmp_path / f"records{suffix}"
+    lst = bound_listener()
+    port = lst.getsockname()[1]
+    collector = Collector("--providers", "tcp", "--filter", f"port={port}", "--out", str(path))
+    collector.wait_attached()
+    make_traffic(lst)
+    lst.close()
+    status, out, err = collector.stop()
+    assert status == 0 and out == b"", err
+    if suffix == ".jsonl":
+        records = [from_json(line) for line in path.read_bytes().splitlines()]
+    else:
+        records = [
+            BY_KIND[d["kind"]](**{k: v for k, v in d.items() if k != "kind"})
+            for d in msgpack.Unpacker(open(path, "rb"), raw=False)
+        ]
+    kinds = {r.kind for r in records}
+    assert {"tcp_state", "connection"} <= kinds
+    seqs = [r.seq for r in records]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+    assert (
+        f"events received {sum(1 for r in records if r.kind != 'loss_report') - sum(1 for r in records if r.kind == 'tcp_state' and r.inferred)}"
+        in err
+    )  # type: ignore[attr-defined]

@@ -1,0 +1,50 @@
+"""Kernel tests: every program is detached and unloaded after an exception, SIGINT or SIGTERM.
+
+Compared by program id: other engineers' BPF tests may load programs at the same time.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from collector.bpf.loader import PROGRAMS, KernelSession, Options
+from tests.collect_process import Collector
+from tests.kernel_support import bpftool_prog_ids, kernel, programs_left
+
+pytestmark = kernel
+
+
+def test_an_exception_inside_the_session_detaches_every_program() -> None:
+    with pytest.raises(RuntimeError, match="boom"):
+        with KernelSession(Options(providers=("tcp", "siftr", "tcpdebug"))) as session:
+            ids = set(session.program_ids().values())
+            assert len(ids) == len(PROGRAMS)
+            assert ids <= bpftool_prog_ids()
+            raise RuntimeError("boom")
+    assert not programs_left(ids)
+
+
+def test_only_the_chosen_providers_programs_are_loaded() -> None:
+    with KernelSession(Options(providers=("siftr",))) as session:
+        names = set(session.program_ids())
+    assert names == {
+        "inet_sock_set_state",
+        "sock_send_length",
+        "sock_recv_length",
+        "tcp_destroy_sock",
+        "tcp_probe",
+        "net_dev_queue",
+    }
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_nettrail_collect_detaches_and_reports_totals_on_a_signal(signum: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    collector = Collector("--providers", "tcp,siftr,tcpdebug", "--filter", "port=1", "--out", str(tmp_path / "r.jsonl"))
+    ids = set(collector.wait_attached().values())
+    assert len(ids) == len(PROGRAMS) and ids <= bpftool_prog_ids()
+    status, _, err = collector.stop(signum)
+    assert status == 0, err
+    assert "nettrail collect: events received 0, lost 0" in err
+    assert not programs_left(ids)

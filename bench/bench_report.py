@@ -1,11 +1,11 @@
 """Benchmark: `nettrail report` throughput (records/s) and peak RSS on a large database.
 
 `main()` fills a temporary SQLite database with N records (default 5,000,000: 1,000
-connections of SIFTR samples and state changes, bulk_create in batches), then renders
-the JSON report to /dev/null in a child process and prints records/s and the child's
-peak RSS. The peer, run in the same child on the same rows, is the bare read: the
-same ORM iterators turning rows into records with no rendering (so the ratio shows
-the cost of the xo formatting itself).
+connections of SIFTR samples and state changes, inserted in batches by the ingest
+path), then, in one child process, runs the peer and the report over the same rows
+and prints records/s for both, their ratio and the peak RSS after each. The peer is
+the bare read: the same ORM iterators turning rows into records with no rendering,
+so the ratio is the cost of the xo formatting itself.
 `populate()` is also used by tests/test_report_memory.py.
 Keep in sync with: webapp/reports/render.py, docs/benchmarks.md ("## Reports").
 """
@@ -88,8 +88,9 @@ def _flush(rows: list[Record]) -> None:
     rows.clear()
 
 
-def render(data_dir: str, peer: bool) -> None:
-    """Child: render the report (or the peer read) to /dev/null; prints records, seconds, peak RSS KiB."""
+def render(data_dir: str) -> None:
+    """Child: the peer read, then the JSON report to /dev/null; one line per run:
+    name, records, seconds, peak RSS KiB so far."""
     setup(data_dir)
     from collector.export.filters import build_filter
     from webapp.reports.render import as_records, records_of, report_steps
@@ -97,25 +98,24 @@ def render(data_dir: str, peer: bool) -> None:
     from xo import Writer, parse_libxo
 
     f = build_filter(kinds="tcp_state,siftr_sample")
-    start = time.perf_counter()
-    count = 0
-    if peer:
+
+    def peer() -> int:
+        count = 0
         for conn in Connection.objects.order_by("first_seen", "id").iterator(chunk_size=2000):
             for kind in f.connection_kinds():
                 for _ in as_records(records_of(kind, f, conn_uuid=conn.conn_uuid), kind):
                     count += 1
-    else:
+        return count
+
+    def report() -> int:
         with open(os.devnull, "w") as out:
-            for _ in report_steps(Writer(out, parse_libxo("json")), f):
-                count += 1
-    seconds = time.perf_counter() - start
-    print(count, f"{seconds:.3f}", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+            return sum(1 for _ in report_steps(Writer(out, parse_libxo("json")), f))
 
-
-def run_child(data_dir: str, peer: bool) -> tuple[int, float, int]:
-    cmd = [sys.executable, __file__, "render", data_dir] + (["--peer"] if peer else [])
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()
-    return int(out[0]), float(out[1]), int(out[2])
+    for name, run in (("peer", peer), ("report", report)):
+        start = time.perf_counter()
+        count = run()
+        seconds = time.perf_counter() - start
+        print(name, count, f"{seconds:.3f}", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,26 +127,24 @@ def main(argv: list[str] | None = None) -> int:
     fill.add_argument("--connections", type=int, default=1000)
     rend = sub.add_parser("render")
     rend.add_argument("data_dir")
-    rend.add_argument("--peer", action="store_true")
     p.add_argument("--records", type=int, default=5_000_000)
     args = p.parse_args(argv)
     if args.cmd == "populate":
         populate(args.data_dir, args.records, args.connections)
         return 0
     if args.cmd == "render":
-        render(args.data_dir, args.peer)
+        render(args.data_dir)
         return 0
     with tempfile.TemporaryDirectory(prefix="nettrail-bench-") as data_dir:
         t0 = time.perf_counter()
         subprocess.run([sys.executable, __file__, "populate", data_dir, str(args.records)], check=True)
         print(f"populated {args.records} records in {time.perf_counter() - t0:.0f} s")
-        n, secs, rss = run_child(data_dir, peer=False)
-        pn, psecs, prss = run_child(data_dir, peer=True)
-        print(f"report (json): {n} records in {secs:.1f} s = {n / secs:,.0f} records/s, peak RSS {rss / 1024:.0f} MiB")
-        print(
-            f"peer (read only): {pn} records in {psecs:.1f} s = {pn / psecs:,.0f} records/s, peak RSS {prss / 1024:.0f} MiB"
-        )
-        print(f"ratio report/peer time: {secs / psecs:.2f}")
+        out = subprocess.run([sys.executable, __file__, "render", data_dir], capture_output=True, text=True, check=True)
+        runs = {line.split()[0]: line.split()[1:] for line in out.stdout.splitlines()}
+        for name in ("peer", "report"):
+            n, secs, rss = int(runs[name][0]), float(runs[name][1]), int(runs[name][2])
+            print(f"{name}: {n} records in {secs:.1f} s = {n / secs:,.0f} records/s, peak RSS {rss / 1024:.0f} MiB")
+        print(f"ratio report/peer time: {float(runs['report'][1]) / float(runs['peer'][1]):.2f}")
     return 0
 
 

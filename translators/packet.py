@@ -301,7 +301,6 @@ def _link_layer(v: _View, bt: Batch) -> tuple[IntArray, IntArray]:
 def decode_batch(bt: Batch, want_options: bool = False) -> Decoded:
     """Decode every packet of a batch; see the module docstring."""
     v = _View(bt.buf)
-    n = len(bt)
     off, cap = bt.data_off, bt.caplen
     end_cap = off + cap
     l3, ver = _link_layer(v, bt)

@@ -9,6 +9,11 @@ A re-fire within ``refire_suppress_s`` of closing reopens the same alert (same
 alert_id) without a new emission unless severity rises; its next close emits it again.
 Consumers therefore upsert alerts by ``alert_id``.
 
+Storm guard: one (host, rule, condition) may open at most ``max_new_per_min`` alerts a
+minute. Beyond that, new subjects are folded into one host-level alert of the same rule
+and condition (subject "folded"), whose count says how many were folded; a scan of a
+million addresses thus yields a bounded number of alerts.
+
 Keep in sync with translators.records.Alert and docs/alerts.md.
 """
 
@@ -23,7 +28,7 @@ from dataclasses import dataclass, field
 
 from translators.records import SEVERITIES, Alert
 
-from .state import LruMap
+from .state import LruMap, Window
 
 SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
 # Alert seq numbers live far above any collector sequence number of the same
@@ -81,9 +86,13 @@ class AlertBook:
         max_open: int,
         max_evidence: int,
         refire_suppress_s: float,
+        max_new_per_min: int = 100,
+        max_keys: int = 16384,
         seq_base: int | None = None,
     ) -> None:
         self.max_evidence = max_evidence
+        self.max_new_per_min = max_new_per_min
+        self._new: LruMap[tuple[str, str, str], Window] = LruMap(max_keys)
         self.refire_suppress_s = refire_suppress_s
         self._out: list[Alert] = []
         self._open: LruMap[Key, _Entry] = LruMap(max_open, on_evict=self._evicted)
@@ -99,9 +108,10 @@ class AlertBook:
     # --- inputs from the engine -------------------------------------------------------
 
     def observe_clock(self, host_id: str, ts_ns: int, ts_wall: float) -> None:
-        if len(self._clock) > 4096 and host_id not in self._clock:
-            self._clock.clear()  # a stream of thousands of hosts: keep the mapping cheap
-        self._clock[host_id] = (ts_ns, ts_wall)
+        clock = self._clock
+        if host_id not in clock and len(clock) > 4096:
+            clock.clear()  # a stream of thousands of hosts: keep the mapping cheap
+        clock[host_id] = (ts_ns, ts_wall)
         if ts_wall > self._now:
             self._now = ts_wall
 
@@ -143,6 +153,9 @@ class AlertBook:
         if entry is None:
             entry = self._reopen(k, now)
             if entry is None:
+                if self._storm(rule_id, condition, subject.host_id, now):
+                    self._fold(rule_id, condition, key, now, severity, subject, thresholds, clear_after, evidence)
+                    return
                 entry = _Entry(
                     alert_id=str(uuid.uuid4()), rule_id=rule_id, condition=condition, severity=severity,
                     subject=subject, start=now, last=now, clear_after=clear_after, message=message,
@@ -150,14 +163,13 @@ class AlertBook:
                 )  # fmt: skip
                 self._add_evidence(entry, evidence)
                 entry.count = 1
-                self._open.get_or_create(k, lambda: entry)
+                self._open.put(k, entry)
                 self._emit(entry, "open", now)
                 return
-            rose = SEVERITY_RANK[severity] > SEVERITY_RANK[entry.severity]
-        else:
-            rose = SEVERITY_RANK[severity] > SEVERITY_RANK[entry.severity]
+        rose = SEVERITY_RANK[severity] > SEVERITY_RANK[entry.severity]
         if not bump and not rose:
             entry.last = max(entry.last, now)
+            entry.clear_after = clear_after
             return
         entry.count += 1 if bump else 0
         entry.last = max(entry.last, now)
@@ -170,13 +182,53 @@ class AlertBook:
             entry.severity = severity
             self._emit(entry, "open", now)
 
+    def release(self, rule_id: str, condition: str, host_id: str, key: object, now: float, clear_after: float) -> None:
+        """A held condition (fired with an infinite clear_after) ended now: clear normally from here."""
+        entry = self._open.peek((rule_id, condition, host_id, key))
+        if entry is not None:
+            entry.last = max(entry.last, now)
+            entry.clear_after = clear_after
+
+    def _storm(self, rule_id: str, condition: str, host_id: str, now: float) -> bool:
+        w = self._new.get_or_create((host_id, rule_id, condition), lambda: Window(60))
+        if w.total(now) >= self.max_new_per_min:
+            return True
+        w.add(now)
+        return False
+
+    def _fold(
+        self, rule_id: str, condition: str, key: object, now: float, severity: str, subject: Subject,
+        thresholds: dict[str, float | int | str], clear_after: float, evidence: Iterable[int],
+    ) -> None:  # fmt: skip
+        k: Key = (rule_id, condition, subject.host_id, ("folded",))
+        entry = self._open.get(k) or self._reopen(k, now)
+        if entry is None:
+            entry = _Entry(
+                alert_id=str(uuid.uuid4()), rule_id=rule_id, condition=condition, severity=severity,
+                subject=Subject(host_id=subject.host_id, boot_id=subject.boot_id, netns=subject.netns),
+                start=now, last=now, clear_after=min(clear_after, 600.0), message="", metric=None,
+                thresholds=thresholds,
+            )  # fmt: skip
+            self._open.put(k, entry)
+        entry.count += 1
+        entry.last = max(entry.last, now)
+        entry.metric = float(entry.count)
+        entry.message = (
+            f"{entry.count} further {rule_id} {condition} alerts on this host were folded into this one: more than "
+            f"{self.max_new_per_min} new ones a minute is itself the finding (a scan, a flood or a host-wide fault)."
+        )
+        self._add_evidence(entry, evidence)
+        if entry.count == 1 or SEVERITY_RANK[severity] > SEVERITY_RANK[entry.severity]:
+            entry.severity = max(severity, entry.severity, key=SEVERITY_RANK.__getitem__)
+            self._emit(entry, "open", now)
+
     def _reopen(self, k: Key, now: float) -> _Entry | None:
         old = self._closed.peek(k)
         if old is None or old.closed_at is None or now - old.closed_at > self.refire_suppress_s:
             return None
         self._closed.pop(k)
         old.closed_at = None
-        self._open.get_or_create(k, lambda: old)
+        self._open.put(k, old)
         return old
 
     def _add_evidence(self, entry: _Entry, evidence: Iterable[int]) -> None:
@@ -217,8 +269,8 @@ class AlertBook:
     def _close(self, k: Key, entry: _Entry, now: float) -> None:
         self._open.pop(k)
         entry.closed_at = now
-        self._closed.get_or_create(k, lambda: entry)
-        self._emit(entry, "closed", now)
+        self._closed.put(k, entry)
+        self._emit(entry, "closed", min(now, entry.last + entry.clear_after))
 
     def _evicted(self, k: Key, entry: _Entry) -> None:
         entry.closed_at = entry.last

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from translators.records import Alert, Record
+from translators.records import BY_KIND, Alert, Record
 
 from .book import AlertBook, Subject
 from .config import RulesConfig, load_config
@@ -25,7 +25,8 @@ from .rules.base import Context, FlowKey, Rule, flow_key, subject_of
 from .state import LruMap
 
 # Kinds whose records carry the socket owner (pid, comm) worth remembering per flow.
-_OWNER_KINDS = frozenset({"tcp_state", "connection", "siftr_sample", "tcpdebug_snapshot", "sock_event", "udp_datagram"})
+_OWNER_KINDS = ("tcp_state", "connection", "siftr_sample", "tcpdebug_snapshot", "sock_event", "udp_datagram")
+_OWNER_TYPES = frozenset(BY_KIND[k] for k in _OWNER_KINDS)
 
 
 class RuleEngine:
@@ -36,29 +37,32 @@ class RuleEngine:
             max_open=int(eng["max_open_alerts"]),
             max_evidence=int(eng["max_evidence"]),
             refire_suppress_s=float(eng["refire_suppress_s"]),
+            max_new_per_min=int(eng["max_new_alerts_per_min"]),
+            max_keys=int(eng["max_keys"]),
             seq_base=seq_base,
         )
         self.flows: LruMap[FlowKey, Subject] = LruMap(int(eng["max_flows"]))
         self.ctx = Context(self.config, self.book, self.flows, int(eng["max_flows"]), int(eng["max_keys"]))
         self.rules: list[Rule] = [cls(self.ctx) for cls in ALL_RULES if self.config.enabled(cls.rule_id)]
-        self._dispatch: dict[str, list[Rule]] = {}
+        # dispatch on the record's class: cheaper than reading its kind tag per record
+        self._dispatch: dict[type, list[Rule]] = {}
         for rule in self.rules:
             for kind in rule.kinds:
-                self._dispatch.setdefault(kind, []).append(rule)
+                self._dispatch.setdefault(BY_KIND[kind], []).append(rule)
         self.now = 0.0
         self.records = 0
 
     def feed(self, record: Record) -> list[Alert]:
-        kind = record.kind
-        if kind == "alert":
+        cls = type(record)
+        if cls is Alert:
             return []  # our own output coming back around (a replayed file): not evidence
         self.records += 1
         if record.ts_wall > self.now:
             self.now = record.ts_wall
         self.book.observe_clock(record.host_id, record.ts_ns, record.ts_wall)
-        if kind in _OWNER_KINDS and record.pid:
+        if record.pid and cls in _OWNER_TYPES:
             self._remember_owner(record)
-        for rule in self._dispatch.get(kind, ()):
+        for rule in self._dispatch.get(cls, ()):
             rule.feed(record)
         return self.book.drain()
 

@@ -8,7 +8,8 @@ docs/alerts.md (the memory bound it states depends on these structures).
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from array import array
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
@@ -88,48 +89,71 @@ class Window:
 
     ``add(t, n)`` counts n events at time t (seconds); ``total(t)`` sums the buckets in
     (t - span, t]. At most ``span`` buckets are kept, so memory per window is bounded
-    whatever the event rate.
+    whatever the event rate; an empty window holds no list at all (millions of flows).
     """
 
-    __slots__ = ("span", "_buckets")
+    __slots__ = ("span", "_secs", "_counts")
 
     def __init__(self, span: float) -> None:
         self.span = span
-        self._buckets: deque[list[float]] = deque()  # [second, count]
+        # arrays, not lists: 8 bytes a bucket instead of two boxed numbers
+        self._secs: array[int] | None = None
+        self._counts: array[float] | None = None
 
     def add(self, t: float, n: float = 1.0) -> None:
-        sec = float(int(t))
-        if self._buckets and self._buckets[-1][0] == sec:
-            self._buckets[-1][1] += n
-        elif self._buckets and self._buckets[-1][0] > sec:
-            self._buckets[-1][1] += n  # late record: count it in the newest bucket
+        sec = int(t)
+        secs, counts = self._secs, self._counts
+        if not secs or counts is None:
+            self._secs, self._counts = array("q", (sec,)), array("d", (n,))
+            return
+        if secs[-1] >= sec:
+            counts[-1] += n  # same second (or a late record): the newest bucket
         else:
-            self._buckets.append([sec, n])
-        self._trim(t)
+            secs.append(sec)
+            counts.append(n)
+            self._trim(t)
 
     def total(self, t: float) -> float:
         self._trim(t)
-        return sum(b[1] for b in self._buckets)
+        return sum(self._counts) if self._counts else 0.0
 
     def seconds_with_events(self, t: float) -> int:
         self._trim(t)
-        return sum(1 for b in self._buckets if b[1] > 0)
+        return sum(1 for c in self._counts if c > 0) if self._counts else 0
 
     def per_second(self, t: float, seconds: int) -> list[float]:
         """Counts of the last ``seconds`` whole seconds up to t, oldest first, zeros included."""
         self._trim(t)
         now = int(t)
-        counts = {int(b[0]): b[1] for b in self._buckets}
+        counts = dict(zip(self._secs or (), self._counts or (), strict=True))
         return [counts.get(s, 0.0) for s in range(now - seconds + 1, now + 1)]
 
     def empty(self, t: float) -> bool:
         self._trim(t)
-        return not self._buckets
+        return not self._secs
 
     def _trim(self, t: float) -> None:
+        secs = self._secs
+        if not secs:
+            return
         oldest = int(t) - self.span
-        while self._buckets and self._buckets[0][0] <= oldest:
-            self._buckets.popleft()
+        if secs[0] > oldest:
+            return
+        k = 0
+        while k < len(secs) and secs[k] <= oldest:
+            k += 1
+        assert self._counts is not None
+        del secs[:k]
+        del self._counts[:k]
+
+
+def bounded_append(evidence: list[int] | None, seq: int, cap: int = 16) -> list[int]:
+    """Append a seq to an evidence list kept to its first ``cap`` entries (created on demand)."""
+    if evidence is None:
+        return [seq]
+    if len(evidence) < cap:
+        evidence.append(seq)
+    return evidence
 
 
 class DistinctWindow(Generic[K]):

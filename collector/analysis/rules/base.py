@@ -18,13 +18,13 @@ from ..book import AlertBook, Subject
 from ..config import RulesConfig
 from ..state import LruMap
 
-FlowKey = tuple[Any, ...]
+FlowKey = tuple[Any, ...] | str
 
 
 def flow_key(rec: Record) -> FlowKey:
     """Connection identity: the socket cookie's UUID first, the tuple only as a fallback."""
     if rec.conn_uuid is not None:
-        return ("c", rec.conn_uuid)
+        return rec.conn_uuid  # a str: no tuple to build per lookup
     if rec.sock_cookie is not None:
         return ("k", rec.host_id, rec.boot_id, rec.sock_cookie)
     if isinstance(rec, FlowRecord):

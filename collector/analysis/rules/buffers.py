@@ -26,7 +26,7 @@ from translators.records import (
 )
 
 from ..book import Subject
-from ..state import LruMap, Window
+from ..state import LruMap, Window, bounded_append
 from .base import Context, Rule, endpoint, flow_key, host_subject, who
 
 ENOMEM, ENOBUFS = 12, 105
@@ -48,7 +48,7 @@ def _bounded_append(evidence: list[int], seq: int, cap: int = 32) -> None:
 @dataclass(slots=True)
 class _Drops:
     drops: Window
-    evidence: list[int] = field(default_factory=list)
+    evidence: list[int] | None = None
 
 
 class ListenOverflow(Rule):
@@ -72,7 +72,7 @@ class ListenOverflow(Rule):
         d = self.listeners.get_or_create((rec.host_id, *key), lambda: _Drops(Window(w)))
         t = rec.ts_wall
         d.drops.add(t, n)
-        _bounded_append(d.evidence, rec.seq)
+        d.evidence = bounded_append(d.evidence, rec.seq, 32)
         total = int(d.drops.total(t))
         busy = d.drops.seconds_with_events(t)
         critical = busy >= self.num("critical_seconds")
@@ -92,7 +92,7 @@ class ListenOverflow(Rule):
         )
         self.fire(
             "overflow", key, now=t, severity="critical" if critical else "warning", subject=subject,
-            message=message, clear_after=2 * w, metric=float(total), evidence=d.evidence,
+            message=message, clear_after=2 * w, metric=float(total), evidence=d.evidence or (),
         )  # fmt: skip
 
 
@@ -154,7 +154,7 @@ class ReceiveBuffer(Rule):
         w = self.window
         d = self.flows.get_or_create((flow_key(rec), what), lambda: _Drops(Window(w)))
         d.drops.add(rec.ts_wall)
-        _bounded_append(d.evidence, rec.seq)
+        d.evidence = bounded_append(d.evidence, rec.seq, 32)
         n = int(d.drops.total(rec.ts_wall))
         subject = self.ctx.owner(rec)
         if what in ("TCP_OFO_QUEUE_PRUNE", "TCP_OFOMERGE"):
@@ -168,7 +168,7 @@ class ReceiveBuffer(Rule):
         )
         self.fire(
             what.lower().replace("_", "-"), flow_key(rec), now=rec.ts_wall, severity=severity, subject=subject,
-            message=message, clear_after=2 * w, metric=float(n), evidence=d.evidence,
+            message=message, clear_after=2 * w, metric=float(n), evidence=d.evidence or (),
         )  # fmt: skip
 
     def _host_pressure(self, rec: Record, what: str) -> None:
@@ -344,7 +344,7 @@ class UdpDrops(Rule):
     def _per_minute(self, rec: SkbDrop, cond: str, key: tuple[object, ...], limit_name: str) -> None:
         d = self.minute.get_or_create((rec.host_id, cond, *key), lambda: _Drops(Window(60)))
         d.drops.add(rec.ts_wall)
-        _bounded_append(d.evidence, rec.seq)
+        d.evidence = bounded_append(d.evidence, rec.seq, 32)
         n = d.drops.total(rec.ts_wall)
         if n <= self.num(limit_name):
             return
@@ -363,7 +363,7 @@ class UdpDrops(Rule):
             )
         self.fire(
             cond, key, now=rec.ts_wall, severity="notice", subject=subject, message=message, clear_after=120.0,
-            metric=n, evidence=d.evidence,
+            metric=n, evidence=d.evidence or (),
         )  # fmt: skip
 
     def _proto_mem(self, rec: Record) -> None:

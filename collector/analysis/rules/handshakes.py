@@ -46,7 +46,6 @@ def capture_outcome(rec: Connection) -> str | None:
 @dataclass(slots=True)
 class _Pending:
     refused: bool = False
-    evidence: list[int] = field(default_factory=list)
 
 
 class Handshakes:
@@ -58,7 +57,7 @@ class Handshakes:
     def outcome(self, rec: Record) -> str | None:
         if isinstance(rec, TcpStateChange):
             if rec.state == "SYN_SENT":
-                self.pending.get_or_create(flow_key(rec), _Pending).evidence.append(rec.seq)
+                self.pending.get_or_create(flow_key(rec), _Pending)
                 return None
             if rec.prev_state != "SYN_SENT":
                 return None

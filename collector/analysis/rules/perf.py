@@ -17,22 +17,26 @@ not move the baseline, so a long spike cannot teach the baseline to accept itsel
 from __future__ import annotations
 
 import statistics
-from collections import deque
+from array import array
 from dataclasses import dataclass, field
 
 from translators.records import Record, SiftrSample, TcpCongState, TcpDebugSnapshot, TcpStateChange
 
+from ..state import bounded_append
 from .base import Context, Rule, endpoint, flow_key, who
 
 
 @dataclass(slots=True)
 class _Cwnd:
     mss: int | None = None
-    maxes: deque[tuple[int, float]] = field(default_factory=deque)  # (second, max cwnd segs)
+    # cwnd maxima of the current and the previous window-long bucket: "the maximum over
+    # the previous 10 s" is read as the larger of the two (covers 10-20 s, four floats)
+    bucket: int = -1
+    cur_max: float = 0.0
+    prev_max: float = 0.0
     collapsed_since: float | None = None
-    starts: deque[float] = field(default_factory=lambda: deque(maxlen=64))
-    evidence: deque[int] = field(default_factory=lambda: deque(maxlen=16))
-    first: Record | None = None
+    starts: list[float] | None = None
+    evidence: list[int] | None = None
 
 
 class CwndCollapse(Rule):
@@ -64,14 +68,13 @@ class CwndCollapse(Rule):
 
     def _sample(self, rec: Record, f: _Cwnd, segs: float, outstanding: bool) -> None:
         t = rec.ts_wall
-        previous_max = max((m for s, m in f.maxes if s > t - self.window), default=None)
-        sec = int(t)
-        if f.maxes and f.maxes[-1][0] == sec:
-            f.maxes[-1] = (sec, max(f.maxes[-1][1], segs))
-        else:
-            f.maxes.append((sec, segs))
-        while f.maxes and f.maxes[0][0] <= t - self.window - 1:
-            f.maxes.popleft()
+        bucket = int(t // self.window)
+        if bucket != f.bucket:
+            f.prev_max = f.cur_max if bucket == f.bucket + 1 else 0.0
+            f.cur_max, f.bucket = 0.0, bucket
+        seen = max(f.cur_max, f.prev_max)
+        previous_max = seen if seen > 0 else None
+        f.cur_max = max(f.cur_max, segs)
         low = segs <= self.num("min_segments")
         relative = previous_max is not None and segs <= self.num("max_fraction") * previous_max
         if not (outstanding and (low or relative)):
@@ -79,15 +82,15 @@ class CwndCollapse(Rule):
             return
         if f.collapsed_since is None:
             f.collapsed_since = t
-            f.starts.append(t)
-            f.first = rec
-        f.evidence.append(rec.seq)
+            f.starts = [s for s in f.starts or () if s > t - self.num("repeat_window_s")] + [t]
+            f.evidence = None  # evidence of this collapse episode
+        f.evidence = bounded_append(f.evidence, rec.seq)
         self._check(rec, f, segs, previous_max, t)
 
     def _check(self, rec: Record, f: _Cwnd, segs: float, previous_max: float | None, t: float) -> None:
         assert f.collapsed_since is not None
         held = t - f.collapsed_since
-        repeats = sum(1 for s in f.starts if s > t - self.num("repeat_window_s"))
+        repeats = sum(1 for s in f.starts or () if s > t - self.num("repeat_window_s"))
         if held < self.num("hold_s") and repeats < self.num("repeat_count"):
             return
         subject = self.ctx.owner(rec)
@@ -104,7 +107,7 @@ class CwndCollapse(Rule):
         )
         self.fire(
             "collapse", flow_key(rec), now=t, severity="warning", subject=subject, message=message,
-            clear_after=2 * self.window, metric=segs, evidence=list(f.evidence),
+            clear_after=2 * self.window, metric=segs, evidence=f.evidence or (),
         )  # fmt: skip
 
 
@@ -118,13 +121,13 @@ def _outstanding(rec: SiftrSample | TcpDebugSnapshot) -> bool:
 
 @dataclass(slots=True)
 class _Rtt:
-    seed: list[float] = field(default_factory=list)
+    seed: array[float] | None = field(default_factory=lambda: array("d"))
     base: float | None = None
     dev: float = 0.0
     updated: float = 0.0
     consecutive: int = 0
     spike_since: float | None = None
-    evidence: deque[int] = field(default_factory=lambda: deque(maxlen=16))
+    evidence: list[int] | None = None
 
 
 class SrttSpike(Rule):
@@ -155,12 +158,13 @@ class SrttSpike(Rule):
         self._sample(rec, f, float(srtt))
 
     def _seed(self, f: _Rtt, srtt: float, t: float) -> None:
+        assert f.seed is not None
         f.seed.append(srtt)
         if len(f.seed) >= self.num("seed_samples"):
             f.base = statistics.median(f.seed)
             f.dev = statistics.fmean(abs(x - f.base) for x in f.seed)
             f.updated = t
-            f.seed = []
+            f.seed = None
 
     def limit(self, base: float, dev: float) -> float:
         return max(self.num("factor") * base, base + self.num("dev_factor") * dev, base + self.num("floor_ms") * 1000)
@@ -174,9 +178,10 @@ class SrttSpike(Rule):
             if not self.ctx.book.is_open(self.rule_id, "spike", rec.host_id, flow_key(rec)):
                 self._learn(f, srtt, t)
             return
+        if f.spike_since is None:
+            f.spike_since, f.evidence = t, None
         f.consecutive += 1
-        f.spike_since = t if f.spike_since is None else f.spike_since
-        f.evidence.append(rec.seq)
+        f.evidence = bounded_append(f.evidence, rec.seq)
         if f.consecutive < self.num("consecutive") and t - f.spike_since < self.num("hold_s"):
             return
         critical = srtt > f.base + self.num("critical_ms") * 1000
@@ -189,7 +194,7 @@ class SrttSpike(Rule):
         )
         self.fire(
             "spike", flow_key(rec), now=t, severity="critical" if critical else "warning", subject=subject,
-            message=message, clear_after=2 * self.num("window_s"), metric=srtt, evidence=list(f.evidence),
+            message=message, clear_after=2 * self.num("window_s"), metric=srtt, evidence=f.evidence or (),
         )  # fmt: skip
 
     def _learn(self, f: _Rtt, srtt: float, t: float) -> None:

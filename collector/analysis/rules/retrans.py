@@ -15,8 +15,7 @@ retransmits of one recovery follow each other within an RTT).
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from translators.records import (
     FlowCounters,
@@ -28,7 +27,7 @@ from translators.records import (
     TcpStateChange,
 )
 
-from ..state import DistinctWindow, Window
+from ..state import DistinctWindow, Window, bounded_append
 from .base import Context, Rule, endpoint, flow_key, who
 
 
@@ -36,7 +35,7 @@ from .base import Context, Rule, endpoint, flow_key, who
 class _SentFlow:
     retrans: Window
     sent: Window
-    evidence: deque[int] = field(default_factory=lambda: deque(maxlen=16))
+    evidence: list[int] | None = None
     last_nxt: int | None = None
     counters_out: int | None = None
     known: bool = False
@@ -64,7 +63,7 @@ class RetransRatio(Rule):
             f.retrans.add(rec.ts_wall)
             if f.counters_out is None:
                 f.sent.add(rec.ts_wall)  # snd_nxt progress excludes retransmits
-            f.evidence.append(rec.seq)
+            f.evidence = bounded_append(f.evidence, rec.seq, 32)
             self._evaluate(rec, f)
         elif isinstance(rec, FlowCounters):
             if rec.proto == "tcp":
@@ -114,7 +113,7 @@ class RetransRatio(Rule):
         )
         self.fire(
             "ratio", flow_key(rec), now=t, severity="critical" if sustained else "warning", subject=subject,
-            message=message, clear_after=2 * self.window, metric=ratio, evidence=list(f.evidence),
+            message=message, clear_after=2 * self.window, metric=ratio, evidence=f.evidence or (),
         )  # fmt: skip
 
 
@@ -123,10 +122,10 @@ class _KindFlow:
     ca_state: str | None = None
     has_cong: bool = False
     last_rto_retrans: float | None = None
-    rto_times: deque[float] = field(default_factory=lambda: deque(maxlen=64))
-    rto_evidence: deque[int] = field(default_factory=lambda: deque(maxlen=16))
+    rto_times: list[float] | None = None
+    rto_evidence: list[int] | None = None
     syn_retries: int = 0
-    syn_evidence: list[int] = field(default_factory=list)
+    syn_evidence: list[int] | None = None
 
 
 @dataclass(slots=True)
@@ -191,10 +190,8 @@ class RetransKind(Rule):
 
     def _rto(self, rec: Record, f: _KindFlow) -> None:
         t = rec.ts_wall
-        f.rto_times.append(t)
-        f.rto_evidence.append(rec.seq)
-        while f.rto_times and f.rto_times[0] <= t - self.window:
-            f.rto_times.popleft()
+        f.rto_times = [x for x in f.rto_times or () if x > t - self.window][-63:] + [t]
+        f.rto_evidence = bounded_append(f.rto_evidence, rec.seq)
         n = len(f.rto_times)
         warn = n >= self.num("rto_warning")
         subject = self.ctx.owner(rec)
@@ -206,13 +203,12 @@ class RetransKind(Rule):
         )
         self.fire(
             "rto", flow_key(rec), now=t, severity="warning" if warn else "notice", subject=subject,
-            message=message, clear_after=2 * self.window, metric=float(n), evidence=list(f.rto_evidence),
+            message=message, clear_after=2 * self.window, metric=float(n), evidence=f.rto_evidence,
         )  # fmt: skip
 
     def _syn_retry(self, rec: TcpRetransmit, f: _KindFlow) -> None:
         f.syn_retries += 1
-        if len(f.syn_evidence) < 16:
-            f.syn_evidence.append(rec.seq)
+        f.syn_evidence = bounded_append(f.syn_evidence, rec.seq)
         n = f.syn_retries
         if n < self.num("syn_retry_notice"):
             return

@@ -8,8 +8,10 @@ are old enough plus one. Each map is an LRU with the per-flow cap.
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
+import functools
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from translators.records import Connection, Record, TcpReset, TcpRetransmit, TcpStateChange
 
@@ -20,40 +22,79 @@ from .base import Context, Rule, endpoint, flow_key, who
 
 @dataclass(slots=True)
 class _Stuck:
+    """A socket in a watched state; the subject carries host, tuple and owner (not the record)."""
+
     since: float
-    rec: TcpStateChange
+    seq: int
     subject: Subject
     reset: bool = False
-    evidence: list[int] = field(default_factory=list)
+    fired: bool = False
+
+
+Leave = Callable[[str, object, _Stuck, float], None]
 
 
 class StateTracker:
-    """Which watched state each socket is in, and since when."""
+    """Which watched state each socket is in, since when, and which are due for an alert.
 
-    def __init__(self, watched: tuple[str, ...], cap: int, ctx: Context) -> None:
+    ``maps`` holds every socket in a watched state (LRU, capped); ``pending`` the ones
+    not yet reported, oldest first, so a sweep pops only the newly overdue. When a
+    reported socket leaves its state (or is evicted), ``on_leave`` lets the rule release
+    its held alert.
+    """
+
+    def __init__(self, watched: tuple[str, ...], cap: int, ctx: Context, on_leave: Leave | None = None) -> None:
         self.ctx = ctx
-        self.maps: dict[str, LruMap[object, _Stuck]] = {s: LruMap(cap) for s in watched}
+        self.on_leave = on_leave
+        self.pending: dict[str, OrderedDict[object, _Stuck]] = {s: OrderedDict() for s in watched}
+        self.maps: dict[str, LruMap[object, _Stuck]] = {
+            s: LruMap(cap, on_evict=functools.partial(self._evicted, s)) for s in watched
+        }
 
     def change(self, rec: TcpStateChange) -> _Stuck | None:
         """Apply a transition; returns the entry the socket left, if it was watched."""
         key = flow_key(rec)
-        left = self.maps[rec.prev_state].pop(key) if rec.prev_state in self.maps else None
+        left = self._leave(rec.prev_state, key, rec.ts_wall)
         if rec.state in self.maps:
-            self.maps[rec.state].put(key, _Stuck(rec.ts_wall, rec, self.ctx.owner(rec), evidence=[rec.seq]))
+            entry = _Stuck(rec.ts_wall, rec.seq, self.ctx.owner(rec))
+            self.maps[rec.state].put(key, entry)
+            self.pending[rec.state][key] = entry
         return left
 
     def forget(self, rec: Record) -> None:
         key = flow_key(rec)
-        for m in self.maps.values():
-            m.pop(key)
+        for state in self.maps:
+            self._leave(state, key, rec.ts_wall)
 
-    def older_than(self, state: str, cutoff: float) -> list[tuple[object, _Stuck]]:
+    def due(self, state: str, cutoff: float) -> list[tuple[object, _Stuck]]:
+        """Sockets in ``state`` since ``cutoff`` or earlier and not yet reported; marks them reported."""
         out = []
-        for key, entry in self.maps[state].items():
+        pending = self.pending[state]
+        while pending:
+            key, entry = next(iter(pending.items()))
             if entry.since > cutoff:
                 break
+            pending.popitem(last=False)
+            entry.fired = True
             out.append((key, entry))
         return out
+
+    def _leave(self, state: str, key: object, now: float) -> _Stuck | None:
+        if state not in self.maps:
+            return None
+        entry = self.maps[state].pop(key)
+        self.pending[state].pop(key, None)
+        if entry is not None and self.on_leave is not None:
+            self.on_leave(state, key, entry, now)
+        return entry
+
+    def _evicted(self, state: str, key: object, entry: _Stuck) -> None:
+        self.pending[state].pop(key, None)
+        if self.on_leave is not None:
+            self.on_leave(state, key, entry, entry.since)
+
+
+INF = float("inf")
 
 
 class HalfOpen(Rule):
@@ -63,8 +104,9 @@ class HalfOpen(Rule):
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         self.window = self.num("window_s")
-        self.states = StateTracker(("SYN_SENT",), ctx.max_flows, ctx)
+        self.states = StateTracker(("SYN_SENT",), ctx.max_flows, ctx, self._left)
         self.listeners = self.keys_map()
+        self.stuck_per_dest: Counter[tuple[str, str, str | None, int | None]] = Counter()
 
     def feed(self, rec: Record) -> None:
         if isinstance(rec, TcpStateChange):
@@ -83,6 +125,18 @@ class HalfOpen(Rule):
             if rec.retrans_kind == "synack" or rec.state == "SYN_RECEIVED" or "synack" in rec.probe:
                 self._synack(rec)
 
+    @staticmethod
+    def _dest(entry: _Stuck) -> tuple[str, str, str | None, int | None]:
+        return (entry.subject.host_id, entry.subject.boot_id, entry.subject.dst, entry.subject.dport)
+
+    def _left(self, state: str, key: object, entry: _Stuck, now: float) -> None:
+        if entry.fired:
+            self.ctx.book.release(self.rule_id, "syn-sent", entry.subject.host_id, key, now, 2 * self.window)
+            dest = self._dest(entry)
+            self.stuck_per_dest[dest] -= 1
+            if self.stuck_per_dest[dest] <= 0:
+                del self.stuck_per_dest[dest]
+
     def _timeout(self, rec: TcpStateChange, left: _Stuck) -> None:
         waited = rec.ts_wall - left.since
         message = (
@@ -91,7 +145,7 @@ class HalfOpen(Rule):
         )
         self.fire(
             "connect-timeout", flow_key(rec), now=rec.ts_wall, severity="notice", subject=left.subject,
-            message=message, clear_after=2 * self.window, metric=waited, evidence=[*left.evidence, rec.seq],
+            message=message, clear_after=2 * self.window, metric=waited, evidence=[left.seq, rec.seq],
         )  # fmt: skip
 
     def _synack(self, rec: TcpRetransmit) -> None:
@@ -116,33 +170,28 @@ class HalfOpen(Rule):
 
     def tick(self, now: float) -> None:
         limit = self.num("syn_sent_s")
-        stuck = self.states.older_than("SYN_SENT", now - limit)
-        per_dest: Counter[tuple[str, str | None, int | None]] = Counter()
-        for key, entry in stuck:
-            per_dest[(entry.rec.host_id, entry.rec.dst, entry.rec.dport)] += 1
+        for key, entry in self.states.due("SYN_SENT", now - limit):
+            self.stuck_per_dest[self._dest(entry)] += 1
             message = (
                 f"{who(entry.subject)} has been waiting {now - entry.since:.1f} s in SYN_SENT for "
-                f"{endpoint(entry.rec.dst, entry.rec.dport)}: past the first SYN retry, connect latency is already "
+                f"{endpoint(entry.subject.dst, entry.subject.dport)}: past the first SYN retry, connect latency is already "
                 f"over a second and the kernel only gives up after about 127 s."
             )
             self.fire(
                 "syn-sent", key, now=now, severity="notice", subject=entry.subject, message=message,
-                clear_after=2 * self.window, metric=now - entry.since, evidence=entry.evidence, bump=False,
+                clear_after=INF, metric=now - entry.since, evidence=[entry.seq],
             )  # fmt: skip
-        for (host, dst, dport), n in per_dest.items():
+        for (host, boot, dst, dport), n in self.stuck_per_dest.items():
             if n <= self.num("per_destination"):
                 continue
-            first = next(e for _k, e in stuck if e.rec.dst == dst and e.rec.dport == dport)
-            subject = Subject(
-                host_id=host, boot_id=first.rec.boot_id, netns=first.rec.netns, proto="tcp", dst=dst, dport=dport
-            )
+            subject = Subject(host_id=host, boot_id=boot, proto="tcp", dst=dst, dport=dport)
             message = (
                 f"{n} sockets on this host are stuck in SYN_SENT toward {endpoint(dst, dport)} for more than "
                 f"{limit:g} s: the destination is unreachable or overloaded, and every caller is waiting on it."
             )
             self.fire(
                 "syn-sent-destination", ("dest", dst, dport), now=now, severity="warning", subject=subject,
-                message=message, clear_after=2 * self.window, metric=float(n), evidence=first.evidence, bump=False,
+                message=message, clear_after=2 * self.window, metric=float(n), bump=False,
             )  # fmt: skip
 
 
@@ -153,17 +202,38 @@ class StuckClose(Rule):
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         self.sweep = self.num("sweep_s")
-        self.states = StateTracker(("CLOSE_WAIT", "FIN_WAIT_2"), ctx.max_flows, ctx)
+        self.states = StateTracker(("CLOSE_WAIT", "FIN_WAIT_2"), ctx.max_flows, ctx, self._left)
         self.time_wait = self.keys_map()
+        self.close_wait_owners: Counter[tuple[str, str, int, str | None]] = Counter()
         self.next_sweep = 0.0
 
     def feed(self, rec: Record) -> None:
         if isinstance(rec, TcpStateChange):
             self.states.change(rec)
-            if rec.state == "TIME_WAIT":
+            if rec.state == "CLOSE_WAIT":
+                owner = self._owner(self.ctx.owner(rec))
+                if owner is not None:
+                    self.close_wait_owners[owner] += 1
+            elif rec.state == "TIME_WAIT":
                 self._time_wait(rec)
         elif isinstance(rec, Connection) and rec.source == "kernel":
             self.states.forget(rec)
+
+    @staticmethod
+    def _owner(s: Subject) -> tuple[str, str, int, str | None] | None:
+        pid = s.tgid or s.pid
+        return None if pid is None else (s.host_id, s.boot_id, pid, s.comm)
+
+    def _left(self, state: str, key: object, entry: _Stuck, now: float) -> None:
+        if state == "CLOSE_WAIT":
+            owner = self._owner(entry.subject)
+            if owner is not None:
+                self.close_wait_owners[owner] -= 1
+                if self.close_wait_owners[owner] <= 0:
+                    del self.close_wait_owners[owner]
+        if entry.fired:
+            cond = state.lower().replace("_", "-")
+            self.ctx.book.release(self.rule_id, cond, entry.subject.host_id, key, now, 2 * self.sweep)
 
     def _time_wait(self, rec: TcpStateChange) -> None:
         span = self.num("time_wait_s")
@@ -195,9 +265,9 @@ class StuckClose(Rule):
         self._per_process(now)
 
     def _stuck(self, now: float, state: str, limit: float) -> None:
-        for key, entry in self.states.older_than(state, now - limit):
+        for key, entry in self.states.due(state, now - limit):
             age = now - entry.since
-            peer = endpoint(entry.rec.dst, entry.rec.dport)
+            peer = endpoint(entry.subject.dst, entry.subject.dport)
             if state == "CLOSE_WAIT":
                 why = (
                     f"the peer {peer} closed its side and {who(entry.subject)} never called close(): "
@@ -211,32 +281,19 @@ class StuckClose(Rule):
             message = f"A socket has been in {state} for {age:.0f} s (limit {limit:g} s): {why}."
             self.fire(
                 state.lower().replace("_", "-"), key, now=now, severity="notice", subject=entry.subject,
-                message=message, clear_after=2 * self.sweep, metric=age, evidence=entry.evidence, bump=False,
+                message=message, clear_after=INF, metric=age, evidence=[entry.seq],
             )  # fmt: skip
 
     def _per_process(self, now: float) -> None:
-        owners: Counter[tuple[str, int | None, str | None]] = Counter()
-        sample: dict[tuple[str, int | None, str | None], _Stuck] = {}
-        for _key, entry in self.states.maps["CLOSE_WAIT"].items():
-            s = entry.subject
-            if s.pid is None:
-                continue
-            owner: tuple[str, int | None, str | None] = (s.host_id, s.tgid or s.pid, s.comm)
-            owners[owner] += 1
-            sample.setdefault(owner, entry)
-        for owner, n in owners.items():
+        for (host, boot, pid, comm), n in self.close_wait_owners.items():
             if n <= self.num("close_wait_per_process"):
                 continue
-            first = sample[owner]
-            subject = Subject(
-                host_id=owner[0], boot_id=first.rec.boot_id, pid=first.subject.pid, tgid=first.subject.tgid,
-                comm=owner[2], proto="tcp",
-            )  # fmt: skip
+            subject = Subject(host_id=host, boot_id=boot, pid=pid, tgid=pid, comm=comm, proto="tcp")
             message = (
                 f"{who(subject)} holds {n} sockets in CLOSE_WAIT: their peers have closed and the process never "
                 f"closes them, leaking file descriptors until it hits its limit."
             )
             self.fire(
-                "close-wait-process", ("process", owner[1], owner[2]), now=now, severity="warning", subject=subject,
-                message=message, clear_after=2 * self.sweep, metric=float(n), evidence=first.evidence, bump=False,
+                "close-wait-process", ("process", pid, comm), now=now, severity="warning", subject=subject,
+                message=message, clear_after=2 * self.sweep, metric=float(n), bump=False,
             )  # fmt: skip

@@ -106,3 +106,26 @@ def test_an_anonymous_caller_gets_a_json_401(client: Client) -> None:
 
 def test_a_post_is_refused(viewer_client: Client) -> None:
     assert viewer_client.post("/api/connections").status_code in (403, 405)  # CSRF first, then the method
+
+
+def test_either_side_filters_page_through_both_sides_without_repeats(viewer_client: Client) -> None:
+    # 300 connections: port 7000 as the source (i % 3 == 0), the destination (i % 3 == 1), or both (i % 3 == 2).
+    sides = ((7000, 1), (1, 7000), (7000, 7000))
+    Connection.objects.bulk_create(
+        Connection(host_id="sides", boot_id="b", conn_uuid=f"side-{i:03d}", first_seen=i, last_seen=i,
+                   sport=sides[i % 3][0], dport=sides[i % 3][1], src="10.9.0.1", dst="10.9.0.2")
+        for i in range(300)
+    )  # fmt: skip
+    seen: list[str] = []
+    cursor = None
+    for _ in range(20):
+        body = get_json(
+            viewer_client, "/api/connections", port="7000", limit="40", **({"cursor": cursor} if cursor else {})
+        )
+        seen.extend(c["conn_uuid"] for c in body["connections"])
+        cursor = body["next"]
+        if cursor is None:
+            break
+    assert seen == [f"side-{i:03d}" for i in reversed(range(300))]
+    both = uuids(viewer_client, port="7000", addr="10.9.0.2", limit="1000")
+    assert len(both) == 300 == len(set(both))

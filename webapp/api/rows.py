@@ -43,19 +43,41 @@ def connection_dict(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def keyset_page(
-    qs: QuerySet[Any], time_field: str, columns: Sequence[str], limit: int, cursor: list[Any] | None
+    qs: QuerySet[Any] | Sequence[QuerySet[Any]],
+    time_field: str,
+    columns: Sequence[str],
+    limit: int,
+    cursor: list[Any] | None,
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """One page newest first on (time_field, id), and the cursor of the next page (None at the end)."""
-    if cursor is not None:
-        if len(cursor) != 2 or not isinstance(cursor[1], int) or isinstance(cursor[0], str):
-            raise BadParam("cursor is not a cursor this API gave out")
-        when, last_id = cursor
-        qs = qs.filter(Q(**{f"{time_field}__lt": when}) | Q(**{time_field: when, "id__lt": last_id}))
-    rows = list(qs.order_by(f"-{time_field}", "-id").values("id", *columns)[: limit + 1])
+    """One page newest first on (time_field, id), and the cursor of the next page (None at the end).
+
+    Several querysets are the branches of an OR ("port P on either side"): each is
+    paged on its own index and the pages are merged, instead of one OR query that
+    SQLite answers by sorting every match.
+    """
+    branches = [qs] if isinstance(qs, QuerySet) else list(qs)
+    merged: dict[int, dict[str, Any]] = {}
+    for branch in branches:
+        for row in _rows_after(branch, time_field, columns, limit + 1, cursor):
+            merged[row["id"]] = row
+    rows = sorted(merged.values(), key=lambda r: (r[time_field], r["id"]), reverse=True)
     more = len(rows) > limit
     rows = rows[:limit]
     following = encode_cursor([rows[-1][time_field], rows[-1]["id"]]) if more else None
     return rows, following
+
+
+def _rows_after(
+    qs: QuerySet[Any], time_field: str, columns: Sequence[str], count: int, cursor: list[Any] | None
+) -> list[dict[str, Any]]:
+    if cursor is not None:
+        if len(cursor) != 2 or not isinstance(cursor[1], int) or isinstance(cursor[0], str):
+            raise BadParam("cursor is not a cursor this API gave out")
+        when, last_id = cursor
+        # "at or before `when`, minus the rows up to the last one shown": one index range
+        # (an OR of the two cases makes SQLite give up the range and filter row by row).
+        qs = qs.filter(Q(**{f"{time_field}__lte": when}) & ~Q(**{time_field: when, "id__gte": last_id}))
+    return list(qs.order_by(f"-{time_field}", "-id").values("id", *columns)[:count])
 
 
 def model_dict(obj: Model, skip: Sequence[str] = ("id",)) -> dict[str, Any]:

@@ -108,10 +108,6 @@ def connections(request: ApiRequest) -> HttpResponse:
             qs = qs.filter(**{name: p[name]})
     if p["host"] is not None:
         qs = qs.filter(host_id=p["host"])
-    if p["port"] is not None:
-        qs = qs.filter(Q(sport=p["port"]) | Q(dport=p["port"]))
-    if p["addr"] is not None:
-        qs = qs.filter(Q(src=p["addr"]) | Q(dst=p["addr"]))
     if p["has_anomaly"] is not None:
         qs = qs.filter(anomaly=p["has_anomaly"])
     if p["since"] is not None and p["until"] is not None and p["since"] > p["until"]:
@@ -120,7 +116,11 @@ def connections(request: ApiRequest) -> HttpResponse:
         qs = qs.filter(last_seen__gte=p["since"])
     if p["until"] is not None:
         qs = qs.filter(first_seen__lte=p["until"])
-    rows, following = keyset_page(qs, "last_seen", CONNECTION_COLUMNS, p["limit"], p["cursor"])
+    branches = [qs]  # "either side" filters: one branch per side, merged page by page
+    for param, sides in (("port", ("sport", "dport")), ("addr", ("src", "dst"))):
+        if p[param] is not None:
+            branches = [b.filter(**{side: p[param]}) for b in branches for side in sides]
+    rows, following = keyset_page(branches, "last_seen", CONNECTION_COLUMNS, p["limit"], p["cursor"])
     return JsonResponse({"connections": [connection_dict(r) for r in rows], "next": following})
 
 

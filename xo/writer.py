@@ -105,7 +105,7 @@ class Writer:
         else:
             self.diagnostic(f"close_{kind}({name!r}) without a matching open {kind}")
             return
-        if depth != len(self.stack) - 1 or (name is not None and frame.name != name):
+        if depth != len(self.stack) - 1:
             top = self.top
             self.diagnostic(f"close_{kind}({name!r}) while {top.kind} {top.name!r} is open; closing it")
         while len(self.stack) > depth:

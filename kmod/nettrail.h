@@ -210,7 +210,7 @@ struct nt_siftr_body {
 	__u32 th_ack;
 	__u32 data_sz;
 	__u8 direction; /* 0 in, 1 out */
-	__u8 _pad[3];
+	__u8 _pad_tail[3];
 };
 
 /* Map `flows` value and NT_EV_FLOW body: exact counters whatever ppl is. */
@@ -241,7 +241,7 @@ struct nt_debug_body {
 	__u8 direction; /* enum nt_debug_point */
 	__u8 prureq;    /* PRU_* (user point), 0xff none */
 	__u8 approx;    /* 1: the PRU_* mapping is ambiguous */
-	__u8 _pad;
+	__u8 _pad_tail;
 };
 
 /* ---- the ring-buffer record --------------------------------------------- */

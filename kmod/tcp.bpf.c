@@ -498,7 +498,7 @@ static __always_inline void debug_point(const struct sock *sk, __u64 cookie, con
 	e->debug.direction = dir;
 	e->debug.prureq = prureq;
 	e->debug.approx = approx;
-	e->debug._pad = 0;
+	e->debug._pad_tail = 0;
 	bpf_ringbuf_submit(e, 0);
 }
 

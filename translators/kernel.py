@@ -66,7 +66,10 @@ def format_address(family: int, raw: bytes) -> str | None:
     if family == AF_INET:
         return str(ipaddress.IPv4Address(raw[:4]))
     if family == AF_INET6:
-        return str(ipaddress.IPv6Address(raw[:16]))
+        addr = ipaddress.IPv6Address(raw[:16])
+        mapped = addr.ipv4_mapped
+        # RFC 5952 section 5: mapped addresses keep the dotted quad (Python < 3.13 prints hex)
+        return f"::ffff:{mapped}" if mapped is not None else str(addr)
     return None
 
 

@@ -1,0 +1,251 @@
+"""Kernel-event translators (tcp, siftr, tcpdebug): exact struct bytes in, exact record fields out."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import numpy as np
+import pytest
+
+from collector.bpf import layout
+from translators.kernel import KernelEnv
+from translators.records import Record, connection_uuid, from_json, from_msgpack, to_json, to_msgpack
+from translators.registry import KERNEL_TRANSLATORS
+
+ENV = KernelEnv(
+    host_id="h1",
+    boot_id="b1",
+    wall_offset=1_700_000_000.0,
+    drop_reasons={36: "TCP_RFC7323_PAWS"},
+    rst_reasons={1: "NO_SOCKET"},
+)
+V4 = {
+    "family": 2,
+    "saddr": socket.inet_aton("10.0.0.1"),
+    "daddr": socket.inet_aton("10.0.0.2"),
+    "sport": 40000,
+    "dport": 80,
+}
+OWNER = {"pid": 7, "tgid": 7, "uid": 1000, "gid": 100, "cgroup_id": 55, "comm": b"curl", "attribution": 2}
+
+
+def event(event_type: int, **fields: Any) -> bytes:
+    """struct nt_event bytes with the given fields set (the rest zero)."""
+    raw = np.zeros((), dtype=layout.EVENT_DTYPES[event_type])
+    raw["type"] = event_type
+    for name, value in {
+        "ts_ns": 2_000_000_000,
+        "cookie": 4242,
+        "cpu": 1,
+        "netns": 4026531840,
+        "ctx": 2,
+        **fields,
+    }.items():
+        raw[name] = np.void(value.ljust(16, b"\0")) if name in ("saddr", "daddr") else value
+    return raw.tobytes()
+
+
+def translate(data: bytes) -> list[Record]:
+    kind, fields = layout.decode_event(data)
+    return KERNEL_TRANSLATORS[kind](fields, ENV)
+
+
+def test_a_softirq_state_change_takes_attribution_from_the_owner_map() -> None:
+    [rec] = translate(event(layout.EV_STATE, **V4, **OWNER, oldstate=1, newstate=8))
+    assert (rec.kind, rec.provider, rec.probe, rec.hook) == (
+        "tcp_state",
+        "tcp",
+        "state-change",
+        "tp_btf/inet_sock_set_state",
+    )
+    assert (rec.prev_state, rec.state, rec.linux_prev_state, rec.linux_state) == ("ESTABLISHED", "CLOSE_WAIT", 1, 8)  # type: ignore[attr-defined]
+    assert (rec.ctx, rec.attribution, rec.pid, rec.comm, rec.uid, rec.cgroup_id) == (
+        "softirq",
+        "owner-map",
+        7,
+        "curl",
+        1000,
+        55,
+    )
+    assert (rec.src, rec.sport, rec.dst, rec.dport, rec.ip_ver) == ("10.0.0.1", 40000, "10.0.0.2", 80, 4)  # type: ignore[attr-defined]
+    assert rec.caused_by == "peer" and rec.inferred is False  # type: ignore[attr-defined]
+    assert (rec.ts_ns, rec.ts_wall, rec.sock_cookie, rec.netns) == (2_000_000_000, 1_700_000_002.0, 4242, 4026531840)
+    assert rec.conn_uuid == connection_uuid("h1", "b1", 4242)
+
+
+def test_fin_wait_2_to_close_becomes_an_inferred_time_wait_then_closed() -> None:
+    records = translate(event(layout.EV_STATE, **V4, oldstate=5, newstate=7, sk_err=0))
+    assert [(r.prev_state, r.state, r.inferred, r.approx, r.linux_state) for r in records] == [  # type: ignore[attr-defined]
+        ("FIN_WAIT_2", "TIME_WAIT", True, ["state"], None),
+        ("TIME_WAIT", "CLOSED", False, ["prev_state"], 7),
+    ]
+    assert records[0].pid is None and records[0].attribution is None  # no owner known
+
+
+def test_an_error_close_from_fin_wait_1_is_not_a_time_wait() -> None:
+    [rec] = translate(event(layout.EV_STATE, **V4, oldstate=4, newstate=7, sk_err=104))
+    assert (rec.prev_state, rec.state, rec.inferred) == ("FIN_WAIT_1", "CLOSED", False)  # type: ignore[attr-defined]
+
+
+def test_an_unknown_linux_state_is_an_error_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="tcp_state.state: unknown Linux tcp_state 99"):
+        translate(event(layout.EV_STATE, **V4, oldstate=1, newstate=99))
+
+
+def test_a_retransmission_carries_sequence_numbers_payload_and_kind() -> None:
+    [rec] = translate(
+        event(layout.EV_RETRANSMIT, **V4, seq=1000, end_seq=2449, segs=1, tcp_flags=0x19, state=1, ca_state=4)
+    )
+    assert (rec.probe, rec.tcp_seq, rec.tcp_seq_end, rec.tcp_payload_len) == ("retransmit", 1000, 2449, 1448)  # type: ignore[attr-defined]
+    assert (rec.retrans_kind, rec.ca_state, rec.state, rec.segs, rec.err) == ("rto", "Loss", "ESTABLISHED", 1, 0)  # type: ignore[attr-defined]
+
+
+def test_a_socketless_reset_sent_names_its_reason_and_has_no_cookie() -> None:
+    [rec] = translate(event(layout.EV_RESET, **V4, cookie=0, reason=1, sender=0, active=0, has_sock=0))
+    assert (rec.probe, rec.sender, rec.reason, rec.state, rec.active, rec.sock_cookie, rec.conn_uuid) == (
+        "reset-sent", "local", "NO_SOCKET", None, False, None, None,
+    )  # fmt: skip
+
+
+def test_a_reset_received_is_from_the_peer() -> None:
+    [rec] = translate(event(layout.EV_RESET, **V4, state=2, sender=1, has_sock=1))
+    assert (rec.probe, rec.hook, rec.sender, rec.state, rec.reason) == (
+        "reset-received",
+        "tp_btf/tcp_receive_reset",
+        "peer",
+        "SYN_SENT",
+        None,
+    )  # type: ignore[attr-defined]
+
+
+def test_destroy_gives_a_kernel_connection_summary_with_final_counters() -> None:
+    [rec] = translate(
+        event(
+            layout.EV_DESTROY,
+            **V4,
+            bytes_acked=5002,
+            bytes_received=11,
+            first_ns=1_500_000_000,
+            segs_in=9,
+            segs_out=12,
+            total_retrans=2,
+            state=7,
+        )
+    )
+    assert (rec.kind, rec.probe, rec.source, rec.proto, rec.state) == (
+        "connection",
+        "destroy",
+        "kernel",
+        "tcp",
+        "CLOSED",
+    )  # type: ignore[attr-defined]
+    assert (rec.bytes_acked, rec.bytes_received, rec.segs_in, rec.segs_out, rec.total_retrans) == (5002, 11, 9, 12, 2)  # type: ignore[attr-defined]
+    assert (rec.lifetime_ns, rec.start, rec.end, rec.duration) == (500_000_000, 1_700_000_001.5, 1_700_000_002.0, 0.5)  # type: ignore[attr-defined]
+
+
+def test_a_siftr_sample_uses_freebsd_units_and_flags() -> None:
+    snap = {
+        "snd_cwnd": 10, "snd_ssthresh": 0x7FFFFFFF, "mss_cache": 1448, "srtt_us": 800, "mdev_us": 400, "rto_us": 204000,
+        "snd_una": 0xFFFFFF00, "snd_nxt": 0x100, "write_seq": 0x200, "rcv_nxt": 5, "copied_seq": 0xFFFFFFFF,
+        "snd_wnd": 65535, "rcv_wnd": 131072, "sndbuf": 87040, "rcvbuf": 131072, "state": 1, "ca_state": 3,
+        "snd_wscale": 7, "rcv_wscale": 9, "flags": 0x80 | 0x01 | 0x02 | 0x04 | 0x08, "rxhash": 0,
+        "cc_algo": b"cubic", "th_seq": 77, "th_ack": 88, "data_sz": 1448, "direction": 1,
+    }  # fmt: skip
+    [rec] = translate(event(layout.EV_SIFTR, **V4, **OWNER, **snap))
+    assert (rec.provider, rec.probe, rec.hook, rec.direction) == ("siftr", "siftr", "tp_btf/net_dev_queue", "out")  # type: ignore[attr-defined]
+    assert (rec.snd_cwnd, rec.snd_ssthresh, rec.mss, rec.srtt, rec.rttvar, rec.rto) == (
+        14480,
+        1073725440,
+        1448,
+        100,
+        100,
+        204000,
+    )  # type: ignore[attr-defined]
+    assert (rec.sent_inflight_bytes, rec.snd_buf_cc, rec.rcv_buf_cc) == (0x200, 0x300, 6)  # type: ignore[attr-defined]
+    assert rec.t_flags == 0x4 | 0x20 | 0x40 | 0x80 | 0x100 | 0x200 | 0x100000  # type: ignore[attr-defined]
+    assert (rec.t_flags2, rec.sack_enabled, rec.snd_scale, rec.rcv_scale, rec.conn_state) == (0, True, 7, 9, 4)  # type: ignore[attr-defined]
+    assert (rec.ca_state, rec.cc_algo, rec.flowid, rec.th_seq, rec.th_ack, rec.data_sz) == (
+        "Recovery",
+        "cubic",
+        4242,
+        77,
+        88,
+        1448,
+    )  # type: ignore[attr-defined]
+    assert "snd_cwnd" in rec.approx
+
+
+def test_flow_counters_copy_the_kernels_exact_counts() -> None:
+    [rec] = translate(event(layout.EV_FLOW, **V4, packets_in=3, packets_out=5, bytes_in=10, bytes_out=7000, samples=1))
+    assert (rec.kind, rec.proto, rec.packets_in, rec.packets_out, rec.bytes_in, rec.bytes_out, rec.samples) == (  # type: ignore[attr-defined]
+        "flow_counters", "tcp", 3, 5, 10, 7000, 1,
+    )  # fmt: skip
+
+
+def test_a_debug_drop_names_the_kernel_drop_reason_and_an_invalid_snapshot_stays_null() -> None:
+    [rec] = translate(
+        event(
+            layout.EV_DEBUG,
+            **V4,
+            direction=4,
+            prureq=0xFF,
+            drop_reason=36,
+            has_seg=1,
+            th_seq=9,
+            th_flags=0x10,
+            payload_len=4,
+        )
+    )
+    assert (rec.probe, rec.direction, rec.drop_reason, rec.hook) == (
+        "debug-drop",
+        "drop",
+        "TCP_RFC7323_PAWS",
+        "tp_btf/kfree_skb",
+    )  # type: ignore[attr-defined]
+    assert (rec.tcp_seq, rec.tcp_flags, rec.tcp_payload_len) == (9, 0x10, 4)  # type: ignore[attr-defined]
+    assert (rec.state, rec.snd_una, rec.snd_cwnd, rec.prureq_str) == (None, None, None, None)  # type: ignore[attr-defined]
+
+
+def test_a_debug_user_send_maps_to_pru_send() -> None:
+    [rec] = translate(
+        event(layout.EV_DEBUG, **V4, ctx=1, attribution=1, pid=3, direction=2, prureq=9, flags=0x80, state=1)
+    )
+    assert (rec.probe, rec.prureq, rec.prureq_str, rec.hook, rec.state, rec.ctx) == (
+        "debug-user",
+        9,
+        "SEND",
+        "tp_btf/sock_send_length",
+        "ESTABLISHED",
+        "task",
+    )  # type: ignore[attr-defined]
+
+
+def test_ipv6_addresses_are_compressed_and_mapped_ones_stay_ipv6() -> None:
+    v6 = {
+        "family": 10,
+        "saddr": socket.inet_pton(socket.AF_INET6, "::ffff:10.0.0.1"),
+        "daddr": socket.inet_pton(socket.AF_INET6, "2001:db8::1"),
+        "sport": 1,
+        "dport": 2,
+    }
+    [rec] = translate(event(layout.EV_STATE, **v6, oldstate=7, newstate=2, ctx=1))
+    assert (rec.src, rec.dst, rec.ip_ver, rec.active, rec.caused_by) == (
+        "::ffff:a00:1",
+        "2001:db8::1",
+        6,
+        True,
+        "local",
+    )  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("event_type", sorted(layout.EVENT_DTYPES))
+def test_every_kind_survives_the_json_and_msgpack_round_trip(event_type: int) -> None:
+    fields: dict[str, Any] = {**V4, **OWNER}
+    if event_type == layout.EV_STATE:
+        fields.update(oldstate=1, newstate=4)
+    if event_type == layout.EV_CONG:
+        fields.update(new_ca_state=1)
+    for rec in translate(event(event_type, **fields)):
+        assert from_json(to_json(rec)) == rec
+        assert from_msgpack(to_msgpack(rec)) == rec

@@ -416,3 +416,15 @@ def test_ipv6_addresses_get_brackets_before_the_port_on_the_display_line() -> No
     out = io.StringIO()
     render_records([rec], parse_libxo("json"), out)
     assert json.loads(out.getvalue())["nettrail"]["tcp-state"][0]["src"] == "fe80::1"
+
+
+def test_info_adds_type_and_help_from_the_registered_table_in_html() -> None:
+    def calls(w: Writer) -> None:
+        w.set_info({"srtt": ("int", "smoothed RTT")})
+        w.emit("{:srtt/%u}{:other}", srtt=2310, other="x")
+
+    assert run("html,info", calls)[0] == (
+        '<div class="line"><div class="data" data-tag="srtt" data-type="int" data-help="smoothed RTT">2310</div>'
+        '<div class="data" data-tag="other">x</div></div>'
+    )
+    assert "data-type" not in run("html", calls)[0]

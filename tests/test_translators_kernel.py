@@ -231,7 +231,7 @@ def test_ipv6_addresses_are_compressed_and_mapped_ones_stay_ipv6() -> None:
     }
     [rec] = translate(event(layout.EV_STATE, **v6, oldstate=7, newstate=2, ctx=1))
     assert (rec.src, rec.dst, rec.ip_ver, rec.active, rec.caused_by) == (
-        "::ffff:a00:1",
+        "::ffff:10.0.0.1",
         "2001:db8::1",
         6,
         True,

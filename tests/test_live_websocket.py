@@ -12,6 +12,7 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
+from ingest_stub import make_records
 
 from webapp.asgi import application
 from webapp.traces.consumers import CLOSE_TOO_SLOW, CLOSE_UNAUTHENTICATED, host_group
@@ -187,3 +188,23 @@ async def test_subscriptions_and_pushes_work_over_a_real_redis_channel_layer(ses
         assert await comm.receive_nothing(timeout=0.5)
         await comm.disconnect()
         await get_channel_layer().flush()
+
+
+async def test_records_posted_to_ingest_reach_a_subscribed_browser(session_cookie) -> None:
+    from asgiref.sync import sync_to_async
+
+    from translators.records import to_json
+    from webapp.traces.tokens import create_token
+
+    comm = await connect(session_cookie, {"host": "ingest-host", "kind": ["tcp_state"]})
+    _, token = await sync_to_async(create_token)("ingest-host")
+    batch_body = b"[" + b",".join(to_json(r) for r in make_records(0, 5, host="ingest-host")) + b"]"
+    answer = await sync_to_async(Client().post)(
+        "/api/ingest", batch_body, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}"
+    )
+    assert answer.status_code == 200, answer.content
+    message = await comm.receive_json_from(timeout=5)
+    assert [(r["kind"], r["seq"], r["state"]) for r in message["records"]] == [
+        ("tcp_state", s, "ESTABLISHED") for s in range(5)
+    ]
+    await comm.disconnect()

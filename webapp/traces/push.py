@@ -11,13 +11,14 @@ Keep in sync with the live consumer (webapp/*/consumers.py) and docs/webapp.md.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import msgspec
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 
-from translators.records import Record, to_builtins
+from translators.records import Record
 
 MESSAGE_TYPE = "trace.batch"
 CHUNK = 1000  # records per message: bounded messages whatever the batch size
@@ -29,23 +30,41 @@ def group_name(prefix: str, ident: str) -> str:
     return f"{prefix}.{_UNSAFE.sub('_', ident)}"[:99]
 
 
-def groups_for(records: Sequence[Record]) -> dict[str, list[dict[str, Any]]]:
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for rec in records:
-        payload = to_builtins(rec)
-        groups.setdefault(group_name("host", rec.host_id), []).append(payload)
+def groups_for(records: Sequence[Record], wanted: Callable[[str], bool] = lambda group: True) -> dict[str, list[Any]]:
+    """Payloads per group; `wanted` skips groups known to have no listener."""
+    members: dict[str, list[int]] = {}
+    names: dict[tuple[str, str], str] = {}  # group names repeat across a batch: build each once
+    for index, rec in enumerate(records):
+        keys = [("host", rec.host_id)]
         if rec.conn_uuid is not None:
-            groups.setdefault(group_name("conn", rec.conn_uuid), []).append(payload)
+            keys.append(("conn", rec.conn_uuid))
+        for key in keys:
+            name = names.get(key) or names.setdefault(key, group_name(*key))
+            members.setdefault(name, []).append(index)
         if rec.kind == "alert":
-            groups.setdefault("alerts", []).append(payload)
-    return groups
+            members.setdefault("alerts", []).append(index)
+    members = {group: indexes for group, indexes in members.items() if wanted(group)}
+    if not members:
+        return {}
+    payloads: list[Any] = msgspec.to_builtins(list(records))  # one C call for the batch
+    return {group: [payloads[i] for i in indexes] for group, indexes in members.items()}
 
 
 def push(records: Sequence[Record]) -> None:
     layer = get_channel_layer()
     if layer is None or not records:
         return
-    async_to_sync(_send)(layer, groups_for(records))
+    async_to_sync(_send)(layer, groups_for(records, _listened(layer)))
+
+
+def _listened(layer: Any) -> Callable[[str], bool]:
+    # The in-memory layer (one process, the embedded default) shows its groups: sending
+    # to the many per-connection groups nobody watches is skipped. Other layers cannot
+    # tell, so every group gets its message.
+    groups = getattr(layer, "groups", None)
+    if isinstance(layer, InMemoryChannelLayer) and isinstance(groups, dict):
+        return lambda group: bool(groups.get(group))
+    return lambda group: True
 
 
 async def _send(layer: Any, groups: dict[str, list[dict[str, Any]]]) -> None:

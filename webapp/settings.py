@@ -85,7 +85,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         # WAL: readers (dashboard, websocket) never block the ingest writer, and the
         # writer never blocks readers. synchronous=NORMAL is durable in WAL mode except
         # for the last transactions on power loss, which the collector's spool resends.
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        # cache_size: 32 MiB of page cache per connection (default 2 MiB) keeps the
+        # conn_uuid indexes' randomly placed inserts off the disk during bulk ingest.
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-32768;",
         # IMMEDIATE: take the write lock at BEGIN, so concurrent writers queue on the
         # busy timeout instead of failing with "database is locked" mid-transaction.
         "transaction_mode": "IMMEDIATE",

@@ -58,9 +58,6 @@ _tables: dict[tuple[str, str], _Table] = {}
 # excluded), after the Connection updates: e.g. webapp/metrics counts them. A hook
 # that raises rolls the batch back, so hooks must not fail on valid records.
 STORE_HOOKS: list[Callable[[Sequence[Record]], None]] = []
-# Called with the newly stored records inside the batch's transaction (e.g. the
-# /metrics counters, registered by webapp.metrics); a hook error rolls the batch back.
-STORE_HOOKS: list[Callable[[list[Record]], None]] = []
 
 
 def store_batch(records: Sequence[Record]) -> StoreResult:
@@ -69,8 +66,6 @@ def store_batch(records: Sequence[Record]) -> StoreResult:
         with transaction.atomic():
             result = _store(records)
             lifecycle.apply(result.new)
-            for hook in STORE_HOOKS:
-                hook(result.new)
             for hook in STORE_HOOKS:
                 hook(result.new)
     except (DataError, IntegrityError, OverflowError) as exc:

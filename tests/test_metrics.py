@@ -1,0 +1,113 @@
+"""GET /metrics: login or ingest token, per-host counters from real ingests, latency histogram,
+parsed with prometheus_client's own parser."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
+from report_cast import alpha_records, beta_records
+
+from translators import records as r
+from webapp.traces.tokens import create_token
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+
+
+def ingest(client: Client, token: str, batch: list[r.Record]) -> int:
+    resp = client.post("/api/ingest", msgspec.msgpack.encode(batch), content_type="application/msgpack",
+                       HTTP_AUTHORIZATION=f"Bearer {token}")  # fmt: skip
+    return resp.status_code
+
+
+def scrape(client: Client, **headers: str) -> dict[str, Any]:
+    resp = client.get("/metrics", **headers)
+    assert resp.status_code == 200
+    assert resp["Content-Type"].startswith("text/plain; version=")
+    return {f.name: f for f in text_string_to_metric_families(resp.content.decode())}
+
+
+def samples(families: dict[str, Any], name: str, suffix: str = "_total") -> dict[tuple[str, ...], float]:
+    return {tuple(sorted(s.labels.items())): s.value for s in families[name].samples if s.name == name + suffix}
+
+
+@pytest.fixture
+def tokens(db: None) -> dict[str, str]:
+    return {host: create_token(host)[1] for host in ("alpha", "beta")}
+
+
+def test_it_needs_a_login_or_an_ingest_token(tokens: dict[str, str]) -> None:
+    client = Client()
+    resp = client.get("/metrics")
+    assert resp.status_code == 401 and resp.json() == {"error": "login or an ingest token required"}
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer nt_not-a-token-at-all").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {tokens['beta']}").status_code == 200
+    client.force_login(get_user_model().objects.create_user("viewer"))
+    assert client.get("/metrics").status_code == 200
+
+
+def test_counters_follow_what_was_stored_per_host(tokens: dict[str, str]) -> None:
+    client = Client()
+    assert ingest(client, tokens["alpha"], alpha_records()) == 200
+    assert ingest(client, tokens["beta"], beta_records()) == 200
+    assert ingest(client, tokens["alpha"], alpha_records()) == 200  # a resend counts nothing
+    fam = scrape(client, HTTP_AUTHORIZATION=f"Bearer {tokens['alpha']}")
+    ingested = samples(fam, "nettrail_records_ingested")
+    assert ingested[(("host", "alpha"), ("kind", "tcp_state"))] == 4
+    assert ingested[(("host", "alpha"), ("kind", "siftr_sample"))] == 5
+    assert ingested[(("host", "beta"), ("kind", "skb_drop"))] == 1
+    assert sum(v for k, v in ingested.items() if ("host", "alpha") in k) == 17
+    assert samples(fam, "nettrail_connections_opened") == {(("host", "alpha"),): 2, (("host", "beta"),): 1}
+    assert samples(fam, "nettrail_connections_closed") == {(("host", "alpha"),): 1}
+    assert samples(fam, "nettrail_tcp_retransmits") == {(("host", "alpha"),): 1}
+    assert samples(fam, "nettrail_tcp_resets") == {(("host", "alpha"), ("sender", "peer")): 1}
+    assert samples(fam, "nettrail_drops") == {}  # the cast's DropCount reports no new drops (delta 0)
+    assert samples(fam, "nettrail_drop_events") == {
+        (("host", "alpha"), ("reason", "NO_SOCKET")): 1,
+        (("host", "beta"), ("reason", "TCP_CSUM")): 1,
+    }
+    assert samples(fam, "nettrail_collector_lost_events") == {(("event_type", "tcp_probe"), ("host", "alpha")): 7}
+    assert fam["nettrail_hosts"].samples[0].value == 2
+    assert fam["nettrail_records_ingested"].type == "counter"
+
+
+def test_exact_kernel_drop_counts_add_their_deltas(tokens: dict[str, str]) -> None:
+    client = Client()
+    batch = [
+        r.DropCount(
+            host_id="alpha",
+            boot_id="b",
+            seq=i,
+            ts_ns=i,
+            ts_wall=1.0 + i,
+            provider="skb",
+            probe="drop-count",
+            drop_reason_str="TCP_CSUM",
+            count=10 * i,
+            delta=10,
+        )  # fmt: skip
+        for i in (1, 2, 3)
+    ]
+    assert ingest(client, tokens["alpha"], batch) == 200
+    fam = scrape(client, HTTP_AUTHORIZATION=f"Bearer {tokens['alpha']}")
+    assert samples(fam, "nettrail_drops") == {(("host", "alpha"), ("reason", "TCP_CSUM")): 30}
+
+
+def test_ingest_latency_is_a_histogram_by_outcome(tokens: dict[str, str]) -> None:
+    client = Client()
+    before = samples(scrape(client, HTTP_AUTHORIZATION=f"Bearer {tokens['alpha']}"),
+                     "nettrail_ingest_request_duration_seconds", "_count")  # fmt: skip
+    assert ingest(client, tokens["alpha"], beta_records()) == 403  # another host's records
+    assert ingest(client, tokens["beta"], beta_records()) == 200
+    fam = scrape(client, HTTP_AUTHORIZATION=f"Bearer {tokens['alpha']}")
+    after = samples(fam, "nettrail_ingest_request_duration_seconds", "_count")
+    for outcome in ("stored", "rejected"):
+        key = (("outcome", outcome),)
+        assert after[key] - before.get(key, 0.0) == 1
+    assert fam["nettrail_ingest_request_duration_seconds"].type == "histogram"
+    buckets = [s for s in fam["nettrail_ingest_request_duration_seconds"].samples if s.name.endswith("_bucket")]
+    assert {s.labels["le"] for s in buckets} >= {"0.001", "10.0", "+Inf"}

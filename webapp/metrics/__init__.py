@@ -1,0 +1,1 @@
+"""Prometheus /metrics: per-host ingest counters kept in the database, ingest latency."""

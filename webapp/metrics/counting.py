@@ -1,0 +1,88 @@
+"""What each stored record adds to the counters (the store hook), and the upsert that adds it.
+
+Runs inside store_batch's transaction with the records actually stored (duplicates
+excluded), so a resent batch never counts twice and a rejected batch counts nothing.
+Definitions (docs/reports.md, "Metrics"): connections opened = tcp_state into
+ESTABLISHED from SYN_SENT/SYN_RECEIVED, plus capture connection summaries; closed =
+tcp_state into CLOSED or TIME_WAIT, plus capture summaries that ended; drops =
+DropCount.delta (exact kernel counts); drop events = skb_drop records.
+Keep in sync with: webapp/metrics/exposition.py (names, help), models.py.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connection
+
+from translators.records import Record
+
+# metric key -> (extra label name or "", help text); exposed as nettrail_<key>_total.
+METRICS: dict[str, tuple[str, str]] = {
+    "records_ingested": ("kind", "Records stored, by record kind"),
+    "connections_opened": ("", "TCP connections that reached ESTABLISHED (live) or were seen in a capture"),
+    "connections_closed": ("", "TCP connections that closed (live) or ended in a capture"),
+    "tcp_retransmits": ("", "TCP retransmission records"),
+    "tcp_resets": ("sender", "TCP resets, by who sent them (local or peer)"),
+    "drops": ("reason", "Packets the kernel dropped, by drop reason (exact in-kernel counts)"),
+    "drop_events": ("reason", "Traced skb drop events, by drop reason (may be sampled)"),
+    "collector_lost_events": ("event_type", "Events the collector lost (ring buffer full, malformed input)"),
+}
+OPEN_FROM = frozenset({"SYN_SENT", "SYN_RECEIVED"})
+CLOSED_STATES = frozenset({"CLOSED", "TIME_WAIT"})
+
+Key = tuple[str, str, str]  # (host, metric, label)
+
+
+def count_stored(records: Sequence[Record]) -> None:
+    deltas = tally(records)
+    if deltas:
+        add(deltas)
+
+
+def tally(records: Sequence[Record]) -> Counter[Key]:
+    deltas: Counter[Key] = Counter()
+    for rec in records:
+        host = rec.host_id
+        deltas[(host, "records_ingested", rec.kind)] += 1
+        for metric, label, n in _extra(rec):
+            if n:
+                deltas[(host, metric, label)] += n
+    return deltas
+
+
+def _extra(rec: Any) -> list[tuple[str, str, int]]:
+    kind = rec.kind
+    if kind == "tcp_state":
+        opened = rec.state == "ESTABLISHED" and rec.prev_state in OPEN_FROM
+        closed = rec.state in CLOSED_STATES and rec.prev_state not in CLOSED_STATES
+        return [("connections_opened", "", int(opened)), ("connections_closed", "", int(closed))]
+    if kind == "connection" and rec.proto == "tcp" and rec.source == "wire":
+        return [("connections_opened", "", 1), ("connections_closed", "", int(rec.end is not None))]
+    if kind == "tcp_retransmit":
+        return [("tcp_retransmits", "", 1)]
+    if kind == "tcp_reset":
+        return [("tcp_resets", rec.sender, 1)]
+    if kind == "drop_count":
+        return [("drops", rec.drop_reason_str, rec.delta)]
+    if kind == "skb_drop":
+        return [("drop_events", rec.drop_reason_str, 1)]
+    if kind == "loss_report":
+        return [("collector_lost_events", rec.event_type, rec.lost)]
+    return []
+
+
+def add(deltas: Counter[Key]) -> None:
+    """value += delta per key, creating rows as needed (SQLite >= 3.24 and PostgreSQL)."""
+    from webapp.metrics.models import IngestCounter
+
+    quote = connection.ops.quote_name
+    table = quote(IngestCounter._meta.db_table)
+    sql = (
+        f"INSERT INTO {table} (host, metric, label, value) VALUES (%s, %s, %s, %s) "
+        f"ON CONFLICT (host, metric, label) DO UPDATE SET value = {table}.value + excluded.value"
+    )
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, [(h, m, lab, n) for (h, m, lab), n in sorted(deltas.items())])

@@ -51,9 +51,8 @@ def api(*methods: str) -> Callable[[View], View]:
 
 
 def host_names() -> list[str]:
-    names = set(Host.objects.values_list("name", flat=True))
-    names.update(Connection.objects.values_list("host_id", flat=True).distinct())
-    return sorted(names)
+    """Hosts that may send records: ingest only accepts records of a token's host."""
+    return sorted(Host.objects.values_list("name", flat=True))
 
 
 # --- connections -------------------------------------------------------------------------

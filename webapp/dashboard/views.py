@@ -31,6 +31,7 @@ CONNECTION_COLUMNS = (
     ("remote", "Remote", False),
     ("state", "State", False),
     ("start", "Opened", False),
+    ("last", "Last seen", False),
     ("duration", "Duration", True),
     ("bytes", "Bytes", True),
     ("retrans", "Retrans", True),
@@ -55,6 +56,7 @@ def overview(request: HttpRequest) -> HttpResponse:
 @login_required
 def connections(request: HttpRequest) -> HttpResponse:
     data = {"q": request.GET.get("q", ""), "limit": queries.DEFAULT_LIMIT, "hosts": host_names()}
+    data["default_sort"] = queries.DEFAULT_SORT
     columns = [{"key": k, "label": label, "num": num} for k, label, num in CONNECTION_COLUMNS]
     return _page(request, "connections.html", data, fields=FIELDS, columns=columns, page_sizes=queries.PAGE_SIZES)
 

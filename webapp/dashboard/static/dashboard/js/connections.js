@@ -9,7 +9,7 @@
   const params = new URLSearchParams(location.search);
   const state = {
     q: params.get("q") || "",
-    sort: params.get("sort") || "-start",
+    sort: params.get("sort") || NT.pageData.default_sort,
     limit: Number(params.get("limit") || NT.pageData.limit),
     cursors: [null], // cursor of each page visited; last = current page
     next: null,
@@ -30,6 +30,7 @@
       el("td", { text: endpoint(c.dst, c.dport) }),
       el("td", { dataset: { col: "state" } }, el("span", { class: `state-${c.state}`, text: c.state || "–" })),
       el("td", { text: NT.time(c.start) }),
+      el("td", { dataset: { col: "last" }, text: NT.time(c.last) }),
       el("td", { class: "num", dataset: { col: "duration" }, text: duration(c.duration) }),
       el("td", { class: "num", dataset: { col: "bytes" }, text: bytes(c.bytes) }),
       el("td", { class: "num", dataset: { col: "retrans" }, text: num(c.retrans) }),
@@ -47,7 +48,7 @@
   function syncUrl() {
     const p = new URLSearchParams();
     if (state.q) p.set("q", state.q);
-    if (state.sort !== "-start") p.set("sort", state.sort);
+    if (state.sort !== NT.pageData.default_sort) p.set("sort", state.sort);
     if (state.limit !== NT.pageData.limit) p.set("limit", state.limit);
     history.replaceState(null, "", location.pathname + (p.toString() ? "?" + p : ""));
   }
@@ -94,6 +95,7 @@
   let fetching = false;
 
   function applyToRow(tr, r) {
+    if (r.ts_wall) tr.querySelector('[data-col="last"]').textContent = NT.time(r.ts_wall);
     if (r.kind === "tcp_state") {
       tr.querySelector('[data-col="state"]').replaceChildren(el("span", { class: `state-${r.state}`, text: r.state }));
     } else if (r.kind === "connection") {

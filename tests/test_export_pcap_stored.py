@@ -1,9 +1,8 @@
-"""A captured connection, analysed with its bytes kept and stored, exported as pcap again
-(CLI and endpoint): tshark sees the same frames and flow as in the original capture."""
+"""A captured connection, stored by `nettrail analyze --store --keep-bytes`, exported as pcap
+again (CLI and endpoint): tshark sees the same frames and flow as in the original capture."""
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import pytest
@@ -12,9 +11,7 @@ from django.test import Client
 from loopback_capture import capture_connections, need_tools, tshark_conversations
 
 from collector.cli import main
-from collector.export.frames import capture_records_with_bytes
-from webapp.traces.models import Connection, Host, IpPacket, TcpSegment
-from webapp.traces.store import store_batch
+from webapp.traces.models import Connection, IpPacket, TcpSegment
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
@@ -28,10 +25,7 @@ def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def store_capture(path: Path) -> None:
-    Host.objects.create(name=path.name)
-    records = capture_records_with_bytes(str(path), path.name)
-    while chunk := list(itertools.islice(records, 500)):
-        store_batch(chunk)
+    assert main(["analyze", str(path), "--store", "--keep-bytes"]) == 0
 
 
 def second_connection() -> Connection:

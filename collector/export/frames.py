@@ -2,8 +2,8 @@
 
 The capture pipeline builds packet records from a batch of frames; `with_frame_bytes`
 copies each frame's captured bytes and link type from that batch onto the ip_packet,
-udp_datagram and tcp_segment records it yielded (matched by frame number). Used by
-`nettrail analyze --keep-bytes` (and its --store path).
+udp_datagram and tcp_segment records it yielded (matched by frame number). Used by collector/sinks/store.py
+(`nettrail analyze FILE --store --packets` or `--keep-bytes`).
 Keep in sync with: collector/sources/pcap.py (Batch), collector/export/pcap.py,
 the frame_bytes/link_type fields in translators/records.py.
 """
@@ -35,18 +35,3 @@ def with_frame_bytes(records: Iterable[Record], batch: Any) -> Iterator[Record]:
             rec.frame_bytes = data  # type: ignore[attr-defined]
             rec.link_type = link  # type: ignore[attr-defined]
         yield rec
-
-
-def capture_records_with_bytes(path: str, name: str) -> Iterator[Record]:
-    """Every record of `nettrail analyze --packets` over a capture, packet records with their bytes."""
-    from collector.analysis.capture_flows import CapturePipeline
-    from collector.commands.analyze import capture_id
-    from collector.sources.pcap import CaptureReader
-    from translators.packet import decode_batch
-
-    pipeline = CapturePipeline(name, capture_id(path), packets=True)
-    with CaptureReader(path) as reader:
-        for batch in reader.batches():
-            yield from with_frame_bytes(pipeline.feed(decode_batch(batch, want_options=True)), batch)
-    yield from pipeline.connections()
-    yield from pipeline.alerts()

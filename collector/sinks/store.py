@@ -34,18 +34,21 @@ class StoreTotals:
 
 
 def capture_records(
-    path: str, name: str | None = None, packets: bool = False, compat: str = "upstream"
+    path: str, name: str | None = None, packets: bool = False, compat: str = "upstream", keep_bytes: bool = False
 ) -> Iterator[Record]:
-    """Every record `nettrail analyze` derives from a capture file; raises CaptureError/OSError."""
+    """Every record `nettrail analyze` derives from a capture file; raises CaptureError/OSError.
+    keep_bytes: packet records carry their frame's bytes (for pcap export, collector/export/frames.py)."""
     from collector.analysis.capture_flows import CapturePipeline
     from collector.commands.analyze import capture_id
+    from collector.export.frames import with_frame_bytes
     from collector.sources.pcap import CaptureReader
     from translators.packet import decode_batch
 
     pipeline = CapturePipeline(name or os.path.basename(path), capture_id(path), packets=packets, compat=compat)
     with CaptureReader(path) as reader:
         for batch in reader.batches():
-            yield from pipeline.feed(decode_batch(batch, want_options=packets))
+            records = pipeline.feed(decode_batch(batch, want_options=packets))
+            yield from with_frame_bytes(records, batch) if keep_bytes else records
     yield from pipeline.connections()
     yield from pipeline.alerts()
 
@@ -88,6 +91,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--server", metavar="URL", help="send the records to a nettrail server (needs --token)")
     group.add_argument("--token", metavar="T", help="ingest token of the capture's host on --server")
     group.add_argument(
+        "--keep-bytes",
+        action="store_true",
+        help="store the packet records with their captured bytes, for pcap export (implies packet records)",
+    )
+    group.add_argument(
         "--spool", metavar="DIR", help="spool for --server when it is unreachable (default: ~/.cache/nettrail/spool)"
     )
 
@@ -99,7 +107,9 @@ def wanted(args: argparse.Namespace) -> bool:
 def ship(args: argparse.Namespace) -> int:
     """Store or send the capture's records after the analysis was printed; returns the exit status."""
     name = os.path.basename(args.file)
-    packets = bool(getattr(args, "packets", False))
+    # Stored packet records always keep their bytes (pcap export needs them); --keep-bytes
+    # asks for packet records without printing them.
+    packets = bool(getattr(args, "packets", False) or getattr(args, "keep_bytes", False))
     if args.server and not args.token:
         print("nettrail: analyze: --server needs --token (see `nettrail token create`)", file=sys.stderr)
         return 2
@@ -108,7 +118,7 @@ def ship(args: argparse.Namespace) -> int:
 
         setup_django()
         migrate()
-        totals = store_records(capture_records(args.file, name, packets, _compat(args)), name)
+        totals = store_records(capture_records(args.file, name, packets, _compat(args), keep_bytes=packets), name)
         print(
             f"nettrail: analyze: stored {totals.stored} records ({totals.duplicates} already there) under host {name!r}",
             file=sys.stderr,
@@ -133,7 +143,7 @@ def _send(args: argparse.Namespace, name: str, packets: bool) -> int:
     spool = args.spool or default_spool_dir()
     sink = HttpSink(args.server, args.token, spool)
     count = 0
-    for rec in capture_records(args.file, name, packets, _compat(args)):
+    for rec in capture_records(args.file, name, packets, _compat(args), keep_bytes=packets):
         sink.write([rec])
         count += 1
     sink.close(timeout=30.0)

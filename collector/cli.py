@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-COMMANDS: tuple[str, ...] = ("token", "up", "analyze", "report", "collect")
+COMMANDS: tuple[str, ...] = ("token", "up", "analyze", "report", "collect", "alerts")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -92,27 +92,36 @@ def run(
     *,
     engine: RuleEngine | None = None,
     clock: Callable[[], float] = time.time,
+    on_alert: Callable[[Alert], None] | None = None,
 ) -> Iterator[Record]:
     """Pass records through and interleave the alerts they cause.
 
     The engine sweeps whenever record time advances by ``tick_interval_s``. A live
     source with quiet periods may yield ``None`` as a heartbeat: the engine then sweeps
     at ``clock()`` so timeouts (CLOSE_WAIT age, hysteresis) still fire. At the end of
-    the stream, the final state of alerts still open is emitted.
+    the stream, the final state of alerts still open is emitted. ``on_alert`` sees
+    every alert as it is emitted (notifications: notify.Notifiers.submit).
     """
     eng = engine if engine is not None else RuleEngine(config)
     interval = float(eng.config.engine["tick_interval_s"])
     next_tick: float | None = None
+
+    def emitted(alerts: list[Alert]) -> list[Alert]:
+        if on_alert is not None:
+            for alert in alerts:
+                on_alert(alert)
+        return alerts
+
     for record in records:
         if record is None:
-            yield from eng.tick(clock())
+            yield from emitted(eng.tick(clock()))
             continue
         yield record
-        yield from eng.feed(record)
+        yield from emitted(eng.feed(record))
         t = record.ts_wall
         if next_tick is None:
             next_tick = t + interval
         elif t >= next_tick:
-            yield from eng.tick(t)
+            yield from emitted(eng.tick(t))
             next_tick = t + interval
-    yield from eng.finish()
+    yield from emitted(eng.finish())

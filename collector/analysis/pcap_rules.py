@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from collector.analysis.tcp_analysis import ACKLOST, ANY_RETRANS, DUPACK, FAST, LOST, OOO, REUSED, ZWP, Conv, Flow
+from collector.analysis.tcp_analysis import ACKLOST, ANY_RETRANS, DUPACK, KA, LOST, OOO, REUSED, ZWP, Conv, Flow
 from translators.records import Alert
 
 
@@ -28,6 +28,7 @@ class Thresholds:
     zw_stall_s: float = 1.0  # P4
     dupack_storm: int = 3  # P5
     dupack_fallback_irtt_s: float = 0.020  # P5 when the handshake was not captured
+    dupack_min_slack_s: float = 0.001  # P5: a capture's clock resolution and stack latency
     reuse_per_minute: int = 10  # P6
     max_evidence: int = 20
 
@@ -115,7 +116,11 @@ def _p4(conv: Conv, ends: tuple[str, int, str, int, int], sink: AlertSink, th: T
             episodes.append((flow.zw_since, -1, is_orig))
     for start, end, receiver_is_orig in episodes:
         stop = end if end >= 0 else conv.last_ts
-        probes = [e for e in conv.events if e.flags & ZWP and e.orig != receiver_is_orig and start <= e.ts <= stop]
+        # Linux probes a closed window with a zero-length segment one below snd_una, which
+        # Wireshark calls a keep-alive; both kinds count as probes here.
+        probes = [
+            e for e in conv.events if e.flags & (ZWP | KA) and e.orig != receiver_is_orig and start <= e.ts <= stop
+        ]
         duration = (stop - start) / 1e9
         if len(probes) < th.zw_probes and duration < th.zw_stall_s:
             continue
@@ -138,21 +143,25 @@ def _p5(conv: Conv, ends: tuple[str, int, str, int, int], sink: AlertSink, th: T
         if e.flags & DUPACK:
             runs.setdefault((e.orig, e.ack), []).append(e)
     irtt = conv.first_rtt / 1e9 if conv.first_rtt else th.dupack_fallback_irtt_s
+    # The sender may react before the third duplicate (RACK/SACK recovery) and, seen from
+    # the receiver, its retransmission arrives a round trip later: accept any retransmission
+    # of the acknowledged segment from the first duplicate to 2 iRTT (at least 1 ms) after the third.
+    slack = max(2 * irtt, th.dupack_min_slack_s)
     for (acker_is_orig, ack), dups in runs.items():
         if len(dups) < th.dupack_storm:
             continue
         third = dups[th.dupack_storm - 1].ts
-        deadline = third + int(irtt * 1e9)
+        deadline = third + int(slack * 1e9)
         reacted = any(
-            e.flags & FAST and e.orig != acker_is_orig and e.seq == ack and dups[0].ts <= e.ts <= deadline
+            e.flags & ANY_RETRANS and e.orig != acker_is_orig and e.seq == ack and dups[0].ts <= e.ts <= deadline
             for e in conv.events
         )
         if reacted:
             continue
         sink.add(
             conv, ends, rule_id="P5", severity="notice", start=dups[0].ts / 1e9, end=dups[-1].ts / 1e9, count=len(dups),
-            message=f"{len(dups)} duplicate ACKs from the {_label(acker_is_orig)} for the same segment, no fast retransmission within {irtt * 1000:.3f} ms",
-            metric=float(len(dups)), thresholds={"dup_acks": th.dupack_storm, "irtt_s": round(irtt, 6)},
+            message=f"{len(dups)} duplicate ACKs from the {_label(acker_is_orig)} for the same segment, no retransmission of it within {slack * 1000:.3f} ms",
+            metric=float(len(dups)), thresholds={"dup_acks": th.dupack_storm, "window_s": round(slack, 6)},
             evidence=[e.frame for e in dups[: th.max_evidence]],
         )  # fmt: skip
 

@@ -102,12 +102,12 @@ def run(args: argparse.Namespace) -> int:
     with reader:
         writer.open_container("analyze")
         writer.emit(
-            "{L:File}{Lc:}{:file/%s}\n{L:Format}{Lc:}{:format/%s}\n",
+            "{Lwc:File}{:file/%s}\n{Lwc:Format}{:format/%s}\n",
             file=path,
             format=reader.format + (".gz" if reader.compressed else ""),
         )
         writer.emit(
-            "{L:Host}{Lc:}{:host_id/%s}\n{L:Capture id}{Lc:}{:boot_id/%s}\n", host_id=pipeline.host_id, boot_id=boot_id
+            "{Lwc:Host}{:host_id/%s}\n{Lwc:Capture id}{:boot_id/%s}\n", host_id=pipeline.host_id, boot_id=boot_id
         )
         try:
             consume(reader, pipeline, writer, args.packets)
@@ -167,10 +167,10 @@ def write_results(writer: Writer, pipeline: CapturePipeline, reader: CaptureRead
 def write_totals(writer: Writer, totals: Totals) -> None:
     writer.open_container("totals")
     for name, label in TOTAL_FIELDS:
-        writer.emit(f"{{L:{label}}}{{Lc:}}{{:{name}/%u}}\n", **{name: getattr(totals, name)})
+        writer.emit(f"{{Lwc:{label}}}{{:{name}/%u}}\n", **{name: getattr(totals, name)})
     if totals.first_ts is not None and totals.last_ts is not None:
         writer.emit(
-            "{L:First packet}{Lc:}{:first_ts/%.6f}\n{L:Last packet}{Lc:}{:last_ts/%.6f}\n",
+            "{Lwc:First packet}{:first_ts/%.6f}\n{Lwc:Last packet}{:last_ts/%.6f}\n",
             first_ts=totals.first_ts,
             last_ts=totals.last_ts,
         )

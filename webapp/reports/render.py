@@ -61,19 +61,22 @@ def write_report(w: Writer, f: ReportFilter, chunk_size: int = CHUNK) -> int:
 def report_steps(w: Writer, f: ReportFilter, chunk_size: int = CHUNK) -> Iterator[None]:
     """Renders the report, yielding after each record (pull-style streaming)."""
     w.open_container(REPORT)
-    write_header(w, f)
+    present = write_header(w, f)
+    # Only kinds with records in scope: saves one query per connection and empty kind.
+    kinds = [k for k in f.connection_kinds() if k in present]
     w.open_list("connection")
     for conn in connections(f).iterator(chunk_size=chunk_size):
         w.open_instance("connection")
         _emit_connection(w, conn)
-        for kind in f.connection_kinds():
+        for kind in kinds:
             yield from _records(w, records_of(kind, f, conn_uuid=conn.conn_uuid), kind, chunk_size)
         w.close_instance("connection")
     w.close_list("connection")
     if f.connection is None:
         w.open_container("unattributed")
         for kind in f.kinds:
-            yield from _records(w, records_of(kind, f, conn_uuid=None), kind, chunk_size)
+            if kind in present:
+                yield from _records(w, records_of(kind, f, conn_uuid=None), kind, chunk_size)
         w.close_container("unattributed")
     w.close_container(REPORT)
     w.finish()
@@ -144,16 +147,18 @@ def _records(w: Writer, qs: QuerySet[RecordModel], kind: str, chunk_size: int) -
 # --- header ----------------------------------------------------------------------------------------
 
 
-def write_header(w: Writer, f: ReportFilter) -> None:
+def write_header(w: Writer, f: ReportFilter) -> set[str]:
+    """Writes the header; returns the kinds that have records in scope."""
     w.open_container("header")
     w.emit("{T:nettrail trace report} {Lwc:generated}{:generated-at/%.6f}\n", generated_at=time.time())
     _emit_filter(w, f)
     _emit_hosts(w, f)
-    _emit_kinds(w, f)
+    present = _emit_kinds(w, f)
     _emit_loss(w, f)
     _emit_drops(w, f)
     _emit_thresholds(w, f)
     w.close_container("header")
+    return present
 
 
 def _emit_filter(w: Writer, f: ReportFilter) -> None:
@@ -197,9 +202,10 @@ def _emit_hosts(w: Writer, f: ReportFilter) -> None:
     w.close_list("host")
 
 
-def _emit_kinds(w: Writer, f: ReportFilter) -> None:
+def _emit_kinds(w: Writer, f: ReportFilter) -> set[str]:
     """Record counts per kind and per provider (the providers that contributed)."""
     providers: dict[str, int] = {}
+    present: set[str] = set()
     w.open_list("kind")
     for kind in f.kinds:
         rows = scoped(kind, f).values_list("provider").annotate(n=Count("id")).order_by()
@@ -208,6 +214,7 @@ def _emit_kinds(w: Writer, f: ReportFilter) -> None:
             providers[provider] = providers.get(provider, 0) + n
             total += n
         if total:
+            present.add(kind)
             w.open_instance("kind")
             w.emit("{Lwc:kind}{k:name/%s} {Lw:records}{:records/%d}\n", name=kind, records=total)
             w.close_instance("kind")
@@ -218,6 +225,7 @@ def _emit_kinds(w: Writer, f: ReportFilter) -> None:
         w.emit("{Lwc:provider}{k:name/%s} {Lw:records}{:records/%d}\n", name=name, records=providers[name])
         w.close_instance("provider")
     w.close_list("provider")
+    return present
 
 
 def _emit_loss(w: Writer, f: ReportFilter) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from collector.analysis.capture_flows import CapturePipeline
 from collector.sources.pcap import CaptureReader
-from tests.tcpbuild import A, B, MS, Conv
+from tests.tcpbuild import MS, A, B, Conv
 from translators.packet import decode_batch
 from translators.records import Alert
 

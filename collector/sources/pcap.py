@@ -38,6 +38,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 # A record claiming more than this is damage, not data (Wireshark's limit for most link types).
 MAX_RECORD = 262144 * 4
 CHUNK = 8 << 20
+TS_LIMIT = (1 << 62) - 1
 # Keep the first few damaged-record offsets for warnings; count the rest.
 MAX_REPORTED = 10
 
@@ -376,6 +377,7 @@ class CaptureReader:
             t = ts[-1] if ts else 0
         else:
             t = ((hi << 32) | lo) * iface.ts_mul // iface.ts_div + iface.ts_offset_s * 1_000_000_000
+            t = min(max(t, -TS_LIMIT), TS_LIMIT)  # absurd resolutions/offsets must not overflow the int64 column
         data_off.append(start)
         caplen.append(incl)
         wirelen.append(max(orig, incl))

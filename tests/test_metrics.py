@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from report_cast import alpha_records, beta_records
 
 from translators import records as r
+from webapp.metrics.exposition import INGEST_LATENCY
 from webapp.traces.tokens import create_token
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
@@ -111,3 +112,28 @@ def test_ingest_latency_is_a_histogram_by_outcome(tokens: dict[str, str]) -> Non
     assert fam["nettrail_ingest_request_duration_seconds"].type == "histogram"
     buckets = [s for s in fam["nettrail_ingest_request_duration_seconds"].samples if s.name.endswith("_bucket")]
     assert {s.labels["le"] for s in buckets} >= {"0.001", "10.0", "+Inf"}
+
+
+def stored_count() -> float:
+    (family,) = INGEST_LATENCY.collect()
+    return sum(s.value for s in family.samples if s.name.endswith("_count") and s.labels["outcome"] == "stored")
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_ingest_is_timed_on_the_asgi_stack_too(transactional_db: None) -> None:
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+    from django.test import AsyncClient
+
+    def make_token() -> str:
+        raw = create_token("beta")[1]
+        connections.close_all()
+        return raw
+
+    token = await sync_to_async(make_token)()
+    before = stored_count()
+    resp = await AsyncClient().post("/api/ingest", msgspec.msgpack.encode(beta_records()),
+                                    content_type="application/msgpack", headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+    assert resp.status_code == 200
+    assert stored_count() - before == 1
+    await sync_to_async(connections.close_all)()

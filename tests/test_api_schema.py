@@ -54,3 +54,14 @@ def test_the_schema_is_openapi_3_with_the_declared_parameters(viewer_client: Cli
 
 def test_the_schema_needs_a_login(client: Client) -> None:
     assert client.get("/api/schema").status_code == 401
+
+
+def test_every_read_api_url_answers_an_anonymous_caller_with_a_json_401(client: Client) -> None:
+    checked = 0
+    for path, view in iter_api_urls():
+        if getattr(view, "api_spec", None) is None:
+            continue  # other apps' endpoints: tests/test_webapp_security.py walks every URL
+        answer = client.get(path.replace("{conn_uuid}", "00000000-0000-0000-0000-000000000000"))
+        assert (answer.status_code, answer.json()) == (401, {"error": "login required"}), path
+        checked += 1
+    assert checked == 8

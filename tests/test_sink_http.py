@@ -183,3 +183,21 @@ def test_records_held_up_by_a_slow_request_overflow_to_the_spool_in_order(stub: 
     sink.close()
     assert stub.received == list(range(200))
     assert sink.stats.spooled_batches >= 16
+
+
+def test_rejected_batches_stay_within_the_spool_bound_and_the_deleted_ones_count_as_lost(
+    stub: IngestStub, tmp_path: Path
+) -> None:
+    sink = HttpSink(
+        stub.url, "revoked-token", tmp_path / "spool", max_spool_bytes=8192, batch_size=10, flush_interval=0.02
+    )
+    for start in range(0, 300, 10):
+        sink.write(make_records(start, 10))
+        sink.flush()
+    sink.close()
+    kept = sorted((tmp_path / "spool" / "rejected").glob("*.msgpack"))
+    assert sum(p.stat().st_size for p in kept) <= 8192
+    assert sink.stats.rejected_records == 300
+    first_kept = msgspec.msgpack.decode(kept[0].read_bytes())[0]["seq"]
+    assert sink.lost_records == sink.stats.rejected_dropped_records == first_kept > 0
+    assert [msgspec.msgpack.decode(p.read_bytes())[-1]["seq"] for p in kept][-1] == 299

@@ -68,6 +68,7 @@ class SinkStats:
     rejected_batches: int = 0
     rejected_records: int = 0
     unspoolable_records: int = 0  # a batch larger than the whole spool while the server was down
+    rejected_dropped_records: int = 0  # rejected batches deleted to keep rejected/ within the spool bound
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -180,7 +181,7 @@ class HttpSink:
     @property
     def lost_records(self) -> int:
         """Records dropped for lack of spool space: report them as a LossReport (event_type "spool")."""
-        return self.spool.lost_records + self.stats.unspoolable_records
+        return self.spool.lost_records + self.stats.unspoolable_records + self.stats.rejected_dropped_records
 
     # --- sender thread --------------------------------------------------------------------
 
@@ -336,7 +337,8 @@ class HttpSink:
         self.stats.rejected_batches += 1
         self.stats.rejected_records += count
         self.rejected_dir.mkdir(parents=True, exist_ok=True)
-        stem = f"{time.strftime('%Y%m%dT%H%M%S')}-{self.stats.rejected_batches:06d}-{status}"
+        self._bound_rejected(len(payload))
+        stem = f"{time.time_ns():020d}-{status}"  # names sort by age, across restarts too
         (self.rejected_dir / f"{stem}.msgpack").write_bytes(payload)
         (self.rejected_dir / f"{stem}.error").write_text(f"{status} {error}\n")
         log.error(
@@ -346,6 +348,22 @@ class HttpSink:
             error,
             self.rejected_dir / f"{stem}.msgpack",
         )
+
+    def _bound_rejected(self, incoming: int) -> None:
+        """rejected/ may not outgrow the spool bound (a revoked token rejects every batch):
+        the oldest rejected batches go first, counted as lost and logged."""
+        kept = sorted(self.rejected_dir.glob("*.msgpack"))
+        total = sum(p.stat().st_size for p in kept) + incoming
+        while kept and total > self.spool.max_bytes:
+            oldest = kept.pop(0)
+            total -= oldest.stat().st_size
+            records = len(_raw_list.decode(oldest.read_bytes()))
+            self.stats.rejected_dropped_records += records
+            oldest.unlink()
+            oldest.with_suffix(".error").unlink(missing_ok=True)
+            log.error(
+                "rejected/ over %d bytes: deleted %s (%d records lost)", self.spool.max_bytes, oldest.name, records
+            )
 
 
 def _error_of(answer: requests.Response) -> str:

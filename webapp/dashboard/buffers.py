@@ -15,7 +15,7 @@ from typing import Any
 from django.db.models import Count, Max, QuerySet, Sum
 
 from webapp.dashboard.detail import lifecycles
-from webapp.traces.models import DropCount, SkbDrop, SkbEvent
+from webapp.dashboard.tables import DropCount, SkbDrop, SkbEvent
 
 MAX_TIMELINE_DROPS = 50_000  # newest drops bucketed into the stacked chart
 BUCKETS = 60

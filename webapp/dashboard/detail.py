@@ -12,9 +12,8 @@ from typing import Any
 
 from translators.records import tcp_flags_str
 from translators.tcp import FREEBSD_INITIAL_SSTHRESH
-from webapp.traces.models import (
+from webapp.dashboard.tables import (
     Alert,
-    Connection,
     ConnectionSummary,
     SiftrSample,
     SkbDrop,
@@ -25,6 +24,7 @@ from webapp.traces.models import (
     TcpSegment,
     TcpStateChange,
 )
+from webapp.traces.models import Connection
 
 MAX_POINTS = 100_000  # SIFTR samples / segments per chart (the newest)
 MAX_ROWS = 500  # tcpdebug snapshots, drops, alerts

@@ -103,9 +103,13 @@ def _identity(w: Writer, conn: Connection) -> None:
 
 async def _async_chunks(chunks: Iterator[str]) -> AsyncIterator[str]:
     """Pull each chunk in a worker thread (ORM access), so ASGI streams instead of buffering."""
-    pull = sync_to_async(next, thread_sensitive=True)
+
+    def pull() -> str | None:
+        return next(chunks, None)
+
+    pull_async = sync_to_async(pull, thread_sensitive=True)
     while True:
-        chunk = await pull(chunks, None)
+        chunk = await pull_async()
         if chunk is None:
             return
         if chunk:

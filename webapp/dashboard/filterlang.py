@@ -63,7 +63,7 @@ FIELDS: tuple[Field, ...] = (
 FIELD_BY_NAME = {f.name: f for f in FIELDS}
 OPS = ("=", "!=", ">", ">=", "<", "<=", "~")
 _ORDERED_TYPES = ("int", "bytes", "duration")
-_UNITS = {
+_UNITS: dict[str, dict[str, float]] = {
     "bytes": {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3},
     "duration": {"": 1.0, "s": 1.0, "ms": 0.001, "us": 1e-6, "m": 60.0, "h": 3600.0},
 }

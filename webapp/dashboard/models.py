@@ -10,13 +10,11 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from webapp.traces.models import Alert
-
 
 class AlertAck(models.Model):
     """One acknowledgement of one stored alert record."""
 
-    alert = models.OneToOneField(Alert, on_delete=models.CASCADE, related_name="ack")
+    alert = models.OneToOneField("traces.Alert", on_delete=models.CASCADE, related_name="ack")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True)
     at = models.DateTimeField(auto_now_add=True)
     note = models.CharField(max_length=500, blank=True, default="")

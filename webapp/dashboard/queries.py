@@ -20,7 +20,8 @@ from django.db.models import BigIntegerField, Exists, F, OuterRef, Q, QuerySet, 
 from django.db.models.functions import Coalesce
 
 from webapp.dashboard.filterlang import Columns, FilterError, compare, either, parse, to_q
-from webapp.traces.models import Alert, Connection
+from webapp.dashboard.tables import Alert
+from webapp.traces.models import Connection
 
 PAGE_SIZES = (25, 50, 100, 200)
 DEFAULT_LIMIT = 50

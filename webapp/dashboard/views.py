@@ -6,7 +6,8 @@ live over /ws/live/. Keep in sync with: templates/dashboard/*.html, static/dashb
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from django.contrib.auth.decorators import login_not_required, login_required
 from django.contrib.staticfiles.views import serve
@@ -19,6 +20,19 @@ from webapp.dashboard import queries
 from webapp.dashboard.api import host_names
 from webapp.dashboard.filterlang import FIELDS
 from webapp.traces.models import Connection
+
+View = Callable[..., HttpResponse]
+
+
+def page(view: View) -> View:
+    """A dashboard page: anonymous users are redirected to the login page."""
+    return cast(View, login_required(view))
+
+
+def public(view: View) -> View:
+    """Served without a login (LoginRequiredMiddleware lets it through)."""
+    return cast(View, login_not_required(view))
+
 
 # (sort key, heading, numeric) of the connections table; keys are queries.SORTS keys.
 CONNECTION_COLUMNS = (
@@ -46,14 +60,14 @@ def _page(request: HttpRequest, template: str, page_data: dict[str, Any], **cont
     return render(request, f"dashboard/{template}", context)
 
 
-@login_required
+@page
 def overview(request: HttpRequest) -> HttpResponse:
     from webapp.dashboard.api import RATE_WINDOW_S
 
     return _page(request, "overview.html", {"hosts": host_names(), "window": RATE_WINDOW_S})
 
 
-@login_required
+@page
 def connections(request: HttpRequest) -> HttpResponse:
     data = {"q": request.GET.get("q", ""), "limit": queries.DEFAULT_LIMIT, "hosts": host_names()}
     data["default_sort"] = queries.DEFAULT_SORT
@@ -75,31 +89,31 @@ def _exports(uuid: str) -> list[dict[str, str]]:
     return out + [{"format": f, "label": label, "url": f"{external}?format={f}"} for f, label in EXTERNAL_EXPORTS]
 
 
-@login_required
+@page
 def connection(request: HttpRequest, uuid: str) -> HttpResponse:
     if not Connection.objects.filter(conn_uuid=uuid).exists():
         raise Http404("no such connection")
     return _page(request, "connection.html", {"conn_uuid": uuid}, exports=_exports(uuid))
 
 
-@login_required
+@page
 def buffers(request: HttpRequest) -> HttpResponse:
     data = {k: request.GET.get(k, "") for k in ("host", "reason", "conn", "skb")}
     return _page(request, "buffers.html", {**data, "hosts": host_names()})
 
 
-@login_required
+@page
 def udp(request: HttpRequest) -> HttpResponse:
     return _page(request, "udp.html", {"hosts": host_names(), "host": request.GET.get("host", "")})
 
 
-@login_required
+@page
 def alerts(request: HttpRequest) -> HttpResponse:
     data = {k: request.GET.get(k, "") for k in ("severity", "rule", "host", "acked")}
     return _page(request, "alerts.html", {**data, "hosts": host_names()}, severities=SEVERITIES)
 
 
-@login_not_required  # CSS/JS are public code; the login page uses the stylesheet too
+@public  # CSS/JS are public code; the login page uses the stylesheet too
 def static_file(request: HttpRequest, path: str) -> HttpResponse:
     """Static files through the staticfiles finders (app static dirs, js-env's vendor copy).
 

@@ -78,21 +78,21 @@ def _record(r: Any, kind: str, base: dict[str, Any], seq: int) -> Any:
                      drop_location="tcp_v4_rcv+0x1f4", len=60)  # fmt: skip
 
 
-def bench_ingest(batches: list[bytes], token: str) -> float:
+def bench_ingest(batches: list[bytes], token: str) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) to POST every batch."""
     from django.test import Client
 
     client = Client(SERVER_NAME="127.0.0.1")
-    start = time.perf_counter()
+    auth = f"Bearer {token}"
+    start, cpu = time.perf_counter(), time.process_time()
     for body in batches:
-        resp = client.post(
-            "/api/ingest", body, content_type="application/msgpack", HTTP_AUTHORIZATION=f"Bearer {token}"
-        )
+        resp = client.post("/api/ingest", body, content_type="application/msgpack", HTTP_AUTHORIZATION=auth)
         if resp.status_code != 200:
             raise SystemExit(f"ingest failed: {resp.status_code} {resp.content[:200]!r}")
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
-def bench_raw(db_path: Path, record_batches: list[list[Any]]) -> float:
+def bench_raw(db_path: Path, record_batches: list[list[Any]]) -> tuple[float, float]:
     """The same rows, pre-built, inserted by sqlite3 alone (the SQL that store.py runs)."""
     from django.conf import settings
     from django.db import connection
@@ -108,13 +108,13 @@ def bench_raw(db_path: Path, record_batches: list[list[Any]]) -> float:
     connection.close()
     db = sqlite3.connect(db_path, isolation_level=None)
     db.executescript(settings.DATABASES["default"]["OPTIONS"]["init_command"])  # the same pragmas as the webapp
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for batch in sql_rows:
         db.execute("BEGIN IMMEDIATE")
         for sql, rows in batch:
             db.executemany(sql, rows)
         db.execute("COMMIT")
-    elapsed = time.perf_counter() - start
+    elapsed = time.perf_counter() - start, time.process_time() - cpu
     db.close()
     return elapsed
 
@@ -147,16 +147,19 @@ def run(data_dir: Path, count: int, batch: int) -> int:
     records = make_records(count, "bench")
     record_batches = [records[i : i + batch] for i in range(0, count, batch)]
     bodies = [msgspec.msgpack.encode(b) for b in record_batches]
-    ingest_s = bench_ingest(bodies, token)
-    raw_s = bench_raw(raw_db, record_batches)
+    ingest_s, ingest_cpu = bench_ingest(bodies, token)
+    raw_s, raw_cpu = bench_raw(raw_db, record_batches)
     ingest_rate, raw_rate = count / ingest_s, count / raw_s
-    print(f"ingest: {count} records in batches of {batch}")
+    print(f"ingest: {count} records in batches of {batch}, SQLite WAL")
+    print(f"  /api/ingest (token, decode+validate, dedupe, insert, connections, push): {ingest_rate:10,.0f} records/s"
+          f"  ({count / ingest_cpu:,.0f} per CPU-second)")  # fmt: skip
+    print(f"  raw sqlite3 executemany of the same pre-built rows:                    {raw_rate:10,.0f} records/s"
+          f"  ({count / raw_cpu:,.0f} per CPU-second)")  # fmt: skip
+    print(f"  ratio ingest/raw: {ingest_rate / raw_rate:.2f}")
+    verdict = "met" if ingest_rate >= TARGET else "NOT met (see the CPU-second rate on a busy machine)"
     print(
-        f"  /api/ingest (msgpack, token, validate, dedupe, insert, connections, push): {ingest_rate:12,.0f} records/s"
+        f"  target >= {TARGET:,} records/s: {verdict}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
-    print(f"  raw sqlite3 executemany of the same pre-built rows:                     {raw_rate:12,.0f} records/s")
-    print(f"  ratio ingest/raw: {ingest_rate / raw_rate:.2f}   target >= {TARGET:,} records/s: "
-          f"{'met' if ingest_rate >= TARGET else 'NOT met'}")  # fmt: skip
     return 0
 
 

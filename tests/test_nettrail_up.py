@@ -96,3 +96,44 @@ def test_up_serves_the_login_page_as_an_unprivileged_user_and_stops_on_sigterm(d
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_up_without_root_starts_only_the_webapp_and_says_tracing_needs_root(data_dir: Path) -> None:
+    # Run `nettrail up` as the unprivileged nettrail user (made by the root test above or here).
+    account = ensure_account()
+    os.chown(data_dir, account.pw_uid, account.pw_gid)
+    port = free_port()
+    python, pythonpath = interpreter_for(account)
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
+    env.update(NETTRAIL_DATA=str(data_dir), NETTRAIL_ADMIN_PASSWORD=ADMIN_PASSWORD, NETTRAIL_TRIM_INTERVAL="0",
+               HOME=str(data_dir), PYTHONPATH=pythonpath)  # fmt: skip
+    command = [python, "-m", "collector.cli", "up", "--port", str(port)]
+    proc = subprocess.Popen(command, cwd=data_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, user=account.pw_uid, group=account.pw_gid, extra_groups=[])  # fmt: skip
+    try:
+        lines = wait_for_line(proc, "live kernel tracing needs root")
+        assert any(f"webapp running at http://127.0.0.1:{port}/" in line for line in lines)
+        assert requests.get(f"http://127.0.0.1:{port}/accounts/login/", timeout=10).status_code == 200
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        assert [p.uids().real for p in tree] == [account.pw_uid]  # the webapp only: no collector child
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def ensure_account() -> pwd.struct_passwd:
+    from collector.commands.up import WEBAPP_USER, _ensure_user
+
+    return _ensure_user(WEBAPP_USER, Path("/nonexistent"))
+
+
+def interpreter_for(account: pwd.struct_passwd) -> tuple[str, str]:
+    """The interpreter `nettrail up` would give that user, and the PYTHONPATH it needs."""
+    from collector.commands.up import _python_for_others
+
+    env: dict[str, str] = {}
+    return _python_for_others(env), env.get("PYTHONPATH", str(REPO))

@@ -146,7 +146,7 @@ def _build_table(model: type[RecordModel]) -> _Table:
 def _row_builder(names: list[str], json_columns: list[int]) -> Callable[[Record], tuple[Any, ...]]:
     get = operator.attrgetter(*names)
     if not json_columns:
-        return lambda rec: get(rec)  # type: ignore[no-any-return]
+        return lambda rec: get(rec)
 
     def row(rec: Record) -> tuple[Any, ...]:
         values = list(get(rec))

@@ -65,7 +65,7 @@ def analyse(data: bytes) -> None:
                         w.record(rec, name="packet")
             except CaptureError:
                 return
-            write_results(w, pipe, reader)
+            write_results(w, pipe, reader.damage, reader.path)
             w.finish()
             assert out.getvalue().endswith("}\n")
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from collector.analysis.capture_flows import CapturePipeline, Totals
 from collector.sinks import store
-from collector.sources.pcap import CaptureError, CaptureReader
+from collector.sources.pcap import CaptureError, CaptureReader, Damage
 from collector.sources.siftr import analyze_siftr, looks_like_siftr
 from translators.packet import decode_batch
 from translators.records import Record
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             writer.finish()
             print(f"nettrail: analyze: {exc}", file=sys.stderr)
             return 1
-        write_results(writer, pipeline, reader)
+        write_results(writer, pipeline, reader.damage, reader.path)
     writer.finish()
     return store.ship(args) if store.wanted(args) else 0
 
@@ -141,11 +141,12 @@ def consume(reader: CaptureReader, pipeline: CapturePipeline, writer: Writer, pa
             writer.close_list("packet")
 
 
-def write_results(writer: Writer, pipeline: CapturePipeline, reader: CaptureReader) -> None:
+def write_results(writer: Writer, pipeline: CapturePipeline, damage: Damage | None, source: str) -> None:
+    """The connection list, totals and alerts; with `--libxo warn` the first damaged offsets on stderr."""
     connections = pipeline.connections()
     alerts = pipeline.alerts()
     totals = pipeline.totals
-    totals.records_damaged = reader.damage.count
+    totals.records_damaged = damage.count if damage is not None else 0
     if connections:
         writer.open_list("connection")
         for conn in connections:
@@ -158,10 +159,10 @@ def write_results(writer: Writer, pipeline: CapturePipeline, reader: CaptureRead
             writer.record(alert, name="alert")
         writer.close_list("alert")
     if writer.options.warn:
-        for offset, reason in reader.damage.first:
-            writer.warn(f"{reader.path}: byte offset {offset}: {reason}")
+        for offset, reason in damage.first if damage is not None else ():
+            writer.warn(f"{source}: byte offset {offset}: {reason}")
         for line in totals.warnings:
-            writer.warn(f"{reader.path}: {line}")
+            writer.warn(f"{source}: {line}")
 
 
 def write_totals(writer: Writer, totals: Totals) -> None:

@@ -1,0 +1,142 @@
+"""Live capture: scapy's AF_PACKET listen socket -> the same packet batches as capture files.
+
+Frames are read raw (no scapy dissection per packet) with their kernel receive
+timestamps (SO_TIMESTAMPNS), grouped into :class:`collector.sources.pcap.Batch` objects
+every ``flush_s`` seconds or ``max_batch`` frames, and optionally written to a classic
+pcap file (nanosecond magic) as they arrive. Like libpcap, outgoing copies on a loopback
+interface are dropped, so each loopback packet is seen once.
+
+Keep in sync with: collector/sources/pcap.py (Batch), collector/commands/capture.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from typing import BinaryIO
+
+import numpy as np
+
+from collector.sources.pcap import Batch
+
+SO_TIMESTAMPNS = 35
+PACKET_OUTGOING = 4
+ARPHRD_LINKTYPE = {
+    1: 1,
+    772: 1,
+    65534: 101,
+    768: 101,
+    776: 101,
+    778: 101,
+}  # ether, loopback, none/ipip/sit/gre -> raw IP
+SNAPLEN = 262144
+
+
+class CaptureUnavailable(Exception):
+    """The interface cannot be captured (missing privileges, unknown interface or link type)."""
+
+
+class LiveCapture:
+    """Read frames from one interface until a deadline or stop()."""
+
+    def __init__(self, iface: str, write: BinaryIO | None = None, flush_s: float = 0.5, max_batch: int = 4096) -> None:
+        # scapy warns that it cannot guess a dissector for loopback; we never dissect with it
+        logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
+        from scapy.arch.linux import L2ListenSocket
+
+        if not os.path.exists(f"/sys/class/net/{iface}"):
+            raise CaptureUnavailable(f"cannot capture on {iface}: no such interface")
+        try:
+            self._scapy = L2ListenSocket(iface=iface, promisc=False)
+        except PermissionError as exc:
+            raise CaptureUnavailable(
+                f"opening a packet socket on {iface} needs CAP_NET_RAW (run as root): {exc.strerror}"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise CaptureUnavailable(f"cannot capture on {iface}: {getattr(exc, 'strerror', None) or exc}") from None
+        self.sock: socket.socket = self._scapy.ins
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        hatype = self.sock.getsockname()[3]
+        if hatype not in ARPHRD_LINKTYPE:
+            self.close()
+            raise CaptureUnavailable(f"cannot capture on {iface}: link type ARPHRD {hatype} is not supported")
+        self.linktype = ARPHRD_LINKTYPE[hatype]
+        self.loopback = hatype == 772
+        self.iface = iface
+        self.write = write
+        self.flush_s = flush_s
+        self.max_batch = max_batch
+        self.frames = 0
+        self.stopped = False
+        if write is not None:
+            write.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, SNAPLEN, self.linktype))
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def close(self) -> None:
+        self._scapy.close()
+
+    def _recv(self) -> tuple[bytes, int] | None:
+        data, anc, _flags, addr = self.sock.recvmsg(SNAPLEN, 64)
+        if self.loopback and addr[2] == PACKET_OUTGOING:
+            return None
+        ts = time.time_ns()
+        for level, kind, value in anc:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= 16:
+                sec, nsec = struct.unpack("qq", value[:16])
+                ts = sec * 1_000_000_000 + nsec
+        return data, ts
+
+    def batches(self, duration: float | None) -> Iterator[Batch]:
+        """Yield batches until `duration` seconds have passed (None: until stop())."""
+        deadline = None if duration is None else time.monotonic() + duration
+        frames: list[bytes] = []
+        stamps: list[int] = []
+        flush_at = time.monotonic() + self.flush_s
+        while not self.stopped:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                break
+            wait = min(flush_at, deadline if deadline is not None else flush_at) - now
+            ready, _, _ = select.select([self.sock], [], [], max(wait, 0))
+            if ready:
+                got = self._recv()
+                if got is not None:
+                    frames.append(got[0])
+                    stamps.append(got[1])
+            if frames and (len(frames) >= self.max_batch or time.monotonic() >= flush_at):
+                yield self._batch(frames, stamps)
+                frames, stamps = [], []
+            if time.monotonic() >= flush_at:
+                flush_at = time.monotonic() + self.flush_s
+        if frames:
+            yield self._batch(frames, stamps)
+
+    def _batch(self, frames: list[bytes], stamps: list[int]) -> Batch:
+        if self.write is not None:
+            for data, ts in zip(frames, stamps, strict=True):
+                sec, ns = divmod(ts, 1_000_000_000)
+                self.write.write(struct.pack("<IIII", sec, ns, len(data), len(data)) + data)
+            self.write.flush()
+        lengths = np.fromiter((len(f) for f in frames), dtype=np.int64, count=len(frames))
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+        count = len(frames)
+        batch = Batch(
+            buf=b"".join(frames),
+            data_off=starts,
+            caplen=lengths,
+            wirelen=lengths.copy(),
+            ts_ns=np.asarray(stamps, dtype=np.int64),
+            linktype=np.full(count, self.linktype, dtype=np.int64),
+            iface=np.zeros(count, dtype=np.int64),
+            file_off=np.full(count, -1, dtype=np.int64),
+            first_frame=self.frames + 1,
+        )
+        self.frames += count
+        return batch

@@ -75,7 +75,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 class Spool:
-    """Bounded, crash-safe FIFO of batches (bytes + record count). Not thread-safe: one owner."""
+    """Bounded, crash-safe FIFO of batches (bytes + record count). Not thread-safe: callers serialise (HttpSink holds a lock)."""
 
     def __init__(self, directory: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         if max_bytes < 4096:
@@ -230,6 +230,8 @@ class Spool:
 
     def ack(self, entry: Entry) -> None:
         """The batch was delivered: move past it and delete a segment once it is used up."""
+        if entry.segment not in self._sizes:
+            return  # its segment was evicted while the batch was being sent (counted lost, yet delivered)
         self._cursor = (entry.segment, entry.end)
         if entry.end >= self._sizes.get(entry.segment, 0):
             self._remove(entry.segment)  # used up (an active one too: the next append opens a new one)

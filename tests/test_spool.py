@@ -103,3 +103,15 @@ def test_a_batch_larger_than_the_whole_spool_is_refused(tmp_path: Path) -> None:
         assert "larger than the whole spool" in str(exc)
     else:
         raise AssertionError("append of an oversized batch succeeded")
+
+
+def test_an_ack_for_a_batch_whose_segment_was_evicted_meanwhile_is_harmless(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, max_bytes=4096)  # 1 KiB segments
+    spool.append(payload(0, 500), 1)
+    in_flight = spool.peek()
+    assert in_flight is not None
+    for i in range(1, 12):
+        spool.append(payload(i, 500), 1)  # the writer fills the spool and evicts segment 1
+    assert in_flight.segment not in spool.segments()
+    spool.ack(in_flight)
+    assert drain(spool)[-1] == payload(11, 500)

@@ -12,7 +12,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from translators.records import Alert, Connection, Record, TcpRetransmit, TcpStateChange, connection_uuid
+from translators.records import Alert, Connection, Record, TcpReset, TcpRetransmit, TcpStateChange, connection_uuid
 from webapp.traces.store import store_batch
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +22,7 @@ _seq = itertools.count(1)
 
 def conn_records(
     host: str, cookie: int, sport: int, dport: int, comm: str, *, retrans: int = 0, rule: str | None = None,
-    bytes_out: int | None = None, closed: bool = False, t: float = 1_700_000_000.0,
+    bytes_out: int | None = None, closed: bool = False, reset: bool = False, t: float = 1_700_000_000.0,
 ) -> list[Record]:  # fmt: skip
     """One connection's records, as a collector would send them."""
     uuid = connection_uuid(host, BOOT, cookie)
@@ -40,6 +40,10 @@ def conn_records(
         TcpStateChange(**env(0.001), probe="state-change", prev_state="SYN_SENT", state="ESTABLISHED"),
     ]
     out += [TcpRetransmit(**env(0.5 + i), probe="retransmit", tcp_seq=i) for i in range(retrans)]
+    if reset:
+        out.append(
+            TcpReset(**env(2), probe="reset-received", state="ESTABLISHED", sender="peer", reason="NOT_SPECIFIED")
+        )
     if rule:
         out.append(
             Alert(
@@ -79,11 +83,11 @@ def client() -> Client:
 @pytest.fixture()
 def cast() -> dict[str, str]:
     """web1: nginx :443 with retransmits and a K1 alert (closed, 5 MB); nginx :443 clean;
-    sshd :22 with retransmits. db1: postgres :5432."""
+    sshd :22 with a retransmit and a reset from the peer. db1: postgres :5432."""
     specs = {
         "nginx_retrans": (HOST, 1, 443, 50001, "nginx", {"retrans": 2, "rule": "K1", "bytes_out": 5_000_000, "closed": True}),
         "nginx_clean": (HOST, 2, 443, 50002, "nginx", {}),
-        "sshd": (HOST, 3, 22, 50003, "sshd", {"retrans": 1}),
+        "sshd": (HOST, 3, 22, 50003, "sshd", {"retrans": 1, "reset": True}),
         "postgres": (OTHER, 4, 5432, 50004, "postgres", {"bytes_out": 1000}),
     }  # fmt: skip
     out = {}
@@ -116,7 +120,7 @@ def test_the_documented_example_finds_exactly_the_nginx_connection_that_retransm
     [
         ("host db1", ["postgres"]),
         ("comm ~ ngi", ["nginx_clean", "nginx_retrans"]),
-        ("anomaly", ["nginx_retrans"]),
+        ("anomaly", ["nginx_retrans", "sshd"]),
         ("anomaly K1", ["nginx_retrans"]),
         ("anomaly K9", []),
         ("bytes >= 5M", ["nginx_retrans"]),
@@ -201,6 +205,13 @@ def test_the_detail_view_orders_the_states_and_names_who_caused_them(client: Cli
     assert [i["type"] for i in body["timeline"]].count("retransmit") == 2
     assert [a["rule_id"] for a in body["alerts"]] == ["K1"]
     assert client.get("/api/dash/connections/no-such-uuid").status_code == 404
+
+
+def test_the_timeline_marks_a_reset_between_the_states(client: Client, cast: dict[str, str]) -> None:
+    body = client.get(f"/api/dash/connections/{cast['sshd']}").json()
+    kinds = [i["type"] for i in body["timeline"]]
+    assert kinds == ["state", "state", "retransmit", "reset"]
+    assert body["timeline"][3]["text"] == "RST received from the peer in ESTABLISHED (NOT_SPECIFIED)"
 
 
 def test_xml_text_and_html_exports_carry_the_records(client: Client, cast: dict[str, str]) -> None:

@@ -49,6 +49,7 @@ def test_every_chart_draws_on_its_canvas(server: Server, page: Any, ingested: An
     for chart, colour in CHARTS.items():
         assert page.evaluate(PAINTED, [chart, colour]) > 100, f"{chart} has no {colour} series drawn"
     assert page.evaluate(PAINTED, ["chart-tseq", "#b3261e"]) > 10  # the retransmissions, in red
+    assert page.evaluate(PAINTED, ["chart-cwnd", "#e8590c"]) > 20  # dashed retransmission markers
     legend = page.locator("#chart-tseq .u-legend").inner_text()
     assert "retransmission" in legend and "SACK" in legend
     assert page.locator("#siftr-empty").is_hidden()

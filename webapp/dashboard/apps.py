@@ -13,3 +13,10 @@ class DashboardConfig(AppConfig):
     label = "dashboard"
     verbose_name = "nettrail dashboard"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.core import checks
+
+        from webapp.dashboard.checks import uplot_installed
+
+        checks.register(uplot_installed)

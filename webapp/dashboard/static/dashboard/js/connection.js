@@ -10,7 +10,9 @@
   const charts = {};
   NT.charts = charts; // uPlot instances by figure id (handy from the console and the browser tests)
   const SYNC_KEY = "siftr-" + uuid;
+  const MARK_COLORS = { retransmit: "#e8590c", reset: "#c2185b" };
   let zooming = false;
+  let marks = []; // retransmissions and resets from the timeline, drawn across the SIFTR charts
 
   function summary(c) {
     const items = [
@@ -23,6 +25,7 @@
   }
 
   function timeline(items) {
+    marks = items.filter((it) => it.type !== "state");
     const ol = document.getElementById("timeline");
     ol.replaceChildren(...items.map((it) => {
       if (it.type === "state") {
@@ -47,6 +50,24 @@
     zooming = false;
   }
 
+  /* Dashed vertical lines at each retransmission (orange) and reset (magenta). */
+  function drawMarks(u) {
+    const { ctx, bbox } = u;
+    ctx.save();
+    ctx.lineWidth = 1;
+    ctx.setLineDash([4, 3]);
+    for (const m of marks) {
+      const x = Math.round(u.valToPos(m.ts, "x", true));
+      if (x < bbox.left || x > bbox.left + bbox.width) continue;
+      ctx.strokeStyle = MARK_COLORS[m.type];
+      ctx.beginPath();
+      ctx.moveTo(x, bbox.top);
+      ctx.lineTo(x, bbox.top + bbox.height);
+      ctx.stroke();
+    }
+    ctx.restore();
+  }
+
   function siftrChart(id, title, series, columns, fmt, data) {
     const container = document.getElementById(id);
     if (charts[id]) charts[id].destroy();
@@ -57,7 +78,7 @@
       cursor: { sync: { key: SYNC_KEY, setSeries: true }, drag: { x: true, y: false } },
       series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 1.5, value: (u, v) => (v === null ? "–" : fmt(v)) }))],
       axes: [{}, { size: 70, values: (u, vals) => vals.map(fmt) }],
-      hooks: { setScale: [(u, key) => { if (key === "x") syncZoom(u); }] },
+      hooks: { setScale: [(u, key) => { if (key === "x") syncZoom(u); }], draw: [drawMarks] },
     };
     charts[id] = NT.chart(container, opts, [data.t, ...columns.map((c) => data[c])]);
   }

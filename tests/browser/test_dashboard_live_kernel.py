@@ -20,7 +20,7 @@ import requests
 from conftest import HOST, ROOT, Server, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel]
-WARMUP_S = 30.0  # the collector builds/loads its programs before the first record
+WARMUP_S = 90.0  # the collector may first compile kmod/ (fresh checkout), then loads its programs
 
 
 def _need_root_and_bpf() -> None:

@@ -129,6 +129,7 @@
       if (data.rows.length) {
         const total = document.getElementById("total");
         total.textContent = num((Number(total.textContent.replace(/,/g, "")) || 0) + data.rows.length);
+        document.getElementById("page-info").textContent = `page 1, ${tbody.children.length} rows, live`;
       }
     } catch (e) {
       NT.showError(e.message);

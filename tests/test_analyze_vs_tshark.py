@@ -143,3 +143,29 @@ def test_upstream_semantics_differ_only_in_the_retransmission_family(
         assert {k: old["analysis"][k] for k in same} == {k: new["analysis"][k] for k in same}
         family = ("retransmission", "out_of_order")
         assert sum(old["analysis"][k] for k in family) == sum(new["analysis"][k] for k in family)
+
+
+def test_the_fast_path_and_the_full_state_machine_agree(captures: dict[str, Path], results: dict[str, Any]) -> None:
+    """Without --packets most segments take the inlined fast path; with it every packet runs the full checks."""
+    for view in ("client", "server"):
+        full = analyze(captures[view], "--wireshark", "4.0", "--packets")
+        keys = (
+            "stream",
+            "analysis",
+            "packets_orig",
+            "packets_resp",
+            "bytes_orig",
+            "bytes_resp",
+            "conn_state",
+            "history",
+            "rtt_orig_mean_us",
+            "retrans_bytes",
+        )
+        fast_view = [{k: c[k] for k in keys} for c in results[view]["connection"]]
+        full_view = [{k: c[k] for k in keys} for c in full["connection"]]
+        assert fast_view == full_view
+
+        def alerts(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
+            return [(a["rule_id"], a["count"], a["message"], a["evidence"]) for a in doc.get("alert", [])]
+
+        assert alerts(results[view]) == alerts(full)

@@ -93,7 +93,9 @@ class Spool:
                 self._sizes[int(path.stem)] = path.stat().st_size
         self._cursor = self._load_cursor()
         self._active: int | None = None  # segment open for appends (never one from before a restart)
-        self._next = max(self._sizes, default=0) + 1
+        # New segments are numbered after every existing one and after the cursor, which
+        # may name a segment already deleted (a drained spool): numbers never go back.
+        self._next = max(max(self._sizes, default=0), self._cursor[0]) + 1
 
     # --- state -----------------------------------------------------------------------
 

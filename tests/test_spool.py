@@ -115,3 +115,16 @@ def test_an_ack_for_a_batch_whose_segment_was_evicted_meanwhile_is_harmless(tmp_
     assert in_flight.segment not in spool.segments()
     spool.ack(in_flight)
     assert drain(spool)[-1] == payload(11, 500)
+
+
+def test_a_drained_spool_reopened_still_replays_what_is_appended_next(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    for i in range(3):
+        spool.append(payload(i), 1)
+    assert drain(spool) == [payload(i) for i in range(3)]
+    reopened = Spool(tmp_path, max_bytes=1 << 20)  # the cursor names a deleted segment
+    reopened.append(payload(3), 1)
+    assert drain(reopened) == [payload(3)]
+    third = Spool(tmp_path, max_bytes=1 << 20)
+    third.append(payload(4), 1)
+    assert drain(Spool(tmp_path, max_bytes=1 << 20)) == [payload(4)]

@@ -19,8 +19,11 @@ import pytest
 from collector.bpf import loader
 from collector.bpf.loader import Filters, KernelSession, Options
 from collector.bpf.source import KernelSource, wall_offset
+from translators import kernel as kernel_translators
 from translators.kernel import KernelEnv
 from translators.records import Record
+
+kernel_translators.VALIDATE = True  # every record the kernel tests see passes Record.__post_init__
 
 
 def bpf_skip_reason() -> str | None:

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from collector.bpf import layout
-from translators.kernel import KernelEnv
+from translators import kernel
+from translators.kernel import KernelEnv, as_struct
 from translators.records import Record, connection_uuid, from_json, from_msgpack, to_json, to_msgpack
 from translators.registry import KERNEL_TRANSLATORS
 
@@ -44,6 +45,11 @@ def event(event_type: int, **fields: Any) -> bytes:
     }.items():
         raw[name] = np.void(value.ljust(16, b"\0")) if name in ("saddr", "daddr") else value
     return raw.tobytes()
+
+
+@pytest.fixture(autouse=True)
+def validated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernel, "VALIDATE", True)
 
 
 def translate(data: bytes) -> list[Record]:
@@ -249,3 +255,23 @@ def test_every_kind_survives_the_json_and_msgpack_round_trip(event_type: int) ->
     for rec in translate(event(event_type, **fields)):
         assert from_json(to_json(rec)) == rec
         assert from_msgpack(to_msgpack(rec)) == rec
+
+
+@pytest.mark.parametrize("event_type", sorted(layout.EVENT_DTYPES))
+def test_the_unvalidated_fast_build_gives_the_same_records(event_type: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    extra = {"oldstate": 1, "newstate": 5, "new_ca_state": 2, "mss_cache": 1448, "flags": 0x80}
+    names = layout.EVENT_DTYPES[event_type].names or ()
+    fields: dict[str, Any] = {**V4, **OWNER, **{k: v for k, v in extra.items() if k in names}}
+    checked = translate(event(event_type, **fields))
+    monkeypatch.setattr(kernel, "VALIDATE", False)
+    fast = translate(event(event_type, **fields))
+    assert fast == checked
+    assert [to_json(r) for r in fast] == [to_json(r) for r in checked]
+    fast[0].approx.append("x")  # no list is shared between records
+    assert translate(event(event_type, **fields))[0].approx == checked[0].approx
+    wire = KERNEL_TRANSLATORS[layout.decode_event(event(event_type, **fields))[0]](
+        layout.decode_event(event(event_type, **fields))[1], KernelEnv(**{**ENV.__dict__, "wire": True})
+    )
+    assert [to_json(w) for w in wire] == [to_json(r) for r in checked]  # type: ignore[arg-type]
+    assert [to_msgpack(w) for w in wire] == [to_msgpack(r) for r in checked]  # type: ignore[arg-type]
+    assert [as_struct(w) for w in wire] == checked

@@ -9,15 +9,28 @@ envelope of translators/records.py (providers.md 0.1, 9.3).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from translators.records import LINUX_TCP_STATES, TCP_STATES, Record, connection_uuid
+import msgspec
+
+from translators.records import BY_KIND, LINUX_TCP_STATES, TCP_STATES, Record, connection_uuid, describe
+
+R = TypeVar("R", bound=Record)
+# Kernel records are built from typed values by this package's own code, so the
+# per-field checks of Record.__post_init__ (most of the cost of a record) run only
+# when asked: tests set VALIDATE, and every record is validated again at ingest.
+VALIDATE = os.environ.get("NETTRAIL_VALIDATE_RECORDS", "") not in ("", "0")
 
 Raw = Mapping[str, Any]
-Translator = Callable[[Raw, "KernelEnv"], list[Record]]
+# A record as a Struct, or as its wire dict ({"kind": ..., every field in Struct
+# order}), which encodes to the same JSON/msgpack bytes without building the Struct.
+KernelRecord = Record | dict[str, Any]
+Translator = Callable[[Raw, "KernelEnv"], list[KernelRecord]]
 
 AF_INET, AF_INET6 = 2, 10
 CTX = {0: "unknown", 1: "task", 2: "softirq"}
@@ -35,6 +48,7 @@ class KernelEnv:
     wall_offset: float  # CLOCK_REALTIME - CLOCK_MONOTONIC, seconds
     drop_reasons: Mapping[int, str] = field(default_factory=dict)
     rst_reasons: Mapping[int, str] = field(default_factory=dict)
+    wire: bool = False  # build wire dicts (the collector's fast path) instead of Structs
     _uuids: dict[int, str] = field(default_factory=dict, repr=False)
     _addrs: dict[tuple[int, bytes], str | None] = field(default_factory=dict, repr=False)
 
@@ -59,6 +73,55 @@ class KernelEnv:
 
     def wall(self, ts_ns: int) -> float:
         return round(ts_ns / 1e9 + self.wall_offset, 6)
+
+
+@functools.cache
+def _template(cls: type[Record]) -> tuple[Record, dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...]]:
+    """A validated instance with placeholder required fields, its wire dict, and the default-factory fields."""
+    values: dict[str, Any] = {}
+    for f in describe(cls):
+        if f.required:
+            values[f.name] = f.choices[0] if f.choices else f.type()
+    factories = tuple(
+        (f.name, f.default_factory) for f in msgspec.structs.fields(cls) if f.default_factory is not msgspec.NODEFAULT
+    )
+    template = cls(**values)
+    return template, msgspec.to_builtins(template), factories
+
+
+def make(cls: type[R], kwargs: Mapping[str, Any], env: KernelEnv) -> R | dict[str, Any]:
+    """cls(**kwargs); as a wire dict when env.wire; __post_init__'s checks only if VALIDATE."""
+    if VALIDATE:
+        rec = cls(**kwargs)
+        return msgspec.to_builtins(rec) if env.wire else rec  # type: ignore[no-any-return]
+    template, wire, factories = _template(cls)
+    if env.wire:
+        out = wire.copy()
+        for name, factory in factories:
+            out[name] = factory()
+        out.update(kwargs)
+        return out
+    built = template.__copy__()
+    for name, factory in factories:
+        setattr(built, name, factory())
+    for name, value in kwargs.items():
+        setattr(built, name, value)
+    return built  # type: ignore[return-value]
+
+
+def as_struct(rec: KernelRecord) -> Record:
+    """The Struct of a kernel record (wire dicts are decoded and validated)."""
+    if isinstance(rec, dict):
+        fields = {k: v for k, v in rec.items() if k != "kind"}
+        return BY_KIND[rec["kind"]](**fields)
+    return rec
+
+
+def set_seq(rec: KernelRecord, seq: int) -> None:
+    if isinstance(rec, dict):
+        rec["seq"] = seq
+    else:
+        rec.seq = seq
 
 
 def format_address(family: int, raw: bytes) -> str | None:

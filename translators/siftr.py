@@ -11,8 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from translators.kernel import FREEBSD_STATE_NUMBER, KernelEnv, Raw, ca_state_name, envelope, state_name
-from translators.records import FlowCounters, Record, SiftrSample
+from translators.kernel import (
+    FREEBSD_STATE_NUMBER,
+    KernelEnv,
+    KernelRecord,
+    Raw,
+    ca_state_name,
+    envelope,
+    make,
+    state_name,
+)
+from translators.records import FlowCounters, SiftrSample
 from translators.tcp import cwnd_bytes, ssthresh_bytes
 
 # nt_tcp_snapshot.flags
@@ -67,53 +76,65 @@ def snapshot_fields(raw: Raw) -> dict[str, Any]:
     }
 
 
-def translate_sample(raw: Raw, env: KernelEnv) -> list[Record]:
+def translate_sample(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     out = raw["direction"] == 1
     hook = "tp_btf/net_dev_queue" if out else "tp_btf/tcp_probe"
     flags = raw["flags"]
     wscale = bool(flags & SNAP_WSCALE)
     state = state_name(raw["state"])
-    rec = SiftrSample(
-        **envelope(raw, env, "siftr", "siftr", hook),
-        **snapshot_fields(raw),
-        direction="out" if out else "in",
-        t_flags=t_flags(flags, raw["ca_state"]),
-        t_flags2=TF2_ECN_PERMIT if flags & SNAP_ECN else 0,
-        conn_state=FREEBSD_STATE_NUMBER.get(state) if state else None,
-        srtt=raw["srtt_us"] >> 3,
-        rttvar=raw["mdev_us"] >> 2,
-        rto=raw["rto_us"] or None,
-        sack_enabled=bool(flags & SNAP_SACK),
-        snd_scale=raw["snd_wscale"] if wscale else 0,
-        rcv_scale=raw["rcv_wscale"] if wscale else 0,
-        snd_buf_hiwater=raw["sndbuf"],
-        snd_buf_cc=(raw["write_seq"] - raw["snd_una"]) & U32,
-        rcv_buf_hiwater=raw["rcvbuf"],
-        rcv_buf_cc=(raw["rcv_nxt"] - raw["copied_seq"]) & U32,
-        sent_inflight_bytes=(raw["snd_nxt"] - raw["snd_una"]) & U32,
-        flowid=raw["rxhash"] or (raw["cookie"] & U32),
-        flowtype=0,
-        th_seq=raw["th_seq"],
-        th_ack=raw["th_ack"],
-        data_sz=raw["data_sz"],
-        cc_algo=raw["cc_algo"].decode(errors="replace") or None,
+    rec = make(
+        SiftrSample,
+        dict(
+            **envelope(raw, env, "siftr", "siftr", hook),
+            **snapshot_fields(raw),
+            direction="out" if out else "in",
+            t_flags=t_flags(flags, raw["ca_state"]),
+            t_flags2=TF2_ECN_PERMIT if flags & SNAP_ECN else 0,
+            conn_state=FREEBSD_STATE_NUMBER.get(state) if state else None,
+            srtt=raw["srtt_us"] >> 3,
+            rttvar=raw["mdev_us"] >> 2,
+            rto=raw["rto_us"] or None,
+            sack_enabled=bool(flags & SNAP_SACK),
+            snd_scale=raw["snd_wscale"] if wscale else 0,
+            rcv_scale=raw["rcv_wscale"] if wscale else 0,
+            snd_buf_hiwater=raw["sndbuf"],
+            snd_buf_cc=(raw["write_seq"] - raw["snd_una"]) & U32,
+            rcv_buf_hiwater=raw["rcvbuf"],
+            rcv_buf_cc=(raw["rcv_nxt"] - raw["copied_seq"]) & U32,
+            sent_inflight_bytes=(raw["snd_nxt"] - raw["snd_una"]) & U32,
+            flowid=raw["rxhash"] or (raw["cookie"] & U32),
+            flowtype=0,
+            th_seq=raw["th_seq"],
+            th_ack=raw["th_ack"],
+            data_sz=raw["data_sz"],
+            cc_algo=raw["cc_algo"].decode(errors="replace") or None,
+            approx=list(SAMPLE_APPROX),
+        ),
+        env,
     )
-    rec.approx = list(SAMPLE_APPROX)
     return [rec]
 
 
-def translate_flow(raw: Raw, env: KernelEnv) -> list[Record]:
+def translate_flow(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     """Exact counters: final at tcp_destroy_sock, or read from the flows map while running."""
     return [
-        FlowCounters(
-            **envelope(
-                raw, env, "siftr", "flow-counters", "map/flows" if raw.get("periodic") else "tp_btf/tcp_destroy_sock"
+        make(
+            FlowCounters,
+            dict(
+                **envelope(
+                    raw,
+                    env,
+                    "siftr",
+                    "flow-counters",
+                    "map/flows" if raw.get("periodic") else "tp_btf/tcp_destroy_sock",
+                ),
+                proto="tcp",
+                packets_in=raw["packets_in"],
+                packets_out=raw["packets_out"],
+                bytes_in=raw["bytes_in"],
+                bytes_out=raw["bytes_out"],
+                samples=raw["samples"],
             ),
-            proto="tcp",
-            packets_in=raw["packets_in"],
-            packets_out=raw["packets_out"],
-            bytes_in=raw["bytes_in"],
-            bytes_out=raw["bytes_out"],
-            samples=raw["samples"],
+            env,
         )
     ]

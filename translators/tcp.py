@@ -8,8 +8,8 @@ provider bodies), kmod/tcp.bpf.c (what each field holds), docs/collector.md.
 
 from __future__ import annotations
 
-from translators.kernel import KernelEnv, Raw, ca_state_name, envelope, state_name
-from translators.records import Connection, Record, TcpCongState, TcpReset, TcpRetransmit, TcpStateChange
+from translators.kernel import KernelEnv, KernelRecord, Raw, ca_state_name, envelope, make, state_name
+from translators.records import Connection, TcpCongState, TcpReset, TcpRetransmit, TcpStateChange
 
 # Linux enum tcp_state values used below
 ESTABLISHED, SYN_SENT, SYN_RECV, FIN_WAIT1, FIN_WAIT2, CLOSE, CLOSE_WAIT, LAST_ACK, LISTEN, CLOSING = (
@@ -52,46 +52,58 @@ def ssthresh_bytes(segments: int, mss: int) -> int:
     return FREEBSD_INITIAL_SSTHRESH if segments >= TCP_INFINITE_SSTHRESH else segments * mss
 
 
-def translate_state(raw: Raw, env: KernelEnv) -> list[Record]:
+def translate_state(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     old, new = raw["oldstate"], raw["newstate"]
     base = envelope(raw, env, "tcp", "state-change", "tp_btf/inet_sock_set_state")
     caused = "local" if base["ctx"] == "task" else "peer" if (old, new) in PEER_CAUSED else None
     active = True if (old, new) == (CLOSE, SYN_SENT) else False if (old, new) == (LISTEN, SYN_RECV) else None
     if new == CLOSE and old in TIME_WAIT_FROM and raw["sk_err"] == 0:
-        return _time_wait(raw, base, old, caused)
+        return _time_wait(base, old, caused, env)
     return [
-        TcpStateChange(
-            **base,
-            prev_state=_state(old, "prev_state"),
-            state=_state(new, "state"),
-            linux_prev_state=old,
-            linux_state=new,
-            active=active,
-            caused_by=caused,
+        make(
+            TcpStateChange,
+            dict(
+                **base,
+                prev_state=_state(old, "prev_state"),
+                state=_state(new, "state"),
+                linux_prev_state=old,
+                linux_state=new,
+                active=active,
+                caused_by=caused,
+            ),
+            env,
         )
     ]
 
 
-def _time_wait(raw: Raw, base: dict[str, object], old: int, caused: str | None) -> list[Record]:
+def _time_wait(base: dict[str, object], old: int, caused: str | None, env: KernelEnv) -> list[KernelRecord]:
     """X -> CLOSE of a full socket handed to a timewait mini-socket: X -> TIME_WAIT (inferred), TIME_WAIT -> CLOSED."""
-    entered = TcpStateChange(
-        **base,
-        prev_state=_state(old, "prev_state"),
-        state="TIME_WAIT",
-        linux_prev_state=old,
-        inferred=True,
-        caused_by=caused,
+    entered = make(
+        TcpStateChange,
+        dict(
+            **base,
+            prev_state=_state(old, "prev_state"),
+            state="TIME_WAIT",
+            linux_prev_state=old,
+            inferred=True,
+            caused_by=caused,
+            approx=["state"],
+        ),
+        env,
     )
-    entered.approx = ["state"]
-    closed = TcpStateChange(
-        **base,
-        prev_state="TIME_WAIT",
-        state="CLOSED",
-        linux_prev_state=old,
-        linux_state=CLOSE,
-        caused_by=caused,
+    closed = make(
+        TcpStateChange,
+        dict(
+            **base,
+            prev_state="TIME_WAIT",
+            state="CLOSED",
+            linux_prev_state=old,
+            linux_state=CLOSE,
+            caused_by=caused,
+            approx=["prev_state"],
+        ),
+        env,
     )
-    closed.approx = ["prev_state"]
     return [entered, closed]
 
 
@@ -107,77 +119,93 @@ def _retrans_kind(raw: Raw) -> str:
     return "unknown"
 
 
-def translate_retransmit(raw: Raw, env: KernelEnv) -> list[Record]:
+def translate_retransmit(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     synack = bool(raw["synack"])
     hook = "tp_btf/tcp_retransmit_synack" if synack else "tp_btf/tcp_retransmit_skb"
     flags = raw["tcp_flags"]
     span = (raw["end_seq"] - raw["seq"]) & 0xFFFFFFFF
     payload = max(0, span - bool(flags & TCP_FLAG_SYN) - bool(flags & TCP_FLAG_FIN))
     return [
-        TcpRetransmit(
-            **envelope(raw, env, "tcp", "retransmit", hook),
-            state=state_name(raw["state"]),
-            tcp_seq=None if synack else raw["seq"],
-            tcp_seq_end=None if synack else raw["end_seq"],
-            tcp_payload_len=None if synack else payload,
-            tcp_flags=flags,
-            err=None if synack else raw["err"],
-            ca_state=None if synack else ca_state_name(raw["ca_state"]),
-            retrans_kind=_retrans_kind(raw),
-            segs=raw["segs"],
+        make(
+            TcpRetransmit,
+            dict(
+                **envelope(raw, env, "tcp", "retransmit", hook),
+                state=state_name(raw["state"]),
+                tcp_seq=None if synack else raw["seq"],
+                tcp_seq_end=None if synack else raw["end_seq"],
+                tcp_payload_len=None if synack else payload,
+                tcp_flags=flags,
+                err=None if synack else raw["err"],
+                ca_state=None if synack else ca_state_name(raw["ca_state"]),
+                retrans_kind=_retrans_kind(raw),
+                segs=raw["segs"],
+            ),
+            env,
         )
     ]
 
 
-def translate_reset(raw: Raw, env: KernelEnv) -> list[Record]:
+def translate_reset(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     received = raw["sender"] == 1
     probe, hook = (
         ("reset-received", "tp_btf/tcp_receive_reset") if received else ("reset-sent", "tp_btf/tcp_send_reset")
     )
     return [
-        TcpReset(
-            **envelope(raw, env, "tcp", probe, hook),
-            state=state_name(raw["state"]) if raw["has_sock"] else None,
-            sender="peer" if received else "local",
-            reason=None if received else env.rst_reasons.get(raw["reason"], str(raw["reason"])),
-            active=None if received else bool(raw["active"]),
+        make(
+            TcpReset,
+            dict(
+                **envelope(raw, env, "tcp", probe, hook),
+                state=state_name(raw["state"]) if raw["has_sock"] else None,
+                sender="peer" if received else "local",
+                reason=None if received else env.rst_reasons.get(raw["reason"], str(raw["reason"])),
+                active=None if received else bool(raw["active"]),
+            ),
+            env,
         )
     ]
 
 
-def translate_cong(raw: Raw, env: KernelEnv) -> list[Record]:
+def translate_cong(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     new = ca_state_name(raw["new_ca_state"])
     if new is None:
         raise ValueError(f"tcp_cong_state.ca_state: unknown tcp_ca_state {raw['new_ca_state']}")
-    rec = TcpCongState(
-        **envelope(raw, env, "tcp", "cong-state", "tp_btf/tcp_cong_state_set"),
-        prev_ca_state=ca_state_name(raw["old_ca_state"]),
-        ca_state=new,
-        snd_cwnd=cwnd_bytes(raw["snd_cwnd"], raw["mss"]),
-        snd_ssthresh=ssthresh_bytes(raw["snd_ssthresh"], raw["mss"]),
+    rec = make(
+        TcpCongState,
+        dict(
+            **envelope(raw, env, "tcp", "cong-state", "tp_btf/tcp_cong_state_set"),
+            prev_ca_state=ca_state_name(raw["old_ca_state"]),
+            ca_state=new,
+            snd_cwnd=cwnd_bytes(raw["snd_cwnd"], raw["mss"]),
+            snd_ssthresh=ssthresh_bytes(raw["snd_ssthresh"], raw["mss"]),
+            approx=["snd_cwnd", "snd_ssthresh"],
+        ),
+        env,
     )
-    rec.approx = ["snd_cwnd", "snd_ssthresh"]
     return [rec]
 
 
-def translate_destroy(raw: Raw, env: KernelEnv) -> list[Record]:
+def translate_destroy(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     first = raw["first_ns"]
     end = env.wall(raw["ts_ns"])
     start = env.wall(first) if first else None
     return [
-        Connection(
-            **envelope(raw, env, "tcp", "destroy", "tp_btf/tcp_destroy_sock"),
-            proto="tcp",
-            source="kernel",
-            start=start,
-            end=end,
-            duration=round(end - start, 6) if start is not None else None,
-            state=state_name(raw["state"]),
-            bytes_acked=raw["bytes_acked"],
-            bytes_received=raw["bytes_received"],
-            segs_in=raw["segs_in"],
-            segs_out=raw["segs_out"],
-            total_retrans=raw["total_retrans"],
-            lifetime_ns=raw["ts_ns"] - first if first else None,
+        make(
+            Connection,
+            dict(
+                **envelope(raw, env, "tcp", "destroy", "tp_btf/tcp_destroy_sock"),
+                proto="tcp",
+                source="kernel",
+                start=start,
+                end=end,
+                duration=round(end - start, 6) if start is not None else None,
+                state=state_name(raw["state"]),
+                bytes_acked=raw["bytes_acked"],
+                bytes_received=raw["bytes_received"],
+                segs_in=raw["segs_in"],
+                segs_out=raw["segs_out"],
+                total_retrans=raw["total_retrans"],
+                lifetime_ns=raw["ts_ns"] - first if first else None,
+            ),
+            env,
         )
     ]

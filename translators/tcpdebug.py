@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from translators.kernel import KernelEnv, Raw, envelope, state_name
-from translators.records import DEBUG_DIRECTIONS, PRU_REQUESTS, Record, TcpDebugSnapshot
+from translators.kernel import KernelEnv, KernelRecord, Raw, envelope, make, state_name
+from translators.records import DEBUG_DIRECTIONS, PRU_REQUESTS, TcpDebugSnapshot
 from translators.siftr import SNAP_VALID, snapshot_fields
 
 TA_INPUT, TA_OUTPUT, TA_USER, TA_RESPOND, TA_DROP = range(5)
@@ -52,7 +52,7 @@ def _control_block(raw: Raw) -> dict[str, Any]:
     return fields
 
 
-def translate_debug(raw: Raw, env: KernelEnv) -> list[Record]:
+def translate_debug(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     point = raw["direction"]
     if not 0 <= point < len(DEBUG_DIRECTIONS):
         raise ValueError(f"tcpdebug_snapshot.direction: unknown TA_* point {point}")
@@ -71,15 +71,19 @@ def translate_debug(raw: Raw, env: KernelEnv) -> list[Record]:
             tcp_window=raw["th_win"],
             tcp_payload_len=raw["payload_len"],
         )
-    rec = TcpDebugSnapshot(
-        **kwargs,
-        direction=direction,
-        prureq=req if req_name else None,
-        prureq_str=req_name,
-        drop_reason=env.drop_reasons.get(raw["drop_reason"], str(raw["drop_reason"])) if point == TA_DROP else None,
-    )
     approx = ["snd_cwnd", "snd_ssthresh"] if raw["flags"] & SNAP_VALID else []
     if raw["approx"]:
         approx.append("prureq")
-    rec.approx = approx
+    rec = make(
+        TcpDebugSnapshot,
+        dict(
+            **kwargs,
+            approx=approx,
+            direction=direction,
+            prureq=req if req_name else None,
+            prureq_str=req_name,
+            drop_reason=env.drop_reasons.get(raw["drop_reason"], str(raw["drop_reason"])) if point == TA_DROP else None,
+        ),
+        env,
+    )
     return [rec]

@@ -21,8 +21,8 @@ import numpy as np
 
 from collector.bpf import layout
 from collector.bpf.loader import KernelSession
-from translators.kernel import KernelEnv, Raw
-from translators.records import LossReport, Record
+from translators.kernel import KernelEnv, KernelRecord, Raw, set_seq
+from translators.records import LossReport
 from translators.registry import KERNEL_TRANSLATORS
 from translators.siftr import translate_flow
 
@@ -72,14 +72,14 @@ class KernelSource:
         self.next_wall = time.monotonic() + WALL_RESAMPLE_S
 
     # -- the loop body ---------------------------------------------------------------------
-    def poll(self, timeout: float = 0.1, final: bool = False) -> list[Record]:
+    def poll(self, timeout: float = 0.1, final: bool = False) -> list[KernelRecord]:
         """Wait up to timeout for events, then everything available as records."""
         reader = self.session.reader
         if reader is None:
             return []
         if not final and not reader.pending():
             reader.wait(timeout)
-        out: list[Record] = []
+        out: list[KernelRecord] = []
         for _ in range(64):  # bounded: a busy ring yields the loop back to the caller
             raw = reader.read()
             if not raw.size:
@@ -95,20 +95,20 @@ class KernelSource:
         out.extend(self.loss_reports())
         return self.number(out)
 
-    def number(self, records: list[Record]) -> list[Record]:
+    def number(self, records: list[KernelRecord]) -> list[KernelRecord]:
         seq = self.seq
         for rec in records:
-            rec.seq = seq
+            set_seq(rec, seq)
             seq += 1
         self.seq = seq
         return records
 
     # -- translation -----------------------------------------------------------------------
-    def translate(self, raw: np.ndarray) -> list[Record]:
+    def translate(self, raw: np.ndarray) -> list[KernelRecord]:
         """A batch of raw struct nt_event rows -> records, in arrival order."""
         events = raw.view(layout.EVENT_DTYPE)
         types = events["type"]
-        slots: list[list[Record] | None] = [None] * len(types)
+        slots: list[list[KernelRecord] | None] = [None] * len(types)
         for t in np.unique(types).tolist():
             idx = np.flatnonzero(types == t)
             self.received[t % layout.EV_MAX] += len(idx)
@@ -128,9 +128,9 @@ class KernelSource:
         names: tuple[str, ...],
         positions: list[int],
         rows: list[tuple[Any, ...]],
-        slots: list[list[Record] | None],
+        slots: list[list[KernelRecord] | None],
     ) -> None:
-        fn: Callable[[Raw, KernelEnv], list[Record]] = KERNEL_TRANSLATORS[name]
+        fn: Callable[[Raw, KernelEnv], list[KernelRecord]] = KERNEL_TRANSLATORS[name]
         env = self.env
         remember = name == "siftr_sample"
         forget = name == "flow_counters"
@@ -160,11 +160,11 @@ class KernelSource:
         self.totals.malformed[name] = self.totals.malformed.get(name, 0) + n
 
     # -- exact counters and loss -----------------------------------------------------------
-    def flow_counters(self) -> list[Record]:
+    def flow_counters(self) -> list[KernelRecord]:
         """FlowCounters for flows whose counters moved since the last report (map read)."""
         if "siftr" not in self.session.opts.providers:
             return []
-        out: list[Record] = []
+        out: list[KernelRecord] = []
         now = time.monotonic_ns()
         for cookie, flow in self.session.flows().items():
             meta = self.flow_meta.get(cookie)
@@ -176,12 +176,12 @@ class KernelSource:
             out.extend(translate_flow(raw, self.env))
         return out
 
-    def loss_reports(self) -> list[Record]:
+    def loss_reports(self) -> list[KernelRecord]:
         counters = self.session.counters().astype(np.int64)  # (ncpu, 2, EV_MAX)
         lost_per_cpu = counters[:, 1, :]
         lost = lost_per_cpu.sum(axis=0)
         generated = counters[:, 0, :].sum(axis=0)
-        out: list[Record] = []
+        out: list[KernelRecord] = []
         for t in np.flatnonzero(lost != self.lost_seen).tolist():
             name = layout.EVENT_NAMES.get(t, f"type {t}")
             out.append(

@@ -25,8 +25,7 @@ from collector.bpf import loader
 from collector.bpf.build import BuildError
 from collector.bpf.loader import BpfError, KernelSession, Options
 from collector.bpf.source import KernelSource, wall_offset
-from translators.kernel import KernelEnv
-from translators.records import Record
+from translators.kernel import KernelEnv, KernelRecord
 from xo import add_libxo_argument, libxo_from_args
 
 DEFAULT_PROVIDERS = "tcp,siftr"
@@ -35,7 +34,7 @@ PROG = "nettrail collect"
 
 
 class Sink(Protocol):
-    def write(self, records: list[Record]) -> None: ...
+    def write(self, records: list[KernelRecord]) -> None: ...
     def close(self) -> None: ...
 
 
@@ -168,6 +167,14 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(exc), 2)
     except OSError as exc:
         return fail(f"cannot open output: {exc}")
+    stop = StopFlag()  # before anything is attached: a signal at any point ends in a clean detach
+    try:
+        return trace(opts, sink, stop, args)
+    finally:
+        stop.restore()
+
+
+def trace(opts: Options, sink: Sink, stop: StopFlag, args: argparse.Namespace) -> int:
     session = KernelSession(opts)
     try:
         session.__enter__()
@@ -177,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     ids = " ".join(f"{name}#{pid}" for name, pid in session.program_ids().items())
     print(f"{PROG}: tracing {','.join(opts.providers)} (programs {ids})", file=sys.stderr, flush=True)
     try:
-        source = collect(session, sink, args.duration, args.flow_interval)
+        source = collect(session, sink, stop, args.duration, args.flow_interval)
     finally:
         session.close()
         sink.close()
@@ -185,25 +192,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def collect(session: KernelSession, sink: Sink, duration: float | None, flow_interval: float) -> KernelSource:
+def collect(
+    session: KernelSession, sink: Sink, stop: StopFlag, duration: float | None, flow_interval: float
+) -> KernelSource:
     env = KernelEnv(
         host_id=identity.host_id(),
         boot_id=identity.boot_id(),
         wall_offset=wall_offset(),
         drop_reasons=session.drop_reasons,
         rst_reasons=session.rst_reasons,
+        wire=True,  # sinks encode wire dicts directly; the stdout sink builds Structs for xo
     )
     source = KernelSource(session, env, flow_interval)
-    stop = StopFlag()
     deadline = None if duration is None else time.monotonic() + duration
-    try:
-        while not stop.stopped and (deadline is None or time.monotonic() < deadline):
-            timeout = 0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
-            records = source.poll(timeout)
-            if records:
-                sink.write(records)
-        session.detach()  # no new events; what is in the ring is still read below
-        sink.write(source.poll(final=True))
-    finally:
-        stop.restore()
+    while not stop.stopped and (deadline is None or time.monotonic() < deadline):
+        timeout = 0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
+        records = source.poll(timeout)
+        if records:
+            sink.write(records)
+    session.detach()  # no new events; what is in the ring is still read below
+    sink.write(source.poll(final=True))
     return source

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
 
-from translators.records import Record, to_json, to_msgpack
+from translators.kernel import KernelRecord
+from translators.records import to_json, to_msgpack
 
 SUFFIXES = (".jsonl", ".msgpack")
 
@@ -28,11 +29,11 @@ class FileSink:
         self.encode = _json_line if path.suffix == ".jsonl" else to_msgpack
         self.stream: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed by close()
         self.owned = True
-        self.count = 0
 
-    def write(self, records: Iterable[Record]) -> None:
+    def write(self, records: Iterable[KernelRecord]) -> None:
+        """Records or their wire dicts (same bytes either way)."""
         encode = self.encode
-        data = b"".join(encode(r) for r in records)
+        data = b"".join(encode(r) for r in records)  # type: ignore[arg-type]
         if data:
             self.stream.write(data)
             self.stream.flush()
@@ -43,5 +44,5 @@ class FileSink:
             self.stream.close()
 
 
-def _json_line(record: Record) -> bytes:
-    return to_json(record) + b"\n"
+def _json_line(record: KernelRecord) -> bytes:
+    return to_json(record) + b"\n"  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from typing import IO, TextIO
 
 import msgspec
 
+from translators.kernel import KernelRecord, as_struct
 from translators.records import AnyRecord, Record, to_msgpack
 from xo import Writer, XoOptions
 
@@ -35,17 +36,18 @@ class StdoutSink:
             self.writer = Writer(self.stream, options)
             self.writer.open_container(CONTAINER)
 
-    def write(self, records: Iterable[Record]) -> None:
+    def write(self, records: Iterable[Record | KernelRecord]) -> None:
         if self.writer is not None:
             for rec in records:
-                self.writer.record(rec)
+                self.writer.record(as_struct(rec))
             self.writer.flush()
             return
         for rec in records:
-            spool = self.kinds.get(rec.kind)
+            kind = rec["kind"] if isinstance(rec, dict) else rec.kind
+            spool = self.kinds.get(kind)
             if spool is None:
-                spool = self.kinds[rec.kind] = tempfile.TemporaryFile()
-            data = to_msgpack(rec)
+                spool = self.kinds[kind] = tempfile.TemporaryFile()
+            data = to_msgpack(rec)  # type: ignore[arg-type]  # a wire dict encodes like its Struct
             spool.write(len(data).to_bytes(4, "little") + data)
 
     def close(self) -> None:

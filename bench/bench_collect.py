@@ -1,0 +1,244 @@
+"""Benchmark: what kernel tracing costs loopback TCP throughput, and the event rate the collector drains.
+
+`main()` measures iperf3 loopback throughput (several seconds per run) with nothing
+attached, with `nettrail collect --providers tcp,siftr` at ppl=1 and ppl=32 (records
+written to a msgpack file) and with a bpftrace one-liner doing comparable work
+(tcp_probe + inet_sock_set_state, printing every event), in interleaved rounds of
+the same run, and prints each throughput and its ratio to the untraced peer.
+Then it lets small-segment traffic fill a large ring buffer unread and measures how
+fast one CPU drains it: raw batches, and the full path to numbered records. Writes the figures to
+docs/benchmarks.md ("## Kernel collector overhead"). Needs root.
+Keep in sync with: collector/commands/collect.py, collector/bpf/source.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from collector.bpf.loader import Filters, KernelSession, Options  # noqa: E402
+from collector.bpf.source import KernelSource, wall_offset  # noqa: E402
+from translators.kernel import KernelEnv  # noqa: E402
+
+DOC = ROOT / "docs" / "benchmarks.md"
+SECTION = "## Kernel collector overhead"
+PORT = 52017
+BPFTRACE = (
+    'tracepoint:tcp:tcp_probe { printf("%d %d %u %u %u %u\\n", args->sport, args->dport, args->snd_cwnd, '
+    "args->srtt, args->snd_una, args->data_len); } "
+    'tracepoint:sock:inet_sock_set_state { printf("%d %d %d\\n", args->sport, args->oldstate, args->newstate); }'
+)
+
+
+def iperf(seconds: float, extra: tuple[str, ...] = ()) -> float:
+    """Loopback throughput in Gbit/s (iperf3 client and one-shot server)."""
+    server = subprocess.Popen(
+        ["iperf3", "-s", "-1", "-p", str(PORT)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        for _ in range(50):  # wait for the server socket
+            if subprocess.run(["ss", "-Hltn", f"sport = :{PORT}"], capture_output=True, text=True).stdout.strip():
+                break
+            time.sleep(0.05)
+        out = subprocess.run(
+            ["iperf3", "-c", "127.0.0.1", "-p", str(PORT), "-t", str(seconds), "-J", *extra],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    finally:
+        server.wait(timeout=30)
+    return float(json.loads(out)["end"]["sum_received"]["bits_per_second"]) / 1e9
+
+
+@contextmanager
+def nothing() -> Iterator[dict[str, str]]:
+    yield {}
+
+
+@contextmanager
+def nettrail(ppl: int) -> Iterator[dict[str, str]]:
+    out = Path(tempfile.mkdtemp()) / "records.msgpack"
+    cmd = [sys.executable, "-m", "collector.cli", "collect", "--providers", "tcp,siftr", "--ppl", str(ppl)]
+    proc = subprocess.Popen(
+        [*cmd, "--filter", f"port={PORT}", "--out", str(out)], cwd=ROOT, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    if "(programs " not in line:
+        raise RuntimeError(f"collect did not start: {line}{proc.stderr.read()}")
+    info: dict[str, str] = {}
+    try:
+        yield info
+    finally:
+        proc.send_signal(signal.SIGINT)
+        info["totals"] = proc.stderr.read().strip().removeprefix("nettrail collect: ")
+        proc.wait(timeout=60)
+        out.unlink(missing_ok=True)
+
+
+def prog_count() -> int:
+    out = subprocess.run(["bpftool", "-j", "prog", "list"], capture_output=True, text=True).stdout
+    return len(json.loads(out or "[]"))
+
+
+@contextmanager
+def bpftrace() -> Iterator[dict[str, str]]:
+    before = prog_count()
+    proc = subprocess.Popen(
+        ["bpftrace", "-o", "/dev/null", "-e", BPFTRACE], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    for _ in range(300):  # bounded wait for its two programs
+        if prog_count() >= before + 2:
+            break
+        time.sleep(0.05)
+    try:
+        yield {}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+
+
+CONTENDERS = {
+    "none": nothing,
+    "nettrail tcp+siftr ppl=1": lambda: nettrail(1),
+    "nettrail tcp+siftr ppl=32": lambda: nettrail(32),
+    "bpftrace tcp_probe+inet_sock_set_state": bpftrace,
+}
+
+
+def overhead(rounds: int, seconds: float) -> tuple[list[str], dict[str, list[float]]]:
+    results: dict[str, list[float]] = {name: [] for name in CONTENDERS}
+    notes: dict[str, str] = {}
+    names = list(CONTENDERS)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:  # rotate the order each round
+            with CONTENDERS[name]() as info:
+                results[name].append(iperf(seconds))
+            if info.get("totals"):
+                notes[name] = info["totals"]
+            print(f"  round {r + 1} {name}: {results[name][-1]:.2f} Gbit/s", flush=True)
+    base = statistics.median(results["none"])
+    lines = [
+        "| traced by | throughput (median) | ratio to untraced | collector totals (last run) |",
+        "|---|---|---|---|",
+    ]
+    for name, values in results.items():
+        med = statistics.median(values)
+        lines.append(f"| {name} | {med:.2f} Gbit/s | {med / base:.3f} | {notes.get(name, '')} |")
+    return lines, results
+
+
+def fill_ring(seconds: float, ring: int) -> KernelSession:
+    """A loaded session whose ring holds every event of `seconds` of small-segment traffic (none read yet)."""
+    opts = Options(providers=("tcp", "siftr", "tcpdebug"), filters=Filters(port=PORT), ringbuf_bytes=ring)
+    session = KernelSession(opts).__enter__()
+    iperf(seconds, ("-N", "-l", "100"))
+    session.detach()
+    return session
+
+
+def drain_rate(seconds: float, ring: int, translate: bool) -> tuple[float, int, int, int]:
+    """(events/s, events, lost, generated): the ring is filled first, then drained by this one CPU."""
+    before = os.sched_getaffinity(0)
+    session = fill_ring(seconds, ring)
+    os.sched_setaffinity(0, {min(before)})
+    try:
+        env = KernelEnv(host_id="bench", boot_id="bench", wall_offset=wall_offset(), wire=True)  # as collect does
+        source = KernelSource(session, env, flow_interval=3600)
+        reader = session.reader
+        assert reader is not None
+        start = time.process_time()
+        records = drained = 0
+        while (batch := reader.read()).size:
+            drained += len(batch)
+            if translate:
+                records += len(source.number(source.translate(batch)))
+        used = time.process_time() - start
+        counters = session.counters().sum(axis=0)
+        return drained / used, drained, int(counters[1].sum()), int(counters[0].sum())
+    finally:
+        os.sched_setaffinity(0, before)
+        session.close()
+
+
+def rate_lines(rows: dict[str, tuple[float, int, int, int]]) -> list[str]:
+    lines = ["| path (one CPU, CPU time) | events/s | events | lost | generated |", "|---|---|---|---|---|"]
+    lines += [f"| {name} | {eps:,.0f} | {n:,} | {lost:,} | {gen:,} |" for name, (eps, n, lost, gen) in rows.items()]
+    return [*lines, ""]
+
+
+def write_doc(body: list[str]) -> None:
+    text = (
+        DOC.read_text(encoding="utf-8")
+        if DOC.exists()
+        else "# Benchmarks\n\nEach section is owned by one benchmark in `bench/`.\n\n"
+    )
+    section = "\n".join([SECTION, "", *body, ""])
+    if SECTION in text:
+        head, rest = text.split(SECTION, 1)
+        tail = rest.split("\n## ", 1)
+        text = head + section + ("\n## " + tail[1] if len(tail) > 1 else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    DOC.write_text(text, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--fill-seconds", type=float, default=3.0, help="traffic that fills the ring before draining")
+    parser.add_argument("--ring", type=int, default=256 << 20, help="ring buffer bytes for the drain measurement")
+    parser.add_argument("--no-docs", action="store_true")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench_collect: needs root (loads eBPF programs)", file=sys.stderr)
+        return 1
+    print("throughput:")
+    table, _ = overhead(args.rounds, args.seconds)
+    print("drain rate:")
+    rates = {
+        "raw drain: mmap reader, batches copied out": drain_rate(args.fill_seconds, args.ring, translate=False),
+        "full: drain + translate + number records": drain_rate(args.fill_seconds, args.ring, translate=True),
+    }
+    body = [
+        f"`python bench/run.py collect` ({datetime.now(UTC):%Y-%m-%d}, kernel {platform.release()}, "
+        f"{os.cpu_count()} CPUs shared with other engineers' work; {args.rounds} interleaved rounds of "
+        f"{args.seconds:g} s iperf3 on loopback per contender). nettrail runs as `nettrail collect --providers "
+        "tcp,siftr --ppl N --filter port=P --out FILE.msgpack` (every record encoded and written); bpftrace prints "
+        "every tcp_probe and inet_sock_set_state event to /dev/null. On 2 CPUs the collector process competes "
+        "with iperf3's client and server for CPU, so user-space cost shows up as lost throughput.",
+        "",
+        *table,
+        "",
+        "Drain capacity: tcp+siftr+tcpdebug (ppl=1) on small-segment iperf3 traffic fills a "
+        f"{args.ring >> 20} MiB ring for {args.fill_seconds:g} s without being read, then one CPU drains it; "
+        "events/s is events over the process CPU time spent draining (no sink).",
+        "",
+        *rate_lines(rates),
+    ]
+    print("\n".join(body))
+    if not args.no_docs:
+        write_doc(body)
+        print(f"\nwritten to {DOC.relative_to(ROOT)} ({SECTION})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

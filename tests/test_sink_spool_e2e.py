@@ -29,6 +29,7 @@ from webapp.traces.models import KIND_MODELS
 
 REPO = Path(__file__).resolve().parent.parent
 HOST = "e2e-host"
+INGEST_LIMIT = 60_000
 pytestmark = pytest.mark.slow
 
 
@@ -40,6 +41,8 @@ class WebappServer:
             "NETTRAIL_DATA": str(data),
             "DJANGO_SETTINGS_MODULE": "webapp.settings",
             "NETTRAIL_TRIM_INTERVAL": "0",
+            # 200-record batches (about 80 KB) are over the limit: the sink must split them.
+            "NETTRAIL_INGEST_MAX_BYTES": str(INGEST_LIMIT),
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         self.env.pop("DATABASE_URL", None)
@@ -124,6 +127,7 @@ def test_every_record_reaches_the_database_exactly_once_across_a_server_kill(
     assert not sink.spooled
     assert sink.stats.spooled_batches > 0
     assert sink.stats.rejected_batches == 0
+    assert sink.stats.split_batches > 0  # the server's 413s
     assert server.seqs("tcp_state", HOST) == list(range(total))
 
 

@@ -47,7 +47,7 @@ def test_a_bad_expression_shows_where_it_is_wrong(server: Server, page: Any, two
 
 
 def test_sorting_by_local_port_orders_the_rows(server: Server, page: Any, two_more: list[Any]) -> None:
-    page.goto(f"{server.url}/connections/?q=port+%3E%3D+40300+and+port+%3C+40400")
+    page.goto(f"{server.url}/connections/?q=sport+%3E%3D+40300+and+sport+%3C+40400")
     page.wait_for_function("document.querySelectorAll('#conns tbody tr').length === 2")
     page.locator('th[data-sort="local"] button').focus()
     page.keyboard.press("Enter")  # keyboard works: descending first
@@ -57,3 +57,13 @@ def test_sorting_by_local_port_orders_the_rows(server: Server, page: Any, two_mo
     page.wait_for_selector('th[data-sort="local"][aria-sort="ascending"]')
     page.wait_for_function(f"document.querySelector('#conns tbody tr').dataset.uuid === '{two_more[0].uuid}'")
     assert uuids(page) == [two_more[0].uuid, two_more[1].uuid]
+
+
+def test_a_row_opens_its_connection_from_the_keyboard(server: Server, page: Any, two_more: list[Any]) -> None:
+    page.goto(f"{server.url}/connections/?q=port+40300")
+    row = page.locator(f'#conns tbody tr[data-uuid="{two_more[0].uuid}"]')
+    row.wait_for()
+    row.focus()
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"{server.url}/connections/{two_more[0].uuid}/")
+    page.wait_for_selector("body[data-loaded='1']")

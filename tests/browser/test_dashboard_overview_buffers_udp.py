@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from conftest import HOST, PAINTED, Server, screenshot
-from dashboard_batch import DROP_REASON, RETRANSMITTED
+from dashboard_batch import DROP_REASON, RETRANSMITTED, build
 
 pytestmark = pytest.mark.browser
 
@@ -22,6 +22,25 @@ def test_the_overview_shows_host_counters_alerts_and_top_talkers(server: Server,
     assert top.locator("td.num").inner_text() == str(len(RETRANSMITTED))
     assert page.locator("#top-bytes tbody tr", has_text=f":{ingested.sport}").count() == 1
     screenshot(page, "overview")
+
+
+def test_the_open_connections_counter_follows_the_live_feed(server: Server, page: Any, ingested: Any) -> None:
+    page.goto(f"{server.url}/")
+    page.wait_for_function(f"(document.body.dataset.liveGroups || '').split(' ').includes('host.{HOST}')", timeout=5000)
+    cell = page.locator(f'#hosts tbody tr[data-host="{HOST}"] [data-counter="open"]')
+    cell.wait_for()
+    before = int(cell.inner_text().replace(",", ""))
+    batch = build(HOST, sport=40500, cookie=500)
+    server.ingest([r for r in batch.records if r.kind == "tcp_state" and r.state in ("SYN_SENT", "ESTABLISHED")])
+    page.wait_for_function(
+        f"""Number(document.querySelector('#hosts tr[data-host="{HOST}"] [data-counter="open"]').textContent) === {before + 1}""",
+        timeout=3000,
+    )
+    server.ingest([r for r in batch.records if not (r.kind == "tcp_state" and r.state in ("SYN_SENT", "ESTABLISHED"))])
+    page.wait_for_function(
+        f"""Number(document.querySelector('#hosts tr[data-host="{HOST}"] [data-counter="open"]').textContent) === {before}""",
+        timeout=3000,
+    )
 
 
 def test_clicking_a_drop_shows_its_buffer_lifecycle_and_connection(server: Server, page: Any, ingested: Any) -> None:
@@ -40,6 +59,10 @@ def test_clicking_a_drop_shows_its_buffer_lifecycle_and_connection(server: Serve
     assert panel.locator(f'a[href="/connections/{ingested.uuid}/"]').count() == 1
     assert page.locator("#lifecycles tbody tr").count() >= 1
     screenshot(page, "buffers")
+    page.goto(f"{server.url}/buffers/?conn={ingested.uuid}")
+    page.wait_for_selector("body[data-loaded='1']")
+    ends = page.locator("#lifecycles tbody tr td:nth-child(5)").all_inner_texts()
+    assert sorted(ends) == ["consumed", "consumed", "consumed", "dropped"]  # the flow's four buffers
 
 
 def test_the_udp_page_lists_the_flow_with_its_datagrams(server: Server, page: Any, ingested: Any) -> None:

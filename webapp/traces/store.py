@@ -12,7 +12,6 @@ Keep in sync with: webapp/traces/schema.py (columns, JSON rule), models.py.
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,8 +127,10 @@ def _table(kind: str) -> _Table:
 
 
 def _build_table(model: type[RecordModel]) -> _Table:
-    descs = describe(model.record_type)
-    names = [d.name for d in descs]
+    # Columns in the struct's own field order, so msgspec.structs.astuple (one C call)
+    # yields each row: a third of the cost of fetching ~50 attributes one by one.
+    names = list(model.record_type.__struct_fields__)
+    json_names = {d.name for d in describe(model.record_type) if is_json(d)}
     quote = connection.ops.quote_name
     table = quote(model._meta.db_table)
     placeholders = ", ".join("%s" for _ in names)
@@ -138,21 +139,20 @@ def _build_table(model: type[RecordModel]) -> _Table:
         f"ON CONFLICT ({quote('host_id')}, {quote('boot_id')}, {quote('seq')}) DO NOTHING"
     )
     existing_sql = f"SELECT {quote('seq')} FROM {table} WHERE host_id = %s AND boot_id = %s AND seq BETWEEN %s AND %s"
-    return _Table(
-        sql=sql, row=_row_builder(names, [i for i, d in enumerate(descs) if is_json(d)]), existing_sql=existing_sql
-    )
+    json_columns = [i for i, name in enumerate(names) if name in json_names]
+    return _Table(sql=sql, row=_row_builder(json_columns), existing_sql=existing_sql)
 
 
-def _row_builder(names: list[str], json_columns: list[int]) -> Callable[[Record], tuple[Any, ...]]:
-    get = operator.attrgetter(*names)
-    if not json_columns:
-        return lambda rec: get(rec)
+def _row_builder(json_columns: list[int]) -> Callable[[Record], tuple[Any, ...]]:
+    astuple = msgspec.structs.astuple
 
     def row(rec: Record) -> tuple[Any, ...]:
-        values = list(get(rec))
+        values = list(astuple(rec))
         for i in json_columns:
-            if values[i] is not None:
-                values[i] = _json.encode(values[i]).decode()
+            value = values[i]
+            if value is not None:
+                # Most lists are the empty default (`approx`): skip the encoder for them.
+                values[i] = "[]" if value == [] else _json.encode(value).decode()
         return tuple(values)
 
     return row

@@ -216,3 +216,29 @@ async def test_records_posted_to_ingest_reach_a_subscribed_browser(session_cooki
         ("tcp_state", s, "ESTABLISHED") for s in range(5)
     ]
     await comm.disconnect()
+
+
+async def test_a_refused_handshake_then_disconnect_is_handled_quietly() -> None:
+    from webapp.traces.consumers import LiveConsumer
+
+    app = LiveConsumer.as_asgi()
+    comm = WebsocketCommunicator(app, "/ws/live/")
+    comm.scope["user"] = None
+    assert await comm.connect() == (False, CLOSE_UNAUTHENTICATED)
+    await comm.send_input({"type": "websocket.disconnect", "code": 1006})  # what daphne sends next
+    await comm.wait(timeout=1)  # the consumer ends without an exception
+
+
+async def test_subscriptions_per_connection_are_bounded(session_cookie) -> None:
+    from webapp.traces.consumers import MAX_TARGETS
+
+    comm = await connect(session_cookie)
+    for i in range(MAX_TARGETS):
+        await comm.send_json_to({"subscribe": {"host": f"h{i}"}})
+        assert (await comm.receive_json_from())["type"] == "subscribed"
+    await comm.send_json_to({"subscribe": {"host": "one-too-many"}})
+    assert await comm.receive_json_from() == {
+        "type": "error",
+        "error": f"at most {MAX_TARGETS} subscriptions per connection",
+    }
+    await comm.disconnect()

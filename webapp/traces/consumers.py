@@ -37,6 +37,7 @@ PUSH_HZ = 10
 MAX_RECORDS_PER_MESSAGE = 25_000
 DEFAULT_WINDOW = 4  # unacknowledged messages in flight, for clients that ack
 DEFAULT_MAX_BUFFER = 200_000  # records waiting for one client before it is dropped
+MAX_TARGETS = 1000  # subscriptions per connection: bounds what one client can make us hold
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_TOO_SLOW = 4008
 CLOSE_BAD_MESSAGE = 4400
@@ -139,8 +140,9 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
-        if self.flush_task is not None:
-            self.flush_task.cancel()
+        task = getattr(self, "flush_task", None)  # absent when connect() refused the handshake
+        if task is not None:
+            task.cancel()
         await self._leave_all()
 
     # --- client -> server ----------------------------------------------------------------
@@ -167,6 +169,8 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             await self._error(str(exc))
 
     async def _subscribe(self, targets: list[Target]) -> None:
+        if len(set(self.targets) | {t.group for t in targets}) > MAX_TARGETS:
+            raise SubscriptionError(f"at most {MAX_TARGETS} subscriptions per connection")
         for target in targets:
             if target.group not in self.targets:
                 await self.channel_layer.group_add(target.group, self.channel_name)

@@ -71,3 +71,12 @@ def test_an_unknown_connection_is_a_404(viewer_client: Client) -> None:
 def test_a_bad_lifecycle_cursor_is_a_400(viewer_client: Client) -> None:
     body = get_json(viewer_client, f"/api/connections/{CONN_A}/lifecycle", 400, cursor="WzFd")
     assert body == {"error": "cursor is not a cursor this API gave out"}
+
+
+def test_the_lifecycle_can_be_narrowed_to_some_kinds(viewer_client: Client) -> None:
+    body = get_json(viewer_client, f"/api/connections/{CONN_A}/lifecycle", kind="tcp_state,skb_event")
+    assert [(rec["kind"], rec["ts_wall"]) for rec in body["records"]] == [
+        (kind, ts) for kind, ts in A_LIFECYCLE if kind in ("tcp_state", "skb_event")
+    ]
+    bad = get_json(viewer_client, f"/api/connections/{CONN_A}/lifecycle", 400, kind="tcp_state,loss_report")
+    assert bad["error"].startswith("kind 'loss_report' is not a connection record kind")

@@ -160,6 +160,7 @@ def connection_detail(request: ApiRequest, conn_uuid: str) -> HttpResponse:
     "Everything recorded about one connection, in kernel-time order (state changes, SIFTR samples, "
     "debug snapshots, retransmits, resets, congestion states, packets, its skbs and drops, alerts)",
     (
+        Param("kind", "str", "only these record kinds, comma-separated (e.g. tcp_state,siftr_sample)"),
         CURSOR,
         Param("limit", "int", "records per page", minimum=1, maximum=MAX_LIFECYCLE_LIMIT, default=LIFECYCLE_LIMIT),
     ),
@@ -171,9 +172,12 @@ def lifecycle(request: ApiRequest, conn_uuid: str) -> HttpResponse:
         return json_error(404, f"no connection {conn_uuid}")
     limit: int = request.params["limit"]
     after = _lifecycle_cursor(request.params["cursor"])
+    wanted = _kinds(request.params["kind"])
     skb_uids = _skb_uids(conn_uuid)
     merged: list[tuple[tuple[int, int, int], dict[str, Any]]] = []
     for order, kind in enumerate(LIFECYCLE_KINDS):
+        if kind not in wanted:
+            continue
         model = KIND_MODELS[kind]
         match = Q(conn_uuid=conn_uuid)
         if kind in SKB_KINDS and skb_uids:
@@ -187,6 +191,16 @@ def lifecycle(request: ApiRequest, conn_uuid: str) -> HttpResponse:
     page = merged[:limit]
     following = encode_cursor(list(page[-1][0])) if len(merged) > limit else None
     return JsonResponse({"conn_uuid": conn_uuid, "records": [rec for _, rec in page], "next": following})
+
+
+def _kinds(value: str | None) -> frozenset[str]:
+    if value is None:
+        return frozenset(LIFECYCLE_KINDS)
+    kinds = frozenset(k.strip() for k in value.split(",") if k.strip())
+    unknown = sorted(kinds - set(LIFECYCLE_KINDS))
+    if unknown:
+        raise BadParam(f"kind {unknown[0]!r} is not a connection record kind ({', '.join(LIFECYCLE_KINDS)})")
+    return kinds
 
 
 def _lifecycle_cursor(cursor: list[Any] | None) -> tuple[int, int, int] | None:

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from capture_sample import write_capture
 from ingest_stub import make_records
-from test_capture_import import write_capture
 
 from collector.cli import main
 from collector.sinks.http import HttpSink

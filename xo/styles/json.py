@@ -121,19 +121,19 @@ class JsonRenderer(Renderer):
                 self._message_object("__error" if f.role == "E" else "__warning", printf(f.fmt, value))
 
     def _message_object(self, name: str, message: str) -> None:
+        """`"name": {"message": "…"}` in the current object (E/W roles, xo_error)."""
         frame = self.w.top
-        inner = Frame(CONTAINER, name, frame.level + 1)
         if frame.kind == LIST:  # a member cannot sit in an array: wrap it in an element
             self.prefix(frame, True)
             self.write("{")
             holder = Frame(CONTAINER, "", frame.level + 1)
-            self._message_object_in(holder, inner, name, message)
+            self._message_member(holder, name, message)
             self.close(holder, frame)
-            return
-        self._message_object_in(frame, inner, name, message)
+        else:
+            self._message_member(frame, name, message)
 
-    def _message_object_in(self, frame: Frame, inner: Frame, name: str, message: str) -> None:
-        inner.level = frame.level + 1
+    def _message_member(self, frame: Frame, name: str, message: str) -> None:
+        inner = Frame(CONTAINER, name, frame.level + 1)
         self.prefix(frame, True)
         self.write(json_name(name, self.opts) + ": {")
         self.prefix(inner, False)

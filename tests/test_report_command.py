@@ -187,3 +187,16 @@ def test_a_failure_midway_leaves_no_partial_file(
     assert run(capsys, "--libxo", "json", "-o", str(target))[0] == 0
     assert json.loads(target.read_text())["nettrail-report"]["connection"][0]["conn-uuid"] == CONN_A
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+
+
+def test_an_unset_database_is_an_error_before_any_output(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
+    env["NETTRAIL_DATA"] = str(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "collector.cli", "report"], capture_output=True, text=True, env=env,
+                          cwd=Path(__file__).resolve().parents[1], timeout=120)  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr.startswith("nettrail report: cannot read the database: ")

@@ -41,7 +41,8 @@ class ReportNotFound(LookupError):
 
 
 def check(f: ReportFilter) -> None:
-    """Raises ReportNotFound before any output is written."""
+    """Raises ReportNotFound (or the DatabaseError of an unset database) before any output."""
+    Host.objects.exists()  # fails now, not after half a header, when the tables are missing
     if f.connection is not None and not Connection.objects.filter(conn_uuid=f.connection).exists():
         raise ReportNotFound(f"unknown connection {f.connection}")
     for host in f.hosts:

@@ -13,6 +13,7 @@
   const MARK_COLORS = { retransmit: "#e8590c", reset: "#c2185b" };
   let zooming = false;
   let marks = []; // retransmissions and resets from the timeline, drawn across the SIFTR charts
+  let zoomRange = null; // the user's zoom, kept when live records redraw the charts
 
   function summary(c) {
     const items = [
@@ -78,9 +79,14 @@
       cursor: { sync: { key: SYNC_KEY, setSeries: true }, drag: { x: true, y: false } },
       series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 1.5, value: (u, v) => (v === null ? "–" : fmt(v)) }))],
       axes: [{}, { size: 70, values: (u, vals) => vals.map(fmt) }],
-      hooks: { setScale: [(u, key) => { if (key === "x") syncZoom(u); }], draw: [drawMarks] },
+      hooks: {
+        setScale: [(u, key) => { if (key === "x") syncZoom(u); }],
+        setSelect: [(u) => { if (u.select.width > 0) zoomRange = { min: u.posToVal(u.select.left, "x"), max: u.posToVal(u.select.left + u.select.width, "x") }; }],
+        draw: [drawMarks],
+      },
     };
     charts[id] = NT.chart(container, opts, [data.t, ...columns.map((c) => data[c])]);
+    if (zoomRange) charts[id].setScale("x", zoomRange);
   }
 
   function siftr(data) {
@@ -180,6 +186,7 @@
     }
   }
 
+  document.querySelector(".chart-grid").addEventListener("dblclick", () => { zoomRange = null; });
   load();
   NT.live([{ conn: uuid }], () => load());
 })();

@@ -428,3 +428,16 @@ def test_info_adds_type_and_help_from_the_registered_table_in_html() -> None:
         '<div class="data" data-tag="other">x</div></div>'
     )
     assert "data-type" not in run("html", calls)[0]
+
+
+def test_record_reuses_a_list_the_caller_opened_with_either_spelling() -> None:
+    def calls(w: Writer) -> None:
+        w.open_container("trace")
+        w.open_list("tcp_state")
+        w.record(full_record(TcpStateChange), name="tcp_state")
+        w.record(full_record(TcpStateChange, seq=2))
+        w.close_list("tcp_state")
+
+    doc = json.loads(run("json", calls)[0])
+    assert list(doc["trace"]) == ["tcp_state"]
+    assert [r["seq"] for r in doc["trace"]["tcp_state"]] == [4242, 2]

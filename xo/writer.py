@@ -203,10 +203,14 @@ class Writer:
     def record(self, rec: msgspec.Struct, name: str | None = None) -> None:
         """One record as an instance named `name` (default: its kind, '_' written '-').
 
-        Opens the list of that name unless it is already the innermost open frame; the
-        list stays open for following records of the same name (one list per run)."""
-        inst = xo_name(name or str(getattr(rec, "kind", type(rec).__name__)))
-        if not (self.top.kind == LIST and self.top.name == inst):
+        Opens the list of that name unless it is already the innermost open frame (as
+        `name` or with hyphens); that list stays open for following records of the same
+        name (one list per run) and closes at the next other call."""
+        raw = name or str(getattr(rec, "kind", type(rec).__name__))
+        inst = xo_name(raw)
+        if self.top.kind == LIST and self.top.name in (raw, inst):
+            inst = self.top.name  # the caller opened the list, spelled either way
+        else:
             self._close_auto()
             frame = self._open(LIST, inst)
             frame.auto = True

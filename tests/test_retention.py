@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from io import StringIO
 
 import pytest
@@ -10,7 +11,7 @@ from django.test import override_settings
 
 from translators import records as r
 from webapp.traces.models import Connection, SkbDrop, TcpStateChange
-from webapp.traces.retention import Policy, trim
+from webapp.traces.retention import Policy, start_trimmer, trim
 from webapp.traces.store import store_batch
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
@@ -65,3 +66,17 @@ def test_the_trim_command_applies_the_settings() -> None:
     call_command("trim", stdout=out)
     assert out.getvalue().splitlines() == [f"{SkbDrop._meta.db_table}: 3 deleted", "trim: 3 rows deleted"]
     assert sorted(SkbDrop.objects.values_list("seq", flat=True)) == [3, 4]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_server_trimmer_thread_trims_periodically_until_stopped() -> None:
+    store_batch([drop(i, 1.0) for i in range(6)])  # far older than 1 day
+    stop = start_trimmer(0.05, Policy(days=1, rows=0, batch=4))
+    try:
+        for _ in range(200):  # bounded wait: the thread runs every 50 ms
+            if SkbDrop.objects.count() == 0:
+                break
+            time.sleep(0.05)
+        assert SkbDrop.objects.count() == 0
+    finally:
+        stop.set()

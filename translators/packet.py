@@ -231,7 +231,7 @@ def addr_str(value: int) -> str:
 class _View:
     """Bounds-safe gathers over one batch buffer."""
 
-    def __init__(self, buf: bytes) -> None:
+    def __init__(self, buf: bytes | bytearray) -> None:
         self.u8 = np.frombuffer(buf, np.uint8)
         self.last = max(len(self.u8) - 1, 0)
 
@@ -244,13 +244,14 @@ class _View:
         return (self.b(idx) << 8) | self.b(idx + 1)
 
     def block(self, start: IntArray, width: int) -> npt.NDArray[np.uint8]:
-        """Rows of `width` bytes from each start offset (one gather for a whole header)."""
-        if not len(self.u8):
-            return np.zeros((len(start), width), np.uint8)
-        return self.u8.take(start[:, None] + np.arange(width, dtype=np.int64), mode="clip")
+        """Rows of `width` (<= PAD) bytes from each start offset: one row gather from a sliding-window view.
 
-    def be32(self, idx: IntArray) -> IntArray:
-        return (self.be16(idx) << 16) | self.be16(idx + 2)
+        Batch buffers end with PAD zero bytes, so a header at the very end still reads whole;
+        a start past them (garbage lengths) is clamped, and the length checks reject it."""
+        if len(self.u8) < width:
+            return np.zeros((len(start), width), np.uint8)
+        windows = np.lib.stride_tricks.sliding_window_view(self.u8, width)
+        return windows[np.clip(start, 0, len(self.u8) - width)]
 
 
 def _u16(blk: npt.NDArray[np.uint8], o: int) -> IntArray:

@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from collector.sources.pcap import Batch
+from collector.sources.pcap import PAD, Batch
 
 SO_TIMESTAMPNS = 35
 PACKET_OUTGOING = 4
@@ -128,7 +128,7 @@ class LiveCapture:
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
         count = len(frames)
         batch = Batch(
-            buf=b"".join(frames),
+            buf=b"".join(frames) + bytes(PAD),
             data_off=starts,
             caplen=lengths,
             wirelen=lengths.copy(),

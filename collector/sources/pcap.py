@@ -38,6 +38,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 # A record claiming more than this is damage, not data (Wireshark's limit for most link types).
 MAX_RECORD = 262144 * 4
 CHUNK = 8 << 20
+PAD = 64  # zero bytes after the data of every batch buffer (translators/packet.py reads header blocks)
 TS_LIMIT = (1 << 62) - 1
 # Keep the first few damaged-record offsets for warnings; count the rest.
 MAX_REPORTED = 10
@@ -71,7 +72,7 @@ class Interface:
 class Batch:
     """Packets of one chunk: ``buf`` plus one array entry per packet."""
 
-    buf: bytes
+    buf: bytes | bytearray  # packet data, followed by at least PAD zero bytes
     data_off: IntArray
     caplen: IntArray
     wirelen: IntArray
@@ -212,16 +213,13 @@ class CaptureReader:
     def _pcap_batches(self) -> Iterator[Batch]:
         order = self._order
         hdr = struct.Struct(order + "I")
-        buf = self._pending
+        carry = self._pending
         eof = False
         limit = max(MAX_RECORD, self.interfaces[0].snaplen)
         while not eof:
-            more = self._read(self.chunk_size)
-            eof = len(more) == 0
-            buf = buf + more if buf else more
+            buf, n, eof = self._fill(carry)
             offs: list[int] = []
             off = 0
-            n = len(buf)
             unpack = hdr.unpack_from
             stop = False
             while off + 16 <= n:
@@ -242,11 +240,33 @@ class CaptureReader:
             if offs:
                 yield self._pcap_batch(buf, offs, order)
             self._pos += off
-            buf = buf[off:] if not stop else b""
+            carry = bytes(buf[off:n]) if not stop else b""
             if eof:
                 break
 
-    def _pcap_batch(self, buf: bytes, offs: list[int], order: str) -> Batch:
+    def _fill(self, carry: bytes) -> tuple[bytearray, int, bool]:
+        """A fresh batch buffer: carry, then up to chunk_size new bytes, then PAD zero bytes.
+
+        -> (buffer, bytes used, end of file). The zero tail lets the decoder read fixed-size
+        header blocks at the very end without bounds checks."""
+        size = len(carry) + self.chunk_size
+        buf = bytearray(size + PAD)
+        buf[: len(carry)] = carry
+        n = len(carry)
+        eof = False
+        with memoryview(buf) as view:
+            while n < size:
+                try:
+                    got = self._f.readinto(view[n:size])  # type: ignore[attr-defined]
+                except (OSError, EOFError, gzip.BadGzipFile) as exc:
+                    raise CaptureError(self.path, self._pos + n, f"read failed: {exc}") from None
+                if not got:
+                    eof = True
+                    break
+                n += got
+        return buf, n, eof
+
+    def _pcap_batch(self, buf: bytearray, offs: list[int], order: str) -> Batch:
         u8 = np.frombuffer(buf, np.uint8)
         rec = np.asarray(offs, dtype=np.int64)
         idx = rec[:, None] + np.arange(16, dtype=np.int64)
@@ -271,26 +291,23 @@ class CaptureReader:
     # --- pcapng ---------------------------------------------------------------------
 
     def _pcapng_batches(self) -> Iterator[Batch]:
-        buf = self._pending
+        carry = self._pending
         eof = False
         self._order = "<"
-        while not eof:
-            more = self._read(self.chunk_size)
-            eof = len(more) == 0
-            buf = buf + more if buf else more
+        while True:
+            buf, n, eof = self._fill(carry)
             cols: tuple[list[int], ...] = ([], [], [], [], [], [], [])
-            off, stop = self._walk_pcapng(buf, cols, eof)
+            off, stop = self._walk_pcapng(buf, n, cols, eof)
             if cols[0]:
                 yield self._pcapng_batch(buf, cols)
             self._pos += off
-            buf = b"" if stop else buf[off:]
-            if stop:
+            carry = b"" if stop else bytes(buf[off:n])
+            if stop or eof:
                 break
 
-    def _walk_pcapng(self, buf: bytes, cols: tuple[list[int], ...], eof: bool) -> tuple[int, bool]:
-        """Walk whole blocks in buf; returns (bytes consumed, stop reading)."""
+    def _walk_pcapng(self, buf: bytearray, n: int, cols: tuple[list[int], ...], eof: bool) -> tuple[int, bool]:
+        """Walk whole blocks in buf[:n]; returns (bytes consumed, stop reading)."""
         off = 0
-        n = len(buf)
         while off + 12 <= n:
             order = self._order
             btype, blen = struct.unpack_from(order + "II", buf, off)
@@ -386,7 +403,7 @@ class CaptureReader:
         file_off.append(self._pos + off)
         links.append(iface.linktype)
 
-    def _pcapng_batch(self, buf: bytes, cols: tuple[list[int], ...]) -> Batch:
+    def _pcapng_batch(self, buf: bytearray, cols: tuple[list[int], ...]) -> Batch:
         data_off, caplen, wirelen, ts, ifc, file_off, links = (np.asarray(c, dtype=np.int64) for c in cols)
         batch = Batch(
             buf=buf,

@@ -65,14 +65,6 @@ class Field:
     units: str | None = None  # value roles: content of the following {U:} field, if any
     numeric: bool = False  # efmt is one numeric conversion: JSON writes it bare
 
-    @property
-    def display_only(self) -> bool:
-        return "d" in self.mods
-
-    @property
-    def encoding_only(self) -> bool:
-        return "e" in self.mods
-
 
 @functools.lru_cache(maxsize=4096)
 def parse_format(fmt: str) -> tuple[Field, ...]:

@@ -710,8 +710,8 @@ _json_encoder = msgspec.json.Encoder()
 _msgpack_encoder = msgspec.msgpack.Encoder()
 _json_decoder = msgspec.json.Decoder(AnyRecord)
 _msgpack_decoder = msgspec.msgpack.Decoder(AnyRecord)
-_json_batch_decoder = msgspec.json.Decoder(list[AnyRecord])  # type: ignore[valid-type]
-_msgpack_batch_decoder = msgspec.msgpack.Decoder(list[AnyRecord])  # type: ignore[valid-type]
+_json_batch_decoder = msgspec.json.Decoder(list[AnyRecord])
+_msgpack_batch_decoder = msgspec.msgpack.Decoder(list[AnyRecord])
 
 
 def to_json(record: Record) -> bytes:

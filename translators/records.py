@@ -596,7 +596,7 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     Alert,
 )
 BY_KIND: dict[str, type[Record]] = {t.__struct_config__.tag: t for t in RECORD_TYPES}  # type: ignore[misc]
-AnyRecord = Union[RECORD_TYPES]  # type: ignore[valid-type]
+AnyRecord = Union[RECORD_TYPES]  # type: ignore[valid-type]  # noqa: UP007 (built from a tuple at runtime)
 
 
 # --- identity ----------------------------------------------------------------------------------
@@ -643,7 +643,7 @@ def _strip(tp: Any) -> tuple[Any, bool, msgspec.Meta | None]:
     if typing.get_origin(tp) in (Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         nullable = len(args) < len(typing.get_args(tp))
-        tp = args[0] if len(args) == 1 else Union[tuple(args)]
+        tp = args[0] if len(args) == 1 else Union[tuple(args)]  # noqa: UP007 (built from a list at runtime)
     return tp, nullable, meta
 
 

@@ -119,7 +119,7 @@
         Object.assign({ label: "data" }, dots("#0b5cad", 4)),
         Object.assign({ label: "retransmission" }, dots("#b3261e", 7)),
         Object.assign({ label: "SACK" }, dots("#1f7a3a", 5)),
-        { label: "ACK", stroke: "#888", width: 1, spanGaps: true }],
+        { label: "ACK", stroke: "#555", width: 1.5, spanGaps: true, paths: uPlot.paths.stepped({ align: 1 }) }],
       axes: [{}, { size: 80 }],
     };
     charts["chart-tseq"] = NT.chart(container, opts, [data.t, data.data, data.retrans, data.sack, data.ack]);

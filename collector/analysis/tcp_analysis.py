@@ -268,13 +268,14 @@ class TcpAnalyzer:
         fails the guard goes through :meth:`packet`, the full state machine."""
         full = self.packet
         active = self.active
+        m32, half, ack_only, wfull, max_unacked = M32, HALF, ACK, WFULL, MAX_UNACKED  # locals: the loop runs per packet
         # (src, sport, dst, dport) -> (conv, fwd, rev) for established conversations; cleared
         # whenever the full path runs, since it may create or replace a conversation
         sides: dict[tuple[int, int, int, int], tuple[Conv, Flow, Flow, bool, bool]] = {}
         for frame, ts, ver, src, sport, dst, dport, seq, ack, flags, win, seglen, ip_len, opts in zip(
             *cols, strict=True
         ):
-            if flags & 0x17 != ACK or opts is not None or win == 0:
+            if flags & 0x17 != ack_only or opts is not None or win == 0:
                 full(frame, ts, ver, src, sport, dst, dport, seq, ack, flags, win, seglen, ip_len, opts)
                 sides.clear()
                 continue
@@ -288,19 +289,19 @@ class TcpAnalyzer:
                     continue
                 hit = sides[key] = self._side(conv, src, sport)
             conv, fwd, rev, ok_data, ok_ack = hit
-            rseq = (seq - fwd.base_seq) & M32
-            rack = (ack - rev.base_seq) & M32
+            rseq = (seq - fwd.base_seq) & m32
+            rack = (ack - rev.base_seq) & m32
             maxrev = rev.maxseqtobeacked
-            if rseq != fwd.nextseq or not rseq or (maxrev and 0 < ((rack - maxrev) & M32) < HALF):
+            if rseq != fwd.nextseq or not rseq or (maxrev and 0 < ((rack - maxrev) & m32) < half):
                 full(frame, ts, ver, src, sport, dst, dport, seq, ack, flags, win, seglen, ip_len, opts)
                 sides.clear()
                 continue
             if seglen:
-                end = (rseq + seglen) & M32
+                end = (rseq + seglen) & m32
                 lastack_r = rev.lastack
                 if (
                     not ok_data or rack != fwd.lastack or (seglen == 1 and rev.window == 0)
-                    or (lastack_r and not 0 < ((end - lastack_r) & M32) < HALF)
+                    or (lastack_r and not 0 < ((end - lastack_r) & m32) < half)
                 ):  # fmt: skip
                     full(frame, ts, ver, src, sport, dst, dport, seq, ack, flags, win, seglen, ip_len, opts)
                     sides.clear()
@@ -310,13 +311,13 @@ class TcpAnalyzer:
                 ws = rev.win_scale
                 if ws != -1:
                     shift = 0 if rev.is_first_ack or ws == -2 else ws
-                    if end == (lastack_r + ((rev.window << shift) & M32)) & M32:
-                        aflags = WFULL
+                    if end == (lastack_r + ((rev.window << shift) & m32)) & m32:
+                        aflags = wfull
                 segs = fwd.segs
-                if len(segs) < MAX_UNACKED:
+                if len(segs) < max_unacked:
                     if segs and fwd.ordered:
                         last = segs[-1]
-                        if 0 < ((last[0] - rseq) & M32) < HALF or 0 < ((last[1] - end) & M32) < HALF:
+                        if 0 < ((last[0] - rseq) & m32) < half or 0 < ((last[1] - end) & m32) < half:
                             fwd.ordered = False
                     segs.append([rseq, end, frame, ts, 0])
                 fwd.lastacklen = seglen
@@ -346,12 +347,12 @@ class TcpAnalyzer:
             fwd.lastacktime = ts
             fwd.lastsegmentflags = aflags
             rsegs = rev.segs
-            if rsegs and (not rev.ordered or 0 < ((rack - rsegs[0][0]) & M32) < HALF):
+            if rsegs and (not rev.ordered or 0 < ((rack - rsegs[0][0]) & m32) < half):
                 first = rsegs[0]
                 if (
                     rev.ordered
                     and first[1] == rack
-                    and (len(rsegs) == 1 or not 0 < ((rack - rsegs[1][0]) & M32) < HALF)
+                    and (len(rsegs) == 1 or not 0 < ((rack - rsegs[1][0]) & m32) < half)
                 ):
                     del rsegs[0]  # the common case: this ACK covers exactly the oldest segment
                     rtt = ts - first[3]

@@ -42,8 +42,6 @@ HOST = "browser-host"
 ADMIN = ("admin", "browser-test-admin-pw")
 VIEWER = ("viewer", "browser-test-viewer-pw")
 UPLOT = ROOT / "webapp/dashboard/static/dashboard/vendor/uplot/uPlot.iife.min.js"
-
-pytestmark = pytest.mark.browser
 # Counts the pixels of the plot canvas (inside the element with this id) close to one
 # colour: a series' stroke, so grid lines and axes (drawn on the same canvas) do not count.
 PAINTED = """([id, hex]) => {
@@ -141,7 +139,7 @@ def server() -> Iterator[Server]:
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(150):  # up to 15 s for daphne to listen
+        for _ in range(300):  # up to 30 s for daphne to listen (a loaded machine)
             if proc.poll() is not None:
                 raise RuntimeError(f"webapp exited: {(data_dir / 'server.log').read_text()[-2000:]}")
             try:
@@ -150,7 +148,7 @@ def server() -> Iterator[Server]:
             except requests.ConnectionError:
                 time.sleep(0.1)
         else:
-            raise RuntimeError("webapp did not start listening within 15 s")
+            raise RuntimeError("webapp did not start listening within 30 s")
         yield Server(url, token, data_dir)
     finally:
         proc.terminate()

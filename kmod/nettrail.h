@@ -30,6 +30,7 @@ enum nt_event_type {
 	NT_EV_SIFTR = 6,      /* siftr: tcp_probe (in) / net_dev_queue (out), ppl-sampled */
 	NT_EV_DEBUG = 7,      /* tcpdebug: input/output/user/drop snapshots */
 	NT_EV_FLOW = 8,       /* siftr: exact per-flow counters at tcp_destroy_sock */
+	NT_EV_SKB_DROP = 9,   /* skb: kfree_skb with a drop reason */
 };
 
 enum nt_ctx { NT_CTX_UNKNOWN = 0, NT_CTX_TASK = 1, NT_CTX_SOFTIRQ = 2 };
@@ -39,6 +40,7 @@ enum nt_attribution { NT_ATTR_NONE = 0, NT_ATTR_CURRENT = 1, NT_ATTR_OWNER = 2 }
 #define NT_PROV_TCP 0x1
 #define NT_PROV_SIFTR 0x2
 #define NT_PROV_TCPDEBUG 0x4
+#define NT_PROV_SKB 0x8
 
 /* Filters and settings fixed at load time: the only member of .rodata (`cfg`). */
 struct nt_config {
@@ -49,9 +51,10 @@ struct nt_config {
 	__u32 ppl;              /* SIFTR: one sample per ppl packets per flow (>= 1) */
 	__u32 providers;        /* NT_PROV_* bits */
 	__u32 exclude_tgid;     /* 0 = none; the collector itself, so it does not trace its own shipping */
+	__u32 drop_rate;        /* skb: drop events per second per CPU, 0 = all (the counts stay exact) */
 	__u16 port;             /* 0 = any; local or remote port */
 	__u8 addr_family;       /* 0 = any, 2 = AF_INET, 10 = AF_INET6 */
-	__u8 _pad;
+	__u8 _pad[5];
 	__u8 addr[NT_ADDR_LEN]; /* local or remote address (IPv4 in the first 4 bytes) */
 };
 
@@ -244,6 +247,40 @@ struct nt_debug_body {
 	__u8 _pad_tail;
 };
 
+/* ---- skb provider -------------------------------------------------------- */
+
+/* Map `drops` key: exact drop counts, whatever the event rate limit lets through. */
+struct nt_drop_key {
+	__u64 location; /* kernel address of the caller that dropped it */
+	__u32 reason;   /* enum skb_drop_reason */
+	__u16 protocol; /* ethertype, host order */
+	__u16 _pad;
+};
+
+/* Map `drop_budget` value (per CPU): the drop-event rate limiter. */
+struct nt_drop_budget {
+	__u64 window_ns;
+	__u64 used;
+};
+
+/* The header's 4-tuple is the packet's, source first. */
+struct nt_skb_drop_body {
+	__u64 location;
+	__u32 reason;
+	__u32 len;
+	__u32 data_len;
+	__u32 truesize;
+	__u32 mark;
+	__u32 if_index;
+	__u16 protocol; /* ethertype, host order */
+	__u16 data_off; /* skb->data - skb->head */
+	__u8 l4_proto;  /* IP protocol / IPv6 next header, 0 unknown */
+	__u8 pkt_type;
+	__u8 cloned;
+	__u8 nr_frags;
+	char if_name[NT_COMM_LEN];
+};
+
 /* ---- the ring-buffer record --------------------------------------------- */
 
 struct nt_event {
@@ -257,6 +294,7 @@ struct nt_event {
 		struct nt_siftr_body siftr;
 		struct nt_flow flow;
 		struct nt_debug_body debug;
+		struct nt_skb_drop_body skb_drop;
 	};
 };
 

@@ -98,6 +98,29 @@ struct {
 	__type(value, struct nt_flow);
 } flows SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct nt_drop_key);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nt_drop_budget);
+} drop_budget SEC(".maps");
+
+/* UDP senders by (netns, local port): a datagram dropped at the receiver has no
+ * socket, but its source port names the sending socket on this host. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct nt_listen_key);
+	__type(value, struct nt_owner);
+} port_owners SEC(".maps");
+
 /* ---- context, identity, attribution ------------------------------------ */
 
 /* Task or softirq context? preempt_count is a per-CPU variable that is not in
@@ -467,6 +490,7 @@ static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, co
 /* ---- tcpdebug ----------------------------------------------------------- */
 
 static __always_inline void flow_from_segment(struct nt_header *h, const struct sk_buff *skb);
+static __always_inline __u8 flow_from_packet(struct nt_header *h, const struct sk_buff *skb, bool reverse);
 
 /* rx_skb: the segment to take the 4-tuple from when there is no socket (drop). */
 static __always_inline void debug_point(const struct sock *sk, __u64 cookie, const struct seg *g, __u8 dir,
@@ -637,41 +661,56 @@ int BPF_PROG(tcp_retransmit_synack, const struct sock *sk, const struct request_
 	return 0;
 }
 
-/* The 4-tuple of a socketless RST comes from the provoking segment, reversed
- * so that the local side (the segment's destination) comes first. */
-static __always_inline void flow_from_segment(struct nt_header *h, const struct sk_buff *skb)
+/* The 4-tuple of a packet from its headers; returns the IP protocol (0 unknown).
+ * reverse: local side first for a received segment (its destination is local). */
+static __always_inline __u8 flow_from_packet(struct nt_header *h, const struct sk_buff *skb, bool reverse)
 {
 	unsigned char *head = BPF_CORE_READ(skb, head);
 	__u16 nh = BPF_CORE_READ(skb, network_header);
 	__u16 th = BPF_CORE_READ(skb, transport_header);
 	__u16 ports[2];
-	__u8 ver;
+	__u8 ver, proto = 0;
 
 	h->netns = BPF_CORE_READ(skb, dev, nd_net.net, ns.inum);
-	if (bpf_probe_read_kernel(&ver, 1, head + nh))
-		return;
+	if (nh == 0xffff || bpf_probe_read_kernel(&ver, 1, head + nh))
+		return 0;
 	ver >>= 4;
 	if (ver == 4) {
 		struct iphdr ip;
 
 		if (bpf_probe_read_kernel(&ip, sizeof(ip), head + nh))
-			return;
+			return 0;
 		h->family = AF_INET;
-		__builtin_memcpy(h->saddr, &ip.daddr, 4);
-		__builtin_memcpy(h->daddr, &ip.saddr, 4);
+		__builtin_memcpy(reverse ? h->daddr : h->saddr, &ip.saddr, 4);
+		__builtin_memcpy(reverse ? h->saddr : h->daddr, &ip.daddr, 4);
+		proto = ip.protocol;
+		if (th == 0xffff || th <= nh)
+			th = nh + ip.ihl * 4; /* not set yet on this path */
 	} else if (ver == 6) {
 		struct ipv6hdr ip6;
 
 		if (bpf_probe_read_kernel(&ip6, sizeof(ip6), head + nh))
-			return;
+			return 0;
 		h->family = AF_INET6;
-		__builtin_memcpy(h->saddr, &ip6.daddr, 16);
-		__builtin_memcpy(h->daddr, &ip6.saddr, 16);
+		__builtin_memcpy(reverse ? h->daddr : h->saddr, &ip6.saddr, 16);
+		__builtin_memcpy(reverse ? h->saddr : h->daddr, &ip6.daddr, 16);
+		proto = ip6.nexthdr; /* extension headers are not walked */
+		if (th == 0xffff || th <= nh)
+			th = nh + sizeof(ip6);
+	} else {
+		return 0;
 	}
-	if (th != 0xffff && !bpf_probe_read_kernel(ports, sizeof(ports), head + th)) {
-		h->sport = bpf_ntohs(ports[1]);
-		h->dport = bpf_ntohs(ports[0]);
+	if ((proto == IPPROTO_TCP || proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE) &&
+	    !bpf_probe_read_kernel(ports, sizeof(ports), head + th)) {
+		h->sport = bpf_ntohs(ports[reverse ? 1 : 0]);
+		h->dport = bpf_ntohs(ports[reverse ? 0 : 1]);
 	}
+	return proto;
+}
+
+static __always_inline void flow_from_segment(struct nt_header *h, const struct sk_buff *skb)
+{
+	flow_from_packet(h, skb, true);
 }
 
 SEC("tp_btf/tcp_send_reset")
@@ -791,6 +830,24 @@ int BPF_PROG(tcp_destroy_sock, struct sock *sk)
 	return 0;
 }
 
+static __always_inline void port_owner_note(const struct sock *sk)
+{
+	struct nt_listen_key k = {};
+	struct nt_owner cur = {};
+	struct nt_owner *old;
+
+	k.port = BPF_CORE_READ(sk, __sk_common.skc_num);
+	k.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+	if (!k.port)
+		return;
+	owner_from_current(&cur);
+	old = bpf_map_lookup_elem(&port_owners, &k);
+	if (old && old->pid == cur.pid && old->tgid == cur.tgid)
+		return;
+	cur.first_ns = bpf_ktime_get_ns();
+	bpf_map_update_elem(&port_owners, &k, &cur, BPF_ANY);
+}
+
 /* ---- siftr and tcpdebug packet points ------------------------------------ */
 
 SEC("tp_btf/tcp_probe")
@@ -828,7 +885,14 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 	if (proto != ETH_P_IP && proto != ETH_P_IPV6)
 		return 0;
 	sk = BPF_CORE_READ(skb, sk);
-	if (!full_tcp(sk))
+	if ((cfg.providers & NT_PROV_SKB) && sk && in_task(ctx)) {
+		__u16 sk_proto = BPF_CORE_READ(sk, sk_protocol);
+
+		/* the sender, before loopback can drop its datagram inside this very call */
+		if (sk_proto == IPPROTO_UDP || sk_proto == IPPROTO_UDPLITE)
+			port_owner_note(sk);
+	}
+	if (!(cfg.providers & (NT_PROV_SIFTR | NT_PROV_TCPDEBUG)) || !full_tcp(sk))
 		return 0; /* request, timewait and control sockets are not full sockets */
 	cookie = cookie_read(sk);
 	if (!cookie)
@@ -847,8 +911,11 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 static __always_inline void user_call(const struct sock *sk, int flags, __u8 req, __u8 oob_req, bool task)
 {
 	struct nt_owner cur = {};
+	__u16 proto = BPF_CORE_READ(sk, sk_protocol);
 
-	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+	if ((cfg.providers & NT_PROV_SKB) && task && (proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE))
+		port_owner_note(sk);
+	if (proto != IPPROTO_TCP)
 		return;
 	if (cfg.providers & NT_PROV_TCPDEBUG) {
 		debug_point(sk, cookie_of(sk), NULL, NT_TA_USER, (flags & MSG_OOB) ? oob_req : req, 0, 0, NULL, task);
@@ -872,26 +939,114 @@ int BPF_PROG(sock_recv_length, struct sock *sk, int ret, int flags)
 	return 0;
 }
 
-SEC("tp_btf/kfree_skb")
-int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reason reason, struct sock *rx_sk)
-{
-	struct sock *sk = rx_sk;
-	struct seg g = {};
-	__u32 r = reason;
-	bool task = in_task(ctx);
+/* ---- skb provider: drops ------------------------------------------------ */
 
+/* true while this CPU's drop events this second stay under cfg.drop_rate */
+static __always_inline bool drop_event_allowed(__u64 now)
+{
+	__u32 zero = 0;
+	struct nt_drop_budget *b;
+
+	if (!cfg.drop_rate)
+		return true;
+	b = bpf_map_lookup_elem(&drop_budget, &zero);
+	if (!b)
+		return false;
+	if (now - b->window_ns >= 1000000000ULL) {
+		b->window_ns = now;
+		b->used = 0;
+	}
+	return b->used++ < cfg.drop_rate;
+}
+
+static __always_inline void skb_drop(const struct sk_buff *skb, void *location, __u32 reason, const struct sock *sk,
+				     bool task)
+{
+	struct nt_drop_key key = {};
+	struct nt_header h = {};
+	struct nt_owner *o;
+	struct nt_event *e;
+	__u64 *count, one = 1;
+	unsigned char *head;
+	__u32 end;
+	__u8 l4;
+
+	l4 = flow_from_packet(&h, skb, false);
+	h.cookie = cookie_read(sk);
+	attribute(&h, NT_EV_SKB_DROP, task);
+	if (!task && h.attribution == NT_ATTR_NONE && (l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE)) {
+		/* a socketless datagram: the sender on this host, by its source port */
+		struct nt_listen_key k = { .netns = h.netns, .port = h.sport };
+
+		o = bpf_map_lookup_elem(&port_owners, &k);
+		if (o)
+			copy_owner(&h, o, NT_ATTR_OWNER);
+	}
+	if (!pass(&h))
+		return;
+	key.location = (__u64)location;
+	key.reason = reason;
+	key.protocol = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	count = bpf_map_lookup_elem(&drops, &key);
+	if (count)
+		__sync_fetch_and_add(count, 1);
+	else if (bpf_map_update_elem(&drops, &key, &one, BPF_NOEXIST))
+		if ((count = bpf_map_lookup_elem(&drops, &key)))
+			__sync_fetch_and_add(count, 1); /* another CPU created it first */
+	if (!drop_event_allowed(h.ts_ns) || !(e = reserve(NT_EV_SKB_DROP)))
+		return;
+	__builtin_memcpy(&e->hdr, &h, sizeof(h));
+	e->skb_drop.location = key.location;
+	e->skb_drop.reason = reason;
+	e->skb_drop.len = BPF_CORE_READ(skb, len);
+	e->skb_drop.data_len = BPF_CORE_READ(skb, data_len);
+	e->skb_drop.truesize = BPF_CORE_READ(skb, truesize);
+	e->skb_drop.mark = BPF_CORE_READ(skb, mark);
+	e->skb_drop.if_index = BPF_CORE_READ(skb, dev, ifindex);
+	e->skb_drop.protocol = key.protocol;
+	e->skb_drop.data_off = BPF_CORE_READ(skb, data) - BPF_CORE_READ(skb, head);
+	e->skb_drop.l4_proto = l4;
+	e->skb_drop.pkt_type = BPF_CORE_READ_BITFIELD_PROBED(skb, pkt_type);
+	e->skb_drop.cloned = BPF_CORE_READ_BITFIELD_PROBED(skb, cloned);
+	head = BPF_CORE_READ(skb, head);
+	end = BPF_CORE_READ(skb, end);
+	e->skb_drop.nr_frags = BPF_CORE_READ((struct skb_shared_info *)(head + end), nr_frags);
+	BPF_CORE_READ_STR_INTO(&e->skb_drop.if_name, skb, dev, name);
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* tcpdebug's debug-drop: drops with a TCP_* reason, with the socket's control block */
+static __always_inline void debug_drop(const struct sk_buff *skb, __u32 r, struct sock *sk, bool task)
+{
+	struct seg g = {};
 	__u64 word;
 
 	if (r >= 128)
-		return 0;
+		return;
 	word = r < 64 ? cfg.drop_reasons[0] : cfg.drop_reasons[1]; /* constant offsets only */
 	if (!(word & (1ULL << (r & 63))))
-		return 0;
+		return;
 	if (!sk)
 		sk = BPF_CORE_READ(skb, sk);
 	if (sk && !full_tcp(sk))
 		sk = NULL; /* e.g. a timewait socket: describe the segment instead */
 	seg_at_transport(&g, skb);
 	debug_point(sk, cookie_read(sk), &g, NT_TA_DROP, PRU_NONE, 0, r, skb, task);
+}
+
+#define SKB_CONSUMED 1
+
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reason reason, struct sock *rx_sk)
+{
+	bool task = in_task(ctx);
+	__u32 r = reason;
+
+	if (r <= SKB_CONSUMED)
+		return 0;
+	if (cfg.providers & NT_PROV_SKB)
+		skb_drop(skb, location, r, rx_sk ? rx_sk : BPF_CORE_READ(skb, sk), task);
+	if (cfg.providers & NT_PROV_TCPDEBUG)
+		debug_drop(skb, r, rx_sk, task);
 	return 0;
 }

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from collector.bpf import loader
+from collector.bpf.kallsyms import kernel_symbols
 from collector.bpf.loader import Filters, KernelSession, Options
 from collector.bpf.source import KernelSource, wall_offset
 from translators import kernel as kernel_translators
@@ -64,14 +65,23 @@ class Capture:
 
 @contextmanager
 def tracing(
-    providers: tuple[str, ...] = ("tcp",), ppl: int = 1, ringbuf: int = 1 << 22, **filters: object
+    providers: tuple[str, ...] = ("tcp",),
+    ppl: int = 1,
+    ringbuf: int = 1 << 22,
+    drop_rate: int = 0,
+    counts_every: float = 3600.0,
+    **filters: object,
 ) -> Iterator[Capture]:
-    opts = Options(providers=providers, ppl=ppl, filters=Filters(**filters), ringbuf_bytes=ringbuf)  # type: ignore[arg-type]
-    env = KernelEnv(host_id="test-host", boot_id="test-boot", wall_offset=wall_offset())
+    """A loaded session; counts_every: seconds between FlowCounters/DropCount map reads."""
+    filt = Filters(**filters)  # type: ignore[arg-type]
+    opts = Options(providers=providers, ppl=ppl, filters=filt, ringbuf_bytes=ringbuf, drop_rate=drop_rate)
+    env = KernelEnv(
+        host_id="test-host", boot_id="test-boot", wall_offset=wall_offset(), symbolize=kernel_symbols().symbolize
+    )
     with KernelSession(opts) as session:
         env.drop_reasons = session.drop_reasons
         env.rst_reasons = session.rst_reasons
-        yield Capture(session, KernelSource(session, env, flow_interval=3600))
+        yield Capture(session, KernelSource(session, env, flow_interval=counts_every))
 
 
 def bound_listener(host: str = "127.0.0.1") -> socket.socket:

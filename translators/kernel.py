@@ -49,6 +49,7 @@ class KernelEnv:
     drop_reasons: Mapping[int, str] = field(default_factory=dict)
     rst_reasons: Mapping[int, str] = field(default_factory=dict)
     wire: bool = False  # build wire dicts (the collector's fast path) instead of Structs
+    symbolize: Callable[[int], str | None] = field(default=lambda address: None, repr=False)  # kernel address -> name
     _uuids: dict[int, str] = field(default_factory=dict, repr=False)
     _addrs: dict[tuple[int, bytes], str | None] = field(default_factory=dict, repr=False)
 

@@ -6,7 +6,7 @@ collector/bpf/layout.py EVENT_NAMES; keep the three in sync.
 
 from __future__ import annotations
 
-from translators import siftr, tcp, tcpdebug
+from translators import siftr, skb, tcp, tcpdebug
 from translators.kernel import Translator
 
 KERNEL_TRANSLATORS: dict[str, Translator] = {
@@ -18,4 +18,5 @@ KERNEL_TRANSLATORS: dict[str, Translator] = {
     "siftr_sample": siftr.translate_sample,
     "flow_counters": siftr.translate_flow,
     "tcpdebug_snapshot": tcpdebug.translate_debug,
+    "skb_drop": skb.translate_drop,
 }

@@ -24,6 +24,7 @@ EV_DESTROY = 5
 EV_SIFTR = 6
 EV_DEBUG = 7
 EV_FLOW = 8
+EV_SKB_DROP = 9
 EVENT_NAMES: dict[int, str] = {
     EV_STATE: "tcp_state",
     EV_RETRANSMIT: "tcp_retransmit",
@@ -33,6 +34,7 @@ EVENT_NAMES: dict[int, str] = {
     EV_SIFTR: "siftr_sample",
     EV_DEBUG: "tcpdebug_snapshot",
     EV_FLOW: "flow_counters",
+    EV_SKB_DROP: "skb_drop",
 }
 
 # enum nt_ctx / nt_attribution
@@ -40,7 +42,7 @@ CTX_NAMES = {0: "unknown", 1: "task", 2: "softirq"}
 ATTR_NONE, ATTR_CURRENT, ATTR_OWNER = 0, 1, 2
 
 # provider bits (nt_config.providers)
-PROV_TCP, PROV_SIFTR, PROV_TCPDEBUG = 0x1, 0x2, 0x4
+PROV_TCP, PROV_SIFTR, PROV_TCPDEBUG, PROV_SKB = 0x1, 0x2, 0x4, 0x8
 
 # nt_tcp_snapshot.flags
 SNAP_SACK, SNAP_WSCALE, SNAP_TSTAMP, SNAP_NODELAY, SNAP_FASTOPEN, SNAP_ECN, SNAP_VALID = (
@@ -57,9 +59,10 @@ CONFIG: Fields = [
     ("ppl", "<u4"),
     ("providers", "<u4"),
     ("exclude_tgid", "<u4"),
+    ("drop_rate", "<u4"),
     ("port", "<u2"),
     ("addr_family", "u1"),
-    ("_pad", "u1"),
+    ("_pad", "V5"),
     ("addr", f"V{ADDR_LEN}"),
 ]
 COUNTERS: Fields = [("generated", f"({EV_MAX},)<u8"), ("lost", f"({EV_MAX},)<u8")]
@@ -198,6 +201,25 @@ DEBUG_BODY: Fields = [
     ("_pad_tail", "u1"),
 ]
 
+DROP_KEY: Fields = [("location", "<u8"), ("reason", "<u4"), ("protocol", "<u2"), ("_pad", "<u2")]
+DROP_BUDGET: Fields = [("window_ns", "<u8"), ("used", "<u8")]
+SKB_DROP_BODY: Fields = [
+    ("location", "<u8"),
+    ("reason", "<u4"),
+    ("len", "<u4"),
+    ("data_len", "<u4"),
+    ("truesize", "<u4"),
+    ("mark", "<u4"),
+    ("if_index", "<u4"),
+    ("protocol", "<u2"),
+    ("data_off", "<u2"),
+    ("l4_proto", "u1"),
+    ("pkt_type", "u1"),
+    ("cloned", "u1"),
+    ("nr_frags", "u1"),
+    ("if_name", f"S{COMM_LEN}"),
+]
+
 # C struct name -> fields, for the layout test (nested snapshot checked through its parents).
 STRUCTS: dict[str, Fields] = {
     "nt_config": CONFIG,
@@ -214,6 +236,9 @@ STRUCTS: dict[str, Fields] = {
     "nt_siftr_body": SIFTR_BODY,
     "nt_flow": FLOW,
     "nt_debug_body": DEBUG_BODY,
+    "nt_drop_key": DROP_KEY,
+    "nt_drop_budget": DROP_BUDGET,
+    "nt_skb_drop_body": SKB_DROP_BODY,
 }
 BODIES: dict[int, Fields] = {
     EV_STATE: STATE_BODY,
@@ -224,6 +249,7 @@ BODIES: dict[int, Fields] = {
     EV_SIFTR: SIFTR_BODY,
     EV_FLOW: FLOW,
     EV_DEBUG: DEBUG_BODY,
+    EV_SKB_DROP: SKB_DROP_BODY,
 }
 
 

@@ -16,14 +16,20 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import numpy as np
 
 from collector.bpf import btf, build, layout, libbpf
 from collector.bpf.ringbuf import RingReader
 
-PROVIDERS = ("tcp", "siftr", "tcpdebug")
-PROVIDER_BITS = {"tcp": layout.PROV_TCP, "siftr": layout.PROV_SIFTR, "tcpdebug": layout.PROV_TCPDEBUG}
+PROVIDERS = ("tcp", "siftr", "tcpdebug", "skb")
+PROVIDER_BITS = {
+    "tcp": layout.PROV_TCP,
+    "siftr": layout.PROV_SIFTR,
+    "tcpdebug": layout.PROV_TCPDEBUG,
+    "skb": layout.PROV_SKB,
+}
 ALWAYS: frozenset[str] = frozenset(PROVIDERS)
 # program (= tracepoint) -> providers that need it. The attribution programs are
 # needed by every provider: they fill the socket-owner map (providers.md 9.3).
@@ -38,8 +44,8 @@ PROGRAMS: dict[str, frozenset[str]] = {
     "tcp_receive_reset": frozenset({"tcp"}),
     "tcp_cong_state_set": frozenset({"tcp"}),
     "tcp_probe": frozenset({"siftr", "tcpdebug"}),
-    "net_dev_queue": frozenset({"siftr", "tcpdebug"}),
-    "kfree_skb": frozenset({"tcpdebug"}),
+    "net_dev_queue": frozenset({"siftr", "tcpdebug", "skb"}),  # skb: UDP senders, for drop attribution
+    "kfree_skb": frozenset({"tcpdebug", "skb"}),
 }
 DEFAULT_RINGBUF_BYTES = 16 * 1024 * 1024
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
@@ -85,6 +91,7 @@ class Options:
     ringbuf_bytes: int = DEFAULT_RINGBUF_BYTES
     object_path: Path | None = None
     exclude_pid: int = 0  # the collector's own process, whose shipping would trace itself
+    drop_rate: int = 0  # skb: drop events per second per CPU (0 = all); drop counts stay exact
 
 
 def missing_privileges() -> str | None:
@@ -111,6 +118,7 @@ def config_bytes(opts: Options, drop_reasons: dict[int, str]) -> bytes:
     cfg["netns"] = f.netns
     cfg["port"] = f.port
     cfg["exclude_tgid"] = opts.exclude_pid
+    cfg["drop_rate"] = opts.drop_rate
     cfg["ppl"] = max(1, opts.ppl)
     cfg["providers"] = sum(PROVIDER_BITS[p] for p in opts.providers)
     mask = [0, 0]
@@ -238,21 +246,28 @@ class KernelSession:
 
     def flows(self) -> dict[int, np.void]:
         """The exact per-flow counters: cookie -> struct nt_flow."""
-        fd = self._map_fd("flows")
-        dtype = layout.dtype_of(layout.FLOW)
-        out: dict[int, np.void] = {}
-        key = ctypes.c_uint64(0)
-        nxt = ctypes.c_uint64(0)
-        first = True
-        for _ in range(1 << 20):  # bounded: the map holds at most 65536 entries
-            prev = None if first else ctypes.byref(key)
-            if self.lib.bpf_map_get_next_key(fd, prev, ctypes.byref(nxt)) < 0:
+        entries = self._entries("flows", np.dtype("<u8"), layout.dtype_of(layout.FLOW))
+        return {int(k): v for k, v in entries}
+
+    def drops(self) -> list[tuple[np.void, int]]:
+        """The exact drop counts: (struct nt_drop_key, count)."""
+        return [(k, int(v)) for k, v in self._entries("drops", layout.dtype_of(layout.DROP_KEY), np.dtype("<u8"))]
+
+    def _entries(self, name: str, key_type: np.dtype, value_type: np.dtype) -> list[tuple[Any, Any]]:  # type: ignore[type-arg]
+        """Every (key, value) of a hash map, read with bpf_map_get_next_key / lookup."""
+        fd = self._map_fd(name)
+        out = []
+        key = np.zeros((), dtype=key_type)
+        nxt = np.zeros((), dtype=key_type)
+        prev = None
+        for _ in range(1 << 20):  # bounded: the maps hold at most 65536 entries
+            if self.lib.bpf_map_get_next_key(fd, prev, nxt.ctypes.data) < 0:
                 break
-            first = False
-            key.value = nxt.value
-            value = np.zeros((), dtype=dtype)
-            if self.lib.bpf_map_lookup_elem(fd, ctypes.byref(key), value.ctypes.data) == 0:
-                out[key.value] = value[()]
+            key[()] = nxt[()]
+            prev = key.ctypes.data
+            value = np.zeros((), dtype=value_type)
+            if self.lib.bpf_map_lookup_elem(fd, key.ctypes.data, value.ctypes.data) == 0:
+                out.append((key[()].copy() if key_type.names else key[()], value[()]))
         return out
 
     # -- helpers ---------------------------------------------------------------------------

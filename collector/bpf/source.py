@@ -25,6 +25,7 @@ from translators.kernel import KernelEnv, KernelRecord, Raw, set_seq
 from translators.records import LossReport
 from translators.registry import KERNEL_TRANSLATORS
 from translators.siftr import translate_flow
+from translators.skb import translate_drop_count
 
 HEADER_NAMES = tuple(n for n in layout.HEADER_DTYPE.names or () if not n.startswith("_"))
 FLOW_NAMES = tuple(n for n, _ in layout.FLOW)
@@ -67,6 +68,7 @@ class KernelSource:
         self.lost_seen = np.zeros(layout.EV_MAX, dtype=np.int64)
         self.flow_meta: dict[int, dict[str, Any]] = {}  # cookie -> header of a sample, for map reads
         self.flow_seen: dict[int, int] = {}  # cookie -> packets at the last FlowCounters
+        self.drop_seen: dict[tuple[int, int, int], int] = {}  # (location, reason, protocol) -> last count
         self.tuples: dict[int, dict[str, Any]] = {}  # cookie -> 4-tuple while the socket had a port
         self.next_flow = time.monotonic() + flow_interval
         self.next_wall = time.monotonic() + WALL_RESAMPLE_S
@@ -91,6 +93,7 @@ class KernelSource:
             self.next_wall = now + WALL_RESAMPLE_S
         if final or now >= self.next_flow:
             out.extend(self.flow_counters())
+            out.extend(self.drop_counts())
             self.next_flow = now + self.flow_interval
         out.extend(self.loss_reports())
         return self.number(out)
@@ -174,6 +177,20 @@ class KernelSource:
             self.flow_seen[cookie] = packets
             raw = {**meta, **{k: int(flow[k]) for k in FLOW_NAMES}, "ts_ns": now, "periodic": True}
             out.extend(translate_flow(raw, self.env))
+        return out
+
+    def drop_counts(self) -> list[KernelRecord]:
+        """DropCount for every (reason, location, protocol) whose exact count moved."""
+        if "skb" not in self.session.opts.providers:
+            return []
+        out: list[KernelRecord] = []
+        now = time.monotonic_ns()
+        for key, count in self.session.drops():
+            ident = (int(key["location"]), int(key["reason"]), int(key["protocol"]))
+            before = self.drop_seen.get(ident, 0)
+            if count != before:
+                self.drop_seen[ident] = count
+                out.append(translate_drop_count(self.env, *ident, count=count, delta=count - before, ts_ns=now))
         return out
 
     def loss_reports(self) -> list[KernelRecord]:

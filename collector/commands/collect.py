@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from collector import identity
 from collector.bpf import loader
 from collector.bpf.build import BuildError
+from collector.bpf.kallsyms import kernel_symbols
 from collector.bpf.loader import BpfError, KernelSession, Options
 from collector.bpf.source import KernelSource, wall_offset
 from translators.kernel import KernelEnv, KernelRecord
@@ -61,7 +62,15 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--ringbuf-size", type=int, default=loader.DEFAULT_RINGBUF_BYTES, help="ring buffer bytes (power of 2)"
     )
-    p.add_argument("--flow-interval", type=float, default=1.0, help="siftr: seconds between FlowCounters reports")
+    p.add_argument(
+        "--flow-interval", type=float, default=1.0, help="siftr/skb: seconds between FlowCounters and DropCount reports"
+    )
+    p.add_argument(
+        "--drop-rate",
+        type=int,
+        default=0,
+        help="skb: drop events per second per CPU (default 0 = all; counts stay exact)",
+    )
     p.set_defaults(func=run)
 
 
@@ -91,6 +100,7 @@ def parse_options(args: argparse.Namespace) -> Options:
         filters=loader.parse_filters(args.filter),
         ringbuf_bytes=size,
         exclude_pid=os.getpid(),
+        drop_rate=max(0, args.drop_rate),
     )
 
 
@@ -202,6 +212,7 @@ def collect(
         drop_reasons=session.drop_reasons,
         rst_reasons=session.rst_reasons,
         wire=True,  # sinks encode wire dicts directly; the stdout sink builds Structs for xo
+        symbolize=kernel_symbols().symbolize,
     )
     source = KernelSource(session, env, flow_interval)
     deadline = None if duration is None else time.monotonic() + duration

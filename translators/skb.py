@@ -1,0 +1,80 @@
+"""skb provider: raw kernel events -> SkbDrop (FreeBSD m-free for a dropped buffer) and DropCount.
+
+Drop reasons are named from the running kernel's BTF (`enum skb_drop_reason`), the
+location symbolised through /proc/kallsyms (KernelEnv.symbolize). Keep in sync with:
+kmod/nettrail.h (nt_skb_drop_body, nt_drop_key) and docs/collector.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from translators.kernel import KernelEnv, KernelRecord, Raw, envelope, make, without_flow
+from translators.records import DropCount, SkbDrop
+
+L4_NAMES = {1: "icmp", 6: "tcp", 17: "udp", 58: "icmpv6", 132: "sctp", 136: "udplite"}
+ETH_P_IP, ETH_P_IPV6 = 0x0800, 0x86DD
+
+
+def drop_reason_name(env: KernelEnv, reason: int) -> str:
+    return env.drop_reasons.get(reason, str(reason))
+
+
+def translate_drop(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
+    """One dropped buffer; the 4-tuple is the packet's, source first."""
+    l4 = raw["l4_proto"]
+    kwargs: dict[str, Any] = envelope(raw, env, "skb", "m-free", "tp_btf/kfree_skb")
+    return [
+        make(
+            SkbDrop,
+            dict(
+                **kwargs,
+                len=raw["len"],
+                linear_len=raw["len"] - raw["data_len"],
+                data_off=raw["data_off"],
+                truesize=raw["truesize"],
+                nr_frags=raw["nr_frags"],
+                pkt_type=raw["pkt_type"],
+                cloned=bool(raw["cloned"]),
+                protocol=raw["protocol"],
+                l4_proto=L4_NAMES.get(l4, str(l4)) if l4 else None,
+                if_index=raw["if_index"] or None,
+                if_name=raw["if_name"].decode(errors="replace") or None,
+                mark=raw["mark"],
+                drop_reason=raw["reason"],
+                drop_reason_str=drop_reason_name(env, raw["reason"]),
+                drop_location=env.symbolize(raw["location"]),
+            ),
+            env,
+        )
+    ]
+
+
+def translate_drop_count(
+    env: KernelEnv, location: int, reason: int, protocol: int, count: int, delta: int, ts_ns: int
+) -> KernelRecord:
+    """An exact (reason, location, protocol) count read from the `drops` map."""
+    kwargs = without_flow(
+        {
+            "host_id": env.host_id,
+            "boot_id": env.boot_id,
+            "seq": 0,
+            "ts_ns": ts_ns,
+            "ts_wall": env.wall(ts_ns),
+            "provider": "skb",
+            "probe": "drop-count",
+            "hook": "map/drops",
+        }
+    )
+    return make(
+        DropCount,
+        dict(
+            **kwargs,
+            drop_reason_str=drop_reason_name(env, reason),
+            drop_location=env.symbolize(location),
+            protocol=protocol,
+            count=count,
+            delta=delta,
+        ),
+        env,
+    )

@@ -7,6 +7,7 @@ import pwd
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -137,3 +138,54 @@ def interpreter_for(account: pwd.struct_passwd) -> tuple[str, str]:
 
     env: dict[str, str] = {}
     return _python_for_others(env), env.get("PYTHONPATH", str(REPO))
+
+
+def collector_missing() -> str | None:
+    from collector.cli import COMMANDS
+
+    if "collect" not in COMMANDS:
+        return "the collect command is not there yet"
+    if not Path("/sys/kernel/btf/vmlinux").exists():
+        return "needs kernel BTF (/sys/kernel/btf/vmlinux) for the collector's tracepoints"
+    return None
+
+
+@pytest.mark.kernel
+def test_up_as_root_starts_the_collector_and_its_records_reach_the_webapp(data_dir: Path) -> None:
+    reason = collector_missing()
+    if reason:
+        pytest.skip(reason)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
+    env.update(NETTRAIL_DATA=str(data_dir), NETTRAIL_ADMIN_PASSWORD=ADMIN_PASSWORD, NETTRAIL_TRIM_INTERVAL="0")
+    command = [sys.executable, "-m", "collector.cli", "up", "--port", str(port)]
+    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for_line(proc, "nettrail collect: tracing")
+        for _ in range(5):  # five connections by curl to the webapp itself, over loopback
+            subprocess.run(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{port}/accounts/login/"], check=True)
+        rows = wait_for_connections(data_dir, port, count=5)
+        assert [(state, comm, closed) for state, comm, closed in rows] == [("CLOSED", "curl", 1)] * 5
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert sorted(p.uids().real != 0 for p in children) == [False, True]  # root collector, unprivileged webapp
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        assert not any(p.is_running() for p in children)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def wait_for_connections(data_dir: Path, port: int, count: int) -> list[tuple[str, str, int]]:
+    """The curl client connections to `port` once `count` of them are closed (bounded wait)."""
+    query = "SELECT state, comm, closed FROM traces_connection WHERE dport = ? AND comm = 'curl' ORDER BY sport"
+    rows: list[tuple[str, str, int]] = []
+    for _ in range(60):
+        with sqlite3.connect(f"file:{data_dir / 'nettrail.sqlite3'}?mode=ro", uri=True) as db:
+            rows = db.execute(query, (port,)).fetchall()
+        if sum(1 for row in rows if row[2]) >= count:
+            return rows
+        time.sleep(0.5)
+    return rows

@@ -44,11 +44,18 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from webapp import datadir
 
-    data = datadir.ensure_data_dir(datadir.data_dir())
-    os.environ["NETTRAIL_DATA"] = str(data)
+    data = datadir.data_dir()
     root = os.geteuid() == 0
+    if root and not _world_traversable(data.parent):
+        print(f"nettrail up: the {WEBAPP_USER} user cannot reach {data} (a parent directory is private); "
+              "set NETTRAIL_DATA to a directory outside private ones, e.g. /var/lib/nettrail", file=sys.stderr)  # fmt: skip
+        return 1
+    datadir.ensure_data_dir(data)
+    os.environ["NETTRAIL_DATA"] = str(data)
     account = _ensure_user(WEBAPP_USER, data) if root else None
     password, token = _prepare_database()
+    if password is not None:  # printed now, so a webapp that fails to start cannot lose it
+        print(f"nettrail: created user {ADMIN_USER!r} with password {password} (shown once)", flush=True)
     if account is not None:
         _chown_tree(data, account)
     url = f"http://{_url_host(args.host)}:{args.port}/"
@@ -58,8 +65,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"nettrail up: the webapp did not start on {args.host}:{args.port} (port in use?)", file=sys.stderr)
         return 1
     print(f"nettrail: webapp running at {url}", flush=True)
-    if password is not None:
-        print(f"nettrail: created user {ADMIN_USER!r} with password {password} (shown once)", flush=True)
     children = [web]
     if not root:
         print(

@@ -309,7 +309,7 @@ def decode_batch(bt: Batch, want_options: bool = False) -> Decoded:
     reasons: dict[int, str] = {}
     wire3 = bt.wirelen - (l3 - off)
 
-    def bad(mask: IntArray, why: str) -> None:
+    def bad(mask: npt.NDArray[np.bool_], why: str) -> None:
         hit = np.flatnonzero(mask & (kind != K_MALFORMED))
         kind[hit] = K_MALFORMED
         for i in hit[:50].tolist():
@@ -436,7 +436,7 @@ def decode_batch(bt: Batch, want_options: bool = False) -> Decoded:
 # --- per-packet helpers (rare packets) -------------------------------------------------
 
 
-def parse_tcp_options(buf: bytes, start: int, stop: int) -> TcpOptions:
+def parse_tcp_options(buf: bytes | bytearray, start: int, stop: int) -> TcpOptions:
     """TCP options between start and stop (already clipped to the captured bytes)."""
     opts = TcpOptions()
     i = start
@@ -471,7 +471,7 @@ def parse_tcp_options(buf: bytes, start: int, stop: int) -> TcpOptions:
     return opts
 
 
-def _walk_ipv6(buf: bytes, l3: int, end_cap: int, tot: int) -> tuple[int, int, int] | str:
+def _walk_ipv6(buf: bytes | bytearray, l3: int, end_cap: int, tot: int) -> tuple[int, int, int] | str:
     """Follow the extension-header chain -> (upper protocol, header bytes, fragment code) or a reason."""
     nh = buf[l3 + 6]
     off = l3 + 40
@@ -499,7 +499,7 @@ def _walk_ipv6(buf: bytes, l3: int, end_cap: int, tot: int) -> tuple[int, int, i
     return nh, off - l3, frag
 
 
-def _icmp_quote(buf: bytes, l4: int, end_cap: int, ver: int) -> IcmpQuote | None:
+def _icmp_quote(buf: bytes | bytearray, l4: int, end_cap: int, ver: int) -> IcmpQuote | None:
     typ, code = buf[l4], buf[l4 + 1]
     if (ver == 4 and typ != 3) or (ver == 6 and typ != 1):
         return None

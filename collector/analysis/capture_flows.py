@@ -227,11 +227,10 @@ class CapturePipeline:
         r = conv.flow2 if o is conv.flow1 else conv.flow1
         src, sport, dst, dport, ver = self.endpoints(conv)
         env = self._env(conv.first_ts, flow_uuid(self.host_id, self.boot_id, "tcp", conv.stream))
-        rtt: dict[str, int | None] = {}
-        for side, f in (("orig", o), ("resp", r)):
-            rtt[f"rtt_{side}_min_us"] = f.rtt_min // 1000 if f.rtt_n else None
-            rtt[f"rtt_{side}_mean_us"] = f.rtt_sum // f.rtt_n // 1000 if f.rtt_n else None
-            rtt[f"rtt_{side}_max_us"] = f.rtt_max // 1000 if f.rtt_n else None
+        rtt = [
+            (f.rtt_min // 1000, f.rtt_sum // f.rtt_n // 1000, f.rtt_max // 1000) if f.rtt_n else (None, None, None)
+            for f in (o, r)
+        ]
         return Connection(
             **env, provider="tcp", probe="connection", proto="tcp", ip_ver=ver, src=src, sport=sport, dst=dst, dport=dport,
             start=conv.first_ts / 1e9, end=conv.last_ts / 1e9, duration=(conv.last_ts - conv.first_ts) / 1e9,
@@ -240,7 +239,9 @@ class CapturePipeline:
             conn_state=zeek.conn_state(conv.z, "tcp"), history=zeek.history(conv.z), direction_guessed=conv.guessed,
             stream=conv.stream, handshake_rtt_us=conv.first_rtt // 1000 if conv.first_rtt else None,
             retrans_bytes=o.retrans_bytes + r.retrans_bytes, completeness=conv.completeness,
-            analysis=counts_of(conv), icmp_error=conv.icmp_error, icmp_errors=conv.icmp_errors or None, **rtt,
+            analysis=counts_of(conv), icmp_error=conv.icmp_error, icmp_errors=conv.icmp_errors or None,
+            rtt_orig_min_us=rtt[0][0], rtt_orig_mean_us=rtt[0][1], rtt_orig_max_us=rtt[0][2],
+            rtt_resp_min_us=rtt[1][0], rtt_resp_mean_us=rtt[1][1], rtt_resp_max_us=rtt[1][2],
         )  # fmt: skip
 
     def _udp_connection(self, f: UdpFlow) -> Connection:

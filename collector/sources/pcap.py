@@ -346,7 +346,7 @@ class CaptureReader:
         self.damage.add(self._pos + off, reason + "; rest of file skipped")
         return off, True
 
-    def _idb(self, buf: bytes, off: int, blen: int, order: str) -> None:
+    def _idb(self, buf: bytes | bytearray, off: int, blen: int, order: str) -> None:
         if blen < 20:
             self.damage.add(self._pos + off, "interface block too short")
             self.interfaces.append(Interface(linktype=-1))
@@ -363,7 +363,7 @@ class CaptureReader:
         self.interfaces.append(iface)
 
     def _packet_block(
-        self, buf: bytes, off: int, blen: int, order: str, btype: int, cols: tuple[list[int], ...]
+        self, buf: bytes | bytearray, off: int, blen: int, order: str, btype: int, cols: tuple[list[int], ...]
     ) -> None:
         data_off, caplen, wirelen, ts, ifc, file_off, links = cols
         if btype == 6:
@@ -424,7 +424,7 @@ class CaptureReader:
         return self._frame
 
 
-def _options(buf: bytes, start: int, end: int, order: str) -> Iterator[tuple[int, bytes]]:
+def _options(buf: bytes | bytearray, start: int, end: int, order: str) -> Iterator[tuple[int, bytes]]:
     """pcapng options (code, value) between start and end; stops at opt_endofopt or damage."""
     off = start
     while off + 4 <= end:

@@ -99,3 +99,10 @@ def test_records_of_other_kinds_and_without_a_uuid_make_no_connection() -> None:
                                prev_state="CLOSED", state="SYN_SENT")  # fmt: skip
     store_batch([drop, no_uuid])
     assert Connection.objects.count() == 0
+
+
+def test_a_port_unknown_at_connect_time_is_filled_in_later() -> None:
+    store_batch([state(1, 1.0, "CLOSED", "SYN_SENT", sport=0, src="0.0.0.0")])
+    store_batch([state(2, 2.0, "SYN_SENT", "ESTABLISHED")])
+    conn = Connection.objects.get()
+    assert (conn.src, conn.sport, conn.dst, conn.dport) == ("10.0.0.1", 40000, "10.0.0.2", 443)

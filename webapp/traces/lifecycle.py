@@ -88,12 +88,18 @@ def _fold(conn: Connection, rec: Record) -> None:
     _FOLDERS[rec.kind](conn, rec)
 
 
+# A connecting socket's first state change (CLOSED -> SYN_SENT) fires before the kernel
+# picks the source port and address: zeros there mean "not known yet".
+_UNKNOWN = (None, 0, "0.0.0.0", "::")
+
+
 def _fill_flow(conn: Connection, rec: Record) -> None:
-    if conn.dport is not None and conn.src is not None:
-        return  # the common case: the 4-tuple is known since the first record
+    if conn.sport not in _UNKNOWN and conn.src not in _UNKNOWN and conn.dport not in _UNKNOWN:
+        return  # the common case: the 4-tuple is known since the first records
     for name in ("ip_ver", "src", "sport", "dst", "dport"):
-        if getattr(conn, name) is None:
-            setattr(conn, name, getattr(rec, name, None))
+        value = getattr(rec, name, None)
+        if getattr(conn, name) in _UNKNOWN and value not in _UNKNOWN:
+            setattr(conn, name, value)
 
 
 def _fill_owner(conn: Connection, rec: Record) -> None:

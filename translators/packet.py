@@ -129,6 +129,27 @@ class Decoded:
         self.reasons = reasons
         self._lists: dict[str, list[Any]] = {}
 
+    # columns the analysis reads without --packets, with the narrowest dtype that holds them
+    PORTABLE = {
+        "kind": np.int8, "ip_ver": np.int8, "src": np.int64, "dst": np.int64, "sport": np.int32, "dport": np.int32,
+        "seq": np.uint32, "ack": np.uint32, "flags": np.int16, "window": np.int32, "payload": np.int32,
+        "ip_len": np.int32, "fragment": np.int8, "proto": np.int16,
+    }  # fmt: skip
+
+    def portable(self) -> Decoded:
+        """A compact copy for another process: no packet bytes, only what the analysis reads
+        when it does not emit per-packet records (about 45 bytes per packet)."""
+        b = self.batch
+        empty = np.zeros(0, np.int64)
+        lean = Batch(
+            buf=b"", data_off=empty, caplen=b.caplen.astype(np.int32), wirelen=b.wirelen.astype(np.int32),
+            ts_ns=b.ts_ns, linktype=empty, iface=empty, file_off=b.file_off, first_frame=b.first_frame,
+        )  # fmt: skip
+        cols = {name: self.cols[name].astype(dtype) for name, dtype in self.PORTABLE.items()}
+        out = Decoded(lean, cols, self.v6, self.option_map, self.icmp, self.reasons)
+        out.n = self.n
+        return out
+
     def _list(self, name: str) -> list[Any]:
         got = self._lists.get(name)
         if got is None:

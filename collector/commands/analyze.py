@@ -28,9 +28,9 @@ from typing import Any
 from collector.analysis.capture_flows import CapturePipeline, Totals
 from collector.sinks import store
 from collector.sources.pcap import CaptureError, CaptureReader, Damage
+from collector.sources.pcap_worker import DecodedStream
 from collector.sources.siftr import analyze_siftr, looks_like_siftr
 from translators.packet import decode_batch
-from translators.records import Record
 from xo import Writer, add_libxo_argument, libxo_from_args
 
 PROGRESS_MIN_BYTES = 4 << 20
@@ -110,35 +110,41 @@ def run(args: argparse.Namespace) -> int:
             "{Lwc:Host}{:host_id/%s}\n{Lwc:Capture id}{:boot_id/%s}\n", host_id=pipeline.host_id, boot_id=boot_id
         )
         try:
-            consume(reader, pipeline, writer, args.packets)
+            damage = consume(reader, pipeline, writer, args.packets)
         except CaptureError as exc:
             writer.finish()
             print(f"nettrail: analyze: {exc}", file=sys.stderr)
             return 1
-        write_results(writer, pipeline, reader.damage, reader.path)
+        write_results(writer, pipeline, damage, reader.path)
     writer.finish()
     return store.ship(args) if store.wanted(args) else 0
 
 
-def consume(reader: CaptureReader, pipeline: CapturePipeline, writer: Writer, packets: bool) -> None:
-    """Stream every batch through the pipeline; --packets records are written as they come."""
-    with progress(reader) as tick:
+def consume(reader: CaptureReader, pipeline: CapturePipeline, writer: Writer, packets: bool) -> Damage:
+    """Stream every batch through the pipeline; -> the reader's damage record.
+
+    With --packets the records are written as they come, from this process. Without, a
+    child process reads and decodes (collector/sources/pcap_worker.py) while this one
+    analyses, so a file keeps two cores busy."""
+    if not packets:
+        with DecodedStream(reader.path, reader.chunk_size) as stream, progress(reader, stream.progress) as tick:
+            for decoded in stream:
+                for _ in pipeline.feed(decoded):
+                    pass
+                tick()
+            return stream.damage
+    with progress(reader, reader.progress) as tick:
         opened = False
         for batch in reader.batches():
-            decoded = decode_batch(batch, want_options=packets)
-            records: Iterator[Record] = pipeline.feed(decoded)
-            if packets:
-                for rec in records:
-                    if not opened:
-                        writer.open_list("packet")
-                        opened = True
-                    writer.record(rec, name="packet")
-            else:
-                for _ in records:
-                    pass
+            for rec in pipeline.feed(decode_batch(batch, want_options=True)):
+                if not opened:
+                    writer.open_list("packet")
+                    opened = True
+                writer.record(rec, name="packet")
             tick()
         if opened:
             writer.close_list("packet")
+    return reader.damage
 
 
 def write_results(writer: Writer, pipeline: CapturePipeline, damage: Damage | None, source: str) -> None:
@@ -179,7 +185,7 @@ def write_totals(writer: Writer, totals: Totals) -> None:
 
 
 @contextmanager
-def progress(reader: CaptureReader) -> Iterator[Callable[[], None]]:
+def progress(reader: CaptureReader, position: Callable[[], int]) -> Iterator[Callable[[], None]]:
     """A rich progress bar on stderr for big files when stderr is a terminal; otherwise nothing."""
     if reader.size < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
         yield lambda: None
@@ -192,4 +198,4 @@ def progress(reader: CaptureReader) -> Iterator[Callable[[], None]]:
         console=Console(file=sys.stderr), transient=True,
     ) as bar:  # fmt: skip
         task = bar.add_task(os.path.basename(reader.path), total=reader.size)
-        yield lambda: bar.update(task, completed=reader.progress())
+        yield lambda: bar.update(task, completed=position())

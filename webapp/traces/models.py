@@ -35,7 +35,7 @@ class Host(models.Model):
         ordering = ["name"]
 
     def __str__(self) -> str:
-        return self.name
+        return str(self.name)
 
 
 class IngestToken(models.Model):

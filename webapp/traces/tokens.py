@@ -35,10 +35,8 @@ def authenticate(raw: str) -> IngestToken | None:
     if not raw.startswith(TOKEN_MARK) or len(raw) < TOKEN_PREFIX_LENGTH:
         return None
     wanted = token_digest(raw)
-    for row in IngestToken.objects.filter(prefix=raw[:TOKEN_PREFIX_LENGTH]).select_related("host"):
-        if hmac.compare_digest(row.digest, wanted):
-            return row
-    return None
+    rows: list[IngestToken] = list(IngestToken.objects.filter(prefix=raw[:TOKEN_PREFIX_LENGTH]).select_related("host"))
+    return next((row for row in rows if hmac.compare_digest(row.digest, wanted)), None)
 
 
 def mark_used(row: IngestToken) -> None:
@@ -51,5 +49,5 @@ def revoke(prefix: str) -> int:
     """Delete the tokens whose prefix starts with `prefix`; returns how many."""
     if not prefix:
         return 0
-    count, _ = IngestToken.objects.filter(prefix__startswith=prefix).delete()
+    count: int = IngestToken.objects.filter(prefix__startswith=prefix).delete()[0]
     return count

@@ -1,4 +1,4 @@
-"""The one way the webapp answers with a JSON error, and the typed request views see.
+"""The one way the webapp answers with a JSON error.
 
 Every API error body is ``{"error": "<short message>"}`` plus optional extra keys
 (the ingest contract adds ``index`` and ``field``). Keep in sync with docs/webapp.md.

@@ -10,7 +10,6 @@ the ones before and after it intact. CSRF-exempt: the token, not a cookie, authe
 
 from __future__ import annotations
 
-import logging
 import re
 from typing import Literal
 
@@ -24,8 +23,6 @@ from translators.records import Record, decode_batch
 from webapp.http import json_error
 from webapp.traces import push, tokens
 from webapp.traces.store import UnstorableRecord, store_batch
-
-log = logging.getLogger(__name__)
 
 CONTENT_TYPES: dict[str, Literal["json", "msgpack"]] = {
     "application/json": "json",

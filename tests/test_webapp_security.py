@@ -138,3 +138,16 @@ def test_passwords_and_tokens_never_reach_the_logs(
     assert "Unauthorized: /api/ingest" in logged  # the failures were logged, without secrets
     for secret in (ADMIN_PASSWORD, cast.token_a, cast.token_b, new_token, new_token[12:]):
         assert secret not in logged
+
+
+def test_staff_see_hosts_and_tokens_in_the_admin_but_cannot_add_tokens(cast: Cast) -> None:
+    client = Client()
+    client.force_login(cast.admin)
+    page = client.get("/admin/traces/ingesttoken/")
+    assert page.status_code == 200
+    assert cast.token_a[:12] in page.content.decode()
+    assert cast.token_a not in page.content.decode()
+    assert client.get("/admin/traces/ingesttoken/add/").status_code == 403
+    viewer = Client()
+    viewer.force_login(cast.viewer)  # not staff
+    assert viewer.get("/admin/traces/host/").status_code == 302

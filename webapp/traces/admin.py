@@ -1,0 +1,28 @@
+"""Django admin views of hosts and tokens (staff only), for looking and revoking.
+
+Tokens cannot be added here: `nettrail token create` is the one place a raw token is
+made and shown. Keep in sync with webapp/traces/models.py.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from webapp.traces.models import Host, IngestToken
+
+
+@admin.register(Host)
+class HostAdmin(admin.ModelAdmin):
+    list_display = ("name", "created", "last_seen")
+    search_fields = ("name",)
+
+
+@admin.register(IngestToken)
+class IngestTokenAdmin(admin.ModelAdmin):
+    list_display = ("prefix", "host", "label", "created", "last_used")
+    list_filter = ("host",)
+    readonly_fields = ("host", "prefix", "digest", "created", "last_used")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

@@ -31,6 +31,7 @@ enum nt_event_type {
 	NT_EV_DEBUG = 7,      /* tcpdebug: input/output/user/drop snapshots */
 	NT_EV_FLOW = 8,       /* siftr: exact per-flow counters at tcp_destroy_sock */
 	NT_EV_SKB_DROP = 9,   /* skb: kfree_skb with a drop reason */
+	NT_EV_UDP_FAIL = 10,  /* udp: udp_fail_queue_rcv_skb (receive queue refused a datagram) */
 };
 
 enum nt_ctx { NT_CTX_UNKNOWN = 0, NT_CTX_TASK = 1, NT_CTX_SOFTIRQ = 2 };
@@ -41,6 +42,7 @@ enum nt_attribution { NT_ATTR_NONE = 0, NT_ATTR_CURRENT = 1, NT_ATTR_OWNER = 2 }
 #define NT_PROV_SIFTR 0x2
 #define NT_PROV_TCPDEBUG 0x4
 #define NT_PROV_SKB 0x8
+#define NT_PROV_UDP 0x10
 
 /* Filters and settings fixed at load time: the only member of .rodata (`cfg`). */
 struct nt_config {
@@ -247,6 +249,17 @@ struct nt_debug_body {
 	__u8 _pad_tail;
 };
 
+/* ---- udp provider -------------------------------------------------------- */
+
+struct nt_udp_fail_body {
+	__s32 rc;         /* what queueing returned (-ENOMEM: receive buffer full) */
+	__u32 rmem_alloc; /* receive memory charged to the socket */
+	__u32 truesize;   /* of the datagram that did not fit */
+	__u32 rcvbuf;     /* sk_rcvbuf */
+	__u16 sk_protocol;
+	__u8 _pad[2];
+};
+
 /* ---- skb provider -------------------------------------------------------- */
 
 /* Map `drops` key: exact drop counts, whatever the event rate limit lets through. */
@@ -295,6 +308,7 @@ struct nt_event {
 		struct nt_flow flow;
 		struct nt_debug_body debug;
 		struct nt_skb_drop_body skb_drop;
+		struct nt_udp_fail_body udp_fail;
 	};
 };
 

@@ -913,8 +913,17 @@ static __always_inline void user_call(const struct sock *sk, int flags, __u8 req
 	struct nt_owner cur = {};
 	__u16 proto = BPF_CORE_READ(sk, sk_protocol);
 
-	if ((cfg.providers & NT_PROV_SKB) && task && (proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE))
-		port_owner_note(sk);
+	if (proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE) {
+		if (!task)
+			return;
+		if (cfg.providers & NT_PROV_SKB)
+			port_owner_note(sk);
+		if (cfg.providers & NT_PROV_UDP) {
+			owner_from_current(&cur);
+			owner_note(cookie_of(sk), &cur);
+		}
+		return;
+	}
 	if (proto != IPPROTO_TCP)
 		return;
 	if (cfg.providers & NT_PROV_TCPDEBUG) {
@@ -1048,5 +1057,25 @@ int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reaso
 		skb_drop(skb, location, r, rx_sk ? rx_sk : BPF_CORE_READ(skb, sk), task);
 	if (cfg.providers & NT_PROV_TCPDEBUG)
 		debug_drop(skb, r, rx_sk, task);
+	return 0;
+}
+
+/* ---- udp provider ----------------------------------------------------------- */
+
+SEC("tp_btf/udp_fail_queue_rcv_skb")
+int BPF_PROG(udp_fail_queue_rcv_skb, int rc, struct sock *sk, struct sk_buff *skb)
+{
+	struct nt_header h = {};
+	struct nt_event *e = start(&h, sk, NT_EV_UDP_FAIL, in_task(ctx));
+
+	if (!e)
+		return 0;
+	e->udp_fail.rc = rc;
+	e->udp_fail.rmem_alloc = BPF_CORE_READ(sk, sk_backlog.rmem_alloc.counter);
+	e->udp_fail.truesize = BPF_CORE_READ(skb, truesize);
+	e->udp_fail.rcvbuf = BPF_CORE_READ(sk, sk_rcvbuf);
+	e->udp_fail.sk_protocol = BPF_CORE_READ(sk, sk_protocol);
+	e->udp_fail._pad[0] = e->udp_fail._pad[1] = 0;
+	bpf_ringbuf_submit(e, 0);
 	return 0;
 }

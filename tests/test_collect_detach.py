@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from collector.bpf.loader import PROGRAMS, KernelSession, Options
+from collector.bpf.loader import PROGRAMS, PROVIDERS, KernelSession, Options
 from tests.collect_process import Collector
 from tests.kernel_support import bpftool_prog_ids, kernel, programs_left
 
@@ -18,7 +18,7 @@ pytestmark = kernel
 
 def test_an_exception_inside_the_session_detaches_every_program() -> None:
     with pytest.raises(RuntimeError, match="boom"):
-        with KernelSession(Options(providers=("tcp", "siftr", "tcpdebug"))) as session:
+        with KernelSession(Options(providers=PROVIDERS)) as session:
             ids = set(session.program_ids().values())
             assert len(ids) == len(PROGRAMS)
             assert ids <= bpftool_prog_ids()
@@ -41,7 +41,7 @@ def test_only_the_chosen_providers_programs_are_loaded() -> None:
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_nettrail_collect_detaches_and_reports_totals_on_a_signal(signum: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    collector = Collector("--providers", "tcp,siftr,tcpdebug", "--filter", "port=1", "--out", str(tmp_path / "r.jsonl"))
+    collector = Collector("--providers", ",".join(PROVIDERS), "--filter", "port=1", "--out", str(tmp_path / "r.jsonl"))
     ids = set(collector.wait_attached().values())
     assert len(ids) == len(PROGRAMS) and ids <= bpftool_prog_ids()
     status, _, err = collector.stop(signum)

@@ -6,7 +6,7 @@ collector/bpf/layout.py EVENT_NAMES; keep the three in sync.
 
 from __future__ import annotations
 
-from translators import siftr, skb, tcp, tcpdebug
+from translators import siftr, skb, tcp, tcpdebug, udp
 from translators.kernel import Translator
 
 KERNEL_TRANSLATORS: dict[str, Translator] = {
@@ -19,4 +19,5 @@ KERNEL_TRANSLATORS: dict[str, Translator] = {
     "flow_counters": siftr.translate_flow,
     "tcpdebug_snapshot": tcpdebug.translate_debug,
     "skb_drop": skb.translate_drop,
+    "udp_fail": udp.translate_fail,
 }

@@ -25,6 +25,7 @@ EV_SIFTR = 6
 EV_DEBUG = 7
 EV_FLOW = 8
 EV_SKB_DROP = 9
+EV_UDP_FAIL = 10
 EVENT_NAMES: dict[int, str] = {
     EV_STATE: "tcp_state",
     EV_RETRANSMIT: "tcp_retransmit",
@@ -35,6 +36,7 @@ EVENT_NAMES: dict[int, str] = {
     EV_DEBUG: "tcpdebug_snapshot",
     EV_FLOW: "flow_counters",
     EV_SKB_DROP: "skb_drop",
+    EV_UDP_FAIL: "udp_fail",
 }
 
 # enum nt_ctx / nt_attribution
@@ -42,7 +44,7 @@ CTX_NAMES = {0: "unknown", 1: "task", 2: "softirq"}
 ATTR_NONE, ATTR_CURRENT, ATTR_OWNER = 0, 1, 2
 
 # provider bits (nt_config.providers)
-PROV_TCP, PROV_SIFTR, PROV_TCPDEBUG, PROV_SKB = 0x1, 0x2, 0x4, 0x8
+PROV_TCP, PROV_SIFTR, PROV_TCPDEBUG, PROV_SKB, PROV_UDP = 0x1, 0x2, 0x4, 0x8, 0x10
 
 # nt_tcp_snapshot.flags
 SNAP_SACK, SNAP_WSCALE, SNAP_TSTAMP, SNAP_NODELAY, SNAP_FASTOPEN, SNAP_ECN, SNAP_VALID = (
@@ -220,6 +222,15 @@ SKB_DROP_BODY: Fields = [
     ("if_name", f"S{COMM_LEN}"),
 ]
 
+UDP_FAIL_BODY: Fields = [
+    ("rc", "<i4"),
+    ("rmem_alloc", "<u4"),
+    ("truesize", "<u4"),
+    ("rcvbuf", "<u4"),
+    ("sk_protocol", "<u2"),
+    ("_pad", "V2"),
+]
+
 # C struct name -> fields, for the layout test (nested snapshot checked through its parents).
 STRUCTS: dict[str, Fields] = {
     "nt_config": CONFIG,
@@ -239,6 +250,7 @@ STRUCTS: dict[str, Fields] = {
     "nt_drop_key": DROP_KEY,
     "nt_drop_budget": DROP_BUDGET,
     "nt_skb_drop_body": SKB_DROP_BODY,
+    "nt_udp_fail_body": UDP_FAIL_BODY,
 }
 BODIES: dict[int, Fields] = {
     EV_STATE: STATE_BODY,
@@ -250,6 +262,7 @@ BODIES: dict[int, Fields] = {
     EV_FLOW: FLOW,
     EV_DEBUG: DEBUG_BODY,
     EV_SKB_DROP: SKB_DROP_BODY,
+    EV_UDP_FAIL: UDP_FAIL_BODY,
 }
 
 

@@ -23,12 +23,13 @@ import numpy as np
 from collector.bpf import btf, build, layout, libbpf
 from collector.bpf.ringbuf import RingReader
 
-PROVIDERS = ("tcp", "siftr", "tcpdebug", "skb")
+PROVIDERS = ("tcp", "siftr", "tcpdebug", "skb", "udp")
 PROVIDER_BITS = {
     "tcp": layout.PROV_TCP,
     "siftr": layout.PROV_SIFTR,
     "tcpdebug": layout.PROV_TCPDEBUG,
     "skb": layout.PROV_SKB,
+    "udp": layout.PROV_UDP,
 }
 ALWAYS: frozenset[str] = frozenset(PROVIDERS)
 # program (= tracepoint) -> providers that need it. The attribution programs are
@@ -46,6 +47,7 @@ PROGRAMS: dict[str, frozenset[str]] = {
     "tcp_probe": frozenset({"siftr", "tcpdebug"}),
     "net_dev_queue": frozenset({"siftr", "tcpdebug", "skb"}),  # skb: UDP senders, for drop attribution
     "kfree_skb": frozenset({"tcpdebug", "skb"}),
+    "udp_fail_queue_rcv_skb": frozenset({"udp"}),
 }
 DEFAULT_RINGBUF_BYTES = 16 * 1024 * 1024
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39

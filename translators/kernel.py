@@ -9,9 +9,11 @@ envelope of translators/records.py (providers.md 0.1, 9.3).
 
 from __future__ import annotations
 
+import copy
 import functools
 import ipaddress
 import os
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -94,7 +96,10 @@ def make(cls: type[R], kwargs: Mapping[str, Any], env: KernelEnv) -> R | dict[st
     """cls(**kwargs); as a wire dict when env.wire; __post_init__'s checks only if VALIDATE."""
     if VALIDATE:
         rec = cls(**kwargs)
-        return msgspec.to_builtins(rec) if env.wire else rec  # type: ignore[no-any-return]
+        if env.wire:
+            wire_form: dict[str, Any] = msgspec.to_builtins(rec)
+            return wire_form
+        return rec
     template, wire, factories = _template(cls)
     if env.wire:
         out = wire.copy()
@@ -102,12 +107,12 @@ def make(cls: type[R], kwargs: Mapping[str, Any], env: KernelEnv) -> R | dict[st
             out[name] = factory()
         out.update(kwargs)
         return out
-    built = template.__copy__()
+    built = typing.cast(R, copy.copy(template))  # Struct.__copy__: no __init__, no checks
     for name, factory in factories:
         setattr(built, name, factory())
     for name, value in kwargs.items():
         setattr(built, name, value)
-    return built  # type: ignore[return-value]
+    return built
 
 
 def as_struct(rec: KernelRecord) -> Record:

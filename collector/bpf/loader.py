@@ -255,7 +255,7 @@ class KernelSession:
         """The exact drop counts: (struct nt_drop_key, count)."""
         return [(k, int(v)) for k, v in self._entries("drops", layout.dtype_of(layout.DROP_KEY), np.dtype("<u8"))]
 
-    def _entries(self, name: str, key_type: np.dtype, value_type: np.dtype) -> list[tuple[Any, Any]]:  # type: ignore[type-arg]
+    def _entries(self, name: str, key_type: np.dtype[Any], value_type: np.dtype[Any]) -> list[tuple[Any, Any]]:
         """Every (key, value) of a hash map, read with bpf_map_get_next_key / lookup."""
         fd = self._map_fd(name)
         out = []

@@ -41,7 +41,9 @@ class RingReader:
 
     def pending(self) -> int:
         """Bytes committed or reserved by producers and not yet consumed."""
-        return _U64.unpack_from(self.producer, 0)[0] - _U64.unpack_from(self.consumer, 0)[0]
+        produced: int = _U64.unpack_from(self.producer, 0)[0]
+        consumed: int = _U64.unpack_from(self.consumer, 0)[0]
+        return produced - consumed
 
     def read(self, max_records: int = 65536) -> np.ndarray:
         """Copy out up to max_records complete records (as raw bytes, one row each) and consume them."""
@@ -60,7 +62,7 @@ class RingReader:
         if n and np.any(sizes != self.record_size):
             bad = int(sizes[np.flatnonzero(sizes != self.record_size)[0]])
             raise RingFormatError(f"ring record of {bad} bytes, struct nt_event is {self.record_size}: rebuild kmod")
-        keep = view["rec"][(lens & DISCARD_BIT) == 0].copy()
+        keep: np.ndarray = view["rec"][(lens & DISCARD_BIT) == 0].copy()
         _U64.pack_into(self.consumer, 0, cons + n * self.stride)
         return keep
 

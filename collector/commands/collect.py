@@ -128,7 +128,7 @@ def open_sink(args: argparse.Namespace) -> Sink:
             from collector.sinks.http import HttpSink
         except ImportError as exc:
             raise ImportError(f"--server: the HTTP sink is not available ({exc})") from None
-        return HttpSink(args.server, args.token, args.spool or default_spool())  # type: ignore[no-any-return]
+        return HttpSink(args.server, args.token, args.spool or default_spool())
     if args.out:
         from collector.sinks.file import FileSink
 

@@ -8,7 +8,7 @@ follow the file while the collector runs. Keep in sync with docs/collector.md.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -21,19 +21,22 @@ SUFFIXES = (".jsonl", ".msgpack")
 class FileSink:
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
+        self.encode: Callable[[KernelRecord], bytes] = _json_line
+        self.stream: BinaryIO = sys.stdout.buffer
+        self.owned = False
         if str(path) == "-":
-            self.encode, self.stream, self.owned = _json_line, sys.stdout.buffer, False
             return
         if path.suffix not in SUFFIXES:
             raise ValueError(f"--out {path}: the file name must end in .jsonl or .msgpack")
-        self.encode = _json_line if path.suffix == ".jsonl" else to_msgpack
-        self.stream: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed by close()
+        if path.suffix == ".msgpack":
+            self.encode = _msgpack
+        self.stream = open(path, "wb")  # noqa: SIM115 - closed by close()
         self.owned = True
 
     def write(self, records: Iterable[KernelRecord]) -> None:
         """Records or their wire dicts (same bytes either way)."""
         encode = self.encode
-        data = b"".join(encode(r) for r in records)  # type: ignore[arg-type]
+        data = b"".join(encode(r) for r in records)
         if data:
             self.stream.write(data)
             self.stream.flush()
@@ -45,4 +48,8 @@ class FileSink:
 
 
 def _json_line(record: KernelRecord) -> bytes:
-    return to_json(record) + b"\n"  # type: ignore[arg-type]
+    return to_json(record) + b"\n"  # type: ignore[arg-type]  # a wire dict encodes like its Struct
+
+
+def _msgpack(record: KernelRecord) -> bytes:
+    return to_msgpack(record)  # type: ignore[arg-type]

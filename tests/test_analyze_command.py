@@ -88,6 +88,7 @@ def test_the_json_output_follows_the_contract(tmp_path: Path) -> None:
     ]  # fmt: skip
     assert (conn["src"], conn["sport"], conn["dst"], conn["dport"], conn["proto"]) == (A, 40000, B, 80, "tcp")
     assert (conn["packets_orig"], conn["packets_resp"], conn["bytes_orig"], conn["bytes_resp"]) == (8, 7, 400, 0)
+    assert (conn["missed_bytes"], conn["retrans_bytes"]) == (100, 100)
     assert (conn["conn_state"], conn["history"]) == ("SF", "ShADaGTFf")
     assert conn["conn_uuid"] and conn["boot_id"] == out["boot_id"]
     assert out["totals"]["packets"] == 15 and out["totals"]["packets_malformed"] == 0
@@ -235,3 +236,47 @@ def test_every_style_renders(tmp_path: Path, style: str) -> None:
 def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
     proc = run(str(lossy(tmp_path)), "--libxo", "json")
     assert proc.stderr == ""
+
+
+def test_a_progress_bar_goes_to_a_terminal_stderr_only(tmp_path: Path) -> None:
+    """Over 4 MiB and stderr a terminal: rich draws on stderr; stdout stays plain JSON."""
+    import os
+    import pty
+    import threading
+
+    frames = [
+        cw.Pkt(
+            bytes(Ether() / IP(src=A, dst=B) / TCP(sport=1, dport=2, flags="A", seq=i * 100) / (b"p" * 100)),
+            T0 + i * 1000,
+        )
+        for i in range(40_000)
+    ]
+    path = tmp_path / "big.pcap"
+    path.write_bytes(cw.pcap(frames))
+    assert path.stat().st_size > 4 << 20
+    leader, follower = pty.openpty()
+    drawn = bytearray()
+
+    def drain() -> None:  # keep reading so the bar can never fill the terminal's buffer
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            drawn.extend(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "collector.cli", "analyze", str(path), "--libxo", "json"],
+        stdout=subprocess.PIPE, stderr=follower, text=True,
+    )  # fmt: skip
+    os.close(follower)
+    out, _ = proc.communicate(timeout=120)
+    reader.join(timeout=10)
+    os.close(leader)
+    assert proc.returncode == 0
+    assert json.loads(out)["analyze"]["totals"]["packets"] == 40_000
+    assert b"big.pcap" in drawn and b"\x1b[" in bytes(drawn)  # the bar's label and terminal control sequences

@@ -238,7 +238,7 @@ class CapturePipeline:
             wire_bytes_orig=o.wire_bytes, wire_bytes_resp=r.wire_bytes,
             conn_state=zeek.conn_state(conv.z, "tcp"), history=zeek.history(conv.z), direction_guessed=conv.guessed,
             stream=conv.stream, handshake_rtt_us=conv.first_rtt // 1000 if conv.first_rtt else None,
-            retrans_bytes=o.retrans_bytes + r.retrans_bytes, completeness=conv.completeness,
+            retrans_bytes=o.retrans_bytes + r.retrans_bytes, completeness=conv.completeness, missed_bytes=o.missed + r.missed,
             analysis=counts_of(conv), icmp_error=conv.icmp_error, icmp_errors=conv.icmp_errors or None,
             rtt_orig_min_us=rtt[0][0], rtt_orig_mean_us=rtt[0][1], rtt_orig_max_us=rtt[0][2],
             rtt_resp_min_us=rtt[1][0], rtt_resp_mean_us=rtt[1][1], rtt_resp_max_us=rtt[1][2],

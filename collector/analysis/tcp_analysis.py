@@ -65,7 +65,7 @@ class Flow:
         "lastack", "lastacktime", "window", "win_scale", "is_first_ack", "dupacknum", "lastnondupack",
         "lastsegmentflags", "segs", "ordered", "lastacklen", "sack", "mss", "valid_bif",
         "packets", "bytes", "wire_bytes", "data_segments", "retrans_bytes", "rtt_min", "rtt_max", "rtt_sum", "rtt_n",
-        "zw_since",
+        "zw_since", "missed",
     )  # fmt: skip
 
     def __init__(self, addr: int, port: int) -> None:
@@ -103,6 +103,7 @@ class Flow:
         self.rtt_sum = 0
         self.rtt_n = 0
         self.zw_since = -1
+        self.missed = 0  # bytes skipped by "previous segment not captured" gaps (Zeek's missed_bytes)
 
 
 @dataclass
@@ -426,6 +427,7 @@ class TcpAnalyzer:
             if nextseq_f and gt(seq, nextseq_f) and not flags & RST:
                 aflags |= LOST
                 fwd.valid_bif = False
+                fwd.missed += (seq - nextseq_f) & M32
             # 4. keep-alive
             if seglen <= 1 and seq == ((nextseq_f - 1) & M32) and not sfr:
                 aflags |= KA

@@ -154,6 +154,9 @@ def _child_env(data: Path, account: pwd.struct_passwd | None) -> dict[str, str]:
 
 def _start_webapp(args: argparse.Namespace, data: Path, account: pwd.struct_passwd | None) -> subprocess.Popen[bytes]:
     env = _child_env(data, account)
+    if "ALLOWED_HOSTS" not in env and args.host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"):
+        # Listening on a specific address: requests naming it must be accepted too.
+        env["ALLOWED_HOSTS"] = f"127.0.0.1,localhost,[::1],{_url_host(args.host)}"
     python = sys.executable
     drop: dict[str, Any] = {}
     if account is not None:

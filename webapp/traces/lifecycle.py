@@ -15,6 +15,7 @@ from django.db import connection
 
 from translators.records import Record
 from webapp.traces.models import Connection
+from webapp.traces.schema import KIND_BY_TYPE
 
 TRACKED_KINDS = frozenset({"tcp_state", "tcp_retransmit", "tcp_reset", "connection", "siftr_sample", "alert"})
 TCP_KINDS = frozenset({"tcp_state", "tcp_retransmit", "tcp_reset", "siftr_sample"})
@@ -28,7 +29,7 @@ def apply(records: Iterable[Record]) -> int:
     """Fold tracked records into their connections; returns how many connections changed."""
     touched: dict[str, list[Record]] = {}
     for rec in records:
-        if rec.conn_uuid is not None and rec.kind in TRACKED_KINDS:
+        if rec.conn_uuid is not None and KIND_BY_TYPE[type(rec)] in TRACKED_KINDS:
             touched.setdefault(rec.conn_uuid, []).append(rec)
     if not touched:
         return 0
@@ -85,7 +86,7 @@ def _fold(conn: Connection, rec: Record) -> None:
     conn.last_seen = max(conn.last_seen, rec.ts_wall)
     _fill_flow(conn, rec)
     _fill_owner(conn, rec)
-    _FOLDERS[rec.kind](conn, rec)
+    _FOLDERS[KIND_BY_TYPE[type(rec)]](conn, rec)
 
 
 # A connecting socket's first state change (CLOSED -> SYN_SENT) fires before the kernel

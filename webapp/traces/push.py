@@ -19,6 +19,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from translators.records import Record
+from webapp.traces.schema import KIND_BY_TYPE
 
 MESSAGE_TYPE = "trace.batch"
 CHUNK = 1000  # records per message: bounded messages whatever the batch size
@@ -41,7 +42,7 @@ def groups_for(records: Sequence[Record], wanted: Callable[[str], bool] = lambda
         for key in keys:
             name = names.get(key) or names.setdefault(key, group_name(*key))
             members.setdefault(name, []).append(index)
-        if rec.kind == "alert":
+        if KIND_BY_TYPE[type(rec)] == "alert":
             members.setdefault("alerts", []).append(index)
     members = {group: indexes for group, indexes in members.items() if wanted(group)}
     if not members:

@@ -22,7 +22,7 @@ from django.db import DataError, IntegrityError, connection, transaction
 from translators.records import Record, describe
 from webapp.traces import lifecycle
 from webapp.traces.models import KIND_MODELS, RecordModel
-from webapp.traces.schema import is_json
+from webapp.traces.schema import KIND_BY_TYPE, is_json
 
 INT64 = (-(2**63), 2**63 - 1)
 _json = msgspec.json.Encoder()
@@ -96,7 +96,7 @@ def _store(records: Sequence[Record]) -> StoreResult:
 def _group(records: Sequence[Record]) -> dict[str, list[Record]]:
     groups: dict[str, list[Record]] = {}
     for rec in records:
-        groups.setdefault(rec.kind, []).append(rec)
+        groups.setdefault(KIND_BY_TYPE[type(rec)], []).append(rec)
     return groups
 
 

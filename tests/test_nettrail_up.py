@@ -23,9 +23,18 @@ REPO = Path(__file__).resolve().parents[1]
 ADMIN_PASSWORD = "up-test-admin-Rk82-pass"
 START_LIMIT = 90.0  # seconds: a bound for a hung start, not a performance expectation
 
+
+def readable_by_others(path: Path) -> bool:
+    return all(p.stat().st_mode & 0o001 for p in [path, *path.parents])
+
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: nettrail up drops privileges to the nettrail user"),
+    pytest.mark.skipif(
+        not readable_by_others(REPO),
+        reason=f"the checkout {REPO} is inside a private directory: the unprivileged webapp user cannot import it",
+    ),
 ]
 
 

@@ -30,6 +30,7 @@ WEBAPP_USER = "nettrail"
 LOCAL_TOKEN_LABEL = "nettrail up: local collector"
 ADMIN_USER = "admin"
 START_TIMEOUT = 60.0  # seconds for daphne to listen (first start compiles nothing, but CI is slow)
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout the webapp child imports from
 STOP_TIMEOUT = 10.0  # seconds each child gets after SIGTERM before SIGKILL
 
 
@@ -46,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
 
     data = datadir.data_dir()
     root = os.geteuid() == 0
+    if root and not _world_traversable(SOURCE_ROOT):
+        print(f"nettrail up: the {WEBAPP_USER} user cannot read the nettrail code in {SOURCE_ROOT} "
+              "(a parent directory is private); install nettrail in a readable place", file=sys.stderr)  # fmt: skip
+        return 1
     if root and not _world_traversable(data.parent):
         print(f"nettrail up: the {WEBAPP_USER} user cannot reach {data} (a parent directory is private); "
               "set NETTRAIL_DATA to a directory outside private ones, e.g. /var/lib/nettrail", file=sys.stderr)  # fmt: skip
@@ -186,7 +191,7 @@ def _python_for_others(env: dict[str, str]) -> str:
             f"nettrail up: the webapp user cannot run {sys.executable} (its directory is private) and {system} "
             "is missing: build .venv from a system Python (python3 -m venv)"
         )
-    source_root = str(Path(__file__).resolve().parents[2])
+    source_root = str(SOURCE_ROOT)
     venv_paths = [p for p in sys.path if p.startswith(sys.prefix) and p.endswith("site-packages")]
     env["PYTHONPATH"] = os.pathsep.join([source_root, *venv_paths])
     return str(system)

@@ -60,3 +60,7 @@ def test_the_pcap_download_streams_the_same_frames(capture: Path, tmp_path: Path
     out.write_bytes(b"".join(resp.streaming_content))
     ((ends, frames),) = tshark_conversations(out).items()
     assert frames == tshark_conversations(capture)[ends]
+    whole = client.get("/api/report", {"format": "pcap", "host": capture.name})  # a filter, not one connection
+    assert whole.status_code == 200
+    out.write_bytes(b"".join(whole.streaming_content))
+    assert tshark_conversations(out) == tshark_conversations(capture)

@@ -1,6 +1,6 @@
 """Download endpoints: reports in xo styles, a connection's export, a host's SIFTR log.
 
-GET /api/report?host=&connection=&since=&until=&kind=&format=json|xml|text|html
+GET /api/report?host=&connection=&since=&until=&kind=&format=json|xml|text|html|pcap|siftr
 GET /api/connections/<uuid>/export?format=json|xml|text|html|pcap|siftr[&siftrver=]
 GET /api/hosts/<name>/siftr?since=&until=&siftrver=
 ``format`` takes any --libxo string too (``json,pretty``). Login required (the
@@ -43,24 +43,12 @@ Buffer = io.BytesIO | io.StringIO
 
 @require_GET
 def report(request: HttpRequest) -> HttpResponseBase:
-    return _guarded(request, lambda: _report(request, _filter(request)))
+    return _guarded(request, lambda: _export(request, _filter(request), "nettrail"))
 
 
 @require_GET
 def connection_export(request: HttpRequest, conn_uuid: str) -> HttpResponseBase:
-    def run() -> HttpResponseBase:
-        f = _filter(request, connection=conn_uuid)
-        fmt = request.GET.get("format", "json")
-        if fmt == "pcap":
-            check(f)
-            return _stream(
-                request, lambda out: pcap_steps(out, f), True, "application/vnd.tcpdump.pcap", f"{f.connection}.pcap"
-            )
-        if fmt == "siftr":
-            return _siftr(request, f, f"{f.connection}.siftr")
-        return _report(request, f)
-
-    return _guarded(request, run)
+    return _guarded(request, lambda: _export(request, _filter(request, connection=conn_uuid), conn_uuid))
 
 
 @require_GET
@@ -69,6 +57,17 @@ def host_siftr(request: HttpRequest, name: str) -> HttpResponseBase:
 
 
 # --- helpers -----------------------------------------------------------------------------------------
+
+
+def _export(request: HttpRequest, f: ReportFilter, stem: str) -> HttpResponseBase:
+    """format=pcap | siftr | an xo style (json, xml, text, html, or a --libxo string)."""
+    fmt = request.GET.get("format", "json")
+    if fmt == "pcap":
+        check(f)
+        return _stream(request, lambda out: pcap_steps(out, f), True, "application/vnd.tcpdump.pcap", f"{stem}.pcap")
+    if fmt == "siftr":
+        return _siftr(request, f, f"{stem}.siftr")
+    return _report(request, f)
 
 
 def _guarded(request: HttpRequest, run: Callable[[], HttpResponseBase]) -> HttpResponseBase:

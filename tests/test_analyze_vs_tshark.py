@@ -1,7 +1,8 @@
 """`nettrail analyze` on real kernel traffic agrees with tshark, connection by connection.
 
 One lab run (tests/capture_lab.py: client / router / server namespaces, an nftables loss
-rule on one port) records seven scenarios from both ends; every TCP connection's
+rule on two ports) records nine scenarios (seven over IPv4, bulk and loss again over IPv6)
+from both ends; every TCP connection's
 tcp.analysis counts and per-direction packets/bytes must equal tshark's (Debian 12's
 tshark is Wireshark 4.0, so the analysis runs with --wireshark 4.0), and each scenario
 must come out with the connection state it really had.
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.capture_lab import CLIENT_IP, PORTS, SERVER_IP, record_scenarios
+from tests.capture_lab import CLIENT_IP, CLIENT_IP6, PORTS, SERVER_IP, SERVER_IP6, record_scenarios
 from tests.tshark_ref import tshark_streams
 
 pytestmark = [
@@ -96,6 +97,13 @@ def test_the_scenarios_really_happened(results: dict[str, Any]) -> None:
     assert client[PORTS["keepalive"]]["analysis"]["keep_alive"] >= 2
     assert client[PORTS["keepalive"]]["analysis"]["keep_alive_ack"] >= 2
     assert client[PORTS["bulk"]]["bytes_orig"] >= 1 << 20  # retransmitted payload counts too, as in tcp.len
+    assert client[PORTS["loss6"]]["analysis"]["retransmission"] > 0
+    assert server[PORTS["loss6"]]["analysis"]["lost_segment"] > 0
+    assert (client[PORTS["bulk6"]]["ip_ver"], client[PORTS["bulk6"]]["src"], client[PORTS["bulk6"]]["dst"]) == (
+        6,
+        CLIENT_IP6,
+        SERVER_IP6,
+    )
 
 
 def test_it_derives_zeek_states_for_each_scenario(results: dict[str, Any]) -> None:
@@ -105,10 +113,12 @@ def test_it_derives_zeek_states_for_each_scenario(results: dict[str, Any]) -> No
         assert conns[PORTS["refused"]]["history"] == "Sr"
         assert conns[PORTS["abort"]]["conn_state"] == "RSTO"
         assert conns[PORTS["abort"]]["history"].endswith("R")
-        for port in ("bulk", "loss", "slow", "keepalive"):
+        for port in ("bulk", "loss", "slow", "keepalive", "bulk6", "loss6"):
             assert conns[PORTS[port]]["conn_state"] == "SF", port
             assert conns[PORTS[port]]["history"].startswith("ShAD"), port
-            assert conns[PORTS[port]]["src"] == CLIENT_IP and conns[PORTS[port]]["dst"] == SERVER_IP
+            v6 = port.endswith("6")
+            assert conns[PORTS[port]]["src"] == (CLIENT_IP6 if v6 else CLIENT_IP)
+            assert conns[PORTS[port]]["dst"] == (SERVER_IP6 if v6 else SERVER_IP)
             assert conns[PORTS[port]]["direction_guessed"] is False
         assert "w" in conns[PORTS["slow"]]["history"]
     assert "G" in by_port(results["server"])[PORTS["loss"]]["history"]

@@ -511,6 +511,9 @@ class TcpAnalyzer:
             rev.nextseq = ack
             rev.maxseqtobeacked = ack
             return aflags | WUPDATE
+        if self.compat == "4.0":  # 4.0 jumps straight to the highest sequence seen
+            rev.maxseqtobeacked = rev.nextseq
+            return aflags | ACKLOST
         tail_le = tail_re = 0
         for s in reversed(rev.segs):  # Wireshark walks newest first
             if tail_le == tail_re:

@@ -148,3 +148,18 @@ def test_it_calls_udp_memory_pressure_critical():
     ev = s.sock("udp-fail-queue", "udp", "10.0.0.2", 53, rc=-105)
     alerts = only(feed_all(e, [ev]), "K11")
     assert [(a.condition, a.severity, a.proto) for a in alerts] == [("proto-mem", "critical", "udp")]
+
+
+def test_it_sees_this_hosts_zero_window_through_the_local_senders_samples():
+    s, e = Stream(), engine()
+    receiver = s.flow(src="127.0.0.1", sport=7500, dst="127.0.0.1", dport=40000, pid=9, comm="server")
+    sender = s.flow(src="127.0.0.1", sport=40000, dst="127.0.0.1", dport=7500, pid=8, comm="client")
+    recs = [s.state(receiver, "SYN_RECEIVED", "ESTABLISHED"), s.state(sender, "SYN_SENT", "ESTABLISHED")]
+    recs += [s.siftr(receiver, rcv_wnd=4096, snd_wnd=65535), s.siftr(sender, rcv_wnd=65535, snd_wnd=4096)]
+    for _ in range(5):  # only the sender's samples go on: it sees the receiver's zero window
+        s.advance(0.3)
+        recs.append(s.siftr(sender, rcv_wnd=65535, snd_wnd=0))
+    alerts = feed_all(e, recs)
+    k5 = only(alerts, "K5", "zero-window")
+    assert [(a.sport, a.dport, a.comm, a.conn_uuid) for a in k5] == [(7500, 40000, "server", receiver.uuid)]
+    assert [(a.sport, a.dport, a.conn_uuid) for a in only(alerts, "K13")] == [(40000, 7500, sender.uuid)]

@@ -173,3 +173,15 @@ def test_it_ignores_a_single_synack_retry_among_many_handshakes():
         recs.append(s.state(c, "SYN_RECEIVED", "ESTABLISHED"))
     recs.append(s.retrans(Flow("10.0.0.2", 80, "10.0.0.8", 41000, 7000, None, None), retrans_kind="synack"))
     assert only(feed_all(e, recs), "K2") == []
+
+
+def test_it_does_not_count_a_syn_timeout_in_syn_sent_as_a_data_rto():
+    s, e = Stream(), engine()
+    f = s.flow()
+    recs = [s.state(f, "CLOSED", "SYN_SENT")]
+    for _ in range(3):  # the kernel enters Loss on each SYN timeout too
+        s.advance(1.0)
+        recs += [s.cong(f, "Loss", "Open"), s.retrans(f, state="SYN_SENT")]
+    alerts = feed_all(e, recs)
+    assert only(alerts, "K2", "rto") == [] and only(alerts, "K6") == []
+    assert [a.metric for a in only(alerts, "K2", "syn-retry")] == [1.0, 3.0]

@@ -102,14 +102,18 @@ class ZeroWindowTracker:
     def __init__(self, cap: int) -> None:
         self.since: LruMap[object, tuple[float, Record, list[int]]] = LruMap(cap)
 
-    def sample(self, rec: Record, window: int | None) -> tuple[float, Record, list[int]] | None:
+    def sample(
+        self, rec: Record, window: int | None, about: Record | None = None
+    ) -> tuple[float, Record, list[int]] | None:
+        """A window value seen in ``rec``; ``about`` is the socket it describes when not rec's own."""
         if window is None:
             return None
-        key = flow_key(rec)
+        owner = about if about is not None else rec
+        key = flow_key(owner)
         if window > 0:
             self.since.pop(key)
             return None
-        entry = self.since.get_or_create(key, lambda: (rec.ts_wall, rec, []))
+        entry = self.since.get_or_create(key, lambda: (rec.ts_wall, owner, []))
         _bounded_append(entry[2], rec.seq, 16)
         return entry
 
@@ -128,6 +132,9 @@ class ReceiveBuffer(Rule):
         self.window = self.num("window_s")
         self.flows = self.flows_map()
         self.zero = ZeroWindowTracker(ctx.max_flows)
+        # local sockets by tuple: when both ends are traced (loopback, containers), the
+        # sender's snd_wnd = 0 is this host's receiver advertising zero (anomalies.md K13)
+        self.sockets: LruMap[tuple[object, ...], Record] = LruMap(ctx.max_flows)
 
     def feed(self, rec: Record) -> None:
         if isinstance(rec, SkbDrop):
@@ -182,9 +189,15 @@ class ReceiveBuffer(Rule):
         )  # fmt: skip
 
     def _window(self, rec: SiftrSample | TcpDebugSnapshot) -> None:
+        self.sockets.get_or_create((rec.host_id, rec.netns, rec.src, rec.sport, rec.dst, rec.dport), lambda: rec)
         entry = self.zero.sample(rec, rec.rcv_wnd)
         if entry is not None:
             self._check_zero(entry, rec.ts_wall)
+        receiver = self.sockets.peek((rec.host_id, rec.netns, rec.dst, rec.dport, rec.src, rec.sport))
+        if receiver is not None:
+            entry = self.zero.sample(rec, rec.snd_wnd, about=receiver)
+            if entry is not None:
+                self._check_zero(entry, rec.ts_wall)
 
     def tick(self, now: float) -> None:
         for entry in list(self.zero.since.values()):

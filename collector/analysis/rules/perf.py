@@ -5,10 +5,12 @@ spike shorter than the sampling interval can be missed, never invented.
 
 K6: cwnd in segments (snd_cwnd bytes ÷ mss) at most ``min_segments`` or at most
 ``max_fraction`` of its maximum over the previous ``window_s``, while data is
-outstanding. Warning once it holds for ``hold_s`` or starts ``repeat_count`` times in
+outstanding and the congestion state is not Open (an application-limited sender sees
+its cwnd cut in the Open state without any loss; records without ca_state count). Warning once it holds for ``hold_s`` or starts ``repeat_count`` times in
 ``repeat_window_s``.
 
-K7: the baseline is this connection's own srtt: the median of its first
+K7: a spike is ``consecutive`` samples over the limit lasting at least ``min_hold_s``,
+or any run over the limit lasting ``hold_s``. The baseline is this connection's own srtt: the median of its first
 ``seed_samples`` samples, then an exponentially weighted mean and mean deviation with
 a ``half_life_s`` half-life. Spike samples and samples taken while the alert is open do
 not move the baseline, so a long spike cannot teach the baseline to accept itself.
@@ -37,6 +39,7 @@ class _Cwnd:
     collapsed_since: float | None = None
     starts: list[float] | None = None
     evidence: list[int] | None = None
+    ca_state: str | None = None
 
 
 class CwndCollapse(Rule):
@@ -53,7 +56,13 @@ class CwndCollapse(Rule):
             if rec.state != "ESTABLISHED":
                 self.flows.pop(flow_key(rec))
             return
-        f = self.flows.get_or_create(flow_key(rec), _Cwnd)
+        if isinstance(rec, TcpCongState):
+            known = self.flows.get(flow_key(rec))
+            if known is None:
+                return  # no sample yet: not an established data flow (a SYN timeout, say)
+            f = known
+        else:
+            f = self.flows.get_or_create(flow_key(rec), _Cwnd)
         if isinstance(rec, SiftrSample | TcpDebugSnapshot):
             f.mss = rec.mss or f.mss
             outstanding = _outstanding(rec)
@@ -61,6 +70,7 @@ class CwndCollapse(Rule):
             outstanding = True  # a congestion-state change happens with data in flight
         else:
             return
+        f.ca_state = rec.ca_state or f.ca_state
         cwnd = getattr(rec, "snd_cwnd", None)
         if cwnd is None or not f.mss:
             return
@@ -77,7 +87,10 @@ class CwndCollapse(Rule):
         f.cur_max = max(f.cur_max, segs)
         low = segs <= self.num("min_segments")
         relative = previous_max is not None and segs <= self.num("max_fraction") * previous_max
-        if not (outstanding and (low or relative)):
+        # Linux also shrinks cwnd without any loss when the sender is application-limited
+        # (cwnd validation, restart after idle: RFC 7661); that happens in the Open state.
+        congested = f.ca_state != "Open"
+        if not (outstanding and congested and (low or relative)):
             f.collapsed_since = None
             return
         if f.collapsed_since is None:
@@ -182,7 +195,11 @@ class SrttSpike(Rule):
             f.spike_since, f.evidence = t, None
         f.consecutive += 1
         f.evidence = bounded_append(f.evidence, rec.seq)
-        if f.consecutive < self.num("consecutive") and t - f.spike_since < self.num("hold_s"):
+        held = t - f.spike_since
+        # tcp_probe fires per received segment: 5 samples can span microseconds, so the
+        # sample count only counts once the spike has also lasted min_hold_s
+        by_count = f.consecutive >= self.num("consecutive") and held >= self.num("min_hold_s")
+        if not by_count and held < self.num("hold_s"):
             return
         critical = srtt > f.base + self.num("critical_ms") * 1000
         subject = self.ctx.owner(rec)

@@ -126,6 +126,7 @@ class _KindFlow:
     rto_evidence: list[int] | None = None
     syn_retries: int = 0
     syn_evidence: list[int] | None = None
+    handshake: bool = False  # in SYN_SENT: a timeout there is a SYN retry, not a data RTO
 
 
 @dataclass(slots=True)
@@ -152,11 +153,15 @@ class RetransKind(Rule):
             f = self._flow(rec)
             f.has_cong = True
             f.ca_state = rec.ca_state
-            if rec.ca_state == "Loss":
+            if rec.ca_state == "Loss" and not f.handshake:
                 self._rto(rec, f)
         elif isinstance(rec, TcpRetransmit):
             self._retransmit(rec)
         elif isinstance(rec, TcpStateChange):
+            if rec.state == "SYN_SENT":
+                self._flow(rec).handshake = True
+            elif rec.prev_state == "SYN_SENT" and (known := self.state.peek(flow_key(rec))) is not None:
+                known.handshake = False
             if rec.prev_state == "SYN_RECEIVED" and rec.state == "ESTABLISHED":
                 self._listener(rec.host_id, rec.src, rec.sport).established.add(rec.ts_wall)
             elif rec.state == "CLOSED":

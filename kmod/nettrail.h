@@ -32,6 +32,7 @@ enum nt_event_type {
 	NT_EV_FLOW = 8,       /* siftr: exact per-flow counters at tcp_destroy_sock */
 	NT_EV_SKB_DROP = 9,   /* skb: kfree_skb with a drop reason */
 	NT_EV_UDP_FAIL = 10,  /* udp: udp_fail_queue_rcv_skb (receive queue refused a datagram) */
+	NT_EV_IP = 11,        /* ip: net_dev_queue (send) / netif_receive_skb (receive) */
 };
 
 enum nt_ctx { NT_CTX_UNKNOWN = 0, NT_CTX_TASK = 1, NT_CTX_SOFTIRQ = 2 };
@@ -43,6 +44,7 @@ enum nt_attribution { NT_ATTR_NONE = 0, NT_ATTR_CURRENT = 1, NT_ATTR_OWNER = 2 }
 #define NT_PROV_TCPDEBUG 0x4
 #define NT_PROV_SKB 0x8
 #define NT_PROV_UDP 0x10
+#define NT_PROV_IP 0x20
 
 /* Filters and settings fixed at load time: the only member of .rodata (`cfg`). */
 struct nt_config {
@@ -249,6 +251,31 @@ struct nt_debug_body {
 	__u8 _pad_tail;
 };
 
+/* ---- ip provider --------------------------------------------------------- */
+
+/* One IPv4/IPv6 packet (a GSO skb stands for gso_segs wire packets); the header's
+ * 4-tuple is the packet's, source first; cookie/attribution from skb->sk when sent. */
+struct nt_ip_body {
+	__u32 if_index;
+	__u32 flow_label; /* IPv6 */
+	__u32 skb_len;
+	__u16 length;    /* IPv4 total length; IPv6 payload length + 40 */
+	__u16 ident;     /* IPv4 */
+	__u16 frag_off;  /* IPv4 flags and offset, host order */
+	__u16 checksum;  /* IPv4 header checksum */
+	__u16 gso_segs;
+	__u16 gso_size;
+	__u16 dev_flags; /* net_device flags (IFF_LOOPBACK 0x8) */
+	__u8 direction;  /* 0 receive, 1 send */
+	__u8 version;
+	__u8 header_length; /* bytes (IPv6: the fixed 40) */
+	__u8 protocol;      /* IPv4 protocol / IPv6 next header */
+	__u8 ttl;           /* or hop limit */
+	__u8 tos;           /* or traffic class */
+	__u8 _pad[4];
+	char if_name[NT_COMM_LEN];
+};
+
 /* ---- udp provider -------------------------------------------------------- */
 
 struct nt_udp_fail_body {
@@ -309,6 +336,7 @@ struct nt_event {
 		struct nt_debug_body debug;
 		struct nt_skb_drop_body skb_drop;
 		struct nt_udp_fail_body udp_fail;
+		struct nt_ip_body ip;
 	};
 };
 

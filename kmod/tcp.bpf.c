@@ -848,6 +848,102 @@ static __always_inline void port_owner_note(const struct sock *sk)
 	bpf_map_update_elem(&port_owners, &k, &cur, BPF_ANY);
 }
 
+/* ---- ip provider ------------------------------------------------------------ */
+
+/* One IP packet: send (net_dev_queue, header at network_header, socket from skb->sk)
+ * or receive (netif_receive_skb, header at skb->data, no socket yet). */
+static __always_inline void ip_packet(const struct sk_buff *skb, const struct sock *sk, __u8 dir, bool task)
+{
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	unsigned char *nh = dir ? head + BPF_CORE_READ(skb, network_header) : BPF_CORE_READ(skb, data);
+	struct nt_header h = {};
+	struct nt_event *e;
+	__u16 ports[2];
+	__u8 first, proto, hlen, ver;
+	struct iphdr ip = {};
+	struct ipv6hdr ip6 = {};
+
+	if (bpf_probe_read_kernel(&first, 1, nh))
+		return;
+	ver = first >> 4;
+	if (ver == 4) {
+		if (bpf_probe_read_kernel(&ip, sizeof(ip), nh))
+			return;
+		h.family = AF_INET;
+		__builtin_memcpy(h.saddr, &ip.saddr, 4);
+		__builtin_memcpy(h.daddr, &ip.daddr, 4);
+		proto = ip.protocol;
+		hlen = ip.ihl * 4;
+	} else if (ver == 6) {
+		if (bpf_probe_read_kernel(&ip6, sizeof(ip6), nh))
+			return;
+		h.family = AF_INET6;
+		__builtin_memcpy(h.saddr, &ip6.saddr, 16);
+		__builtin_memcpy(h.daddr, &ip6.daddr, 16);
+		proto = ip6.nexthdr;
+		hlen = sizeof(ip6);
+	} else {
+		return;
+	}
+	if ((proto == IPPROTO_TCP || proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE) &&
+	    !bpf_probe_read_kernel(ports, sizeof(ports), nh + hlen)) {
+		h.sport = bpf_ntohs(ports[0]);
+		h.dport = bpf_ntohs(ports[1]);
+	}
+	h.netns = BPF_CORE_READ(skb, dev, nd_net.net, ns.inum);
+	h.cookie = cookie_read(sk);
+	attribute(&h, NT_EV_IP, task);
+	if (!pass(&h) || !(e = reserve(NT_EV_IP)))
+		return;
+	__builtin_memcpy(&e->hdr, &h, sizeof(h));
+	e->ip.if_index = BPF_CORE_READ(skb, dev, ifindex);
+	e->ip.skb_len = BPF_CORE_READ(skb, len);
+	e->ip.dev_flags = BPF_CORE_READ(skb, dev, flags);
+	e->ip.direction = dir;
+	e->ip.version = ver;
+	e->ip.header_length = hlen;
+	e->ip.protocol = proto;
+	if (ver == 4) {
+		e->ip.length = bpf_ntohs(ip.tot_len);
+		e->ip.ident = bpf_ntohs(ip.id);
+		e->ip.frag_off = bpf_ntohs(ip.frag_off);
+		e->ip.checksum = bpf_ntohs(ip.check);
+		e->ip.ttl = ip.ttl;
+		e->ip.tos = ip.tos;
+		e->ip.flow_label = 0;
+	} else {
+		__u32 word = bpf_ntohl(*(__u32 *)&ip6);
+
+		e->ip.length = bpf_ntohs(ip6.payload_len) + sizeof(ip6);
+		e->ip.ident = 0;
+		e->ip.frag_off = 0;
+		e->ip.checksum = 0;
+		e->ip.ttl = ip6.hop_limit;
+		e->ip.tos = (word >> 20) & 0xff;
+		e->ip.flow_label = word & 0xfffff;
+	}
+	head = BPF_CORE_READ(skb, head);
+	{
+		struct skb_shared_info *shinfo = (struct skb_shared_info *)(head + BPF_CORE_READ(skb, end));
+
+		e->ip.gso_segs = BPF_CORE_READ(shinfo, gso_segs);
+		e->ip.gso_size = BPF_CORE_READ(shinfo, gso_size);
+	}
+	__builtin_memset(e->ip._pad, 0, sizeof(e->ip._pad));
+	BPF_CORE_READ_STR_INTO(&e->ip.if_name, skb, dev, name);
+	bpf_ringbuf_submit(e, 0);
+}
+
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(netif_receive_skb, struct sk_buff *skb)
+{
+	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+
+	if (proto == ETH_P_IP || proto == ETH_P_IPV6)
+		ip_packet(skb, NULL, 0, in_task(ctx));
+	return 0;
+}
+
 /* ---- siftr and tcpdebug packet points ------------------------------------ */
 
 SEC("tp_btf/tcp_probe")
@@ -885,6 +981,8 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 	if (proto != ETH_P_IP && proto != ETH_P_IPV6)
 		return 0;
 	sk = BPF_CORE_READ(skb, sk);
+	if (cfg.providers & NT_PROV_IP)
+		ip_packet(skb, sk, 1, in_task(ctx));
 	if ((cfg.providers & NT_PROV_SKB) && sk && in_task(ctx)) {
 		__u16 sk_proto = BPF_CORE_READ(sk, sk_protocol);
 

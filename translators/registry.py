@@ -6,7 +6,7 @@ collector/bpf/layout.py EVENT_NAMES; keep the three in sync.
 
 from __future__ import annotations
 
-from translators import siftr, skb, tcp, tcpdebug, udp
+from translators import ip, siftr, skb, tcp, tcpdebug, udp
 from translators.kernel import Translator
 
 KERNEL_TRANSLATORS: dict[str, Translator] = {
@@ -20,4 +20,5 @@ KERNEL_TRANSLATORS: dict[str, Translator] = {
     "tcpdebug_snapshot": tcpdebug.translate_debug,
     "skb_drop": skb.translate_drop,
     "udp_fail": udp.translate_fail,
+    "ip_packet": ip.translate_packet,
 }

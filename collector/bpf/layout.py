@@ -26,6 +26,7 @@ EV_DEBUG = 7
 EV_FLOW = 8
 EV_SKB_DROP = 9
 EV_UDP_FAIL = 10
+EV_IP = 11
 EVENT_NAMES: dict[int, str] = {
     EV_STATE: "tcp_state",
     EV_RETRANSMIT: "tcp_retransmit",
@@ -37,6 +38,7 @@ EVENT_NAMES: dict[int, str] = {
     EV_FLOW: "flow_counters",
     EV_SKB_DROP: "skb_drop",
     EV_UDP_FAIL: "udp_fail",
+    EV_IP: "ip_packet",
 }
 
 # enum nt_ctx / nt_attribution
@@ -44,7 +46,7 @@ CTX_NAMES = {0: "unknown", 1: "task", 2: "softirq"}
 ATTR_NONE, ATTR_CURRENT, ATTR_OWNER = 0, 1, 2
 
 # provider bits (nt_config.providers)
-PROV_TCP, PROV_SIFTR, PROV_TCPDEBUG, PROV_SKB, PROV_UDP = 0x1, 0x2, 0x4, 0x8, 0x10
+PROV_TCP, PROV_SIFTR, PROV_TCPDEBUG, PROV_SKB, PROV_UDP, PROV_IP = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
 
 # nt_tcp_snapshot.flags
 SNAP_SACK, SNAP_WSCALE, SNAP_TSTAMP, SNAP_NODELAY, SNAP_FASTOPEN, SNAP_ECN, SNAP_VALID = (
@@ -231,6 +233,27 @@ UDP_FAIL_BODY: Fields = [
     ("_pad", "V2"),
 ]
 
+IP_BODY: Fields = [
+    ("if_index", "<u4"),
+    ("flow_label", "<u4"),
+    ("skb_len", "<u4"),
+    ("length", "<u2"),
+    ("ident", "<u2"),
+    ("frag_off", "<u2"),
+    ("checksum", "<u2"),
+    ("gso_segs", "<u2"),
+    ("gso_size", "<u2"),
+    ("dev_flags", "<u2"),
+    ("direction", "u1"),
+    ("version", "u1"),
+    ("header_length", "u1"),
+    ("protocol", "u1"),
+    ("ttl", "u1"),
+    ("tos", "u1"),
+    ("_pad", "V4"),
+    ("if_name", f"S{COMM_LEN}"),
+]
+
 # C struct name -> fields, for the layout test (nested snapshot checked through its parents).
 STRUCTS: dict[str, Fields] = {
     "nt_config": CONFIG,
@@ -251,6 +274,7 @@ STRUCTS: dict[str, Fields] = {
     "nt_drop_budget": DROP_BUDGET,
     "nt_skb_drop_body": SKB_DROP_BODY,
     "nt_udp_fail_body": UDP_FAIL_BODY,
+    "nt_ip_body": IP_BODY,
 }
 BODIES: dict[int, Fields] = {
     EV_STATE: STATE_BODY,
@@ -263,6 +287,7 @@ BODIES: dict[int, Fields] = {
     EV_DEBUG: DEBUG_BODY,
     EV_SKB_DROP: SKB_DROP_BODY,
     EV_UDP_FAIL: UDP_FAIL_BODY,
+    EV_IP: IP_BODY,
 }
 
 

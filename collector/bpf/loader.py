@@ -23,13 +23,14 @@ import numpy as np
 from collector.bpf import btf, build, layout, libbpf
 from collector.bpf.ringbuf import RingReader
 
-PROVIDERS = ("tcp", "siftr", "tcpdebug", "skb", "udp")
+PROVIDERS = ("tcp", "siftr", "tcpdebug", "ip", "udp", "skb")
 PROVIDER_BITS = {
     "tcp": layout.PROV_TCP,
     "siftr": layout.PROV_SIFTR,
     "tcpdebug": layout.PROV_TCPDEBUG,
     "skb": layout.PROV_SKB,
     "udp": layout.PROV_UDP,
+    "ip": layout.PROV_IP,
 }
 ALWAYS: frozenset[str] = frozenset(PROVIDERS)
 # program (= tracepoint) -> providers that need it. The attribution programs are
@@ -45,7 +46,8 @@ PROGRAMS: dict[str, frozenset[str]] = {
     "tcp_receive_reset": frozenset({"tcp"}),
     "tcp_cong_state_set": frozenset({"tcp"}),
     "tcp_probe": frozenset({"siftr", "tcpdebug"}),
-    "net_dev_queue": frozenset({"siftr", "tcpdebug", "skb"}),  # skb: UDP senders, for drop attribution
+    "net_dev_queue": frozenset({"siftr", "tcpdebug", "ip", "skb"}),  # skb: UDP senders, for drop attribution
+    "netif_receive_skb": frozenset({"ip"}),
     "kfree_skb": frozenset({"tcpdebug", "skb"}),
     "udp_fail_queue_rcv_skb": frozenset({"udp"}),
 }

@@ -1,0 +1,98 @@
+"""Kernel tests of the ip provider: send records match what tcpdump saw, IPv4 and IPv6 on loopback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.kernel_support import bound_listener, cookie_of, kernel, tracing
+from translators.records import IpPacket
+
+pytestmark = kernel
+
+
+def pcap_count(path: Path) -> int:
+    """Packets in a classic pcap file (24-byte file header, 16-byte record headers)."""
+    data = path.read_bytes()
+    offset, count = 24, 0
+    while offset + 16 <= len(data):
+        (incl,) = struct.unpack_from("<I", data, offset + 8)
+        offset += 16 + incl
+        count += 1
+    return count
+
+
+def start_tcpdump(path: Path, port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [
+            "tcpdump",
+            "-i",
+            "lo",
+            "--immediate-mode",
+            "-B",
+            "32768",
+            "-s",
+            "96",
+            "-U",
+            "-n",
+            "-w",
+            str(path),
+            f"port {port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    line = proc.stderr.readline().decode()  # "listening on lo, ..." once the socket is open
+    assert "listening" in line, line
+    return proc
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/usr/bin/tcpdump") and not os.path.exists("/usr/sbin/tcpdump"), reason="needs tcpdump"
+)
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_ip_send_records_of_a_flow_equal_the_packets_tcpdump_saw(host: str, tmp_path: Path) -> None:
+    lst = bound_listener(host)
+    port = lst.getsockname()[1]
+    pcap = tmp_path / "flow.pcap"
+    dump = start_tcpdump(pcap, port)
+    try:
+        with tracing(("ip",), port=port) as cap:
+            lst.listen()
+            client = socket.create_connection((host, port))
+            server, _ = lst.accept()
+            cookie = cookie_of(client)
+            got = 0
+            for _ in range(20):
+                client.sendall(b"i" * 3000)
+                got += len(server.recv(65536))
+            client.close()
+            while chunk := server.recv(65536):  # the rest, then EOF
+                got += len(chunk)
+            assert got == 60000
+            server.close()
+            lst.close()
+            records = cap.wait_for(lambda recs: False, timeout=0.5)
+    finally:
+        time.sleep(0.2)
+        dump.send_signal(signal.SIGINT)
+        _, err = dump.communicate(timeout=10)
+    assert b" packets captured" in err, err
+    sends = [r for r in records if isinstance(r, IpPacket) and r.probe == "send"]
+    receives = [r for r in records if isinstance(r, IpPacket) and r.probe == "receive"]
+    assert len(sends) == pcap_count(pcap) > 40, err
+    assert len(receives) == len(sends)  # loopback: everything sent is received
+    version = 6 if ":" in host else 4
+    assert {(r.ip_ver, r.if_name, r.if_local, r.protocol_name) for r in sends} == {(version, "lo", True, "TCP")}
+    mine = [r for r in sends if r.sock_cookie == cookie]
+    assert mine and all(r.pid == os.getpid() and r.src == host and r.dport == port for r in mine)
+    assert all(r.ttl == 64 and r.length and r.header_length == (20 if version == 4 else 40) for r in sends)
+    assert all(r.conn_uuid is None and r.pid is None for r in receives)  # no socket before IP input

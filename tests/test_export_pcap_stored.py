@@ -3,8 +3,10 @@ again (CLI and endpoint): tshark sees the same frames and flow as in the origina
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
@@ -14,6 +16,7 @@ from collector.cli import main
 from webapp.traces.models import Connection, IpPacket, TcpSegment
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "docs" / "schema"
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +48,15 @@ def test_the_exported_connection_has_the_captured_frames_and_flow(capture: Path,
     ((ends, frames),) = tshark_conversations(out).items()
     assert ends[1] == f"127.0.0.1:{conn.dport}" or ends[0] == f"127.0.0.1:{conn.dport}"
     assert frames == original[ends] == stored.count()
+    report = tmp_path / "conn.json"
+    assert main(["report", "--connection", conn.conn_uuid, "--libxo", "json", "-o", str(report)]) == 0
+    doc = json.loads(report.read_text())
+    jsonschema.validate(doc, json.loads((SCHEMA_DIR / "report.schema.json").read_text()))
+    (listed,) = doc["nettrail-report"]["connection"]
+    (summary,) = listed["summary"]  # the capture's Connection record, listed as `summary`
+    assert summary["kind"] == "connection" and summary["packets-orig"] + summary["packets-resp"] == frames
+    assert len(listed["tcp-segment"]) == len(listed["ip-packet"]) == frames
+    assert all(seg["frame-bytes"] is None for seg in listed["tcp-segment"])  # bytes only go to pcap
 
 
 def test_the_pcap_download_streams_the_same_frames(capture: Path, tmp_path: Path, db: None) -> None:

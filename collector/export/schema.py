@@ -40,6 +40,12 @@ def xo(name: str) -> str:
     return name.replace("_", "-")
 
 
+def list_name(kind: str) -> str:
+    """The report's list name for a kind: `connection` summaries are listed as `summary`, so a
+    connection instance never holds a list named like itself."""
+    return "summary" if kind == "connection" else xo(kind)
+
+
 def ordered_fields(kind: str) -> tuple[list[FieldDesc], list[FieldDesc]]:
     descs = describe(BY_KIND[kind])
     return [d for d in descs if d.key], [d for d in descs if not d.key]
@@ -145,7 +151,7 @@ def _json_header() -> dict[str, Any]:
 
 
 def json_schema() -> dict[str, Any]:
-    kinds = {xo(kind): _list_of(kind) for kind in BY_KIND}
+    kinds = {list_name(kind): _list_of(kind) for kind in BY_KIND}
     conn: dict[str, Any] = {"conn-uuid": {"type": "string", "format": "uuid"}}
     conn.update({xo(name): {"type": JSON_TYPES[tp]} for name, _, tp in CONNECTION_FIELDS})
     conn.update(kinds)
@@ -211,7 +217,7 @@ def _seq(name: str, elements: list[str], indent: str = "  ") -> str:
 def xsd() -> str:
     _CHOICES.clear()
     records = [_xsd_record(kind) for kind in BY_KIND]
-    kind_lists = [_el(xo(kind), f"record-{kind}", many=True) for kind in BY_KIND]
+    kind_lists = [_el(list_name(kind), f"record-{kind}", many=True) for kind in BY_KIND]
     conn = [_el("conn-uuid", "xs:string", optional=False)]
     conn += [_el(xo(name), XSD_TYPES[tp]) for name, _, tp in CONNECTION_FIELDS]
     types = [

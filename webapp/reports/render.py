@@ -25,7 +25,7 @@ import msgspec
 from django.db.models import Count, Max, Min, QuerySet, Sum
 
 from collector.export.filters import CONNECTIONLESS, ReportFilter
-from collector.export.schema import CONNECTION_FIELDS
+from collector.export.schema import CONNECTION_FIELDS, list_name
 from translators.records import BY_KIND, Record, describe
 from webapp.traces.models import KIND_MODELS, Connection, Host, RecordModel
 from xo import Writer
@@ -141,7 +141,7 @@ def as_records(
 
 def _records(w: Writer, qs: QuerySet[RecordModel], kind: str, chunk_size: int) -> Iterator[None]:
     for rec in as_records(qs, kind, chunk_size):
-        w.record(rec)
+        w.record(rec, name=list_name(kind))
         yield None
 
 

@@ -4,25 +4,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('traces', '0001_initial'),
+        ("traces", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='connectionsummary',
-            name='icmp_error',
+            model_name="connectionsummary",
+            name="icmp_error",
             field=models.TextField(null=True),
         ),
         migrations.AddField(
-            model_name='connectionsummary',
-            name='icmp_errors',
+            model_name="connectionsummary",
+            name="icmp_errors",
             field=models.BigIntegerField(null=True),
         ),
         migrations.AddField(
-            model_name='tcpretransmit',
-            name='segs',
+            model_name="tcpretransmit",
+            name="segs",
             field=models.BigIntegerField(null=True),
         ),
     ]

@@ -70,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(1, str(exc))
     except DatabaseError as exc:
         return _fail(1, f"cannot read the database: {exc} (is the webapp set up? NETTRAIL_DATA / DATABASE_URL)")
+    except BrokenPipeError:
+        raise  # `nettrail report | head`: the reader left; cli.main exits quietly
     except OSError as exc:
         return _fail(1, f"cannot write {args.output or 'stdout'}: {exc.strerror or exc}")
     return 0

@@ -7,10 +7,12 @@ retransmits themselves. Without either source the ratio is unknown and K1 stays 
 
 K2 classifies each retransmit: explicit ``retrans_kind``, else SYN_SENT -> SYN retry,
 SYN_RECEIVED or the synack probe -> SYN-ACK retry, ca_state Loss -> RTO, Recovery ->
-fast. An RTO is counted once per entry into Loss (``tcp_cong_state`` records); without
-those, RTO-classified retransmits at least ``rto_gap_s`` apart count as separate
-timeouts (a timer cannot fire again sooner than the minimum RTO of 200 ms, while the
-retransmits of one recovery follow each other within an RTT).
+fast. Timeouts are counted from both signals, Loss entries (``tcp_cong_state``) and
+RTO-classified retransmits: a signal starts a new timeout when it comes at least
+``rto_gap_s`` after the previous one (a timer cannot fire again sooner than the minimum
+RTO of 200 ms, while a Loss entry, its retransmit and the rest of that recovery follow
+each other within an RTT). Either signal alone suffices when the collector misses the
+other.
 """
 
 from __future__ import annotations
@@ -120,8 +122,7 @@ class RetransRatio(Rule):
 @dataclass(slots=True)
 class _KindFlow:
     ca_state: str | None = None
-    has_cong: bool = False
-    last_rto_retrans: float | None = None
+    last_rto_signal: float | None = None
     rto_times: list[float] | None = None
     rto_evidence: list[int] | None = None
     syn_retries: int = 0
@@ -151,10 +152,9 @@ class RetransKind(Rule):
     def feed(self, rec: Record) -> None:
         if isinstance(rec, TcpCongState):
             f = self._flow(rec)
-            f.has_cong = True
             f.ca_state = rec.ca_state
             if rec.ca_state == "Loss" and not f.handshake:
-                self._rto(rec, f)
+                self._rto_signal(rec, f)
         elif isinstance(rec, TcpRetransmit):
             self._retransmit(rec)
         elif isinstance(rec, TcpStateChange):
@@ -185,13 +185,12 @@ class RetransKind(Rule):
         elif kind == "synack":
             self._synack(rec)
         elif kind == "rto":
-            f = self._flow(rec)
-            if f.has_cong:
-                return  # counted at the entry into Loss
-            gap = self.num("rto_gap_s")
-            if f.last_rto_retrans is None or rec.ts_wall - f.last_rto_retrans >= gap:
-                self._rto(rec, f)
-            f.last_rto_retrans = rec.ts_wall
+            self._rto_signal(rec, self._flow(rec))
+
+    def _rto_signal(self, rec: Record, f: _KindFlow) -> None:
+        last, f.last_rto_signal = f.last_rto_signal, rec.ts_wall
+        if last is None or rec.ts_wall - last >= self.num("rto_gap_s"):
+            self._rto(rec, f)
 
     def _rto(self, rec: Record, f: _KindFlow) -> None:
         t = rec.ts_wall

@@ -242,15 +242,17 @@ def test_a_progress_bar_goes_to_a_terminal_stderr_only(tmp_path: Path) -> None:
     """Over 4 MiB and stderr a terminal: rich draws on stderr; stdout stays plain JSON."""
     import os
     import pty
+    import struct
     import threading
 
-    frames = [
-        cw.Pkt(
-            bytes(Ether() / IP(src=A, dst=B) / TCP(sport=1, dport=2, flags="A", seq=i * 100) / (b"p" * 100)),
-            T0 + i * 1000,
-        )
-        for i in range(40_000)
-    ]
+    base = bytes(Ether() / IP(src=A, dst=B) / TCP(sport=1, dport=2, flags="A") / (b"p" * 100))
+
+    def frame(i: int) -> bytes:
+        raw = bytearray(base)
+        struct.pack_into(">I", raw, 14 + 20 + 4, i * 100)  # the TCP sequence number
+        return bytes(raw)
+
+    frames = [cw.Pkt(frame(i), T0 + i * 1000) for i in range(40_000)]
     path = tmp_path / "big.pcap"
     path.write_bytes(cw.pcap(frames))
     assert path.stat().st_size > 4 << 20

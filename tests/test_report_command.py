@@ -116,6 +116,13 @@ def test_text_and_html_styles_show_one_line_per_connection_and_record(
     lines = text.splitlines()
     assert any(line.startswith("connection: " + CONN_B) for line in lines)
     assert sum(line.startswith("siftr_sample ") for line in lines) == 2
+    status, text, _ = run(capsys, "--connection", CONN_A)
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"connection: {CONN_A} host-id"))
+    kinds = [line.split()[0] for line in lines[start + 1 :]]
+    # text shows the lifecycle in kernel-time order, whatever the kind
+    assert kinds == ["tcp_state", "tcp_state", "siftr_sample", "siftr_sample", "siftr_sample", "tcp_retransmit",
+                     "alert", "tcp_reset", "tcp_state"]  # fmt: skip
     status, html, _ = run(capsys, "--libxo", "html", "--connection", CONN_B)
     assert (
         status == 0 and html.count('data-tag="conn-uuid"') == 1 and html.count('<div class="title">siftr_sample') == 2

@@ -4,7 +4,7 @@ Shape (docs/reports.md, docs/schema/report.schema.json, docs/schema/report.xsd):
 container ``nettrail-report`` = container ``header`` (filter, hosts, providers, kinds,
 loss, drops, thresholds used), list ``connection`` (one instance per Connection row,
 then one list per record kind holding that connection's records in kernel-time
-order), container ``unattributed`` (records of no connection: loss reports, drop
+order; text and HTML merge the kinds into one time-ordered lifecycle), container ``unattributed`` (records of no connection: loss reports, drop
 counts, alerts and drops not tied to a socket).
 
 Everything is read with ``.iterator(chunk_size=...)`` and rendered as it arrives:
@@ -17,6 +17,7 @@ Keep in sync with: collector/export/filters.py (ReportFilter), collector/export/
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -69,8 +70,7 @@ def report_steps(w: Writer, f: ReportFilter, chunk_size: int = CHUNK) -> Iterato
     for conn in connections(f).iterator(chunk_size=chunk_size):
         w.open_instance("connection")
         _emit_connection(w, conn)
-        for kind in kinds:
-            yield from _records(w, records_of(kind, f, conn_uuid=conn.conn_uuid), kind, chunk_size)
+        yield from _lifecycle(w, f, conn.conn_uuid, kinds, chunk_size)
         w.close_instance("connection")
     w.close_list("connection")
     if f.connection is None:
@@ -137,6 +137,20 @@ def as_records(
     names = [d.name for d in describe(cls) if d.name not in omit]
     for row in qs.values_list(*names).iterator(chunk_size=chunk_size):
         yield msgspec.convert(dict(zip(names, row, strict=True)), cls)
+
+
+def _lifecycle(w: Writer, f: ReportFilter, conn_uuid: str, kinds: list[str], chunk_size: int) -> Iterator[None]:
+    """One connection's records. Encoding styles: one list per kind (the schemas' shape).
+    Text and HTML: every kind merged in kernel-time order, the way a person reads a
+    lifecycle; one open cursor per kind, so memory stays one chunk per kind."""
+    if w.options.style in ("json", "xml"):
+        for kind in kinds:
+            yield from _records(w, records_of(kind, f, conn_uuid=conn_uuid), kind, chunk_size)
+        return
+    streams = [as_records(records_of(kind, f, conn_uuid=conn_uuid), kind, chunk_size) for kind in kinds]
+    for rec in heapq.merge(*streams, key=lambda r: (r.ts_ns, r.seq)):
+        w.record(rec, name=list_name(rec.kind))
+        yield None
 
 
 def _records(w: Writer, qs: QuerySet[RecordModel], kind: str, chunk_size: int) -> Iterator[None]:

@@ -33,6 +33,7 @@ enum nt_event_type {
 	NT_EV_SKB_DROP = 9,   /* skb: kfree_skb with a drop reason */
 	NT_EV_UDP_FAIL = 10,  /* udp: udp_fail_queue_rcv_skb (receive queue refused a datagram) */
 	NT_EV_IP = 11,        /* ip: net_dev_queue (send) / netif_receive_skb (receive) */
+	NT_EV_SKB_STAGE = 12, /* skb: one stage of a buffer's lifecycle */
 };
 
 enum nt_ctx { NT_CTX_UNKNOWN = 0, NT_CTX_TASK = 1, NT_CTX_SOFTIRQ = 2 };
@@ -303,15 +304,18 @@ struct nt_drop_budget {
 	__u64 used;
 };
 
-/* The header's 4-tuple is the packet's, source first. */
+/* The header's 4-tuple is the packet's, source first. uid 0: the buffer was not tracked. */
 struct nt_skb_drop_body {
 	__u64 location;
+	__u64 skb_uid;
+	__u64 since_first_ns;
 	__u32 reason;
 	__u32 len;
 	__u32 data_len;
 	__u32 truesize;
 	__u32 mark;
 	__u32 if_index;
+	__u32 skb_gen;
 	__u16 protocol; /* ethertype, host order */
 	__u16 data_off; /* skb->data - skb->head */
 	__u8 l4_proto;  /* IP protocol / IPv6 next header, 0 unknown */
@@ -319,6 +323,44 @@ struct nt_skb_drop_body {
 	__u8 cloned;
 	__u8 nr_frags;
 	char if_name[NT_COMM_LEN];
+	__u8 _pad[4];
+};
+
+/* Stages of a buffer's life (providers.md 7.2). */
+enum nt_skb_stage {
+	NT_SKB_RX_FIRST = 0,   /* netif_receive_skb: first sighting of a received buffer */
+	NT_SKB_TX_FIRST = 1,   /* net_dev_queue: first sighting of a sent buffer */
+	NT_SKB_RX = 2,         /* netif_receive_skb of a tracked buffer (loopback: the sent one) */
+	NT_SKB_XMIT_START = 3, /* net_dev_start_xmit */
+	NT_SKB_XMIT = 4,       /* net_dev_xmit, with the driver's return code */
+	NT_SKB_COPY = 5,       /* skb_copy_datagram_iovec: data copied to user space */
+	NT_SKB_CONSUME = 6,    /* consume_skb: normal end */
+	NT_SKB_LAST_SEEN = 7,  /* the address was reused without an observed free */
+	NT_SKB_QUEUE = 8,      /* net_dev_queue of a tracked buffer (forwarded) */
+};
+
+/* Map `skbs` value: identity of a tracked buffer lifetime, keyed by its address. The
+ * header (4-tuple, socket, attribution) is the first sighting's; filters apply there. */
+struct nt_skb_id {
+	struct nt_header hdr;
+	__u64 uid;
+	__u64 head;    /* skb->head at first sighting: a new head means a new buffer */
+	__u64 prev_ns; /* time of the previous stage */
+	__u32 gen;
+	__u8 last_stage;
+	__u8 _pad[3];
+};
+
+struct nt_skb_stage_body {
+	__u64 skb_uid;
+	__u64 since_prev_ns;
+	__u64 since_first_ns;
+	__u32 skb_gen;
+	__u32 len;
+	__s32 rc;       /* net_dev_xmit: driver return code; copy: bytes copied */
+	__u16 protocol; /* ethertype, host order */
+	__u8 stage;     /* enum nt_skb_stage */
+	__u8 end;       /* 0 not terminal, 1 consumed, 3 last_seen (2, dropped, is a drop event) */
 };
 
 /* ---- the ring-buffer record --------------------------------------------- */
@@ -337,6 +379,7 @@ struct nt_event {
 		struct nt_skb_drop_body skb_drop;
 		struct nt_udp_fail_body udp_fail;
 		struct nt_ip_body ip;
+		struct nt_skb_stage_body skb_stage;
 	};
 };
 

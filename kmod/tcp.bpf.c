@@ -121,6 +121,28 @@ struct {
 	__type(value, struct nt_owner);
 } port_owners SEC(".maps");
 
+/* skb lifecycles: identity by address (providers.md 9.2) */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct nt_skb_id);
+} skbs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u32);
+} skb_gens SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} skb_uids SEC(".maps");
+
 /* ---- context, identity, attribution ------------------------------------ */
 
 /* Task or softirq context? preempt_count is a per-CPU variable that is not in
@@ -490,7 +512,8 @@ static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, co
 /* ---- tcpdebug ----------------------------------------------------------- */
 
 static __always_inline void flow_from_segment(struct nt_header *h, const struct sk_buff *skb);
-static __always_inline __u8 flow_from_packet(struct nt_header *h, const struct sk_buff *skb, bool reverse);
+static __always_inline __u8 flow_from_packet(struct nt_header *h, const struct sk_buff *skb, int reverse);
+static __always_inline void skb_first(const struct sk_buff *skb, const struct sock *sk, bool rx, bool task);
 
 /* rx_skb: the segment to take the 4-tuple from when there is no socket (drop). */
 static __always_inline void debug_point(const struct sock *sk, __u64 cookie, const struct seg *g, __u8 dir,
@@ -663,11 +686,17 @@ int BPF_PROG(tcp_retransmit_synack, const struct sock *sk, const struct request_
 
 /* The 4-tuple of a packet from its headers; returns the IP protocol (0 unknown).
  * reverse: local side first for a received segment (its destination is local). */
-static __always_inline __u8 flow_from_packet(struct nt_header *h, const struct sk_buff *skb, bool reverse)
+static __always_inline __u8 flow_from_packet(struct nt_header *h, const struct sk_buff *skb, int reverse)
 {
 	unsigned char *head = BPF_CORE_READ(skb, head);
 	__u16 nh = BPF_CORE_READ(skb, network_header);
 	__u16 th = BPF_CORE_READ(skb, transport_header);
+
+	if (reverse == 2) { /* receive hooks: the network header is at skb->data */
+		nh = BPF_CORE_READ(skb, data) - head;
+		th = 0xffff;
+		reverse = false;
+	}
 	__u16 ports[2];
 	__u8 ver, proto = 0;
 
@@ -939,8 +968,12 @@ int BPF_PROG(netif_receive_skb, struct sk_buff *skb)
 {
 	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
 
-	if (proto == ETH_P_IP || proto == ETH_P_IPV6)
-		ip_packet(skb, NULL, 0, in_task(ctx));
+	bool task = in_task(ctx);
+
+	if ((cfg.providers & NT_PROV_IP) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
+		ip_packet(skb, NULL, 0, task);
+	if (cfg.providers & NT_PROV_SKB)
+		skb_first(skb, NULL, true, task);
 	return 0;
 }
 
@@ -983,6 +1016,8 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 	sk = BPF_CORE_READ(skb, sk);
 	if (cfg.providers & NT_PROV_IP)
 		ip_packet(skb, sk, 1, in_task(ctx));
+	if (cfg.providers & NT_PROV_SKB)
+		skb_first(skb, sk, false, in_task(ctx));
 	if ((cfg.providers & NT_PROV_SKB) && sk && in_task(ctx)) {
 		__u16 sk_proto = BPF_CORE_READ(sk, sk_protocol);
 
@@ -1046,6 +1081,145 @@ int BPF_PROG(sock_recv_length, struct sock *sk, int ret, int flags)
 	return 0;
 }
 
+/* ---- skb provider: lifecycles -------------------------------------------- */
+
+#define SKB_END_CONSUMED 1
+#define SKB_END_LAST_SEEN 3
+
+static __always_inline __u64 ptr_value(const void *p)
+{
+	__u64 v = 0;
+
+	bpf_probe_read_kernel(&v, sizeof(v), &p); /* the address as a number, never exported */
+	return v;
+}
+
+static __always_inline void skb_emit(struct nt_skb_id *id, const struct sk_buff *skb, __u8 stage, __u8 end, __s32 rc,
+				     __u64 now, bool task)
+{
+	struct nt_event *e = reserve(NT_EV_SKB_STAGE);
+
+	if (!e)
+		return;
+	__builtin_memcpy(&e->hdr, &id->hdr, sizeof(e->hdr));
+	e->hdr.type = NT_EV_SKB_STAGE;
+	e->hdr.ts_ns = now;
+	e->hdr.cpu = bpf_get_smp_processor_id();
+	e->hdr.ctx = task ? NT_CTX_TASK : NT_CTX_SOFTIRQ;
+	e->skb_stage.skb_uid = id->uid;
+	e->skb_stage.since_prev_ns = now - id->prev_ns;
+	e->skb_stage.since_first_ns = now - id->hdr.ts_ns;
+	e->skb_stage.skb_gen = id->gen;
+	e->skb_stage.len = BPF_CORE_READ(skb, len);
+	e->skb_stage.rc = rc;
+	e->skb_stage.protocol = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	e->skb_stage.stage = stage;
+	e->skb_stage.end = end;
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* Is a buffer seen again at a first-sighting hook still the same lifetime? Received
+ * after being sent: yes (loopback turns the sent buffer into the received one). Sent
+ * after being received: only without a socket (forwarding); a socket's new buffer at
+ * the same address (and often the same recycled head) is a new lifetime, since UDP and
+ * TCP free read buffers without a tracepoint. */
+static __always_inline bool skb_same_life(__u8 last, bool rx, bool has_sock)
+{
+	bool was_sent = last == NT_SKB_TX_FIRST || last == NT_SKB_QUEUE || last == NT_SKB_XMIT_START || last == NT_SKB_XMIT;
+
+	if (rx)
+		return was_sent;
+	return last != NT_SKB_COPY && (was_sent || !has_sock);
+}
+
+/* A first-sighting hook (rx: netif_receive_skb, tx: net_dev_queue). The same lifetime
+ * gets a stage; otherwise the address was reused without an observed free: close the
+ * old lifetime (last-seen) and start a new generation. */
+static __always_inline void skb_first(const struct sk_buff *skb, const struct sock *sk, bool rx, bool task)
+{
+	__u64 addr = ptr_value(skb), head = (__u64)BPF_CORE_READ(skb, head), now = bpf_ktime_get_ns();
+	struct nt_skb_id *id = bpf_map_lookup_elem(&skbs, &addr);
+	struct nt_skb_id fresh = {};
+	__u32 zero = 0, *g;
+	__u64 *counter;
+
+	if (id && id->head == head && skb_same_life(id->last_stage, rx, sk != NULL)) {
+		skb_emit(id, skb, rx ? NT_SKB_RX : NT_SKB_QUEUE, 0, 0, now, task);
+		id->prev_ns = now;
+		id->last_stage = rx ? NT_SKB_RX : NT_SKB_QUEUE;
+		return;
+	}
+	if (id) {
+		skb_emit(id, skb, NT_SKB_LAST_SEEN, SKB_END_LAST_SEEN, 0, now, task);
+		bpf_map_delete_elem(&skbs, &addr);
+	}
+	flow_from_packet(&fresh.hdr, skb, rx ? 2 : 0);
+	fresh.hdr.cookie = cookie_read(sk);
+	attribute(&fresh.hdr, NT_EV_SKB_STAGE, task);
+	if (!pass(&fresh.hdr))
+		return;
+	g = bpf_map_lookup_elem(&skb_gens, &addr);
+	fresh.gen = g ? *g + 1 : 1;
+	bpf_map_update_elem(&skb_gens, &addr, &fresh.gen, BPF_ANY);
+	counter = bpf_map_lookup_elem(&skb_uids, &zero);
+	if (!counter)
+		return;
+	*counter += 1;
+	fresh.uid = ((__u64)bpf_get_smp_processor_id() << 48) | *counter; /* unique: CPU in the top bits */
+	fresh.head = head;
+	fresh.prev_ns = now;
+	fresh.hdr.ts_ns = now;
+	fresh.last_stage = rx ? NT_SKB_RX_FIRST : NT_SKB_TX_FIRST;
+	bpf_map_update_elem(&skbs, &addr, &fresh, BPF_ANY);
+	skb_emit(&fresh, skb, fresh.last_stage, 0, 0, now, task);
+}
+
+/* A later stage of a tracked buffer; untracked (filtered out, or older) ones are ignored. */
+static __always_inline void skb_later(const struct sk_buff *skb, __u8 stage, __u8 end, __s32 rc, bool task)
+{
+	__u64 addr = ptr_value(skb), now;
+	struct nt_skb_id *id = bpf_map_lookup_elem(&skbs, &addr);
+
+	if (!id)
+		return;
+	now = bpf_ktime_get_ns();
+	skb_emit(id, skb, stage, end, rc, now, task);
+	if (end) {
+		bpf_map_delete_elem(&skbs, &addr);
+		return;
+	}
+	id->prev_ns = now;
+	id->last_stage = stage;
+}
+
+SEC("tp_btf/net_dev_start_xmit")
+int BPF_PROG(net_dev_start_xmit, const struct sk_buff *skb, const struct net_device *dev)
+{
+	skb_later(skb, NT_SKB_XMIT_START, 0, 0, in_task(ctx));
+	return 0;
+}
+
+SEC("tp_btf/net_dev_xmit")
+int BPF_PROG(net_dev_xmit, struct sk_buff *skb, int rc, struct net_device *dev, unsigned int len)
+{
+	skb_later(skb, NT_SKB_XMIT, 0, rc, in_task(ctx));
+	return 0;
+}
+
+SEC("tp_btf/skb_copy_datagram_iovec")
+int BPF_PROG(skb_copy_datagram_iovec, const struct sk_buff *skb, int len)
+{
+	skb_later(skb, NT_SKB_COPY, 0, len, in_task(ctx));
+	return 0;
+}
+
+SEC("tp_btf/consume_skb")
+int BPF_PROG(consume_skb, struct sk_buff *skb, void *location)
+{
+	skb_later(skb, NT_SKB_CONSUME, SKB_END_CONSUMED, 0, in_task(ctx));
+	return 0;
+}
+
 /* ---- skb provider: drops ------------------------------------------------ */
 
 /* true while this CPU's drop events this second stay under cfg.drop_rate */
@@ -1073,7 +1247,9 @@ static __always_inline void skb_drop(const struct sk_buff *skb, void *location, 
 	struct nt_header h = {};
 	struct nt_owner *o;
 	struct nt_event *e;
-	__u64 *count, one = 1;
+	__u64 *count, one = 1, addr, uid = 0, first = 0;
+	struct nt_skb_id *id;
+	__u32 gen = 0;
 	unsigned char *head;
 	__u32 end;
 	__u8 l4;
@@ -1100,9 +1276,21 @@ static __always_inline void skb_drop(const struct sk_buff *skb, void *location, 
 	else if (bpf_map_update_elem(&drops, &key, &one, BPF_NOEXIST))
 		if ((count = bpf_map_lookup_elem(&drops, &key)))
 			__sync_fetch_and_add(count, 1); /* another CPU created it first */
+	addr = ptr_value(skb);
+	id = bpf_map_lookup_elem(&skbs, &addr);
+	if (id) {
+		uid = id->uid;
+		gen = id->gen;
+		first = id->hdr.ts_ns;
+		bpf_map_delete_elem(&skbs, &addr); /* dropped: the lifetime ends here */
+	}
 	if (!drop_event_allowed(h.ts_ns) || !(e = reserve(NT_EV_SKB_DROP)))
 		return;
 	__builtin_memcpy(&e->hdr, &h, sizeof(h));
+	e->skb_drop.skb_uid = uid;
+	e->skb_drop.skb_gen = gen;
+	e->skb_drop.since_first_ns = first ? h.ts_ns - first : 0;
+	__builtin_memset(e->skb_drop._pad, 0, sizeof(e->skb_drop._pad));
 	e->skb_drop.location = key.location;
 	e->skb_drop.reason = reason;
 	e->skb_drop.len = BPF_CORE_READ(skb, len);

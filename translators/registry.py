@@ -21,4 +21,5 @@ KERNEL_TRANSLATORS: dict[str, Translator] = {
     "skb_drop": skb.translate_drop,
     "udp_fail": udp.translate_fail,
     "ip_packet": ip.translate_packet,
+    "skb_stage": skb.translate_stage,
 }

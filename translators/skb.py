@@ -10,8 +10,22 @@ from __future__ import annotations
 from typing import Any
 
 from translators.kernel import KernelEnv, KernelRecord, Raw, envelope, make, without_flow
-from translators.records import DropCount, SkbDrop
+from translators.records import DropCount, SkbDrop, SkbEvent
 
+# enum nt_skb_stage (kmod/nettrail.h), in value order
+STAGES = ("rx-first", "tx-first", "rx", "xmit-start", "xmit", "copy", "consume", "last-seen", "queue")
+ENDS = {1: "consumed", 2: "dropped", 3: "last_seen"}
+STAGE_HOOKS = {
+    "rx-first": "tp_btf/netif_receive_skb",
+    "rx": "tp_btf/netif_receive_skb",
+    "tx-first": "tp_btf/net_dev_queue",
+    "queue": "tp_btf/net_dev_queue",
+    "xmit-start": "tp_btf/net_dev_start_xmit",
+    "xmit": "tp_btf/net_dev_xmit",
+    "copy": "tp_btf/skb_copy_datagram_iovec",
+    "consume": "tp_btf/consume_skb",
+    "last-seen": "map/skbs",
+}
 L4_NAMES = {1: "icmp", 6: "tcp", 17: "udp", 58: "icmpv6", 132: "sctp", 136: "udplite"}
 ETH_P_IP, ETH_P_IPV6 = 0x0800, 0x86DD
 
@@ -44,6 +58,36 @@ def translate_drop(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
                 drop_reason=raw["reason"],
                 drop_reason_str=drop_reason_name(env, raw["reason"]),
                 drop_location=env.symbolize(raw["location"]),
+                skb_uid=raw["skb_uid"] or None,
+                skb_gen=raw["skb_gen"] or None,
+                since_first_ns=raw["since_first_ns"] if raw["skb_uid"] else None,
+            ),
+            env,
+        )
+    ]
+
+
+def translate_stage(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
+    """One stage of a tracked buffer's lifetime (providers.md 7.2, 9.2)."""
+    value = raw["stage"]
+    if not 0 <= value < len(STAGES):
+        raise ValueError(f"skb_event.stage: unknown nt_skb_stage {value}")
+    stage = STAGES[value]
+    first = stage in ("rx-first", "tx-first")
+    return [
+        make(
+            SkbEvent,
+            dict(
+                **envelope(raw, env, "skb", f"skb-{stage}", STAGE_HOOKS[stage]),
+                skb_uid=raw["skb_uid"],
+                skb_gen=raw["skb_gen"],
+                len=raw["len"],
+                protocol=raw["protocol"],
+                stage=stage,
+                rc=raw["rc"] if stage == "xmit" else None,
+                since_prev_ns=None if first else raw["since_prev_ns"],
+                since_first_ns=raw["since_first_ns"],
+                end=ENDS.get(raw["end"]),
             ),
             env,
         )

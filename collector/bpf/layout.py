@@ -27,6 +27,7 @@ EV_FLOW = 8
 EV_SKB_DROP = 9
 EV_UDP_FAIL = 10
 EV_IP = 11
+EV_SKB_STAGE = 12
 EVENT_NAMES: dict[int, str] = {
     EV_STATE: "tcp_state",
     EV_RETRANSMIT: "tcp_retransmit",
@@ -39,6 +40,7 @@ EVENT_NAMES: dict[int, str] = {
     EV_SKB_DROP: "skb_drop",
     EV_UDP_FAIL: "udp_fail",
     EV_IP: "ip_packet",
+    EV_SKB_STAGE: "skb_stage",
 }
 
 # enum nt_ctx / nt_attribution
@@ -209,12 +211,15 @@ DROP_KEY: Fields = [("location", "<u8"), ("reason", "<u4"), ("protocol", "<u2"),
 DROP_BUDGET: Fields = [("window_ns", "<u8"), ("used", "<u8")]
 SKB_DROP_BODY: Fields = [
     ("location", "<u8"),
+    ("skb_uid", "<u8"),
+    ("since_first_ns", "<u8"),
     ("reason", "<u4"),
     ("len", "<u4"),
     ("data_len", "<u4"),
     ("truesize", "<u4"),
     ("mark", "<u4"),
     ("if_index", "<u4"),
+    ("skb_gen", "<u4"),
     ("protocol", "<u2"),
     ("data_off", "<u2"),
     ("l4_proto", "u1"),
@@ -222,7 +227,20 @@ SKB_DROP_BODY: Fields = [
     ("cloned", "u1"),
     ("nr_frags", "u1"),
     ("if_name", f"S{COMM_LEN}"),
+    ("_pad", "V4"),
 ]
+SKB_STAGE_BODY: Fields = [
+    ("skb_uid", "<u8"),
+    ("since_prev_ns", "<u8"),
+    ("since_first_ns", "<u8"),
+    ("skb_gen", "<u4"),
+    ("len", "<u4"),
+    ("rc", "<i4"),
+    ("protocol", "<u2"),
+    ("stage", "u1"),
+    ("end", "u1"),
+]
+SKB_STAGES = ("rx-first", "tx-first", "rx", "xmit-start", "xmit", "copy", "consume", "last-seen", "queue")
 
 UDP_FAIL_BODY: Fields = [
     ("rc", "<i4"),
@@ -275,6 +293,7 @@ STRUCTS: dict[str, Fields] = {
     "nt_skb_drop_body": SKB_DROP_BODY,
     "nt_udp_fail_body": UDP_FAIL_BODY,
     "nt_ip_body": IP_BODY,
+    "nt_skb_stage_body": SKB_STAGE_BODY,
 }
 BODIES: dict[int, Fields] = {
     EV_STATE: STATE_BODY,
@@ -288,6 +307,7 @@ BODIES: dict[int, Fields] = {
     EV_SKB_DROP: SKB_DROP_BODY,
     EV_UDP_FAIL: UDP_FAIL_BODY,
     EV_IP: IP_BODY,
+    EV_SKB_STAGE: SKB_STAGE_BODY,
 }
 
 

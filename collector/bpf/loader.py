@@ -47,7 +47,11 @@ PROGRAMS: dict[str, frozenset[str]] = {
     "tcp_cong_state_set": frozenset({"tcp"}),
     "tcp_probe": frozenset({"siftr", "tcpdebug"}),
     "net_dev_queue": frozenset({"siftr", "tcpdebug", "ip", "skb"}),  # skb: UDP senders, for drop attribution
-    "netif_receive_skb": frozenset({"ip"}),
+    "netif_receive_skb": frozenset({"ip", "skb"}),
+    "net_dev_start_xmit": frozenset({"skb"}),
+    "net_dev_xmit": frozenset({"skb"}),
+    "skb_copy_datagram_iovec": frozenset({"skb"}),
+    "consume_skb": frozenset({"skb"}),
     "kfree_skb": frozenset({"tcpdebug", "skb"}),
     "udp_fail_queue_rcv_skb": frozenset({"udp"}),
 }

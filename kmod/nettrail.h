@@ -46,6 +46,7 @@ enum nt_attribution { NT_ATTR_NONE = 0, NT_ATTR_CURRENT = 1, NT_ATTR_OWNER = 2 }
 #define NT_PROV_SKB 0x8
 #define NT_PROV_UDP 0x10
 #define NT_PROV_IP 0x20
+#define NT_PROV_SKB_LIFE 0x40 /* skb lifecycles; NT_PROV_SKB alone is drops only (always-on mode) */
 
 /* Filters and settings fixed at load time: the only member of .rodata (`cfg`). */
 struct nt_config {

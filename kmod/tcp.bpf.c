@@ -972,7 +972,7 @@ int BPF_PROG(netif_receive_skb, struct sk_buff *skb)
 
 	if ((cfg.providers & NT_PROV_IP) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
 		ip_packet(skb, NULL, 0, task);
-	if (cfg.providers & NT_PROV_SKB)
+	if (cfg.providers & NT_PROV_SKB_LIFE)
 		skb_first(skb, NULL, true, task);
 	return 0;
 }
@@ -1016,9 +1016,9 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 	sk = BPF_CORE_READ(skb, sk);
 	if (cfg.providers & NT_PROV_IP)
 		ip_packet(skb, sk, 1, in_task(ctx));
-	if (cfg.providers & NT_PROV_SKB)
+	if (cfg.providers & NT_PROV_SKB_LIFE)
 		skb_first(skb, sk, false, in_task(ctx));
-	if ((cfg.providers & NT_PROV_SKB) && sk && in_task(ctx)) {
+	if ((cfg.providers & (NT_PROV_SKB | NT_PROV_SKB_LIFE)) && sk && in_task(ctx)) {
 		__u16 sk_proto = BPF_CORE_READ(sk, sk_protocol);
 
 		/* the sender, before loopback can drop its datagram inside this very call */
@@ -1049,7 +1049,7 @@ static __always_inline void user_call(const struct sock *sk, int flags, __u8 req
 	if (proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE) {
 		if (!task)
 			return;
-		if (cfg.providers & NT_PROV_SKB)
+		if (cfg.providers & (NT_PROV_SKB | NT_PROV_SKB_LIFE))
 			port_owner_note(sk);
 		if (cfg.providers & NT_PROV_UDP) {
 			owner_from_current(&cur);
@@ -1339,7 +1339,7 @@ int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reaso
 
 	if (r <= SKB_CONSUMED)
 		return 0;
-	if (cfg.providers & NT_PROV_SKB)
+	if (cfg.providers & (NT_PROV_SKB | NT_PROV_SKB_LIFE))
 		skb_drop(skb, location, r, rx_sk ? rx_sk : BPF_CORE_READ(skb, sk), task);
 	if (cfg.providers & NT_PROV_TCPDEBUG)
 		debug_drop(skb, r, rx_sk, task);

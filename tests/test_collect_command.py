@@ -41,7 +41,7 @@ def test_it_says_in_one_line_what_it_needs_when_run_as_an_ordinary_user() -> Non
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--providers", "tcp,mbuf"], "--providers: unknown mbuf; choose from tcp, siftr, tcpdebug, ip, udp, skb"),
+        (["--providers", "tcp,mbuf"], "--providers: unknown mbuf; choose from tcp, siftr, tcpdebug, ip, udp, skb, skb-lifecycle"),
         (["--filter", "port=99999"], "bad filter 'port=99999': port must be 1-65535"),
         (["--filter", "host=1"], "bad filter 'host=1': use pid=N, port=N, addr=IP, cgroup=ID or netns=INODE"),
         (["--filter", "addr=1.2.3"], "bad filter 'addr=1.2.3': '1.2.3' is not a valid addr"),

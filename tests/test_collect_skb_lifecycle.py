@@ -23,7 +23,7 @@ def lifetimes(records: list) -> dict[int, list[SkbEvent]]:  # type: ignore[type-
 def test_a_tcp_data_segment_is_followed_from_send_through_receive_to_the_copy_to_user() -> None:
     lst = bound_listener()
     port = lst.getsockname()[1]
-    with tracing(("skb",), port=port) as cap:
+    with tracing(("skb-lifecycle",), port=port) as cap:
         lst.listen()
         client = socket.create_connection(("127.0.0.1", port))
         server, _ = lst.accept()
@@ -53,7 +53,7 @@ def test_generations_keep_the_lifetimes_of_a_reused_address_apart() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
         rx.bind(("127.0.0.1", 0))
         port = rx.getsockname()[1]
-        with tracing(("skb",), port=port) as cap:
+        with tracing(("skb-lifecycle",), port=port) as cap:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
                 for _ in range(200):  # the slab hands the same sk_buff addresses out again
                     tx.sendto(b"g" * 100, ("127.0.0.1", port))

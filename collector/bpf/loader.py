@@ -23,7 +23,8 @@ import numpy as np
 from collector.bpf import btf, build, layout, libbpf
 from collector.bpf.ringbuf import RingReader
 
-PROVIDERS = ("tcp", "siftr", "tcpdebug", "ip", "udp", "skb")
+# "skb" is drops only (the always-on mode); "skb-lifecycle" follows every buffer (and its drops)
+PROVIDERS = ("tcp", "siftr", "tcpdebug", "ip", "udp", "skb", "skb-lifecycle")
 PROVIDER_BITS = {
     "tcp": layout.PROV_TCP,
     "siftr": layout.PROV_SIFTR,
@@ -31,6 +32,7 @@ PROVIDER_BITS = {
     "skb": layout.PROV_SKB,
     "udp": layout.PROV_UDP,
     "ip": layout.PROV_IP,
+    "skb-lifecycle": layout.PROV_SKB_LIFE,
 }
 ALWAYS: frozenset[str] = frozenset(PROVIDERS)
 # program (= tracepoint) -> providers that need it. The attribution programs are
@@ -46,13 +48,13 @@ PROGRAMS: dict[str, frozenset[str]] = {
     "tcp_receive_reset": frozenset({"tcp"}),
     "tcp_cong_state_set": frozenset({"tcp"}),
     "tcp_probe": frozenset({"siftr", "tcpdebug"}),
-    "net_dev_queue": frozenset({"siftr", "tcpdebug", "ip", "skb"}),  # skb: UDP senders, for drop attribution
-    "netif_receive_skb": frozenset({"ip", "skb"}),
-    "net_dev_start_xmit": frozenset({"skb"}),
-    "net_dev_xmit": frozenset({"skb"}),
-    "skb_copy_datagram_iovec": frozenset({"skb"}),
-    "consume_skb": frozenset({"skb"}),
-    "kfree_skb": frozenset({"tcpdebug", "skb"}),
+    "net_dev_queue": frozenset({"siftr", "tcpdebug", "ip", "skb", "skb-lifecycle"}),  # skb: UDP senders
+    "netif_receive_skb": frozenset({"ip", "skb-lifecycle"}),
+    "net_dev_start_xmit": frozenset({"skb-lifecycle"}),
+    "net_dev_xmit": frozenset({"skb-lifecycle"}),
+    "skb_copy_datagram_iovec": frozenset({"skb-lifecycle"}),
+    "consume_skb": frozenset({"skb-lifecycle"}),
+    "kfree_skb": frozenset({"tcpdebug", "skb", "skb-lifecycle"}),
     "udp_fail_queue_rcv_skb": frozenset({"udp"}),
 }
 DEFAULT_RINGBUF_BYTES = 16 * 1024 * 1024

@@ -181,7 +181,7 @@ class KernelSource:
 
     def drop_counts(self) -> list[KernelRecord]:
         """DropCount for every (reason, location, protocol) whose exact count moved."""
-        if "skb" not in self.session.opts.providers:
+        if not {"skb", "skb-lifecycle"} & set(self.session.opts.providers):
             return []
         out: list[KernelRecord] = []
         now = time.monotonic_ns()

@@ -266,7 +266,8 @@ class TcpAnalyzer:
         In-order data segments and advancing pure ACKs of established connections take
         an inlined path that performs exactly the checks that can fire for them
         (window full; everything else is ruled out by the guard); any packet that
-        fails the guard goes through :meth:`packet`, the full state machine."""
+        fails the guard goes through :meth:`packet`, the full state machine. Only for
+        analysers without per-packet results: bytes-in-flight bookkeeping is skipped."""
         full = self.packet
         active = self.active
         m32, half, ack_only, wfull, max_unacked = M32, HALF, ACK, WFULL, MAX_UNACKED  # locals: the loop runs per packet
@@ -307,7 +308,6 @@ class TcpAnalyzer:
                     full(frame, ts, ver, src, sport, dst, dport, seq, ack, flags, win, seglen, ip_len, opts)
                     sides.clear()
                     continue
-                rev.valid_bif = True
                 aflags = 0
                 ws = rev.win_scale
                 if ws != -1:
@@ -323,7 +323,6 @@ class TcpAnalyzer:
                     segs.append([rseq, end, frame, ts, 0])
                 fwd.lastacklen = seglen
                 fwd.nextseq = end
-                fwd.nextseqframe = frame
                 fwd.nextseqtime = ts
                 if rseq == fwd.maxseqtobeacked or not fwd.maxseqtobeacked:
                     fwd.maxseqtobeacked = end
@@ -337,7 +336,6 @@ class TcpAnalyzer:
                     full(frame, ts, ver, src, sport, dst, dport, seq, ack, flags, win, seglen, ip_len, opts)
                     sides.clear()
                     continue
-                rev.valid_bif = True
                 fwd.lastnondupack = frame
                 fwd.dupacknum = 0
                 if rseq == fwd.maxseqtobeacked or not fwd.maxseqtobeacked:
@@ -349,14 +347,23 @@ class TcpAnalyzer:
             fwd.lastsegmentflags = aflags
             rsegs = rev.segs
             if rsegs and (not rev.ordered or 0 < ((rack - rsegs[0][0]) & m32) < half):
-                first = rsegs[0]
-                if (
-                    rev.ordered
-                    and first[1] == rack
-                    and (len(rsegs) == 1 or not 0 < ((rack - rsegs[1][0]) & m32) < half)
-                ):
-                    del rsegs[0]  # the common case: this ACK covers exactly the oldest segment
-                    rtt = ts - first[3]
+                rtt = None
+                if rev.ordered:  # retire the prefix this ACK covers (the `_retire` rules, inlined)
+                    n = 0
+                    for entry in rsegs:
+                        nxt = entry[1]
+                        if nxt == rack:
+                            if rtt is None:
+                                rtt = ts - entry[3]
+                        elif 0 < ((nxt - rack) & m32) < half:
+                            if 0 < ((rack - entry[0]) & m32) < half:
+                                n = -1  # partly acknowledged: let _retire trim it
+                            break
+                        n += 1
+                    if n >= 0:
+                        del rsegs[:n]
+                    else:
+                        rtt = self._retire(rev, rack, ts)
                 else:
                     rtt = self._retire(rev, rack, ts)
                 if rtt is not None:

@@ -141,3 +141,11 @@ def test_a_captured_length_past_its_block_is_skipped(tmp_path: Path) -> None:
     data = cw.shb() + cw.idb(1) + cw._block("<", 6, body) + cw.epb(PACKETS[0])
     got, r = read_all(write(tmp_path, "t.pcapng", data))
     assert [g[0] for g in got] == [PACKETS[0].data] and r.damage.count == 1
+
+
+def test_a_cut_gzip_stream_keeps_the_packets_before_the_cut(tmp_path: Path) -> None:
+    data = gzip.compress(cw.pcap(PACKETS * 50))
+    got, r = read_all(write(tmp_path, "cut.pcap.gz", data[: len(data) // 2]), chunk=4096)
+    assert 0 < len(got) < len(PACKETS) * 50
+    assert [g[0] for g in got] == [p.data for p in (PACKETS * 50)[: len(got)]]
+    assert any("compressed data ends" in reason for _off, reason in r.damage.first)

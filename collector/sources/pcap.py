@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import io
 import struct
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -258,7 +259,11 @@ class CaptureReader:
             while n < size:
                 try:
                     got = self._f.readinto(view[n:size])  # type: ignore[attr-defined]
-                except (OSError, EOFError, gzip.BadGzipFile) as exc:
+                except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+                    # a cut or corrupt compressed stream: keep what came before, like a truncated file
+                    self.damage.add(self._pos + n, f"compressed data ends or breaks here ({exc}); rest of file skipped")
+                    got = 0
+                except OSError as exc:
                     raise CaptureError(self.path, self._pos + n, f"read failed: {exc}") from None
                 if not got:
                     eof = True

@@ -282,3 +282,11 @@ def test_a_progress_bar_goes_to_a_terminal_stderr_only(tmp_path: Path) -> None:
     assert proc.returncode == 0
     assert json.loads(out)["analyze"]["totals"]["packets"] == 40_000
     assert b"big.pcap" in drawn and b"\x1b[" in bytes(drawn)  # the bar's label and terminal control sequences
+
+
+def test_an_empty_capture_has_empty_lists_and_zero_totals(tmp_path: Path) -> None:
+    path = tmp_path / "empty.pcapng"
+    path.write_bytes(cw.shb() + cw.idb(1))
+    out = analyze(path)
+    assert (out["format"], out["connection"], out["alert"]) == ("pcapng", [], [])
+    assert out["totals"]["packets"] == 0 and out["totals"]["packets_malformed"] == 0

@@ -153,17 +153,15 @@ def write_results(writer: Writer, pipeline: CapturePipeline, damage: Damage | No
     alerts = pipeline.alerts()
     totals = pipeline.totals
     totals.records_damaged = damage.count if damage is not None else 0
-    if connections:
-        writer.open_list("connection")
-        for conn in connections:
-            writer.record(conn, name="connection")
-        writer.close_list("connection")
+    writer.open_list("connection")  # always present, empty in JSON when there is no flow
+    for conn in connections:
+        writer.record(conn, name="connection")
+    writer.close_list("connection")
     write_totals(writer, totals)
-    if alerts:
-        writer.open_list("alert")
-        for alert in alerts:
-            writer.record(alert, name="alert")
-        writer.close_list("alert")
+    writer.open_list("alert")
+    for alert in alerts:
+        writer.record(alert, name="alert")
+    writer.close_list("alert")
     if writer.options.warn:
         for offset, reason in damage.first if damage is not None else ():
             writer.warn(f"{source}: byte offset {offset}: {reason}")

@@ -29,11 +29,20 @@ def _produce(path: str, chunk_size: int, out: Connection) -> None:
                 out.send(("batch", decode_batch(batch).portable(), reader.progress()))
             out.send(("end", reader.damage, reader.progress()))
     except CaptureError as exc:
-        out.send(("error", (exc.path, exc.offset, exc.reason), 0))
+        _tell(out, ("error", (exc.path, exc.offset, exc.reason), 0))
+    except (BrokenPipeError, KeyboardInterrupt):
+        pass  # the parent stopped listening (interrupted or failed): nothing left to say
     except BaseException:  # report, so the parent fails loudly instead of waiting forever
-        out.send(("crash", traceback.format_exc(), 0))
+        _tell(out, ("crash", traceback.format_exc(), 0))
     finally:
         out.close()
+
+
+def _tell(out: Connection, message: tuple[str, Any, int]) -> None:
+    try:
+        out.send(message)
+    except OSError:
+        pass
 
 
 class DecodedStream:

@@ -119,11 +119,10 @@ def _transition(z: ZeekFlow, me: int, peer: int, syn: int, fin: int, rst: int, a
 def conn_state(z: ZeekFlow, proto: str) -> str:
     """Zeek's conn_state from the two endpoint states, in Zeek's decision order."""
     os_, rs = z.states
-    if proto != "tcp":
-        o_active, r_active = z.sizes[0] >= 0 and os_ != INACTIVE, rs != INACTIVE
-        if o_active:
-            return "SF" if r_active else "S0"
-        return "SHR" if r_active else "OTH"
+    if proto != "tcp":  # UDP: who sent anything at all
+        if os_ != INACTIVE:
+            return "SF" if rs != INACTIVE else "S0"
+        return "SHR" if rs != INACTIVE else "OTH"
     o_inactive = os_ in (INACTIVE, PARTIAL)
     r_inactive = rs in (INACTIVE, PARTIAL)
     if rs == RESET:

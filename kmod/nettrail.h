@@ -34,6 +34,7 @@ enum nt_event_type {
 	NT_EV_UDP_FAIL = 10,  /* udp: udp_fail_queue_rcv_skb (receive queue refused a datagram) */
 	NT_EV_IP = 11,        /* ip: net_dev_queue (send) / netif_receive_skb (receive) */
 	NT_EV_SKB_STAGE = 12, /* skb: one stage of a buffer's lifecycle */
+	NT_EV_UDP = 13,       /* udp: a datagram at the device (send/receive) or a send/recv call */
 };
 
 enum nt_ctx { NT_CTX_UNKNOWN = 0, NT_CTX_TASK = 1, NT_CTX_SOFTIRQ = 2 };
@@ -289,6 +290,40 @@ struct nt_udp_fail_body {
 	__u8 _pad[2];
 };
 
+/* A datagram (call = 0: from its header at net_dev_queue / netif_receive_skb, 4-tuple
+ * source first) or a send/recv call (call = 1: sock_send_length / sock_recv_length on
+ * a UDP socket, 4-tuple local first). */
+struct nt_udp_body {
+	__s32 ret;       /* call: bytes moved or -errno */
+	__u16 length;    /* UDP length field (header + data) */
+	__u16 checksum;
+	__u16 gso_segs;
+	__u8 direction;  /* 0 receive, 1 send */
+	__u8 call;
+	__u8 protocol;   /* 17 UDP, 136 UDP-Lite */
+	__u8 _pad[3];
+	char if_name[NT_COMM_LEN];
+};
+
+/* Map `udp_flows`: exact counts per wire direction (source first), whatever is sampled. */
+struct nt_udp_flow_key {
+	__u32 netns;
+	__u16 sport;
+	__u16 dport;
+	__u8 family;
+	__u8 protocol;
+	__u8 _pad[2];
+	__u8 saddr[NT_ADDR_LEN];
+	__u8 daddr[NT_ADDR_LEN];
+};
+
+struct nt_udp_flow {
+	__u64 packets_out; /* seen leaving (net_dev_queue) */
+	__u64 bytes_out;   /* UDP payload */
+	__u64 packets_in;  /* seen arriving (netif_receive_skb) */
+	__u64 bytes_in;
+};
+
 /* ---- skb provider -------------------------------------------------------- */
 
 /* Map `drops` key: exact drop counts, whatever the event rate limit lets through. */
@@ -381,6 +416,7 @@ struct nt_event {
 		struct nt_udp_fail_body udp_fail;
 		struct nt_ip_body ip;
 		struct nt_skb_stage_body skb_stage;
+		struct nt_udp_body udp;
 	};
 };
 

@@ -121,6 +121,13 @@ struct {
 	__type(value, struct nt_owner);
 } port_owners SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct nt_udp_flow_key);
+	__type(value, struct nt_udp_flow);
+} udp_flows SEC(".maps");
+
 /* skb lifecycles: identity by address (providers.md 9.2) */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -514,6 +521,7 @@ static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, co
 static __always_inline void flow_from_segment(struct nt_header *h, const struct sk_buff *skb);
 static __always_inline __u8 flow_from_packet(struct nt_header *h, const struct sk_buff *skb, int reverse);
 static __always_inline void skb_first(const struct sk_buff *skb, const struct sock *sk, bool rx, bool task);
+static __always_inline void udp_packet(const struct sk_buff *skb, const struct sock *sk, __u8 dir, bool task);
 
 /* rx_skb: the segment to take the 4-tuple from when there is no socket (drop). */
 static __always_inline void debug_point(const struct sock *sk, __u64 cookie, const struct seg *g, __u8 dir,
@@ -974,7 +982,88 @@ int BPF_PROG(netif_receive_skb, struct sk_buff *skb)
 		ip_packet(skb, NULL, 0, task);
 	if (cfg.providers & NT_PROV_SKB_LIFE)
 		skb_first(skb, NULL, true, task);
+	if ((cfg.providers & NT_PROV_UDP) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
+		udp_packet(skb, NULL, 0, task);
 	return 0;
+}
+
+/* ---- udp provider: datagrams ------------------------------------------------- */
+
+/* A datagram at the device: send (net_dev_queue, header at network_header, socket
+ * from skb->sk) or receive (netif_receive_skb, header at skb->data, no socket). */
+static __always_inline void udp_packet(const struct sk_buff *skb, const struct sock *sk, __u8 dir, bool task)
+{
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	struct nt_udp_flow_key key = {};
+	struct nt_udp_flow *f, zero = {};
+	struct nt_header h = {};
+	struct udphdr uh;
+	struct nt_event *e;
+	unsigned char *nh;
+	__u8 proto, first;
+	__u32 hlen, payload;
+
+	nh = dir ? head + BPF_CORE_READ(skb, network_header) : BPF_CORE_READ(skb, data);
+	if (bpf_probe_read_kernel(&first, 1, nh))
+		return;
+	proto = flow_from_packet(&h, skb, dir ? 0 : 2);
+	if (proto != IPPROTO_UDP && proto != IPPROTO_UDPLITE)
+		return;
+	hlen = (first >> 4) == 4 ? (first & 0xf) * 4 : 40;
+	if (bpf_probe_read_kernel(&uh, sizeof(uh), nh + hlen))
+		return;
+	h.cookie = cookie_read(sk);
+	attribute(&h, NT_EV_UDP, task);
+	if (!pass(&h))
+		return;
+	payload = bpf_ntohs(uh.len) > sizeof(uh) ? bpf_ntohs(uh.len) - sizeof(uh) : 0;
+	key.netns = h.netns;
+	key.sport = h.sport;
+	key.dport = h.dport;
+	key.family = h.family;
+	key.protocol = proto;
+	__builtin_memcpy(key.saddr, h.saddr, NT_ADDR_LEN);
+	__builtin_memcpy(key.daddr, h.daddr, NT_ADDR_LEN);
+	f = bpf_map_lookup_elem(&udp_flows, &key);
+	if (!f) {
+		bpf_map_update_elem(&udp_flows, &key, &zero, BPF_NOEXIST);
+		f = bpf_map_lookup_elem(&udp_flows, &key);
+	}
+	if (f) {
+		__sync_fetch_and_add(dir ? &f->packets_out : &f->packets_in, 1);
+		__sync_fetch_and_add(dir ? &f->bytes_out : &f->bytes_in, payload);
+	}
+	e = reserve(NT_EV_UDP);
+	if (!e)
+		return;
+	__builtin_memcpy(&e->hdr, &h, sizeof(h));
+	e->udp.ret = 0;
+	e->udp.length = bpf_ntohs(uh.len);
+	e->udp.checksum = bpf_ntohs(uh.check);
+	hlen = BPF_CORE_READ(skb, end); /* reused: the shared info sits at head + end */
+	e->udp.gso_segs = BPF_CORE_READ((struct skb_shared_info *)(head + hlen), gso_segs);
+	e->udp.direction = dir;
+	e->udp.call = 0;
+	e->udp.protocol = proto;
+	__builtin_memset(e->udp._pad, 0, sizeof(e->udp._pad));
+	BPF_CORE_READ_STR_INTO(&e->udp.if_name, skb, dev, name);
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* A send/recv call on a UDP socket: bytes or -errno, in the caller's context. */
+static __always_inline void udp_call(const struct sock *sk, int ret, __u8 dir, bool task)
+{
+	struct nt_header h = {};
+	struct nt_event *e = start(&h, sk, NT_EV_UDP, task);
+
+	if (!e)
+		return;
+	__builtin_memset(&e->udp, 0, sizeof(e->udp));
+	e->udp.ret = ret;
+	e->udp.direction = dir;
+	e->udp.call = 1;
+	e->udp.protocol = BPF_CORE_READ(sk, sk_protocol);
+	bpf_ringbuf_submit(e, 0);
 }
 
 /* ---- siftr and tcpdebug packet points ------------------------------------ */
@@ -1018,6 +1107,8 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 		ip_packet(skb, sk, 1, in_task(ctx));
 	if (cfg.providers & NT_PROV_SKB_LIFE)
 		skb_first(skb, sk, false, in_task(ctx));
+	if (cfg.providers & NT_PROV_UDP)
+		udp_packet(skb, sk, 1, in_task(ctx));
 	if ((cfg.providers & (NT_PROV_SKB | NT_PROV_SKB_LIFE)) && sk && in_task(ctx)) {
 		__u16 sk_proto = BPF_CORE_READ(sk, sk_protocol);
 
@@ -1041,7 +1132,7 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 
 /* ---- attribution hooks (process context) and debug-user ------------------ */
 
-static __always_inline void user_call(const struct sock *sk, int flags, __u8 req, __u8 oob_req, bool task)
+static __always_inline void user_call(const struct sock *sk, int ret, int flags, __u8 req, __u8 oob_req, bool task)
 {
 	struct nt_owner cur = {};
 	__u16 proto = BPF_CORE_READ(sk, sk_protocol);
@@ -1051,10 +1142,8 @@ static __always_inline void user_call(const struct sock *sk, int flags, __u8 req
 			return;
 		if (cfg.providers & (NT_PROV_SKB | NT_PROV_SKB_LIFE))
 			port_owner_note(sk);
-		if (cfg.providers & NT_PROV_UDP) {
-			owner_from_current(&cur);
-			owner_note(cookie_of(sk), &cur);
-		}
+		if (cfg.providers & NT_PROV_UDP)
+			udp_call(sk, ret, req == PRU_SEND, task); /* start() notes the owner */
 		return;
 	}
 	if (proto != IPPROTO_TCP)
@@ -1070,14 +1159,14 @@ static __always_inline void user_call(const struct sock *sk, int flags, __u8 req
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(sock_send_length, struct sock *sk, int ret, int flags)
 {
-	user_call(sk, flags, PRU_SEND, PRU_SENDOOB, in_task(ctx));
+	user_call(sk, ret, flags, PRU_SEND, PRU_SENDOOB, in_task(ctx));
 	return 0;
 }
 
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(sock_recv_length, struct sock *sk, int ret, int flags)
 {
-	user_call(sk, flags, PRU_RCVD, PRU_RCVOOB, in_task(ctx));
+	user_call(sk, ret, flags, PRU_RCVD, PRU_RCVOOB, in_task(ctx));
 	return 0;
 }
 

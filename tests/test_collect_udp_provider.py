@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 from tests.kernel_support import kernel, tracing
-from translators.records import DropCount, SkbDrop, SockEvent
+from translators.records import DropCount, FlowCounters, SkbDrop, SockEvent, UdpDatagram
 
 pytestmark = kernel
 
@@ -48,3 +49,36 @@ def test_a_full_receive_buffer_gives_udp_fail_queue_records_and_socket_rcvbuff_d
     assert sum(c.delta for c in records if isinstance(c, DropCount) and c.drop_reason_str == "SOCKET_RCVBUFF") == len(
         failed
     )
+
+
+def test_datagrams_give_send_and_receive_records_calls_with_bytes_and_exact_flow_counters() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
+        rx.bind(("127.0.0.1", 0))
+        port = rx.getsockname()[1]
+        with tracing(("udp",), port=port, counts_every=0.1) as cap:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+                tx.connect(("127.0.0.1", port))  # so the send calls carry the port the filter keeps
+                for _ in range(30):
+                    tx.send(b"d" * 100)
+                    assert rx.recv(1000) == b"d" * 100
+                sport = tx.getsockname()[1]
+            flows = lambda recs: [r for r in recs if isinstance(r, FlowCounters) and r.packets_in == 30]  # noqa: E731
+            records = cap.wait_for(lambda recs: bool(flows(recs)))
+    wire = [
+        r
+        for r in records
+        if isinstance(r, UdpDatagram) and r.hook in ("tp_btf/net_dev_queue", "tp_btf/netif_receive_skb")
+    ]
+    calls = [r for r in records if isinstance(r, UdpDatagram) and r.hook.startswith("tp_btf/sock_")]  # type: ignore[union-attr]
+    assert sorted({(r.probe, r.src, r.sport, r.dst, r.dport, r.length, r.payload_length) for r in wire}) == [
+        ("receive", "127.0.0.1", sport, "127.0.0.1", port, 108, 100),
+        ("send", "127.0.0.1", sport, "127.0.0.1", port, 108, 100),
+    ]
+    assert [r.probe for r in wire].count("send") == 30 and [r.probe for r in wire].count("receive") == 30
+    assert {r.pid for r in wire if r.probe == "send"} == {os.getpid()}  # the sending socket's owner
+    assert sorted((r.probe, r.bytes, r.pid) for r in calls) == sorted(
+        [("send", 100, os.getpid())] * 30 + [("receive", 100, os.getpid())] * 30
+    )
+    [flow] = flows(records)
+    assert (flow.proto, flow.src, flow.sport, flow.dport) == ("udp", "127.0.0.1", sport, port)
+    assert (flow.packets_out, flow.bytes_out, flow.packets_in, flow.bytes_in) == (30, 3000, 30, 3000)

@@ -22,4 +22,5 @@ KERNEL_TRANSLATORS: dict[str, Translator] = {
     "udp_fail": udp.translate_fail,
     "ip_packet": ip.translate_packet,
     "skb_stage": skb.translate_stage,
+    "udp_datagram": udp.translate_datagram,
 }

@@ -1,13 +1,15 @@
-"""udp provider: raw kernel events -> SockEvent for datagrams a socket's receive queue refused.
+"""udp provider: raw kernel events -> UdpDatagram, SockEvent (queue failures) and FlowCounters.
 
-Per-datagram send/receive records are not implemented yet (issue 5); see
-docs/collector.md. Keep in sync with: kmod/nettrail.h (nt_udp_fail_body).
+Datagrams at the device (net_dev_queue send / netif_receive_skb receive, 4-tuple
+source first) and send/recv calls (sock_send_length / sock_recv_length, local first,
+with the bytes moved); exact per-direction counts come from the `udp_flows` map.
+Keep in sync with: kmod/nettrail.h (nt_udp_body, nt_udp_flow_key, nt_udp_fail_body).
 """
 
 from __future__ import annotations
 
-from translators.kernel import KernelEnv, KernelRecord, Raw, envelope, make
-from translators.records import SockEvent
+from translators.kernel import AF_INET, KernelEnv, KernelRecord, Raw, envelope, make
+from translators.records import FlowCounters, SockEvent, UdpDatagram
 
 SOCK_PROTOCOLS = {6: "tcp", 17: "udp", 136: "udplite"}
 
@@ -29,3 +31,59 @@ def translate_fail(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
             env,
         )
     ]  # fmt: skip
+
+
+HOOKS = {
+    (0, 0): "tp_btf/netif_receive_skb",
+    (1, 0): "tp_btf/net_dev_queue",
+    (0, 1): "tp_btf/sock_recv_length",
+    (1, 1): "tp_btf/sock_send_length",
+}
+
+
+def translate_datagram(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
+    send, call = raw["direction"], raw["call"]
+    provider = "udplite" if raw["protocol"] == 136 else "udp"
+    kwargs = envelope(raw, env, provider, "send" if send else "receive", HOOKS[(send, call)])
+    if call:
+        ret = raw["ret"]
+        kwargs.update(bytes=ret if ret >= 0 else None, error=ret if ret < 0 else None)
+    else:
+        kwargs.update(
+            length=raw["length"],
+            payload_length=max(0, raw["length"] - 8),
+            checksum=raw["checksum"],
+            gso_segs=raw["gso_segs"] or 1,
+            if_name=raw["if_name"].decode(errors="replace") or None,
+        )
+    return [make(UdpDatagram, kwargs, env)]
+
+
+def translate_flow(key: Raw, counts: Raw, env: KernelEnv, ts_ns: int) -> KernelRecord:
+    """Exact counts of one wire direction (src -> dst) from the udp_flows map."""
+    family = key["family"]
+    return make(
+        FlowCounters,
+        dict(
+            host_id=env.host_id,
+            boot_id=env.boot_id,
+            seq=0,
+            ts_ns=ts_ns,
+            ts_wall=env.wall(ts_ns),
+            provider="udplite" if key["protocol"] == 136 else "udp",
+            probe="flow-counters",
+            hook="map/udp_flows",
+            netns=key["netns"] or None,
+            ip_ver=4 if family == AF_INET else 6,
+            src=env.address(family, key["saddr"]),
+            sport=key["sport"],
+            dst=env.address(family, key["daddr"]),
+            dport=key["dport"],
+            proto="udplite" if key["protocol"] == 136 else "udp",
+            packets_out=counts["packets_out"],
+            bytes_out=counts["bytes_out"],
+            packets_in=counts["packets_in"],
+            bytes_in=counts["bytes_in"],
+        ),
+        env,
+    )

@@ -28,6 +28,7 @@ EV_SKB_DROP = 9
 EV_UDP_FAIL = 10
 EV_IP = 11
 EV_SKB_STAGE = 12
+EV_UDP = 13
 EVENT_NAMES: dict[int, str] = {
     EV_STATE: "tcp_state",
     EV_RETRANSMIT: "tcp_retransmit",
@@ -41,6 +42,7 @@ EVENT_NAMES: dict[int, str] = {
     EV_UDP_FAIL: "udp_fail",
     EV_IP: "ip_packet",
     EV_SKB_STAGE: "skb_stage",
+    EV_UDP: "udp_datagram",
 }
 
 # enum nt_ctx / nt_attribution
@@ -272,6 +274,29 @@ IP_BODY: Fields = [
     ("if_name", f"S{COMM_LEN}"),
 ]
 
+UDP_BODY: Fields = [
+    ("ret", "<i4"),
+    ("length", "<u2"),
+    ("checksum", "<u2"),
+    ("gso_segs", "<u2"),
+    ("direction", "u1"),
+    ("call", "u1"),
+    ("protocol", "u1"),
+    ("_pad", "V3"),
+    ("if_name", f"S{COMM_LEN}"),
+]
+UDP_FLOW_KEY: Fields = [
+    ("netns", "<u4"),
+    ("sport", "<u2"),
+    ("dport", "<u2"),
+    ("family", "u1"),
+    ("protocol", "u1"),
+    ("_pad", "V2"),
+    ("saddr", f"V{ADDR_LEN}"),
+    ("daddr", f"V{ADDR_LEN}"),
+]
+UDP_FLOW: Fields = [(name, "<u8") for name in ("packets_out", "bytes_out", "packets_in", "bytes_in")]
+
 # C struct name -> fields, for the layout test (nested snapshot checked through its parents).
 STRUCTS: dict[str, Fields] = {
     "nt_config": CONFIG,
@@ -294,6 +319,9 @@ STRUCTS: dict[str, Fields] = {
     "nt_udp_fail_body": UDP_FAIL_BODY,
     "nt_ip_body": IP_BODY,
     "nt_skb_stage_body": SKB_STAGE_BODY,
+    "nt_udp_body": UDP_BODY,
+    "nt_udp_flow_key": UDP_FLOW_KEY,
+    "nt_udp_flow": UDP_FLOW,
 }
 BODIES: dict[int, Fields] = {
     EV_STATE: STATE_BODY,
@@ -308,6 +336,7 @@ BODIES: dict[int, Fields] = {
     EV_UDP_FAIL: UDP_FAIL_BODY,
     EV_IP: IP_BODY,
     EV_SKB_STAGE: SKB_STAGE_BODY,
+    EV_UDP: UDP_BODY,
 }
 
 

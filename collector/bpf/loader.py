@@ -48,8 +48,8 @@ PROGRAMS: dict[str, frozenset[str]] = {
     "tcp_receive_reset": frozenset({"tcp"}),
     "tcp_cong_state_set": frozenset({"tcp"}),
     "tcp_probe": frozenset({"siftr", "tcpdebug"}),
-    "net_dev_queue": frozenset({"siftr", "tcpdebug", "ip", "skb", "skb-lifecycle"}),  # skb: UDP senders
-    "netif_receive_skb": frozenset({"ip", "skb-lifecycle"}),
+    "net_dev_queue": frozenset({"siftr", "tcpdebug", "ip", "udp", "skb", "skb-lifecycle"}),  # skb: UDP senders
+    "netif_receive_skb": frozenset({"ip", "udp", "skb-lifecycle"}),
     "net_dev_start_xmit": frozenset({"skb-lifecycle"}),
     "net_dev_xmit": frozenset({"skb-lifecycle"}),
     "skb_copy_datagram_iovec": frozenset({"skb-lifecycle"}),
@@ -262,6 +262,10 @@ class KernelSession:
     def drops(self) -> list[tuple[np.void, int]]:
         """The exact drop counts: (struct nt_drop_key, count)."""
         return [(k, int(v)) for k, v in self._entries("drops", layout.dtype_of(layout.DROP_KEY), np.dtype("<u8"))]
+
+    def udp_flows(self) -> list[tuple[np.void, np.void]]:
+        """Exact UDP counts per wire direction: (struct nt_udp_flow_key, struct nt_udp_flow)."""
+        return self._entries("udp_flows", layout.dtype_of(layout.UDP_FLOW_KEY), layout.dtype_of(layout.UDP_FLOW))
 
     def _entries(self, name: str, key_type: np.dtype[Any], value_type: np.dtype[Any]) -> list[tuple[Any, Any]]:
         """Every (key, value) of a hash map, read with bpf_map_get_next_key / lookup."""

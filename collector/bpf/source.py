@@ -26,6 +26,7 @@ from translators.records import LossReport
 from translators.registry import KERNEL_TRANSLATORS
 from translators.siftr import translate_flow
 from translators.skb import translate_drop_count
+from translators.udp import translate_flow as translate_udp_flow
 
 HEADER_NAMES = tuple(n for n in layout.HEADER_DTYPE.names or () if not n.startswith("_"))
 FLOW_NAMES = tuple(n for n, _ in layout.FLOW)
@@ -69,6 +70,7 @@ class KernelSource:
         self.flow_meta: dict[int, dict[str, Any]] = {}  # cookie -> header of a sample, for map reads
         self.flow_seen: dict[int, int] = {}  # cookie -> packets at the last FlowCounters
         self.drop_seen: dict[tuple[int, int, int], int] = {}  # (location, reason, protocol) -> last count
+        self.udp_seen: dict[bytes, tuple[int, int]] = {}  # udp_flows key -> packets at the last report
         self.tuples: dict[int, dict[str, Any]] = {}  # cookie -> 4-tuple while the socket had a port
         self.next_flow = time.monotonic() + flow_interval
         self.next_wall = time.monotonic() + WALL_RESAMPLE_S
@@ -94,6 +96,7 @@ class KernelSource:
         if final or now >= self.next_flow:
             out.extend(self.flow_counters())
             out.extend(self.drop_counts())
+            out.extend(self.udp_flow_counters())
             self.next_flow = now + self.flow_interval
         out.extend(self.loss_reports())
         return self.number(out)
@@ -191,6 +194,28 @@ class KernelSource:
             if count != before:
                 self.drop_seen[ident] = count
                 out.append(translate_drop_count(self.env, *ident, count=count, delta=count - before, ts_ns=now))
+        return out
+
+    def udp_flow_counters(self) -> list[KernelRecord]:
+        """FlowCounters (proto udp) for every wire direction whose exact counts moved."""
+        if "udp" not in self.session.opts.providers:
+            return []
+        out: list[KernelRecord] = []
+        now = time.monotonic_ns()
+        for key, counts in self.session.udp_flows():
+            ident = key.tobytes()
+            packets = (int(counts["packets_out"]), int(counts["packets_in"]))
+            if self.udp_seen.get(ident) == packets:
+                continue
+            self.udp_seen[ident] = packets
+            k = {name: key[name] for name in ("netns", "sport", "dport", "family", "protocol")}
+            k.update(saddr=bytes(key["saddr"]), daddr=bytes(key["daddr"]))
+            c = {name: int(counts[name]) for name in ("packets_out", "bytes_out", "packets_in", "bytes_in")}
+            out.append(
+                translate_udp_flow(
+                    {n: int(v) if not isinstance(v, bytes) else v for n, v in k.items()}, c, self.env, now
+                )
+            )
         return out
 
     def loss_reports(self) -> list[KernelRecord]:

@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -89,7 +90,6 @@ def run(args: argparse.Namespace) -> int:
     if looks_like_siftr(path):  # a siftr(4) log: starts with enable_time_secs= (issue 9)
         return analyze_siftr(args)
     try:
-        boot_id = capture_id(path)
         reader = CaptureReader(path)
     except CaptureError as exc:
         print(f"nettrail: analyze: {exc}", file=sys.stderr)
@@ -97,27 +97,60 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"nettrail: analyze: {path}: byte offset 0: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    pipeline = CapturePipeline(os.path.basename(path), boot_id, packets=args.packets, compat=args.wireshark)
+    # The capture id (sha256 of the file) is hashed by a thread while the analysis runs:
+    # hashlib and file reads release the GIL, and nothing is printed before it is needed.
+    hashing = CaptureIdThread(path)
+    pipeline = CapturePipeline(os.path.basename(path), "", packets=args.packets, compat=args.wireshark)
     writer = Writer(sys.stdout, options)
     with reader:
         writer.open_container("analyze")
-        writer.emit(
-            "{Lwc:File}{:file/%s}\n{Lwc:Format}{:format/%s}\n",
-            file=path,
-            format=reader.format + (".gz" if reader.compressed else ""),
-        )
-        writer.emit(
-            "{Lwc:Host}{:host_id/%s}\n{Lwc:Capture id}{:boot_id/%s}\n", host_id=pipeline.host_id, boot_id=boot_id
-        )
+        if args.packets:  # packet records stream out as they come and carry the id
+            write_header(writer, reader, pipeline, hashing.result())
         try:
             damage = consume(reader, pipeline, writer, args.packets)
         except CaptureError as exc:
             writer.finish()
             print(f"nettrail: analyze: {exc}", file=sys.stderr)
             return 1
+        if not args.packets:
+            write_header(writer, reader, pipeline, hashing.result())
         write_results(writer, pipeline, damage, reader.path)
     writer.finish()
     return store.ship(args) if store.wanted(args) else 0
+
+
+class CaptureIdThread(threading.Thread):
+    """Computes capture_id(path) in the background; result() waits for it."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(daemon=True)
+        self.path = path
+        self.value = ""
+        self.error: OSError | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.value = capture_id(self.path)
+        except OSError as exc:
+            self.error = exc
+
+    def result(self) -> str:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def write_header(writer: Writer, reader: CaptureReader, pipeline: CapturePipeline, boot_id: str) -> None:
+    """The leading leaves of the `analyze` container; sets the pipeline's capture id."""
+    pipeline.boot_id = boot_id
+    writer.emit(
+        "{Lwc:File}{:file/%s}\n{Lwc:Format}{:format/%s}\n",
+        file=reader.path,
+        format=reader.format + (".gz" if reader.compressed else ""),
+    )
+    writer.emit("{Lwc:Host}{:host_id/%s}\n{Lwc:Capture id}{:boot_id/%s}\n", host_id=pipeline.host_id, boot_id=boot_id)
 
 
 def consume(reader: CaptureReader, pipeline: CapturePipeline, writer: Writer, packets: bool) -> Damage:

@@ -178,6 +178,26 @@ def keepalive(port: int = 8000, seconds: float = 4.0) -> None:
     srv.close()
 
 
+def udp_overflow(port: int = 7010, datagrams: int = 200) -> None:
+    """A UDP socket with a tiny receive buffer that never reads: SOCKET_RCVBUFF drops."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    rx.bind((HOST, port))
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for _ in range(datagrams):
+        tx.sendto(b"x" * 1000, (HOST, port))
+    tx.close()
+    rx.close()
+
+
+def udp_closed(port: int = 7011, datagrams: int = 120) -> None:
+    """Datagrams to a port with no socket: NO_SOCKET drops (over 100 a minute)."""
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for _ in range(datagrams):
+        tx.sendto(b"y", (HOST, port))
+    tx.close()
+
+
 def run_parallel(*jobs) -> None:
     threads = [threading.Thread(target=j, daemon=True) for j in jobs]
     for t in threads:
@@ -193,6 +213,8 @@ def main(which: str) -> None:
     if which == "faults":
         held, client = close_wait()
         closed_ports()
+        udp_overflow()
+        udp_closed()
         run_parallel(stuck_connect, full_backlog, slow_reader, lossy_bulk)
         held.close()
         client.close()

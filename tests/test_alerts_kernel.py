@@ -7,9 +7,10 @@ that never accepts, a receiver that never reads, a socket left in CLOSE_WAIT. Cl
 traffic (`clean`): a bulk transfer, 200 short request/response connections and an idle
 keep-alive connection, which must raise no alert at all.
 
-Record kinds the kernel collector does not produce yet (skb drops, UDP, socket queue
-events) leave K4, K11, K12 and the drop-based halves of K5 without a test here; they
-are tested on record streams in test_alerts_buffers.py and test_alerts_drops.py.
+K4 has no test here: the kernel drops SYNs to a full accept queue without a
+TCP_LISTEN_OVERFLOW skb drop reason in this scenario, so no record carries it (tested on
+record streams in test_alerts_buffers.py). The drop-based half of K5 (TCP_ZEROWINDOW,
+SOCKET_RCVBUFF on TCP) is not provoked here either.
 """
 
 from __future__ import annotations
@@ -64,25 +65,57 @@ def netns():
         subprocess.run(["ip", "netns", "del", name], check=False)
 
 
+def tcp_timeouts(netns) -> int:
+    """The namespace's own TCPTimeouts counter (only this module's traffic lives there)."""
+    text = subprocess.run(
+        ["ip", "netns", "exec", netns[0], "cat", "/proc/net/netstat"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    names, values = text[0].split(), text[1].split()
+    return int(values[names.index("TCPTimeouts")])
+
+
+# Three collectors, merged by kernel time: the tcp provider unfiltered (the in-kernel
+# netns filter also drops events fired from timers, such as SYN and RTO retransmits, so
+# its records are kept by their netns field instead), siftr and skb/udp filtered to the
+# namespace in the kernel (their volume from the rest of this busy host would be large).
+COLLECTORS = (("tcp", False), ("siftr", True), ("skb,udp", True))
+
+
+def stop(col: Collector) -> tuple[int, bytes, str]:
+    try:
+        return col.stop(timeout=120)
+    except subprocess.TimeoutExpired:
+        col.proc.kill()  # never leave a tracer running behind a failed test
+        col.proc.wait()
+        raise
+
+
 def record(netns, scenario: str, path: Path) -> list[Record]:
     name, inode = netns
-    # No in-kernel netns filter: it also drops events fired from timers (SYN retransmits),
-    # so the records are kept by their netns field below instead.
-    col = Collector("--providers", "tcp,siftr", "--out", str(path), "--ringbuf-size", str(1 << 24))
+    cols = []
+    for providers, filtered in COLLECTORS:
+        out = path.with_name(f"{path.stem}-{providers.replace(',', '-')}.jsonl")
+        extra = ["--filter", f"netns={inode}"] if filtered else []
+        cols.append(
+            (Collector("--providers", providers, "--out", str(out), "--ringbuf-size", str(1 << 24), *extra), out)
+        )
     try:
-        col.wait_attached()
+        for col, _ in cols:
+            col.wait_attached(timeout=120)
         traffic = subprocess.run(
             ["ip", "netns", "exec", name, sys.executable, str(ROOT / "tests" / "alert_traffic.py"), scenario],
             capture_output=True, text=True, timeout=120, cwd=ROOT,
         )  # fmt: skip
         assert traffic.returncode == 0 and "Traceback" not in traffic.stderr, traffic.stderr
-        time.sleep(0.5)  # let the last events reach the ring buffer
+        time.sleep(0.5)  # let the last events reach the ring buffers
     finally:
-        code, _, err = col.stop()
-    assert code == 0, err
-    assert "events received" in err
-    recs = [from_json(line) for line in path.read_bytes().splitlines() if line.strip()]
-    return [r for r in recs if r.netns == inode or r.kind == "loss_report"]
+        results = [stop(col) for col, _ in cols]
+    for code, _, err in results:
+        assert code == 0 and "events received" in err, err
+    recs = [from_json(line) for _, out in cols for line in out.read_bytes().splitlines() if line.strip()]
+    recs = [r for r in recs if r.netns == inode or r.kind in ("loss_report", "drop_count")]
+    recs.sort(key=lambda r: r.ts_ns)
+    return recs
 
 
 def final(alerts: list[Alert]) -> list[Alert]:
@@ -180,6 +213,32 @@ def test_a_blackout_raises_k2_rto_warning_and_k6_cwnd_collapse(faults):
     assert cwnd.severity == "warning" and "collapsed to" in cwnd.message
 
 
+def test_a_udp_receiver_that_never_reads_raises_k11_rcvbuf(faults):
+    recs, alerts = faults
+    [a] = pick(alerts, "K11", "rcvbuf", sport=7010)
+    drops = [r for r in recs if r.kind == "skb_drop" and r.drop_reason_str == "SOCKET_RCVBUFF" and r.dport == 7010]
+    assert len(drops) >= 150  # of 200 datagrams into a 1 KiB buffer
+    assert (a.severity, a.proto, a.src) == ("warning", "udp", "127.0.0.1")
+    assert "because its receive buffer was full" in a.message
+
+
+def test_udp_to_a_closed_port_raises_k11_no_socket(faults):
+    recs, alerts = faults
+    [a] = pick(alerts, "K11", "no-socket", dport=7011)
+    drops = [r for r in recs if r.kind == "skb_drop" and r.drop_reason_str == "NO_SOCKET" and r.dport == 7011]
+    assert len(drops) == 120
+    assert (a.severity, a.metric, a.count) == ("notice", 120.0, 20)
+
+
+def test_nftables_drops_raise_k12_netfilter_notices_per_flow(faults):
+    recs, alerts = faults
+    dropped = {r.dport for r in recs if r.kind == "skb_drop" and r.drop_reason_str == "NETFILTER_DROP"}
+    assert {7300, 7600, 7700} <= dropped
+    flagged = {a.dport for a in pick(alerts, "K12", "netfilter_drop")}
+    assert {7300, 7600, 7700} <= flagged
+    assert {a.severity for a in pick(alerts, "K12", "netfilter_drop")} == {"notice"}
+
+
 def test_a_socket_left_in_close_wait_raises_k10_with_a_short_configured_timeout(faults):
     _, alerts = faults
     [a] = pick(alerts, "K10", "close-wait", sport=7100)
@@ -188,13 +247,23 @@ def test_a_socket_left_in_close_wait_raises_k10_with_a_short_configured_timeout(
 
 
 def test_clean_bulk_request_response_and_keepalive_traffic_raises_no_alert(netns, tmp_path):
+    timeouts = tcp_timeouts(netns)
     recs = record(netns, "clean", tmp_path / "clean.jsonl")
+    timeouts = tcp_timeouts(netns) - timeouts
     kinds = {r.kind for r in recs}
     assert {"tcp_state", "siftr_sample"} <= kinds
     established = [r for r in recs if r.kind == "tcp_state" and r.state == "ESTABLISHED" and r.dport == 7900]
     assert len(established) == 200
     alerts = [r for r in run(iter(recs), config_from_mapping({})) if isinstance(r, Alert)]
     lost = [r for r in recs if r.kind == "loss_report" and r.lost > 0]
-    # collector loss on this busy machine is itself an alert (H1): nothing else may fire
-    assert [a for a in alerts if a.rule_id != "H1"] == []
+    # On this shared 2-core machine the kernel itself may time out (a starved receiver);
+    # then an RTO alert and the cwnd collapse after it are true. Nothing else may fire,
+    # and collector loss is itself an alert (H1).
+    allowed = {"H1"} | ({"K2/rto", "K6/collapse"} if timeouts else set())
+    unexpected = [
+        f"{a.rule_id}/{a.condition} {a.sport}->{a.dport}: {a.message}"
+        for a in alerts
+        if a.rule_id not in allowed and f"{a.rule_id}/{a.condition}" not in allowed
+    ]
+    assert unexpected == [], f"kernel TCPTimeouts in the run: {timeouts}"
     assert bool([a for a in alerts if a.rule_id == "H1"]) == bool(lost)

@@ -13,7 +13,9 @@ Schema changes: bump nothing silently, add a fix-up to ``UPGRADES`` instead.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 import types
 import typing
 import uuid
@@ -172,12 +174,19 @@ class Record(msgspec.Struct, kw_only=True, tag_field="kind", forbid_unknown_fiel
         return typing.cast(str, type(self).__struct_config__.tag)
 
     def __post_init__(self) -> None:
-        for name, allowed, choices in _checks(type(self)):
+        cls = type(self)
+        plan = _PLANS.get(cls) or _plan(cls)
+        if not _DECODING.active:
+            # Records built in Python: one C call fetches every value, then one set
+            # lookup per field; the slow loop only runs to name a failure.
+            for value, allowed in zip(msgspec.structs.astuple(self), plan.types, strict=True):
+                if type(value) not in allowed:
+                    _raise_type_error(self, plan)
+        # Decoders (decode_batch, from_json, from_msgpack) already checked the types:
+        # only the vocabularies remain, which msgspec cannot see in a plain `str`.
+        for name, choices in plan.choices:
             value = getattr(self, name)
-            if type(value) not in allowed:
-                expected = "|".join(t.__name__ for t in allowed)
-                raise TypeError(f"{self.kind}.{name}: expected {expected}, got {type(value).__name__} ({value!r:.60})")
-            if choices is not None and value is not None and value not in choices:
+            if value is not None and value not in choices:
                 raise ValueError(f"{self.kind}.{name}: {value!r:.60} is not one of {', '.join(choices)}")
 
 
@@ -681,6 +690,56 @@ def describe(cls: type[msgspec.Struct]) -> tuple[FieldDesc, ...]:
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """Per-class validation data, built once: allowed types in struct field order
+    (the order of msgspec.structs.astuple) and the fields that have choices."""
+
+    types: tuple[frozenset[type], ...]
+    choices: tuple[tuple[str, tuple[str, ...]], ...]
+    checks: tuple[tuple[str, tuple[type, ...], tuple[str, ...] | None], ...]
+
+
+class _DecodingFlag(threading.local):
+    active = False  # True while this thread's msgspec decoder builds records
+
+
+_PLANS: dict[type, _Plan] = {}
+_DECODING = _DecodingFlag()
+
+
+def _plan(cls: type[Record]) -> _Plan:
+    checks = _checks(cls)
+    allowed = {name: frozenset(types_) for name, types_, _ in checks}
+    plan = _Plan(
+        types=tuple(allowed[name] for name in cls.__struct_fields__),
+        choices=tuple((name, choices) for name, _, choices in checks if choices is not None),
+        checks=checks,
+    )
+    _PLANS[cls] = plan
+    return plan
+
+
+def _raise_type_error(rec: Record, plan: _Plan) -> typing.NoReturn:
+    for name, allowed, _ in plan.checks:
+        value = getattr(rec, name)
+        if type(value) not in allowed:
+            expected = "|".join(t.__name__ for t in allowed)
+            raise TypeError(f"{rec.kind}.{name}: expected {expected}, got {type(value).__name__} ({value!r:.60})")
+    raise AssertionError("no field failed the check")  # pragma: no cover
+
+
+@contextlib.contextmanager
+def _decoding() -> typing.Iterator[None]:
+    """Marks this thread as decoding, so __post_init__ skips the type checks msgspec did."""
+    outer = _DECODING.active
+    _DECODING.active = True
+    try:
+        yield
+    finally:
+        _DECODING.active = outer
+
+
 @functools.cache
 def _checks(cls: type[Record]) -> tuple[tuple[str, tuple[type, ...], tuple[str, ...] | None], ...]:
     checks = []
@@ -723,17 +782,20 @@ def to_msgpack(record: Record) -> bytes:
 
 
 def from_json(data: bytes | str) -> Record:
-    return typing.cast(Record, _json_decoder.decode(data))
+    with _decoding():
+        return typing.cast(Record, _json_decoder.decode(data))
 
 
 def from_msgpack(data: bytes) -> Record:
-    return typing.cast(Record, _msgpack_decoder.decode(data))
+    with _decoding():
+        return typing.cast(Record, _msgpack_decoder.decode(data))
 
 
 def decode_batch(data: bytes, content_type: Literal["json", "msgpack"]) -> list[Record]:
     """Decode a list of records; raises msgspec.ValidationError naming `$[index].field`."""
     decoder = _json_batch_decoder if content_type == "json" else _msgpack_batch_decoder
-    return typing.cast(list[Record], decoder.decode(data))
+    with _decoding():
+        return typing.cast(list[Record], decoder.decode(data))
 
 
 def to_builtins(record: Record) -> dict[str, Any]:

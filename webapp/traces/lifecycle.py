@@ -8,9 +8,11 @@ Keep in sync with: webapp/traces/models.py (Connection columns), translators/rec
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from typing import Any
 
+import msgspec
 from django.db import connection
 
 from translators.records import Record
@@ -20,58 +22,110 @@ from webapp.traces.schema import KIND_BY_TYPE
 TRACKED_KINDS = frozenset({"tcp_state", "tcp_retransmit", "tcp_reset", "connection", "siftr_sample", "alert"})
 TCP_KINDS = frozenset({"tcp_state", "tcp_retransmit", "tcp_reset", "siftr_sample"})
 LOOKUP_CHUNK = 500  # conn_uuids per IN (...) query: well under every backend's parameter limit
-UPDATE_FIELDS = [
-    f.name for f in Connection._meta.concrete_fields if f.name not in ("id", "conn_uuid", "host_id", "boot_id")
-]
+KEY_FIELDS = ("host_id", "boot_id", "conn_uuid")
+UPDATE_FIELDS = tuple(f.name for f in Connection._meta.concrete_fields if f.name not in ("id", *KEY_FIELDS))
+# Column defaults of a new row (models.Connection): the fields a record may never set.
+DEFAULTS = {f.name: f.get_default() for f in Connection._meta.concrete_fields if f.name in UPDATE_FIELDS}
+
+# A Connection row being folded: a msgspec Struct built from the row tuple in one C
+# call. Django's Model.__init__ (and bulk_create) cost more than the folding itself.
+_Conn: Any = msgspec.defstruct(
+    "_Conn",
+    [
+        ("pk", Any),
+        *((name, Any) for name in KEY_FIELDS),
+        *((name, Any, DEFAULTS[name]) for name in UPDATE_FIELDS),
+        ("loaded", Any, ()),  # the stored values, to write back only what changed
+    ],
+)
+_values = operator.attrgetter(*UPDATE_FIELDS)
 
 
 def apply(records: Iterable[Record]) -> int:
     """Fold tracked records into their connections; returns how many connections changed."""
-    touched: dict[str, list[Record]] = {}
+    touched: dict[str, list[tuple[str, Record]]] = {}
     for rec in records:
-        if rec.conn_uuid is not None and KIND_BY_TYPE[type(rec)] in TRACKED_KINDS:
-            touched.setdefault(rec.conn_uuid, []).append(rec)
+        uuid = rec.conn_uuid
+        if uuid is not None:
+            kind = KIND_BY_TYPE[type(rec)]
+            if kind in TRACKED_KINDS:
+                touched.setdefault(uuid, []).append((kind, rec))
     if not touched:
         return 0
     existing = _load(list(touched))
-    new: list[Connection] = []
+    new: list[Any] = []
     for uuid, recs in touched.items():
         conn = existing.get(uuid)
         if conn is None:
-            conn = _new_connection(recs[0])
+            conn = _new_connection(recs[0][1])
             new.append(conn)
-        for rec in recs:
-            _fold(conn, rec)
-    Connection.objects.bulk_create(new)
-    _update(list(existing.values()))
+        for kind, rec in recs:
+            _fold(conn, kind, rec)
+    _insert(new)
+    _update(existing.values())
     return len(touched)
 
 
-def _update(conns: list[Connection]) -> None:
-    """One executemany UPDATE by primary key: Django's bulk_update builds a CASE per
-    field and row, which cost 40x the rest of ingest for a thousand connections."""
+def _columns(names: Iterable[str]) -> list[str]:
+    quote = connection.ops.quote_name
+    return [quote(Connection._meta.get_field(name).column) for name in names]
+
+
+def _insert(conns: list[Any]) -> None:
     if not conns:
         return
-    quote = connection.ops.quote_name
-    columns = [Connection._meta.get_field(name).column for name in UPDATE_FIELDS]
+    names = [*KEY_FIELDS, *UPDATE_FIELDS]
     sql = (
-        f"UPDATE {quote(Connection._meta.db_table)} SET {', '.join(f'{quote(c)} = %s' for c in columns)} "
-        f"WHERE {quote('id')} = %s"
+        f"INSERT INTO {connection.ops.quote_name(Connection._meta.db_table)} ({', '.join(_columns(names))}) "
+        f"VALUES ({', '.join('%s' for _ in names)})"
     )
     with connection.cursor() as cursor:
-        cursor.executemany(sql, [(*(getattr(c, name) for name in UPDATE_FIELDS), c.pk) for c in conns])
+        cursor.executemany(sql, [(c.host_id, c.boot_id, c.conn_uuid, *_values(c)) for c in conns])
 
 
-def _load(uuids: list[str]) -> dict[str, Connection]:
-    found: dict[str, Connection] = {}
-    for start in range(0, len(uuids), LOOKUP_CHUNK):
-        for conn in Connection.objects.filter(conn_uuid__in=uuids[start : start + LOOKUP_CHUNK]):
-            found[conn.conn_uuid] = conn
+def _update(conns: Iterable[Any]) -> None:
+    """UPDATE by primary key only the columns that changed, one executemany per set of
+    changed columns: a column in SET makes SQLite rewrite every index holding it, even
+    for an unchanged value, and Connection has many indexes (the process and address
+    filters) whose columns rarely change. (Django's bulk_update builds a CASE per
+    field and row: 40x the rest of ingest for a thousand connections.)"""
+    by_change: dict[tuple[int, ...], list[tuple[Any, ...]]] = {}
+    for conn in conns:
+        after = _values(conn)
+        changed = tuple(i for i, (old, value) in enumerate(zip(conn.loaded, after, strict=True)) if old != value)
+        if changed:
+            by_change.setdefault(changed, []).append((*(after[i] for i in changed), conn.pk))
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        for changed, rows in by_change.items():
+            columns = _columns(UPDATE_FIELDS[i] for i in changed)
+            sql = (
+                f"UPDATE {quote(Connection._meta.db_table)} SET {', '.join(f'{c} = %s' for c in columns)} "
+                f"WHERE {quote('id')} = %s"
+            )
+            cursor.executemany(sql, rows)
+
+
+def _load(uuids: list[str]) -> dict[str, Any]:
+    quote = connection.ops.quote_name
+    names = ["id", *KEY_FIELDS, *UPDATE_FIELDS]
+    select = (
+        f"SELECT {', '.join(_columns(names))} FROM {quote(Connection._meta.db_table)} WHERE {quote('conn_uuid')} IN "
+    )
+    found: dict[str, Any] = {}
+    first = len(KEY_FIELDS) + 1
+    with connection.cursor() as cursor:
+        for start in range(0, len(uuids), LOOKUP_CHUNK):
+            chunk = uuids[start : start + LOOKUP_CHUNK]
+            cursor.execute(select + f"({', '.join('%s' for _ in chunk)})", chunk)
+            for row in cursor.fetchall():
+                conn = _Conn(*row, row[first:])
+                found[conn.conn_uuid] = conn
     return found
 
 
-def _new_connection(rec: Record) -> Connection:
-    return Connection(
+def _new_connection(rec: Record) -> Any:
+    values: dict[str, Any] = dict(
         host_id=rec.host_id,
         boot_id=rec.boot_id,
         conn_uuid=rec.conn_uuid,
@@ -79,14 +133,20 @@ def _new_connection(rec: Record) -> Connection:
         last_seen=rec.ts_wall,
         proto=getattr(rec, "proto", None) or "tcp",
     )
+    return _Conn(None, **values)
 
 
-def _fold(conn: Connection, rec: Record) -> None:
-    conn.first_seen = min(conn.first_seen, rec.ts_wall)
-    conn.last_seen = max(conn.last_seen, rec.ts_wall)
-    _fill_flow(conn, rec)
-    _fill_owner(conn, rec)
-    _FOLDERS[KIND_BY_TYPE[type(rec)]](conn, rec)
+def _fold(conn: Any, kind: str, rec: Record) -> None:
+    ts = rec.ts_wall
+    if ts < conn.first_seen:
+        conn.first_seen = ts
+    if ts > conn.last_seen:
+        conn.last_seen = ts
+    if conn.sport in _UNKNOWN or conn.src in _UNKNOWN or conn.dport in _UNKNOWN:
+        _fill_flow(conn, rec)
+    if rec.comm is not None or rec.pid is not None:
+        _fill_owner(conn, rec)
+    _FOLDERS[kind](conn, rec)
 
 
 # A connecting socket's first state change (CLOSED -> SYN_SENT) fires before the kernel
@@ -94,55 +154,52 @@ def _fold(conn: Connection, rec: Record) -> None:
 _UNKNOWN = (None, 0, "0.0.0.0", "::")
 
 
-def _fill_flow(conn: Connection, rec: Record) -> None:
-    if conn.sport not in _UNKNOWN and conn.src not in _UNKNOWN and conn.dport not in _UNKNOWN:
-        return  # the common case: the 4-tuple is known since the first records
+def _fill_flow(conn: Any, rec: Record) -> None:
+    # Only called while part of the 4-tuple is unknown (rare: the first records).
     for name in ("ip_ver", "src", "sport", "dst", "dport"):
         value = getattr(rec, name, None)
         if getattr(conn, name) in _UNKNOWN and value not in _UNKNOWN:
             setattr(conn, name, value)
 
 
-def _fill_owner(conn: Connection, rec: Record) -> None:
+def _fill_owner(conn: Any, rec: Record) -> None:
     # Softirq context has no meaningful current task: such attribution only fills gaps,
     # while task-context attribution (ctx == "task") replaces it.
-    if rec.comm is None and rec.pid is None:
-        return
     if rec.ctx == "task" or (conn.comm is None and conn.pid is None):
         conn.pid, conn.tgid, conn.comm, conn.uid = rec.pid, rec.tgid, rec.comm, rec.uid
 
 
-def _set_state(conn: Connection, state: str | None, ts_ns: int) -> None:
+def _set_state(conn: Any, state: str | None, ts_ns: int) -> None:
     if state is None or (conn.state_ts_ns is not None and ts_ns < conn.state_ts_ns):
         return  # an older record arriving late does not roll the state back
     conn.state, conn.state_ts_ns = state, ts_ns
     conn.closed = state == "CLOSED"
 
 
-def _fold_state(conn: Connection, rec: Any) -> None:
+def _fold_state(conn: Any, rec: Any) -> None:
     _set_state(conn, rec.state, rec.ts_ns)
 
 
-def _fold_retransmit(conn: Connection, rec: Any) -> None:
+def _fold_retransmit(conn: Any, rec: Any) -> None:
     conn.retransmits += 1
 
 
-def _fold_reset(conn: Connection, rec: Any) -> None:
+def _fold_reset(conn: Any, rec: Any) -> None:
     conn.resets += 1
     conn.anomaly = True
 
 
-def _fold_alert(conn: Connection, rec: Any) -> None:
+def _fold_alert(conn: Any, rec: Any) -> None:
     conn.alerts += 1
     conn.anomaly = True
 
 
-def _fold_sample(conn: Connection, rec: Any) -> None:
+def _fold_sample(conn: Any, rec: Any) -> None:
     conn.srtt_us = rec.srtt if rec.srtt is not None else conn.srtt_us
     conn.snd_cwnd = rec.snd_cwnd if rec.snd_cwnd is not None else conn.snd_cwnd
 
 
-def _fold_summary(conn: Connection, rec: Any) -> None:
+def _fold_summary(conn: Any, rec: Any) -> None:
     conn.proto = rec.proto
     if rec.start is not None:
         conn.first_seen = min(conn.first_seen, rec.start)

@@ -18,8 +18,7 @@ import msgspec
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
-from translators.records import Record
-from webapp.traces.schema import KIND_BY_TYPE
+from translators.records import BY_KIND, Record
 
 MESSAGE_TYPE = "trace.batch"
 CHUNK = 1000  # records per message: bounded messages whatever the batch size
@@ -33,18 +32,25 @@ def group_name(prefix: str, ident: str) -> str:
 
 def groups_for(records: Sequence[Record], wanted: Callable[[str], bool] = lambda group: True) -> dict[str, list[Any]]:
     """Payloads per group; `wanted` skips groups known to have no listener."""
-    members: dict[str, list[int]] = {}
-    names: dict[tuple[str, str], str] = {}  # group names repeat across a batch: build each once
+    # One pass collects record indexes per host and per connection; group names are
+    # then built once per distinct key, not once per record.
+    by_key: dict[tuple[str, str], list[int]] = {}
+    alerts: list[int] = []
+    alert_type = BY_KIND["alert"]
     for index, rec in enumerate(records):
-        keys = [("host", rec.host_id)]
+        by_key.setdefault(("host", rec.host_id), []).append(index)
         if rec.conn_uuid is not None:
-            keys.append(("conn", rec.conn_uuid))
-        for key in keys:
-            name = names.get(key) or names.setdefault(key, group_name(*key))
-            members.setdefault(name, []).append(index)
-        if KIND_BY_TYPE[type(rec)] == "alert":
-            members.setdefault("alerts", []).append(index)
-    members = {group: indexes for group, indexes in members.items() if wanted(group)}
+            by_key.setdefault(("conn", rec.conn_uuid), []).append(index)
+        if type(rec) is alert_type:
+            alerts.append(index)
+    members: dict[str, list[int]] = {}
+    for key, indexes in by_key.items():
+        name = group_name(*key)
+        if wanted(name):
+            # Two host ids can share a group name ("a b", "a_b"): keep record order.
+            members[name] = sorted(members[name] + indexes) if name in members else indexes
+    if alerts and wanted("alerts"):
+        members["alerts"] = alerts
     if not members:
         return {}
     payloads: list[Any] = msgspec.to_builtins(list(records))  # one C call for the batch
@@ -55,15 +61,21 @@ def push(records: Sequence[Record]) -> None:
     layer = get_channel_layer()
     if layer is None or not records:
         return
-    async_to_sync(_send)(layer, groups_for(records, _listened(layer)))
+    wanted = _listened(layer)
+    if wanted is None:
+        return  # nobody is listening: no per-record work at all
+    async_to_sync(_send)(layer, groups_for(records, wanted))
 
 
-def _listened(layer: Any) -> Callable[[str], bool]:
+def _listened(layer: Any) -> Callable[[str], bool] | None:
     # The in-memory layer (one process, the embedded default) shows its groups: sending
-    # to the many per-connection groups nobody watches is skipped. Other layers cannot
-    # tell, so every group gets its message.
+    # to the many per-connection groups nobody watches is skipped, and so is the whole
+    # push while no browser listens (None). Other layers cannot tell, so every group
+    # gets its message.
     groups = getattr(layer, "groups", None)
     if isinstance(layer, InMemoryChannelLayer) and isinstance(groups, dict):
+        if not any(groups.values()):
+            return None
         return lambda group: bool(groups.get(group))
     return lambda group: True
 

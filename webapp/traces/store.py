@@ -3,9 +3,11 @@
 Per kind, rows go in with one ``executemany`` of ``INSERT ... ON CONFLICT DO
 NOTHING`` (SQLite >= 3.24 and PostgreSQL), in the model's column order. That is
 Django's ``bulk_create(ignore_conflicts=True)`` without building a model instance
-per record, which is where most of the time went. Records already stored are
-found first by one range query per (kind, host, boot) on the unique index, so the
-duplicate count and the Connection updates are exact.
+per record, which is where most of the time went. The insert runs under a
+savepoint: when its rowcount shows every row was new (the common case) that is
+all; otherwise it is rolled back, the records already stored are found by one range
+query per (kind, host, boot) on the unique index, and only the new ones are
+inserted, so the duplicate count and the Connection updates stay exact.
 Keep in sync with: webapp/traces/schema.py (columns, JSON rule), models.py.
 """
 
@@ -79,18 +81,42 @@ def _store(records: Sequence[Record]) -> StoreResult:
     result = StoreResult()
     for kind, group in _group(records).items():
         table = _table(kind)
+        rows = [table.row(rec) for rec in group]
+        inserted = _insert_all(table, rows)
+        if inserted is not None:
+            result.stored += inserted
+            result.new.extend(group)
+            continue
         fresh = _fresh(table, group)
         result.duplicates += len(group) - len(fresh)
         if fresh:
             with connection.cursor() as cursor:
-                cursor.executemany(table.sql, [table.row(rec) for rec in fresh])
+                cursor.executemany(table.sql, [rows[i] for i in fresh])
                 inserted = cursor.rowcount
             # A concurrent ingest of the same records (PostgreSQL, READ COMMITTED) can
             # win the race after the duplicate check: ON CONFLICT skipped those rows.
             result.duplicates += len(fresh) - inserted
             result.stored += inserted
-            result.new.extend(fresh)
+            result.new.extend(group[i] for i in fresh)
     return result
+
+
+def _insert_all(table: _Table, rows: list[tuple[Any, ...]]) -> int | None:
+    """Insert every row, or nothing and None when one of them was already stored.
+
+    The common batch is all new: one executemany under a savepoint, and its rowcount
+    proves it, so no duplicate query is needed. A resent batch rolls back to the
+    savepoint and takes the exact path (_fresh), which knows which records are new.
+    """
+    savepoint = transaction.savepoint()
+    with connection.cursor() as cursor:
+        cursor.executemany(table.sql, rows)
+        inserted = cursor.rowcount
+    if inserted == len(rows):
+        transaction.savepoint_commit(savepoint)
+        return inserted
+    transaction.savepoint_rollback(savepoint)
+    return None
 
 
 def _group(records: Sequence[Record]) -> dict[str, list[Record]]:
@@ -100,8 +126,8 @@ def _group(records: Sequence[Record]) -> dict[str, list[Record]]:
     return groups
 
 
-def _fresh(table: _Table, group: list[Record]) -> list[Record]:
-    """The records of one kind not already stored (nor repeated earlier in the batch)."""
+def _fresh(table: _Table, group: list[Record]) -> list[int]:
+    """Indexes of the records of one kind not already stored (nor repeated earlier in the batch)."""
     by_boot: dict[tuple[str, str], list[int]] = {}
     for rec in group:
         by_boot.setdefault((rec.host_id, rec.boot_id), []).append(rec.seq)
@@ -111,11 +137,11 @@ def _fresh(table: _Table, group: list[Record]) -> list[Record]:
             cursor.execute(table.existing_sql, [host, boot, min(seqs), max(seqs)])
             seen.update((host, boot, seq) for (seq,) in cursor.fetchall())
     fresh = []
-    for rec in group:
+    for index, rec in enumerate(group):
         key = (rec.host_id, rec.boot_id, rec.seq)
         if key not in seen:
             seen.add(key)
-            fresh.append(rec)
+            fresh.append(index)
     return fresh
 
 

@@ -41,7 +41,10 @@ def test_it_says_in_one_line_what_it_needs_when_run_as_an_ordinary_user() -> Non
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--providers", "tcp,mbuf"], "--providers: unknown mbuf; choose from tcp, siftr, tcpdebug, ip, udp, skb, skb-lifecycle"),
+        (
+            ["--providers", "tcp,mbuf"],
+            "--providers: unknown mbuf; choose from tcp, siftr, tcpdebug, ip, udp, skb, skb-lifecycle",
+        ),
         (["--filter", "port=99999"], "bad filter 'port=99999': port must be 1-65535"),
         (["--filter", "host=1"], "bad filter 'host=1': use pid=N, port=N, addr=IP, cgroup=ID or netns=INODE"),
         (["--filter", "addr=1.2.3"], "bad filter 'addr=1.2.3': '1.2.3' is not a valid addr"),
@@ -125,3 +128,19 @@ def test_out_files_hold_every_record_in_the_wire_form_with_consecutive_seq(suffi
         f"events received {sum(1 for r in records if r.kind != 'loss_report') - sum(1 for r in records if r.kind == 'tcp_state' and r.inferred)}"
         in err
     )  # type: ignore[attr-defined]
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CAP_BPF, CAP_PERFMON) to load eBPF programs")
+def test_text_output_streams_lines_while_it_runs() -> None:
+    lst = bound_listener()
+    port = lst.getsockname()[1]
+    collector = Collector("--providers", "tcp", "--filter", f"port={port}")
+    collector.wait_attached()
+    make_traffic(lst)
+    lst.close()
+    assert collector.proc.stdout is not None
+    line = collector.proc.stdout.readline().decode()  # arrives before the collector stops
+    assert line.startswith("tcp_state 127.0.0.1:") and "state LISTEN" in line, line
+    status, _, err = collector.stop()
+    assert status == 0, err

@@ -275,3 +275,38 @@ def test_the_unvalidated_fast_build_gives_the_same_records(event_type: int, monk
     assert [to_json(w) for w in wire] == [to_json(r) for r in checked]  # type: ignore[arg-type]
     assert [to_msgpack(w) for w in wire] == [to_msgpack(r) for r in checked]  # type: ignore[arg-type]
     assert [as_struct(w) for w in wire] == checked
+
+
+def test_the_column_wise_siftr_batch_gives_the_row_by_row_records_byte_for_byte(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from translators.siftr import translate_sample, translate_sample_batch
+
+    rows = np.zeros(6, dtype=layout.EVENT_DTYPES[layout.EV_SIFTR])
+    rows["type"] = layout.EV_SIFTR
+    rows["ts_ns"] = [1_000_000_001, 2_500_000_000, 3, 4_000_000_007, 5_123_456_789, 6]
+    rows["cookie"] = [7, 7, 0, 9, 9, 11]
+    rows["family"] = [2, 2, 10, 2, 0, 10]
+    rows["saddr"][0] = np.void(socket.inet_aton("10.0.0.1").ljust(16, b"\0"))
+    rows["saddr"][2] = np.void(socket.inet_pton(socket.AF_INET6, "::ffff:1.2.3.4"))
+    rows["sport"], rows["dport"] = [1, 2, 3, 4, 5, 6], [80, 80, 443, 443, 0, 1]
+    rows["attribution"] = [2, 1, 0, 2, 0, 1]
+    rows["pid"], rows["comm"] = 42, b"iperf3"
+    rows["ctx"], rows["direction"] = [1, 2, 2, 1, 0, 2], [1, 0, 1, 0, 1, 0]
+    rows["snd_cwnd"], rows["mss_cache"] = [10, 0, 3, 44, 1, 2], [1448, 0, 536, 65483, 1, 9000]
+    rows["snd_ssthresh"] = [0x7FFFFFFF, 5, 0x7FFFFFFF, 1, 0, 2]
+    rows["flags"] = [0x80 | 0x1 | 0x2 | 0x4 | 0x8 | 0x10 | 0x20, 0x80, 0x82, 0, 0x81, 0x84]
+    rows["ca_state"] = [0, 1, 2, 3, 4, 3]
+    rows["state"] = [1, 4, 5, 8, 9, 11]
+    rows["snd_una"], rows["snd_nxt"], rows["write_seq"] = 0xFFFFFFF0, 0x10, 0x20
+    rows["rcv_nxt"], rows["copied_seq"] = 5, [0xFFFFFFFF, 5, 0, 1, 2, 3]
+    rows["srtt_us"], rows["mdev_us"], rows["rto_us"] = [800, 9, 0, 1 << 20, 8, 16], 400, [0, 204000, 1, 2, 3, 4]
+    rows["snd_wscale"], rows["rcv_wscale"], rows["rxhash"] = 7, 9, [0, 0, 5, 0, 1, 0]
+    rows["cc_algo"] = [b"cubic", b"", b"bbr", b"reno", b"cubic", b"x"]
+    monkeypatch.setattr(kernel, "VALIDATE", False)
+    env = KernelEnv(**{**ENV.__dict__, "wire": True})
+    batch = translate_sample_batch(rows, env)
+    names = rows.dtype.names or ()
+    one_by_one = [r for row in rows.tolist() for r in translate_sample(dict(zip(names, row, strict=True)), env)]
+    assert [to_json(r) for r in batch] == [to_json(r) for r in one_by_one]  # type: ignore[arg-type]
+    assert batch[0]["approx"] is not batch[1]["approx"]  # type: ignore[index]

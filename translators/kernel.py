@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import ipaddress
+import itertools
 import os
 import typing
 from collections.abc import Callable, Mapping
@@ -113,6 +114,24 @@ def make(cls: type[R], kwargs: Mapping[str, Any], env: KernelEnv) -> R | dict[st
     for name, value in kwargs.items():
         setattr(built, name, value)
     return built
+
+
+def rows_in_wire_order(cls: type[Record], columns: Mapping[str, Any], n: int) -> list[KernelRecord]:
+    """n wire dicts of cls from columns (a list per varying field, a scalar per constant
+    one); fields not given keep the Struct's default. Same key order as the Struct's
+    encoding, so the bytes are the same."""
+    _, wire, factories = _template(cls)
+    keys = list(wire)
+    sources: list[Any] = []
+    for key in keys:
+        value = columns.get(key, wire[key])
+        if isinstance(value, list):
+            sources.append(value)
+        elif any(key == name for name, _ in factories):
+            sources.append([factory() for name, factory in factories if name == key for _ in range(n)])
+        else:
+            sources.append(itertools.repeat(value, n))
+    return [dict(zip(keys, values, strict=True)) for values in zip(*sources, strict=False)]
 
 
 def as_struct(rec: KernelRecord) -> Record:

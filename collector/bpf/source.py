@@ -21,10 +21,11 @@ import numpy as np
 
 from collector.bpf import layout
 from collector.bpf.loader import KernelSession
+from translators import kernel
 from translators.kernel import KernelEnv, KernelRecord, Raw, set_seq
 from translators.records import LossReport
 from translators.registry import KERNEL_TRANSLATORS
-from translators.siftr import translate_flow
+from translators.siftr import translate_flow, translate_sample_batch
 from translators.skb import translate_drop_count
 from translators.udp import translate_flow as translate_udp_flow
 
@@ -122,8 +123,11 @@ class KernelSource:
             if name is None:
                 self._malformed(f"type {t}", len(idx))
                 continue
-            rows = raw[idx].view(layout.EVENT_DTYPES[t]).tolist()
-            self._translate_rows(name, layout.FIELD_NAMES[t], idx.tolist(), rows, slots)
+            typed = raw[idx].view(layout.EVENT_DTYPES[t])
+            if t == layout.EV_SIFTR and self.env.wire and not kernel.VALIDATE:
+                self._siftr_batch(typed, idx.tolist(), slots)  # the high-rate kind, column-wise
+                continue
+            self._translate_rows(name, layout.FIELD_NAMES[t], idx.tolist(), typed.tolist(), slots)
         if len(self.tuples) > MAX_TUPLES:  # sockets whose destroy we never saw (tcp provider off)
             self.tuples.clear()
         return [rec for recs in slots if recs for rec in recs]
@@ -161,6 +165,17 @@ class KernelSource:
                 slots[pos] = fn(fields, env)
             except (ValueError, TypeError):
                 self._malformed(name, 1)
+
+    def _siftr_batch(self, typed: np.ndarray, positions: list[int], slots: list[list[KernelRecord] | None]) -> None:
+        cookies = typed["cookie"].tolist()
+        for i, cookie in enumerate(cookies):
+            if cookie not in self.flow_meta or cookie not in self.tuples:
+                fields = dict(zip(layout.FIELD_NAMES[layout.EV_SIFTR], typed[i].tolist(), strict=True))
+                self.flow_meta.setdefault(cookie, {k: fields[k] for k in HEADER_NAMES})
+                if cookie and fields["sport"]:
+                    self.tuples.setdefault(cookie, {k: fields[k] for k in TUPLE_NAMES})
+        for pos, rec in zip(positions, translate_sample_batch(typed, self.env), strict=True):
+            slots[pos] = [rec]
 
     def _malformed(self, name: str, n: int) -> None:
         self.totals.malformed[name] = self.totals.malformed.get(name, 0) + n

@@ -4,7 +4,8 @@
 attached, with `nettrail collect --providers tcp,siftr` at ppl=1 and ppl=32 (records
 written to a msgpack file) and with a bpftrace one-liner doing comparable work
 (tcp_probe + inet_sock_set_state, printing every event), in interleaved rounds of
-the same run, and prints each throughput and its ratio to the untraced peer.
+the same run, plus the skb provider in its always-on drops-only mode and ip with
+skb lifecycles, and prints each throughput and its ratio to the untraced peer.
 Then it lets small-segment traffic fill a large ring buffer unread and measures how
 fast one CPU drains it: raw batches, and the full path to numbered records. Writes the figures to
 docs/benchmarks.md ("## Kernel collector overhead"). Needs root.
@@ -89,9 +90,9 @@ def nothing() -> Iterator[dict[str, str]]:
 
 
 @contextmanager
-def nettrail(ppl: int) -> Iterator[dict[str, str]]:
+def nettrail(ppl: int, providers: str = "tcp,siftr") -> Iterator[dict[str, str]]:
     out = Path(tempfile.mkdtemp()) / "records.msgpack"
-    cmd = ["taskset", "-c", TRACER_CPU, sys.executable, "-m", "collector.cli", "collect", "--providers", "tcp,siftr"]
+    cmd = ["taskset", "-c", TRACER_CPU, sys.executable, "-m", "collector.cli", "collect", "--providers", providers]
     cmd += ["--ppl", str(ppl)]
     proc = subprocess.Popen(
         [*cmd, "--filter", f"port={PORT}", "--out", str(out)], cwd=ROOT, stderr=subprocess.PIPE, text=True
@@ -137,6 +138,8 @@ CONTENDERS = {
     "nettrail tcp+siftr ppl=1": lambda: nettrail(1),
     "nettrail tcp+siftr ppl=32": lambda: nettrail(32),
     "bpftrace tcp_probe+inet_sock_set_state": bpftrace,
+    "nettrail skb (drops only, always-on)": lambda: nettrail(1, "skb"),
+    "nettrail ip+skb-lifecycle": lambda: nettrail(1, "ip,skb-lifecycle"),
 }
 
 
@@ -180,19 +183,20 @@ def _overhead(rounds: int, seconds: float) -> tuple[list[str], dict[str, list[fl
     return lines, results
 
 
-def fill_ring(seconds: float, ring: int) -> KernelSession:
-    """A loaded session whose ring holds every event of `seconds` of small-segment traffic (none read yet)."""
-    opts = Options(providers=("tcp", "siftr", "tcpdebug"), filters=Filters(port=PORT), ringbuf_bytes=ring)
+def fill_ring(seconds: float, ring: int, providers: tuple[str, ...]) -> KernelSession:
+    """A loaded session whose ring holds every event of `seconds` of traffic (none read yet): bulk
+    iperf3 for tcp+siftr (one event per skb each way), small segments for the others."""
+    opts = Options(providers=providers, filters=Filters(port=PORT), ringbuf_bytes=ring)
     session = KernelSession(opts).__enter__()
-    iperf(seconds, ("-N", "-l", "100"))
+    iperf(seconds, () if providers == ("tcp", "siftr") else ("-N", "-l", "100"))
     session.detach()
     return session
 
 
-def drain_rate(seconds: float, ring: int, translate: bool) -> tuple[float, int, int, int]:
+def drain_rate(seconds: float, ring: int, translate: bool, providers: tuple[str, ...]) -> tuple[float, int, int, int]:
     """(events/s, events, lost, generated): the ring is filled first, then drained by this one CPU."""
     before = os.sched_getaffinity(0)
-    session = fill_ring(seconds, ring)
+    session = fill_ring(seconds, ring, providers)
     os.sched_setaffinity(0, {min(before)})
     try:
         env = KernelEnv(host_id="bench", boot_id="bench", wall_offset=wall_offset(), wire=True)  # as collect does
@@ -237,9 +241,9 @@ def write_doc(body: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("--fill-seconds", type=float, default=3.0, help="traffic that fills the ring before draining")
+    parser.add_argument("--fill-seconds", type=float, default=1.0, help="traffic that fills the ring before draining")
     parser.add_argument("--ring", type=int, default=256 << 20, help="ring buffer bytes for the drain measurement")
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args(argv)
@@ -249,9 +253,18 @@ def main(argv: list[str] | None = None) -> int:
     print("throughput:")
     table, _ = overhead(args.rounds, args.seconds)
     print("drain rate:")
+    siftr_mix, tcp_mix, skb_mix = ("tcp", "siftr"), ("tcp", "siftr", "tcpdebug"), ("ip", "skb-lifecycle")
     rates = {
-        "raw drain: mmap reader, batches copied out": drain_rate(args.fill_seconds, args.ring, translate=False),
-        "full: drain + translate + number records": drain_rate(args.fill_seconds, args.ring, translate=True),
+        "tcp+siftr, raw drain (mmap reader, batches copied out)": drain_rate(
+            args.fill_seconds, args.ring, False, siftr_mix
+        ),
+        "tcp+siftr, full (drain + translate + number records)": drain_rate(
+            args.fill_seconds, args.ring, True, siftr_mix
+        ),
+        "tcp+siftr+tcpdebug, raw drain": drain_rate(args.fill_seconds, args.ring, False, tcp_mix),
+        "tcp+siftr+tcpdebug, full": drain_rate(args.fill_seconds, args.ring, True, tcp_mix),
+        "ip+skb-lifecycle, raw drain": drain_rate(args.fill_seconds, args.ring, False, skb_mix),
+        "ip+skb-lifecycle, full": drain_rate(args.fill_seconds, args.ring, True, skb_mix),
     }
     body = [
         f"`python bench/run.py collect` ({datetime.now(UTC):%Y-%m-%d}, kernel {platform.release()}, "
@@ -267,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *table,
         "",
-        "Drain capacity: tcp+siftr+tcpdebug (ppl=1) on small-segment iperf3 traffic fills a "
+        "Drain capacity: the providers named in each row (ppl=1) on iperf3 traffic (bulk for tcp+siftr, "
+        "100-byte writes otherwise) fill a "
         f"{args.ring >> 20} MiB ring for {args.fill_seconds:g} s without being read, then one CPU drains it; "
         "events/s is events over the process CPU time spent draining (no sink).",
         "",

@@ -5,8 +5,9 @@ spike shorter than the sampling interval can be missed, never invented.
 
 K6: cwnd in segments (snd_cwnd bytes ÷ mss) at most ``min_segments`` or at most
 ``max_fraction`` of its maximum over the previous ``window_s``, while data is
-outstanding and the congestion state is not Open (an application-limited sender sees
-its cwnd cut in the Open state without any loss; records without ca_state count). Warning once it holds for ``hold_s`` or starts ``repeat_count`` times in
+outstanding and the congestion state is Loss or CWR (an application-limited sender
+sees its cwnd cut in Open without any loss, and PRR dips cwnd transiently during
+Recovery; records without a ca_state count). Warning once it holds for ``hold_s`` or starts ``repeat_count`` times in
 ``repeat_window_s``.
 
 K7: a spike is ``consecutive`` samples over the limit lasting at least ``min_hold_s``,
@@ -88,8 +89,11 @@ class CwndCollapse(Rule):
         low = segs <= self.num("min_segments")
         relative = previous_max is not None and segs <= self.num("max_fraction") * previous_max
         # Linux also shrinks cwnd without any loss when the sender is application-limited
-        # (cwnd validation, restart after idle: RFC 7661); that happens in the Open state.
-        congested = f.ca_state != "Open"
+        # (cwnd validation, restart after idle: RFC 7661), in the Open state; and proportional
+        # rate reduction dips cwnd transiently toward what is in flight during Recovery,
+        # which ends at ssthresh. A collapse that matters follows a timeout (Loss) or
+        # repeated congestion signals (CWR); records without a ca_state are judged as is.
+        congested = f.ca_state in (None, "Loss", "CWR")
         if not (outstanding and congested and (low or relative)):
             f.collapsed_since = None
             return

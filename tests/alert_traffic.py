@@ -1,7 +1,8 @@
 """Traffic for the kernel alert tests, run inside the test's network namespace.
 
 ``python tests/alert_traffic.py faults`` makes, on 127.0.0.1 of the namespace, one
-instance of each fault the kernel rules look for; ``clean`` makes healthy traffic
+instance of each fault the kernel rules look for (a tc token bucket on the namespace's
+lo for queueing delay, removed again); ``clean`` makes healthy traffic
 only. Ports are fixed (the namespace is the test's own); the nftables table
 ``inet ntalerts`` must exist (the test creates it: loss on port 7600, a drop set for
 7300 and 7700). Prints one JSON line of facts (pids, ports) for the assertions.
@@ -178,6 +179,45 @@ def keepalive(port: int = 8000, seconds: float = 4.0) -> None:
     srv.close()
 
 
+def queueing(port: int = 7200, pings: int = 40, seconds: float = 2.0) -> None:
+    """Ping-pong first (a low srtt baseline), then a bulk send through a 8 Mbit/s token
+    bucket on lo (tc tbf, not netem): the queue it builds raises the srtt far above it."""
+    srv = listener(port)
+    cli = socket.create_connection((HOST, port))
+    cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn, _ = srv.accept()
+    conn.settimeout(20)
+    for _ in range(pings):
+        cli.sendall(b"p")
+        conn.recv(16)
+        conn.sendall(b"q")
+        cli.recv(16)
+    subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "8mbit", "burst", "256kb",
+                    "latency", "400ms"], check=True)  # fmt: skip
+    try:
+        stop = threading.Event()
+
+        def drain() -> None:
+            while not stop.is_set():
+                try:
+                    conn.recv(1 << 16)
+                except OSError:
+                    return
+
+        t = threading.Thread(target=drain, daemon=True)
+        t.start()
+        cli.settimeout(10)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            cli.send(b"z" * 16384)
+    finally:
+        subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], check=True)
+    stop.set()
+    cli.close()
+    conn.close()
+    srv.close()
+
+
 def udp_overflow(port: int = 7010, datagrams: int = 200) -> None:
     """A UDP socket with a tiny receive buffer that never reads: SOCKET_RCVBUFF drops."""
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -215,6 +255,7 @@ def main(which: str) -> None:
         closed_ports()
         udp_overflow()
         udp_closed()
+        queueing()  # alone: its token bucket slows all of lo
         run_parallel(stuck_connect, full_backlog, slow_reader, lossy_bulk)
         held.close()
         client.close()

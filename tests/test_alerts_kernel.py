@@ -1,8 +1,8 @@
 """Kernel rules on real traffic: `nettrail collect` records real loopback traffic in a
 network namespace this module creates, and the file goes through the rule engine.
 
-Faults (tests/alert_traffic.py faults): nftables loss (10 % on one port, a 1.6 s
-blackout on another), a closed-port storm, SYNs into a drop rule, a backlog-1 listener
+Faults (tests/alert_traffic.py faults): nftables loss (10 % on one port, a 3 s
+blackout on another), queueing behind a tc token bucket, a closed-port storm, SYNs into a drop rule, a backlog-1 listener
 that never accepts, a receiver that never reads, a socket left in CLOSE_WAIT. Clean
 traffic (`clean`): a bulk transfer, 200 short request/response connections and an idle
 keep-alive connection, which must raise no alert at all.
@@ -237,6 +237,15 @@ def test_nftables_drops_raise_k12_netfilter_notices_per_flow(faults):
     flagged = {a.dport for a in pick(alerts, "K12", "netfilter_drop")}
     assert {7300, 7600, 7700} <= flagged
     assert {a.severity for a in pick(alerts, "K12", "netfilter_drop")} == {"notice"}
+
+
+def test_queueing_behind_a_token_bucket_raises_a_k7_srtt_spike_against_the_connections_baseline(faults):
+    recs, alerts = faults
+    [a] = pick(alerts, "K7", "spike", dport=7200)
+    samples = [r.srtt for r in recs if r.kind == "siftr_sample" and r.dport == 7200 and r.srtt]
+    assert min(samples) < 1000 and max(samples) > 200_000  # µs: a loopback baseline, then a queue
+    assert a.severity == "critical" and a.metric is not None and a.metric > 200_000
+    assert "against its own baseline of 0.0" in a.message
 
 
 def test_a_socket_left_in_close_wait_raises_k10_with_a_short_configured_timeout(faults):

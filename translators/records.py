@@ -141,8 +141,12 @@ Blob = bytes | None  # a module alias: UdpDatagram has a field named `bytes`
 # --- the envelope ----------------------------------------------------------------
 
 
-class Record(msgspec.Struct, kw_only=True, tag_field="kind", forbid_unknown_fields=True):
-    """Envelope present on every record (providers.md 0.1)."""
+class Record(msgspec.Struct, kw_only=True, tag_field="kind", forbid_unknown_fields=True, gc=False):
+    """Envelope present on every record (providers.md 0.1).
+
+    gc=False: records are plain data that never reference themselves (no cycles), so
+    the cycle collector need not track them; it cut a third off decoding a batch.
+    """
 
     schema: Annotated[str, doc("schema id of this record")] = SCHEMA
     host_id: Annotated[str, doc("host that produced the record (collector host name or capture name)", index=True)]

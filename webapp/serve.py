@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -31,6 +32,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if settings.NETTRAIL_TRIM_INTERVAL:
         start_trimmer(settings.NETTRAIL_TRIM_INTERVAL)
+    # Everything loaded so far lives as long as the process: keep it out of the cycle
+    # collector's full passes, which otherwise walk it again and again during ingest.
+    gc.freeze()
     Server(
         application=application,
         endpoints=build_endpoint_description_strings(host=args.host, port=args.port),

@@ -89,7 +89,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         # for the last transactions on power loss, which the collector's spool resends.
         # cache_size: 32 MiB of page cache per connection (default 2 MiB) keeps the
         # conn_uuid indexes' randomly placed inserts off the disk during bulk ingest.
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-32768;",
+        # page_size (only takes effect when the database is created, before WAL): 16 KiB
+        # pages hold ~50-column rows and index runs with fewer page splits and writes;
+        # mmap_size: reads of the (up to 1 GiB) hot part of the file skip the read()
+        # copies. Together ~10 % less CPU per ingested record (docs/benchmarks.md).
+        "init_command": (
+            "PRAGMA page_size=16384; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+            "PRAGMA cache_size=-32768; PRAGMA mmap_size=1073741824;"
+        ),
         # IMMEDIATE: take the write lock at BEGIN, so concurrent writers queue on the
         # busy timeout instead of failing with "database is locked" mid-transaction.
         "transaction_mode": "IMMEDIATE",

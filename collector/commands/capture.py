@@ -74,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"nettrail: capture: {args.write}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    # like tcpdump: say when packets are being captured (stderr, so structured output stays clean)
+    print(
+        f"nettrail: capture: listening on {args.interface}, link type {capture.linktype}", file=sys.stderr, flush=True
+    )
     host, boot = host_identity()
     pipeline = CapturePipeline(
         host, boot, packets=args.packets, hook=f"capture/{args.interface}", compat=args.wireshark

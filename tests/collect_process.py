@@ -43,6 +43,19 @@ class Collector:
                 return {name: int(pid) for name, pid in re.findall(r"(\w+)#(\d+)", line)}
         raise AssertionError(f"collect did not attach: {''.join(self.stderr_lines)}")
 
+    def __enter__(self) -> Collector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Never leave a collector (and its attached programs) behind when a test fails."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.communicate()
+
     def stop(self, signum: int = signal.SIGINT, timeout: float = 30.0) -> tuple[int, bytes, str]:
         self.proc.send_signal(signum)
         out, err = self.proc.communicate(timeout=timeout)

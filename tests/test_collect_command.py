@@ -81,23 +81,23 @@ def no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
 def test_libxo_json_output_holds_one_list_per_record_kind_with_the_envelope() -> None:
     lst = bound_listener()
     port = lst.getsockname()[1]
-    collector = Collector("--providers", "tcp,siftr", "--filter", f"port={port}", "--libxo", "json")
-    collector.wait_attached()
-    make_traffic(lst)
-    lst.close()
-    status, out, err = collector.stop()
-    assert status == 0, err
-    doc = json.loads(out, object_pairs_hook=no_duplicate_keys)
-    lists = doc["nettrail"]
-    assert {"tcp-state", "siftr-sample", "connection"} <= set(lists)
-    for name, items in lists.items():
-        assert isinstance(items, list) and items
-        for item in items:
-            assert item["kind"].replace("_", "-") == name
-            assert all(f.replace("_", "-") in item for f in ENVELOPE)
-    states = [s for s in lists["tcp-state"] if s["dport"] == port]
-    assert {"SYN_SENT", "ESTABLISHED", "FIN_WAIT_1"} <= {s["state"] for s in states}
-    assert all({"src", "sport", "dst", "dport"} <= set(s) for s in states)
+    with Collector("--providers", "tcp,siftr", "--filter", f"port={port}", "--libxo", "json") as collector:
+        collector.wait_attached()
+        make_traffic(lst)
+        lst.close()
+        status, out, err = collector.stop()
+        assert status == 0, err
+        doc = json.loads(out, object_pairs_hook=no_duplicate_keys)
+        lists = doc["nettrail"]
+        assert {"tcp-state", "siftr-sample", "connection"} <= set(lists)
+        for name, items in lists.items():
+            assert isinstance(items, list) and items
+            for item in items:
+                assert item["kind"].replace("_", "-") == name
+                assert all(f.replace("_", "-") in item for f in ENVELOPE)
+        states = [s for s in lists["tcp-state"] if s["dport"] == port]
+        assert {"SYN_SENT", "ESTABLISHED", "FIN_WAIT_1"} <= {s["state"] for s in states}
+        assert all({"src", "sport", "dst", "dport"} <= set(s) for s in states)
 
 
 @pytest.mark.kernel
@@ -107,27 +107,27 @@ def test_out_files_hold_every_record_in_the_wire_form_with_consecutive_seq(suffi
     path = tmp_path / f"records{suffix}"
     lst = bound_listener()
     port = lst.getsockname()[1]
-    collector = Collector("--providers", "tcp", "--filter", f"port={port}", "--out", str(path))
-    collector.wait_attached()
-    make_traffic(lst)
-    lst.close()
-    status, out, err = collector.stop()
-    assert status == 0 and out == b"", err
-    if suffix == ".jsonl":
-        records = [from_json(line) for line in path.read_bytes().splitlines()]
-    else:
-        records = [
-            BY_KIND[d["kind"]](**{k: v for k, v in d.items() if k != "kind"})
-            for d in msgpack.Unpacker(open(path, "rb"), raw=False)
-        ]
-    kinds = {r.kind for r in records}
-    assert {"tcp_state", "connection"} <= kinds
-    seqs = [r.seq for r in records]
-    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
-    assert (
-        f"events received {sum(1 for r in records if r.kind != 'loss_report') - sum(1 for r in records if r.kind == 'tcp_state' and r.inferred)}"
-        in err
-    )  # type: ignore[attr-defined]
+    with Collector("--providers", "tcp", "--filter", f"port={port}", "--out", str(path)) as collector:
+        collector.wait_attached()
+        make_traffic(lst)
+        lst.close()
+        status, out, err = collector.stop()
+        assert status == 0 and out == b"", err
+        if suffix == ".jsonl":
+            records = [from_json(line) for line in path.read_bytes().splitlines()]
+        else:
+            records = [
+                BY_KIND[d["kind"]](**{k: v for k, v in d.items() if k != "kind"})
+                for d in msgpack.Unpacker(open(path, "rb"), raw=False)
+            ]
+        kinds = {r.kind for r in records}
+        assert {"tcp_state", "connection"} <= kinds
+        seqs = [r.seq for r in records]
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+        assert (
+            f"events received {sum(1 for r in records if r.kind != 'loss_report') - sum(1 for r in records if r.kind == 'tcp_state' and r.inferred)}"
+            in err
+        )  # type: ignore[attr-defined]
 
 
 @pytest.mark.kernel
@@ -135,12 +135,12 @@ def test_out_files_hold_every_record_in_the_wire_form_with_consecutive_seq(suffi
 def test_text_output_streams_lines_while_it_runs() -> None:
     lst = bound_listener()
     port = lst.getsockname()[1]
-    collector = Collector("--providers", "tcp", "--filter", f"port={port}")
-    collector.wait_attached()
-    make_traffic(lst)
-    lst.close()
-    assert collector.proc.stdout is not None
-    line = collector.proc.stdout.readline().decode()  # arrives before the collector stops
-    assert line.startswith("tcp_state 127.0.0.1:") and "state LISTEN" in line, line
-    status, _, err = collector.stop()
-    assert status == 0, err
+    with Collector("--providers", "tcp", "--filter", f"port={port}") as collector:
+        collector.wait_attached()
+        make_traffic(lst)
+        lst.close()
+        assert collector.proc.stdout is not None
+        line = collector.proc.stdout.readline().decode()  # arrives before the collector stops
+        assert line.startswith("tcp_state 127.0.0.1:") and "state LISTEN" in line, line
+        status, _, err = collector.stop()
+        assert status == 0, err

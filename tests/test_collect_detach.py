@@ -41,10 +41,12 @@ def test_only_the_chosen_providers_programs_are_loaded() -> None:
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_nettrail_collect_detaches_and_reports_totals_on_a_signal(signum: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    collector = Collector("--providers", ",".join(PROVIDERS), "--filter", "port=1", "--out", str(tmp_path / "r.jsonl"))
-    ids = set(collector.wait_attached().values())
-    assert len(ids) == len(PROGRAMS) and ids <= bpftool_prog_ids()
-    status, _, err = collector.stop(signum)
-    assert status == 0, err
-    assert "nettrail collect: events received 0, lost 0" in err
-    assert not programs_left(ids)
+    with Collector(
+        "--providers", ",".join(PROVIDERS), "--filter", "port=1", "--out", str(tmp_path / "r.jsonl")
+    ) as collector:
+        ids = set(collector.wait_attached().values())
+        assert len(ids) == len(PROGRAMS) and ids <= bpftool_prog_ids()
+        status, _, err = collector.stop(signum)
+        assert status == 0, err
+        assert "nettrail collect: events received 0, lost 0" in err
+        assert not programs_left(ids)

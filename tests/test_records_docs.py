@@ -12,7 +12,7 @@ from translators.records import RECORD_TYPES, describe
 
 
 def test_the_committed_record_docs_equal_the_generators_output() -> None:
-    assert docgen.stale() == [], "docs/records is stale: run python -m translators.docgen and commit it"
+    assert docgen.stale() == [], "docs/records is stale: run scripts/regen-schema and commit it"
 
 
 def test_every_record_kind_and_field_is_documented_once() -> None:

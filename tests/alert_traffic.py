@@ -60,6 +60,18 @@ def closed_ports() -> None:
             s.close()
 
 
+def syn_scan(addr: str = "127.0.0.2", port: int = 9, attempts: int = 270) -> None:
+    """A burst of connection attempts nobody answers but with RST: a SYN scan's shape."""
+    for _ in range(attempts):
+        s = socket.socket()
+        try:
+            s.connect((addr, port))
+        except ConnectionRefusedError:
+            pass
+        finally:
+            s.close()
+
+
 def stuck_connect(port: int = 7300, hold: float = 2.5) -> None:
     """SYNs to a port whose packets nftables drops: SYN_SENT, SYN retries, then give up."""
     s = socket.socket()
@@ -253,6 +265,7 @@ def main(which: str) -> None:
     if which == "faults":
         held, client = close_wait()
         closed_ports()
+        syn_scan()
         udp_overflow()
         udp_closed()
         queueing()  # alone: its token bucket slows all of lo

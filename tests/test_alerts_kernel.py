@@ -147,8 +147,10 @@ def pick(alerts: list[Alert], rule: str, cond: str, **fields: object) -> list[Al
 
 def test_a_closed_port_storm_raises_a_k3_reset_volume_alert_naming_the_kernel_port(faults):
     recs, alerts = faults
-    [a] = pick(alerts, "K3", "volume", sport=9)
-    resets = [r for r in recs if r.kind == "tcp_reset" and r.sender == "local" and r.sport == 9]
+    [a] = pick(alerts, "K3", "volume", sport=9, src="127.0.0.1")
+    resets = [
+        r for r in recs if r.kind == "tcp_reset" and r.sender == "local" and r.sport == 9 and r.src == "127.0.0.1"
+    ]
     assert len(resets) == 25
     assert (a.severity, a.metric, a.count, a.src, a.pid) == ("warning", 25.0, 15, "127.0.0.1", None)
     assert a.evidence == [r.seq for r in resets]
@@ -157,10 +159,10 @@ def test_a_closed_port_storm_raises_a_k3_reset_volume_alert_naming_the_kernel_po
 
 def test_refused_connects_raise_k14_critical_and_k3_peer_share(faults):
     recs, alerts = faults
-    [a] = pick(alerts, "K14", "connect-failures", dport=9)
+    [a] = pick(alerts, "K14", "connect-failures", dport=9, dst="127.0.0.1")
     assert (a.severity, a.metric, a.dst) == ("critical", 1.0, "127.0.0.1")
     assert "25 of 25 connection attempts" in a.message and "25 refused by RST" in a.message
-    [p] = pick(alerts, "K3", "peer-share", dport=9)
+    [p] = pick(alerts, "K3", "peer-share", dport=9, dst="127.0.0.1")
     assert (p.severity, p.metric) == ("warning", 1.0)
 
 
@@ -170,6 +172,16 @@ def test_failures_on_many_ports_raise_a_k9_port_scan(faults):
     assert (a.severity, a.src, a.dst, a.proto) == ("warning", "127.0.0.1", "127.0.0.1", "tcp")
     # refused on 9 and 9001-9015, timed out on 7300 (SYNs dropped) and 7400 (full backlog)
     assert a.metric == 18.0
+
+
+def test_hundreds_of_refused_connects_in_a_minute_raise_a_k9_syn_scan(faults):
+    recs, alerts = faults
+    [a] = pick(alerts, "K9", "syn-scan")
+    opened = [r for r in recs if r.kind == "tcp_state" and (r.prev_state, r.state) == ("CLOSED", "SYN_SENT")]
+    assert len(opened) > 270
+    assert (a.severity, a.proto) == ("warning", "tcp")
+    assert a.metric is not None and a.metric > 256
+    assert "completed a handshake" in a.message
 
 
 def test_syns_into_a_drop_rule_raise_k2_syn_retry_and_k8_stuck_and_timeout(faults):

@@ -8,6 +8,7 @@ Keep in sync with: webapp/traces/models.py (Connection columns), translators/rec
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Iterable
 from typing import Any
@@ -15,12 +16,9 @@ from typing import Any
 import msgspec
 from django.db import connection
 
-from translators.records import Record
+from translators.records import BY_KIND, Record
 from webapp.traces.models import Connection
-from webapp.traces.schema import KIND_BY_TYPE
 
-TRACKED_KINDS = frozenset({"tcp_state", "tcp_retransmit", "tcp_reset", "connection", "siftr_sample", "alert"})
-TCP_KINDS = frozenset({"tcp_state", "tcp_retransmit", "tcp_reset", "siftr_sample"})
 LOOKUP_CHUNK = 500  # conn_uuids per IN (...) query: well under every backend's parameter limit
 KEY_FIELDS = ("host_id", "boot_id", "conn_uuid")
 UPDATE_FIELDS = tuple(f.name for f in Connection._meta.concrete_fields if f.name not in ("id", *KEY_FIELDS))
@@ -39,17 +37,19 @@ _Conn: Any = msgspec.defstruct(
     ],
 )
 _values = operator.attrgetter(*UPDATE_FIELDS)
+_POSITIONS = range(len(UPDATE_FIELDS))
 
 
 def apply(records: Iterable[Record]) -> int:
     """Fold tracked records into their connections; returns how many connections changed."""
-    touched: dict[str, list[tuple[str, Record]]] = {}
+    touched: dict[str, list[tuple[Any, Record]]] = {}
+    folders = _FOLDERS_BY_TYPE
     for rec in records:
         uuid = rec.conn_uuid
         if uuid is not None:
-            kind = KIND_BY_TYPE[type(rec)]
-            if kind in TRACKED_KINDS:
-                touched.setdefault(uuid, []).append((kind, rec))
+            folder = folders.get(type(rec))
+            if folder is not None:
+                touched.setdefault(uuid, []).append((folder, rec))
     if not touched:
         return 0
     existing = _load(list(touched))
@@ -59,8 +59,17 @@ def apply(records: Iterable[Record]) -> int:
         if conn is None:
             conn = _new_connection(recs[0][1])
             new.append(conn)
-        for kind, rec in recs:
-            _fold(conn, kind, rec)
+        for folder, rec in recs:
+            ts = rec.ts_wall
+            if ts < conn.first_seen:
+                conn.first_seen = ts
+            if ts > conn.last_seen:
+                conn.last_seen = ts
+            if conn.sport in _UNKNOWN or conn.src in _UNKNOWN or conn.dport in _UNKNOWN:
+                _fill_flow(conn, rec)
+            if rec.comm is not None or rec.pid is not None:
+                _fill_owner(conn, rec)
+            folder(conn, rec)
     _insert(new)
     _update(existing.values())
     return len(touched)
@@ -92,7 +101,7 @@ def _update(conns: Iterable[Any]) -> None:
     by_change: dict[tuple[int, ...], list[tuple[Any, ...]]] = {}
     for conn in conns:
         after = _values(conn)
-        changed = tuple(i for i, (old, value) in enumerate(zip(conn.loaded, after, strict=True)) if old != value)
+        changed = tuple(itertools.compress(_POSITIONS, map(operator.ne, conn.loaded, after)))
         if changed:
             by_change.setdefault(changed, []).append((*(after[i] for i in changed), conn.pk))
     quote = connection.ops.quote_name
@@ -134,19 +143,6 @@ def _new_connection(rec: Record) -> Any:
         proto=getattr(rec, "proto", None) or "tcp",
     )
     return _Conn(None, **values)
-
-
-def _fold(conn: Any, kind: str, rec: Record) -> None:
-    ts = rec.ts_wall
-    if ts < conn.first_seen:
-        conn.first_seen = ts
-    if ts > conn.last_seen:
-        conn.last_seen = ts
-    if conn.sport in _UNKNOWN or conn.src in _UNKNOWN or conn.dport in _UNKNOWN:
-        _fill_flow(conn, rec)
-    if rec.comm is not None or rec.pid is not None:
-        _fill_owner(conn, rec)
-    _FOLDERS[kind](conn, rec)
 
 
 # A connecting socket's first state change (CLOSED -> SYN_SENT) fires before the kernel
@@ -223,3 +219,6 @@ _FOLDERS: dict[str, Any] = {
     "siftr_sample": _fold_sample,
     "connection": _fold_summary,
 }
+# Record type -> its folder: one dict lookup per record picks tracked kinds and their fold.
+_FOLDERS_BY_TYPE: dict[type[Record], Any] = {BY_KIND[kind]: folder for kind, folder in _FOLDERS.items()}
+TRACKED_KINDS = frozenset(_FOLDERS)  # the kinds that update connections

@@ -44,6 +44,7 @@ class Totals:
     packets_non_ip: int = 0
     packets_malformed: int = 0
     records_damaged: int = 0
+    packets_dropped: int = 0  # live capture: dropped by the kernel before they were read
     fragments: int = 0
     icmp_unreachable: int = 0
     connections_tcp: int = 0

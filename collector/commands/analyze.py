@@ -47,6 +47,7 @@ TOTAL_FIELDS = (
     ("packets_non_ip", "Non-IP packets"),
     ("packets_malformed", "Malformed packets (skipped)"),
     ("records_damaged", "Damaged file records (skipped)"),
+    ("packets_dropped", "Packets dropped by the kernel (live capture)"),
     ("fragments", "IP fragments"),
     ("icmp_unreachable", "ICMP unreachable messages"),
     ("connections_tcp", "TCP connections"),

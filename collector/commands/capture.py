@@ -40,6 +40,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("-w", "--write", metavar="FILE", help="also write the captured frames to FILE (pcap)")
     p.add_argument("--packets", action="store_true", help="also emit one record per packet")
     p.add_argument(
+        "-f", "--filter", metavar="EXPR", help="capture only packets matching this BPF filter (tcpdump syntax)"
+    )
+    p.add_argument(
         "--wireshark", choices=("upstream", "4.0"), default="upstream", help="tcp.analysis semantics (see analyze)"
     )
     add_libxo_argument(p)
@@ -67,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.write:
             out = open(args.write, "wb")  # noqa: SIM115 - closed below
-        capture = LiveCapture(args.interface, write=out)
+        capture = LiveCapture(args.interface, write=out, bpf=args.filter)
     except CaptureUnavailable as exc:
         print(f"nettrail: capture: {exc}", file=sys.stderr)
         return 1
@@ -96,6 +99,11 @@ def run(args: argparse.Namespace) -> int:
                 writer.record(rec, name="packet")
         if opened:
             writer.close_list("packet")
+        pipeline.totals.packets_dropped = capture.kernel_drops()
+        if pipeline.totals.packets_dropped:
+            writer.warn(
+                f"{args.interface}: the kernel dropped {pipeline.totals.packets_dropped} packets before they were read"
+            )
         write_results(writer, pipeline, None, args.interface)
         writer.finish()
     finally:

@@ -25,6 +25,9 @@ import numpy as np
 from collector.sources.pcap import PAD, Batch
 
 SO_TIMESTAMPNS = 35
+SO_RCVBUFFORCE = 33
+SOL_PACKET, PACKET_STATISTICS = 263, 6
+RCVBUF = 32 << 20
 PACKET_OUTGOING = 4
 ARPHRD_LINKTYPE = {
     1: 1,
@@ -44,15 +47,25 @@ class CaptureUnavailable(Exception):
 class LiveCapture:
     """Read frames from one interface until a deadline or stop()."""
 
-    def __init__(self, iface: str, write: BinaryIO | None = None, flush_s: float = 0.5, max_batch: int = 4096) -> None:
+    def __init__(
+        self,
+        iface: str,
+        write: BinaryIO | None = None,
+        flush_s: float = 0.5,
+        max_batch: int = 4096,
+        bpf: str | None = None,
+    ) -> None:
         # scapy warns that it cannot guess a dissector for loopback; we never dissect with it
         logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
         from scapy.arch.linux import L2ListenSocket
+        from scapy.error import Scapy_Exception
 
         if not os.path.exists(f"/sys/class/net/{iface}"):
             raise CaptureUnavailable(f"cannot capture on {iface}: no such interface")
         try:
-            self._scapy = L2ListenSocket(iface=iface, promisc=False)
+            self._scapy = L2ListenSocket(iface=iface, promisc=False, filter=bpf)
+        except Scapy_Exception as exc:  # the filter did not compile
+            raise CaptureUnavailable(f"bad filter {bpf!r}: {exc}") from None
         except PermissionError as exc:
             raise CaptureUnavailable(
                 f"opening a packet socket on {iface} needs CAP_NET_RAW (run as root): {exc.strerror}"
@@ -61,6 +74,7 @@ class LiveCapture:
             raise CaptureUnavailable(f"cannot capture on {iface}: {getattr(exc, 'strerror', None) or exc}") from None
         self.sock: socket.socket = self._scapy.ins
         self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self._grow_buffer()
         hatype = self.sock.getsockname()[3]
         if hatype not in ARPHRD_LINKTYPE:
             self.close()
@@ -75,6 +89,21 @@ class LiveCapture:
         self.stopped = False
         if write is not None:
             write.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, SNAPLEN, self.linktype))
+
+    def _grow_buffer(self) -> None:
+        """A large receive buffer so bursts wait for the reader instead of being dropped."""
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF)
+        except OSError:  # without CAP_NET_ADMIN: as much as net.core.rmem_max allows
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+
+    def kernel_drops(self) -> int:
+        """Packets the kernel dropped for this socket since the last call (PACKET_STATISTICS)."""
+        try:
+            raw = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+        except OSError:
+            return 0
+        return int(struct.unpack("II", raw)[1])
 
     def stop(self) -> None:
         self.stopped = True

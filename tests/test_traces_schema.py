@@ -73,8 +73,11 @@ def test_the_dashboard_queries_have_indexes() -> None:
         ["host_id", "last_seen"],
         ["comm", "last_seen"],
         ["pid", "last_seen"],
-        ["src", "sport"],
-        ["dst", "dport"],
+        ["src", "last_seen"],
+        ["dst", "last_seen"],
+        ["sport", "last_seen"],
+        ["dport", "last_seen"],
+        ["first_seen"],
     ):
         assert wanted in conn
     names = [i.name for m in (*KIND_MODELS.values(), Connection) for i in m._meta.indexes]

@@ -130,11 +130,15 @@ class Connection(models.Model):
             # Filters "by process": comm X / pid N, newest first.
             models.Index(fields=["comm", "last_seen"], name="nt_conn_comm_last"),
             models.Index(fields=["pid", "last_seen"], name="nt_conn_pid_last"),
-            # Filters by address and port (either side).
-            models.Index(fields=["src", "sport"], name="nt_conn_src"),
-            models.Index(fields=["dst", "dport"], name="nt_conn_dst"),
-            models.Index(fields=["sport"], name="nt_conn_sport"),
-            models.Index(fields=["dport"], name="nt_conn_dport"),
+            # Filters by port and address, either side (/api/connections?port=P|addr=A runs
+            # one branch per side, newest first: `WHERE sport = P ORDER BY last_seen DESC`,
+            # keyset on last_seen; the dashboard's sport/dport/port/src/dst/addr filters).
+            models.Index(fields=["sport", "last_seen"], name="nt_conn_sport_last"),
+            models.Index(fields=["dport", "last_seen"], name="nt_conn_dport_last"),
+            models.Index(fields=["src", "last_seen"], name="nt_conn_src_last"),
+            models.Index(fields=["dst", "last_seen"], name="nt_conn_dst_last"),
+            # Sorting by opening time (dashboard sort "start") and ?until= (first_seen <= T).
+            models.Index(fields=["first_seen"], name="nt_conn_first"),
             # "Connections with anomalies" view and the state filter.
             models.Index(fields=["anomaly", "last_seen"], name="nt_conn_anomaly_last"),
             models.Index(fields=["state", "last_seen"], name="nt_conn_state_last"),

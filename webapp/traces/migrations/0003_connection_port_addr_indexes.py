@@ -4,46 +4,45 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('traces', '0002_retransmit_segs'),
+        ("traces", "0002_retransmit_segs"),
     ]
 
     operations = [
         migrations.RemoveIndex(
-            model_name='connection',
-            name='nt_conn_src',
+            model_name="connection",
+            name="nt_conn_src",
         ),
         migrations.RemoveIndex(
-            model_name='connection',
-            name='nt_conn_dst',
+            model_name="connection",
+            name="nt_conn_dst",
         ),
         migrations.RemoveIndex(
-            model_name='connection',
-            name='nt_conn_sport',
+            model_name="connection",
+            name="nt_conn_sport",
         ),
         migrations.RemoveIndex(
-            model_name='connection',
-            name='nt_conn_dport',
+            model_name="connection",
+            name="nt_conn_dport",
         ),
         migrations.AddIndex(
-            model_name='connection',
-            index=models.Index(fields=['sport', 'last_seen'], name='nt_conn_sport_last'),
+            model_name="connection",
+            index=models.Index(fields=["sport", "last_seen"], name="nt_conn_sport_last"),
         ),
         migrations.AddIndex(
-            model_name='connection',
-            index=models.Index(fields=['dport', 'last_seen'], name='nt_conn_dport_last'),
+            model_name="connection",
+            index=models.Index(fields=["dport", "last_seen"], name="nt_conn_dport_last"),
         ),
         migrations.AddIndex(
-            model_name='connection',
-            index=models.Index(fields=['src', 'last_seen'], name='nt_conn_src_last'),
+            model_name="connection",
+            index=models.Index(fields=["src", "last_seen"], name="nt_conn_src_last"),
         ),
         migrations.AddIndex(
-            model_name='connection',
-            index=models.Index(fields=['dst', 'last_seen'], name='nt_conn_dst_last'),
+            model_name="connection",
+            index=models.Index(fields=["dst", "last_seen"], name="nt_conn_dst_last"),
         ),
         migrations.AddIndex(
-            model_name='connection',
-            index=models.Index(fields=['first_seen'], name='nt_conn_first'),
+            model_name="connection",
+            index=models.Index(fields=["first_seen"], name="nt_conn_first"),
         ),
     ]

@@ -301,7 +301,6 @@ class TcpStateChange(FlowRecord, tag="tcp_state", kw_only=True):
     inferred: Annotated[bool, doc("synthesized by nettrail, not reported by the kernel (TIME_WAIT)")] = False
     active: Annotated[Bool, doc("the connection was actively opened by this host")] = None
     caused_by: Annotated[Str, doc("who caused the transition: local process or remote peer", choices=("local", "peer"))] = None
-    derived_probe: Annotated[Str, doc("the FreeBSD tcp probe this transition also stands for", choices=("connect-request", "connect-established", "connect-refused", "accept-established"))] = None
 
 
 class TcpRetransmit(FlowRecord, tag="tcp_retransmit", kw_only=True):

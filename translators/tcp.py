@@ -30,13 +30,6 @@ PEER_CAUSED = frozenset(
         (CLOSING, CLOSE),
     }
 )
-# FreeBSD probes that fire at the same point as a state change (providers.md 4.5)
-DERIVED_PROBES = {
-    (CLOSE, SYN_SENT): "connect-request",
-    (SYN_SENT, ESTABLISHED): "connect-established",
-    (SYN_RECV, ESTABLISHED): "accept-established",
-}
-ECONNREFUSED = 111
 TCP_FLAG_FIN, TCP_FLAG_SYN = 0x01, 0x02
 CA_LOSS, CA_RECOVERY = 4, 3
 TCP_INFINITE_SSTHRESH = 0x7FFFFFFF
@@ -66,9 +59,6 @@ def translate_state(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     active = True if (old, new) == (CLOSE, SYN_SENT) else False if (old, new) == (LISTEN, SYN_RECV) else None
     if new == CLOSE and old in TIME_WAIT_FROM and raw["sk_err"] == 0:
         return _time_wait(base, old, caused, env)
-    derived = DERIVED_PROBES.get((old, new))
-    if (old, new) == (SYN_SENT, CLOSE):
-        derived = "connect-refused" if raw["sk_err"] == ECONNREFUSED else None
     return [
         make(
             TcpStateChange,
@@ -80,7 +70,6 @@ def translate_state(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
                 linux_state=new,
                 active=active,
                 caused_by=caused,
-                derived_probe=derived,
             ),
             env,
         )

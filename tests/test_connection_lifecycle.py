@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 
 from translators import records as r
 from webapp.traces.models import Connection
@@ -106,3 +107,36 @@ def test_a_port_unknown_at_connect_time_is_filled_in_later() -> None:
     store_batch([state(2, 2.0, "SYN_SENT", "ESTABLISHED")])
     conn = Connection.objects.get()
     assert (conn.src, conn.sport, conn.dst, conn.dport) == ("10.0.0.1", 40000, "10.0.0.2", 443)
+
+
+def counters(seq: int, ts: float, out: int, into: int, **kw: object) -> r.FlowCounters:
+    return r.FlowCounters(
+        **env(seq, ts, **kw), provider="siftr", probe="flow-counters", proto="tcp", bytes_out=out, bytes_in=into
+    )
+
+
+def test_flow_counters_give_an_open_connection_its_bytes() -> None:
+    store_batch([state(1, 10.0, "CLOSED", "SYN_SENT", active=True), counters(2, 11.0, 1000, 5000)])
+    store_batch([counters(4, 13.0, 3000, 9000), counters(3, 12.0, 2000, 7000)])  # the older one arrives late
+    conn = Connection.objects.get()
+    assert (conn.bytes_orig, conn.bytes_resp, conn.active, conn.closed) == (3000, 9000, True, False)
+    assert (conn.state, conn.last_seen) == ("SYN_SENT", 13.0)
+
+
+def test_an_accepted_connection_counts_its_received_bytes_as_the_originators() -> None:
+    store_batch([counters(1, 10.0, 300, 4000)])  # direction not known yet: local side as originator
+    assert Connection.objects.values_list("bytes_orig", "bytes_resp").get() == (300, 4000)
+    store_batch([state(2, 10.5, "LISTEN", "SYN_RECEIVED", active=False), counters(3, 11.0, 800, 6000)])
+    conn = Connection.objects.get()
+    assert (conn.bytes_orig, conn.bytes_resp, conn.active) == (6000, 800, False)
+
+
+def test_top_talkers_by_bytes_include_open_connections(admin_client: Client) -> None:
+    store_batch([state(1, 10.0, "CLOSED", "SYN_SENT", active=True), counters(2, 11.0, 1500, 2500)])
+    other = {"conn_uuid": "conn-y", "sport": 40001}
+    store_batch([state(3, 10.0, "CLOSED", "SYN_SENT", **other), counters(4, 11.0, 100, 200, **other)])
+    top = admin_client.get("/api/dash/overview").json()["top_bytes"]
+    assert [(row["conn_uuid"], row["bytes"], row["state"], row["closed"]) for row in top] == [
+        ("conn-x", 4000, "SYN_SENT", False),
+        ("conn-y", 300, "SYN_SENT", False),
+    ]

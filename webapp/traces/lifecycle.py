@@ -174,6 +174,21 @@ def _set_state(conn: Any, state: str | None, ts_ns: int) -> None:
 
 def _fold_state(conn: Any, rec: Any) -> None:
     _set_state(conn, rec.state, rec.ts_ns)
+    if rec.active is not None and conn.active is None:
+        if rec.active is False and (conn.bytes_orig is not None or conn.bytes_resp is not None):
+            # Counters folded while the direction was unknown counted the local side as
+            # the originator: this host turns out to be the responder.
+            conn.bytes_orig, conn.bytes_resp = conn.bytes_resp, conn.bytes_orig
+        conn.active = rec.active
+
+
+def _fold_counters(conn: Any, rec: Any) -> None:
+    # flow_counters are the kernel's running totals for the local socket (out = sent by
+    # this host): the largest seen wins, so a late older report never lowers them.
+    # This host is the originator unless a tcp_state record said it accepted.
+    orig, resp = (rec.bytes_in, rec.bytes_out) if conn.active is False else (rec.bytes_out, rec.bytes_in)
+    conn.bytes_orig = orig if conn.bytes_orig is None else max(conn.bytes_orig, orig)
+    conn.bytes_resp = resp if conn.bytes_resp is None else max(conn.bytes_resp, resp)
 
 
 def _fold_retransmit(conn: Any, rec: Any) -> None:
@@ -218,6 +233,7 @@ _FOLDERS: dict[str, Any] = {
     "alert": _fold_alert,
     "siftr_sample": _fold_sample,
     "connection": _fold_summary,
+    "flow_counters": _fold_counters,
 }
 # Record type -> its folder: one dict lookup per record picks tracked kinds and their fold.
 _FOLDERS_BY_TYPE: dict[type[Record], Any] = {BY_KIND[kind]: folder for kind, folder in _FOLDERS.items()}

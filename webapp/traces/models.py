@@ -122,6 +122,9 @@ class Connection(models.Model):
     comm = models.TextField(null=True)
     uid = models.BigIntegerField(null=True)
     closed = models.BooleanField(default=False)
+    # This host opened the connection (a tcp_state record's `active`); None: not known.
+    # Maps the local side's flow_counters bytes to originator/responder.
+    active = models.BooleanField(null=True)
 
     class Meta:
         indexes = [

@@ -272,6 +272,8 @@ def main(which: str) -> None:
         run_parallel(stuck_connect, full_backlog, slow_reader, lossy_bulk)
         held.close()
         client.close()
+    elif which == "burst":
+        bulk(7800, 1.0)
     elif which == "clean":
         run_parallel(lambda: bulk(7800, 2.0), request_response, keepalive)
     else:

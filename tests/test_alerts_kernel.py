@@ -272,6 +272,33 @@ def test_a_socket_left_in_close_wait_raises_k10_with_a_short_configured_timeout(
     assert a.metric is not None and a.metric >= 2
 
 
+def test_a_collector_with_a_tiny_ring_buffer_reports_its_loss_as_a_critical_h1(netns, tmp_path):
+    name, inode = netns
+    path = tmp_path / "lossy.jsonl"
+    col = Collector(
+        "--providers", "siftr", "--out", str(path), "--filter", f"netns={inode}", "--ringbuf-size", "4096"
+    )  # fmt: skip
+    try:
+        col.wait_attached(timeout=120)
+        subprocess.run(
+            ["ip", "netns", "exec", name, sys.executable, str(ROOT / "tests" / "alert_traffic.py"), "burst"],
+            capture_output=True, text=True, timeout=60, check=True, cwd=ROOT,
+        )  # fmt: skip
+        time.sleep(0.5)
+    finally:
+        code, _, err = stop(col)
+    assert code == 0, err
+    recs = [from_json(line) for line in path.read_bytes().splitlines() if line.strip()]
+    losses = [r for r in recs if r.kind == "loss_report" and r.lost > 0]
+    assert losses, err  # a 4 KiB ring cannot hold a loopback bulk transfer's samples
+    alerts = final([r for r in run(iter(recs), config_from_mapping({})) if isinstance(r, Alert)])
+    [h1] = [a for a in alerts if a.rule_id == "H1"]
+    assert (h1.condition, h1.severity, h1.host_id, h1.src) == ("lost-events", "critical", recs[0].host_id, None)
+    assert h1.evidence == [r.seq for r in losses][:32]
+    assert f"{losses[-1].lost_total} since it started" in h1.message
+    assert all(a.incomplete for a in alerts if a.rule_id != "H1" and a.end and a.end >= losses[0].ts_wall - 10)
+
+
 def test_clean_bulk_request_response_and_keepalive_traffic_raises_no_alert(netns, tmp_path):
     timeouts = tcp_timeouts(netns)
     recs = record(netns, "clean", tmp_path / "clean.jsonl")

@@ -25,6 +25,7 @@ def run_collect(*args: str, user: int | None = None) -> subprocess.CompletedProc
     if user is not None:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--", *cmd]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("NETTRAIL_TOKEN", None)  # the --server cases below say which token is missing
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -50,7 +51,18 @@ def test_it_says_in_one_line_what_it_needs_when_run_as_an_ordinary_user() -> Non
         (["--filter", "addr=1.2.3"], "bad filter 'addr=1.2.3': '1.2.3' is not a valid addr"),
         (["--ppl", "0"], "--ppl must be at least 1"),
         (["--out", "x.csv"], "--out x.csv: the file name must end in .jsonl or .msgpack"),
-        (["--server", "http://127.0.0.1:1"], "--server needs --token (the host's ingest token)"),
+        (
+            ["--server", "http://127.0.0.1:1"],
+            "--server needs --token, --token-file or $NETTRAIL_TOKEN (the host's ingest token)",
+        ),
+        (
+            ["--server", "http://127.0.0.1:1", "--token-file", "/nonexistent/token"],
+            "--token-file /nonexistent/token: cannot read it (No such file or directory)",
+        ),
+        (
+            ["--server", "http://127.0.0.1:1", "--token", "T", "--token-file", "F"],
+            "give --token or --token-file, not both",
+        ),
     ],
 )
 def test_it_rejects_bad_arguments_with_status_2_and_says_why(args: list[str], message: str) -> None:

@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import sqlite3
+import stat
 import subprocess
 import sys
 import tempfile
@@ -171,6 +172,8 @@ def test_up_as_root_starts_the_collector_and_its_records_reach_the_webapp(data_d
     proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for_line(proc, "nettrail collect: tracing")
+        token_file = data_dir / "collector.token"
+        token = assert_token_kept_off_command_lines(proc.pid, token_file)
         for _ in range(5):  # five connections by curl to the webapp itself, over loopback
             subprocess.run(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{port}/accounts/login/"], check=True)
         rows = wait_for_connections(data_dir, port, count=5)
@@ -181,10 +184,28 @@ def test_up_as_root_starts_the_collector_and_its_records_reach_the_webapp(data_d
         proc.communicate(timeout=30)
         assert proc.returncode == 0
         assert not any(p.is_running() for p in children)
+        assert not token_file.exists()  # removed on stop (and revoked at the next start)
+        assert token.startswith("nt_")
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def assert_token_kept_off_command_lines(up_pid: int, token_file: Path) -> str:
+    """The collector reads the local token from a root-only file, never from its argv."""
+    info = token_file.stat()
+    assert (stat.S_IMODE(info.st_mode), info.st_uid) == (0o600, 0)
+    token = token_file.read_text().strip()
+    up = psutil.Process(up_pid)
+    processes = [up, *up.children(recursive=True)]
+    for process in processes:
+        cmdline = Path(f"/proc/{process.pid}/cmdline").read_bytes().decode()
+        assert token not in cmdline, process.cmdline()
+    collectors = [p.cmdline() for p in processes if "collect" in p.cmdline()]
+    assert len(collectors) == 1
+    assert collectors[0][collectors[0].index("--token-file") + 1] == str(token_file)
+    return token
 
 
 def wait_for_connections(data_dir: Path, port: int, count: int) -> list[tuple[str, str, int]]:

@@ -141,3 +141,22 @@ def test_analyze_server_sends_a_capture_to_the_real_webapp(
     assert main(args) == 0
     assert "sent 2 records" in capsys.readouterr().err  # the two connection summaries (no alert fires)
     assert len(server.seqs("connection", "lab.pcap")) == 2
+
+
+def test_analyze_server_reads_the_token_from_a_file_or_the_environment(
+    server: WebappServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = write_capture(tmp_path / "from-file.pcap"), write_capture(tmp_path / "from-env.pcap")
+    token_file = tmp_path / "token"
+    token_file.write_text(server.token("from-file.pcap") + "\n")
+    spool = str(tmp_path / "spool")
+    common = ["--server", server.url, "--spool", spool, "--libxo", "json"]
+    monkeypatch.delenv("NETTRAIL_TOKEN", raising=False)
+    assert main(["analyze", str(first), *common, "--token-file", str(token_file)]) == 0
+    monkeypatch.setenv("NETTRAIL_TOKEN", server.token("from-env.pcap"))
+    assert main(["analyze", str(second), *common]) == 0
+    assert capsys.readouterr().err.count("sent 2 records") == 2
+    assert (len(server.seqs("connection", "from-file.pcap")), len(server.seqs("connection", "from-env.pcap"))) == (2, 2)
+    token_file.write_text("")
+    assert main(["analyze", str(first), *common, "--token-file", str(token_file)]) == 2
+    assert f"--token-file {token_file}: the file is empty" in capsys.readouterr().err

@@ -26,6 +26,7 @@ from collector.bpf.build import BuildError
 from collector.bpf.kallsyms import kernel_symbols
 from collector.bpf.loader import BpfError, KernelSession, Options
 from collector.bpf.source import KernelSource, wall_offset
+from collector.sinks.token_source import add_token_arguments, resolve_token
 from translators.kernel import KernelEnv, KernelRecord
 from xo import add_libxo_argument, libxo_from_args
 
@@ -56,8 +57,8 @@ def register(subparsers: Any) -> None:
     )
     add_libxo_argument(p)
     p.add_argument("--out", default=None, help="write records to FILE.jsonl or FILE.msgpack (- = JSON lines on stdout)")
-    p.add_argument("--server", default=None, help="ship records to the webapp at URL (needs --token)")
-    p.add_argument("--token", default=None, help="the host's ingest token for --server")
+    p.add_argument("--server", default=None, help="ship records to the webapp at URL (needs a token)")
+    add_token_arguments(p, "the host's ingest token for --server")
     p.add_argument("--spool", default=None, help="spool directory for --server (default $NETTRAIL_DATA/spool)")
     p.add_argument(
         "--ringbuf-size", type=int, default=loader.DEFAULT_RINGBUF_BYTES, help="ring buffer bytes (power of 2)"
@@ -122,13 +123,14 @@ def open_sink(args: argparse.Namespace) -> Sink:
     if len(chosen) > 1:
         raise ValueError(f"choose one of --libxo, --out and --server (got {', '.join('--' + c for c in chosen)})")
     if args.server:
-        if not args.token:
-            raise ValueError("--server needs --token (the host's ingest token)")
+        token = resolve_token(args)
+        if not token:
+            raise ValueError("--server needs --token, --token-file or $NETTRAIL_TOKEN (the host's ingest token)")
         try:
             from collector.sinks.http import HttpSink
         except ImportError as exc:
             raise ImportError(f"--server: the HTTP sink is not available ({exc})") from None
-        return HttpSink(args.server, args.token, args.spool or default_spool())
+        return HttpSink(args.server, token, args.spool or default_spool())
     if args.out:
         from collector.sinks.file import FileSink
 

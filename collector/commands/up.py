@@ -6,8 +6,9 @@ NETTRAIL_ADMIN_PASSWORD or generated and printed once, never logged), make a fre
 token for the local host (revoking the previous one), start daphne via
 ``python -m webapp.serve`` -- as root, in a child switched to the ``nettrail``
 system user (created if missing, owner of the data directory) -- then, as root and
-when the ``collect`` command exists, ``nettrail collect --server URL --token T`` as a
-root child. Ctrl-C / SIGTERM stop both. Keep in sync with docs/webapp.md, README.md.
+when the ``collect`` command exists, ``nettrail collect --server URL --token-file F`` as
+a root child (F: ``collector.token`` in the data directory, mode 0600, owned by root;
+a token on the command line would be visible to every local user in ``ps``). Ctrl-C / SIGTERM stop both. Keep in sync with docs/webapp.md, README.md.
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from collector.sinks.token_source import write_token_file
+
 WEBAPP_USER = "nettrail"
 LOCAL_TOKEN_LABEL = "nettrail up: local collector"
 ADMIN_USER = "admin"
 START_TIMEOUT = 60.0  # seconds for daphne to listen (first start compiles nothing, but CI is slow)
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout the webapp child imports from
 STOP_TIMEOUT = 10.0  # seconds each child gets after SIGTERM before SIGKILL
+TOKEN_FILE = "collector.token"  # in the data directory: the local token for the collector child
 
 
 def register(subparsers: Any) -> None:
@@ -76,8 +80,11 @@ def run(args: argparse.Namespace) -> int:
             "nettrail: live kernel tracing needs root; started the webapp only (captures can still be analysed and uploaded)"
         )
     elif not args.no_collect and _collector_available():
-        children.append(_start_collector(url, token))
-    return _supervise(children)
+        children.append(_start_collector(url, token, data / TOKEN_FILE))
+    try:
+        return _supervise(children)
+    finally:
+        (data / TOKEN_FILE).unlink(missing_ok=True)  # revoked at the next start anyway
 
 
 def _url_host(host: str) -> str:
@@ -203,8 +210,12 @@ def _collector_available() -> bool:
     return "collect" in COMMANDS and importlib.util.find_spec("collector.commands.collect") is not None
 
 
-def _start_collector(url: str, token: str) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "collector.cli", "collect", "--server", url.rstrip("/"), "--token", token]
+def _start_collector(url: str, token: str, token_file: Path) -> subprocess.Popen[bytes]:
+    write_token_file(token_file, token)  # root's, 0600: neither ps nor the webapp user can read it
+    command = [
+        *(sys.executable, "-m", "collector.cli", "collect"),
+        *("--server", url.rstrip("/"), "--token-file", str(token_file)),
+    ]
     print("nettrail: collector started (live kernel tracing)", flush=True)
     return subprocess.Popen(command, env={k: v for k, v in os.environ.items() if k != "NETTRAIL_ADMIN_PASSWORD"})
 

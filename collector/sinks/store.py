@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from collector.sinks.token_source import add_token_arguments, resolve_token
 from translators.records import Record
 
 STORE_CHUNK = 5000  # records per transaction: bounded memory, one fsync per chunk
@@ -88,8 +89,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("keeping the results")
     where = group.add_mutually_exclusive_group()
     where.add_argument("--store", action="store_true", help="store the records in the local nettrail database")
-    where.add_argument("--server", metavar="URL", help="send the records to a nettrail server (needs --token)")
-    group.add_argument("--token", metavar="T", help="ingest token of the capture's host on --server")
+    where.add_argument("--server", metavar="URL", help="send the records to a nettrail server (needs a token)")
+    add_token_arguments(group, "ingest token of the capture's host on --server")
     group.add_argument(
         "--keep-bytes",
         action="store_true",
@@ -110,8 +111,16 @@ def ship(args: argparse.Namespace) -> int:
     # Stored packet records always keep their bytes (pcap export needs them); --keep-bytes
     # asks for packet records without printing them.
     packets = bool(getattr(args, "packets", False) or getattr(args, "keep_bytes", False))
-    if args.server and not args.token:
-        print("nettrail: analyze: --server needs --token (see `nettrail token create`)", file=sys.stderr)
+    try:
+        token = resolve_token(args) if args.server else None
+    except ValueError as exc:
+        print(f"nettrail: analyze: {exc}", file=sys.stderr)
+        return 2
+    if args.server and not token:
+        print(
+            "nettrail: analyze: --server needs --token, --token-file or $NETTRAIL_TOKEN (see `nettrail token create`)",
+            file=sys.stderr,
+        )
         return 2
     if args.store:
         from collector.commands._django import migrate, setup_django
@@ -124,7 +133,7 @@ def ship(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 0
-    return _send(args, name, packets)
+    return _send(args, name, packets, str(token))
 
 
 def _compat(args: argparse.Namespace) -> str:
@@ -137,11 +146,11 @@ def default_spool_dir() -> str:
     return os.path.join(base, "nettrail", "spool")
 
 
-def _send(args: argparse.Namespace, name: str, packets: bool) -> int:
+def _send(args: argparse.Namespace, name: str, packets: bool, token: str) -> int:
     from collector.sinks.http import HttpSink
 
     spool = args.spool or default_spool_dir()
-    sink = HttpSink(args.server, args.token, spool)
+    sink = HttpSink(args.server, token, spool)
     count = 0
     for rec in capture_records(args.file, name, packets, _compat(args), keep_bytes=packets):
         sink.write([rec])

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -14,6 +15,9 @@ pytestmark = pytest.mark.browser
 
 
 def test_a_new_connection_appears_in_the_live_table_within_two_seconds(server: Server, page: Any) -> None:
+    received: list[int] = []  # ids of the records messages the page got, in order
+    acked: list[int] = []  # ids the page acknowledged
+    page.on("websocket", lambda ws: watch_live_frames(ws, received, acked))
     page.goto(f"{server.url}/connections/")
     page.wait_for_function(f"(document.body.dataset.liveGroups || '').split(' ').includes('host.{HOST}')", timeout=5000)
     batch = build(HOST, sport=40200, cookie=200)
@@ -33,4 +37,30 @@ def test_a_new_connection_appears_in_the_live_table_within_two_seconds(server: S
         timeout=2000,
     )
     assert page.locator(f'#conns tbody tr[data-uuid="{batch.uuid}"]').count() == 1
+    # Every records message is acknowledged with its id, so the server's flow control
+    # (a window of unacknowledged messages, then dropping a slow page) is engaged.
+    for _ in range(50):  # the ack frame follows the handled message (bounded wait)
+        if acked == received:
+            break
+        page.wait_for_timeout(20)
+    assert len(received) >= 2  # the opening and the close came as separate pushes
+    assert acked == received
     screenshot(page, "connections")
+
+
+def watch_live_frames(ws: Any, received: list[int], acked: list[int]) -> None:
+    if not ws.url.endswith("/ws/live/"):
+        return
+
+    def got(payload: str | bytes) -> None:
+        msg = json.loads(payload)
+        if msg.get("type") == "records":
+            received.append(msg["id"])
+
+    def sent(payload: str | bytes) -> None:
+        msg = json.loads(payload)
+        if "ack" in msg:
+            acked.append(msg["ack"])
+
+    ws.on("framereceived", got)
+    ws.on("framesent", sent)

@@ -87,7 +87,8 @@ const NT = (() => {
 
   /* The live websocket with reconnect. subs: subscriptions such as {host: "h", kind: [...]}
      or {conn: uuid} (the server wants a host, a conn or alerts in each). Calls
-     onRecords(records) for each pushed batch; add(sub) subscribes to one more target. */
+     onRecords(records) for each pushed batch, then acknowledges it ({"ack": id});
+     add(sub) subscribes to one more target. */
   function live(subs, onRecords) {
     const status = document.getElementById("live-status");
     const current = new Map(); // JSON of a subscription -> the subscription
@@ -109,8 +110,18 @@ const NT = (() => {
       socket.addEventListener("message", (ev) => {
         let msg;
         try { msg = JSON.parse(ev.data); } catch (e) { return; }
-        if (msg.type === "records" && Array.isArray(msg.records)) onRecords(msg.records);
-        else if (msg.type === "subscribed") document.body.dataset.liveGroups = (msg.groups || []).join(" ");
+        if (msg.type === "records" && Array.isArray(msg.records)) {
+          try {
+            onRecords(msg.records);
+          } finally {
+            // Acknowledge each message once handled: the server then keeps at most a few
+            // unacknowledged messages in flight and drops a page that falls too far behind
+            // (webapp/traces/consumers.py) instead of queueing for it without bound.
+            if (Number.isInteger(msg.id) && socket.readyState === WebSocket.OPEN) {
+              socket.send(JSON.stringify({ ack: msg.id }));
+            }
+          }
+        } else if (msg.type === "subscribed") document.body.dataset.liveGroups = (msg.groups || []).join(" ");
         else if (msg.type === "error") showError("live: " + msg.error);
       });
       socket.addEventListener("close", () => {

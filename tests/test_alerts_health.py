@@ -43,3 +43,11 @@ def test_it_marks_alerts_that_overlap_a_loss_window_as_incomplete():
     closed = e.tick(s.t + 25)
     k5_closed = [a for a in closed if a.rule_id == "K5" and a.dport == 7000]
     assert [(a.status, a.incomplete) for a in k5_closed] == [("closed", True)]
+
+
+def test_it_marks_alerts_incomplete_even_with_h1_disabled():
+    s, e = Stream(), engine(H1={"enabled": False})
+    first = feed_all(e, [s.drop("TCP_ZEROWINDOW", "10.0.0.9", 5001, "10.0.0.2", 7000), s.loss("skb_drop", 3, 3, 10)])
+    assert [a.rule_id for a in first] == ["K5"]
+    closed = e.tick(s.t + 25)
+    assert [(a.rule_id, a.status, a.incomplete) for a in closed] == [("K5", "closed", True)]

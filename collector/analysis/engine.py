@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from translators.records import BY_KIND, Alert, Record
+from translators.records import BY_KIND, Alert, LossReport, Record
 
 from .book import AlertBook, Subject
 from .config import RulesConfig, load_config
@@ -49,6 +49,7 @@ class RuleEngine:
         for rule in self.rules:
             for kind in rule.kinds:
                 self._dispatch.setdefault(BY_KIND[kind], []).append(rule)
+        self._loss_window = float(self.config.params("H1")["window_s"])
         self.now = 0.0
         self.records = 0
 
@@ -62,6 +63,9 @@ class RuleEngine:
         self.book.observe_clock(record.host_id, record.ts_ns, record.ts_wall)
         if record.pid and cls in _OWNER_TYPES:
             self._remember_owner(record)
+        elif isinstance(record, LossReport) and record.lost > 0:
+            # every alert of this host active around the loss is built on incomplete data
+            self.book.mark_loss(record.host_id, record.ts_wall, self._loss_window)
         for rule in self._dispatch.get(cls, ()):
             rule.feed(record)
         return self.book.drain()

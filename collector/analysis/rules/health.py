@@ -3,7 +3,8 @@
 A ``loss_report`` says how many events of one type the collector could not deliver
 (ring-buffer reservation failures, malformed input). Any loss is a warning; more than
 ``critical_share`` of that event type's events in ``window_s`` is critical. The loss
-also marks every alert of the host whose span touches the window as incomplete.
+marks every alert of the host whose span touches the window as incomplete; the engine
+does that whether or not H1 is enabled.
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ class CollectorLoss(Rule):
         s.lost.add(t, rec.lost)
         if len(s.evidence) < 32:
             s.evidence.append(rec.seq)
-        self.ctx.book.mark_loss(rec.host_id, t, w)
         lost, received = s.lost.total(t), s.received.total(t)
         share = lost / (lost + received)
         critical = share > self.num("critical_share")

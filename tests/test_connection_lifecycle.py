@@ -140,3 +140,12 @@ def test_top_talkers_by_bytes_include_open_connections(admin_client: Client) -> 
         ("conn-x", 4000, "SYN_SENT", False),
         ("conn-y", 300, "SYN_SENT", False),
     ]
+
+
+def test_a_partly_resent_batch_counts_only_its_new_records() -> None:
+    first = r.TcpRetransmit(**env(1, 11.0), provider="tcp", probe="retransmit")
+    second = r.TcpRetransmit(**env(2, 12.0), provider="tcp", probe="retransmit")
+    assert (store_batch([first]).stored, store_batch([first, second, second]).stored) == (1, 1)
+    result = store_batch([first, second])
+    assert (result.stored, result.duplicates, result.new) == (0, 2, [])
+    assert Connection.objects.values_list("retransmits", "last_seen").get() == (2, 12.0)

@@ -17,7 +17,7 @@ import math
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from django.db import DataError, IntegrityError, connection, transaction
@@ -35,7 +35,8 @@ _json = msgspec.json.Encoder()
 # columns: a third of the insert. Registered, they are registry hits adapted by C
 # callables: None unchanged ({}.get(None) is None, bound as NULL), bools to the 0/1
 # they were stored as anyway. Process-wide, and the same values for any sqlite3 user.
-sqlite3.register_adapter(type(None), {}.get)
+_none: dict[None, None] = {}
+sqlite3.register_adapter(type(None), cast(Callable[[None], None], _none.get))
 sqlite3.register_adapter(bool, int)
 
 
@@ -120,7 +121,7 @@ def _insert_all(table: _Table, rows: list[tuple[Any, ...]]) -> int | None:
     savepoint = transaction.savepoint()
     with connection.cursor() as cursor:
         cursor.executemany(table.sql, rows)
-        inserted = cursor.rowcount
+        inserted = int(cursor.rowcount)
     if inserted == len(rows):
         transaction.savepoint_commit(savepoint)
         return inserted

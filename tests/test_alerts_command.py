@@ -81,3 +81,19 @@ def test_it_says_what_is_wrong_with_the_file_name(tmp_path, capsys):
     assert "No such file or directory" in capsys.readouterr().err
     assert main(["alerts", str(tmp_path / "trace.pcap")]) == 2
     assert "must end in .jsonl or .msgpack" in capsys.readouterr().err
+
+
+def test_it_reads_json_lines_from_stdin(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.collect_process import ROOT
+
+    p = tmp_path / "trace.jsonl"
+    write_stream(p)
+    out = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "alerts", "-", "--final", "--libxo", "json"],
+        input=p.read_bytes(), capture_output=True, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert [a["count"] for a in json.loads(out.stdout)["nettrail"]["alert"]] == [3]

@@ -35,8 +35,13 @@ def test_a_tcp_data_segment_is_followed_from_send_through_receive_to_the_copy_to
         client.close()
         server.close()
         lst.close()
-    [data] = [life for life in lifetimes(records).values() if any(r.stage == "copy" for r in life)]
-    assert [r.stage for r in data][:5] == ["tx-first", "xmit-start", "xmit", "rx", "copy"]
+    lives = lifetimes(records)
+    copied = [life for life in lives.values() if any(r.stage == "copy" for r in life)]
+    assert len(copied) == 1, [[(r.stage, r.len, r.skb_gen) for r in life] for life in lives.values()]
+    [data] = copied
+    assert [r.stage for r in data][:5] == ["tx-first", "xmit-start", "xmit", "rx", "copy"], [
+        (r.stage, r.len) for r in data
+    ]
     assert [r.ts_ns for r in data] == sorted(r.ts_ns for r in data)
     assert [r.since_first_ns for r in data] == sorted(r.since_first_ns or 0 for r in data)
     assert len({(r.skb_uid, r.skb_gen) for r in data}) == 1

@@ -310,3 +310,52 @@ def test_the_column_wise_siftr_batch_gives_the_row_by_row_records_byte_for_byte(
     one_by_one = [r for row in rows.tolist() for r in translate_sample(dict(zip(names, row, strict=True)), env)]
     assert [to_json(r) for r in batch] == [to_json(r) for r in one_by_one]  # type: ignore[arg-type]
     assert batch[0]["approx"] is not batch[1]["approx"]  # type: ignore[index]
+
+
+def random_rows(event_type: int, n: int, seed: int) -> np.ndarray:
+    """n raw events of one type with random field values in their valid ranges."""
+    rng = np.random.default_rng(seed)
+    rows = np.zeros(n, dtype=layout.EVENT_DTYPES[event_type])
+    for name in rows.dtype.names or ():
+        kind = rows.dtype.fields[name][0]  # type: ignore[index]
+        if kind.kind in "ui":
+            info = np.iinfo(kind)
+            rows[name] = rng.integers(max(info.min, -(2**31)), min(info.max, 2**40), size=n, dtype=np.int64)
+        elif kind.kind in "SV":
+            raw = rng.integers(97, 122, size=(n, kind.itemsize), dtype=np.uint8)
+            rows[name] = [
+                np.void(bytes(r)) if kind.kind == "V" else bytes(r[: rng.integers(0, kind.itemsize)]) for r in raw
+            ]
+    rows["type"] = event_type
+    rows["family"] = rng.choice([0, 2, 10], size=n)
+    rows["attribution"] = rng.choice([0, 1, 2], size=n)
+    rows["ctx"] = rng.choice([0, 1, 2], size=n)
+    rows["cookie"][::3] = 0
+    if event_type == layout.EV_SKB_STAGE:
+        rows["stage"] = rng.integers(0, 9, size=n)
+        rows["end"] = rng.choice([0, 1, 3], size=n)
+    if event_type == layout.EV_IP:
+        rows["direction"] = rng.choice([0, 1], size=n)
+        rows["version"] = rng.choice([4, 6], size=n)
+        rows["protocol"] = rng.choice([6, 17, 44, 58, 200], size=n)
+    if event_type == layout.EV_SIFTR:
+        rows["direction"] = rng.choice([0, 1], size=n)
+        rows["state"] = rng.integers(0, 14, size=n)
+        rows["ca_state"] = rng.integers(0, 6, size=n)
+    return rows
+
+
+@pytest.mark.parametrize("kind", ["siftr_sample", "ip_packet", "skb_stage"])
+def test_every_batch_translator_matches_its_row_translator_on_random_events(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from translators.kernel import row_by_row
+    from translators.registry import KERNEL_BATCH_TRANSLATORS
+
+    event_type = next(t for t, n in layout.EVENT_NAMES.items() if n == kind)
+    rows = random_rows(event_type, 300, seed=event_type)
+    monkeypatch.setattr(kernel, "VALIDATE", False)
+    env = KernelEnv(**{**ENV.__dict__, "wire": True})
+    batch = KERNEL_BATCH_TRANSLATORS[kind](rows, env)
+    one_by_one = row_by_row(rows, env, KERNEL_TRANSLATORS[kind])
+    assert [to_json(r) for r in batch] == [to_json(r) for r in one_by_one]  # type: ignore[arg-type]

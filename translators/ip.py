@@ -7,7 +7,22 @@ sync with: kmod/nettrail.h (nt_ip_body) and docs/collector.md.
 
 from __future__ import annotations
 
-from translators.kernel import KernelEnv, KernelRecord, Raw, envelope, make
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from translators import kernel
+from translators.kernel import (
+    KernelEnv,
+    KernelRecord,
+    Raw,
+    envelope,
+    envelope_columns,
+    make,
+    row_by_row,
+    rows_in_wire_order,
+)
 from translators.records import IpPacket
 
 PROTOCOL_NAMES = {1: "ICMP", 2: "IGMP", 6: "TCP", 17: "UDP", 41: "IPV6", 44: "IPV6-FRAG", 47: "GRE", 50: "ESP",
@@ -53,3 +68,58 @@ def translate_packet(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
             env,
         )
     ]
+
+
+def translate_packet_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[KernelRecord]:
+    """translate_packet over a batch, column by column (byte-identical; tested)."""
+    if kernel.VALIDATE or not env.wire:
+        return row_by_row(a, env, translate_packet)
+    send = a["direction"] == 1
+    v4 = a["version"] == 4
+    frag = a["frag_off"].astype(np.int64)
+    length = a["length"].astype(np.int64)
+    hlen = a["header_length"].astype(np.int64)
+    tos = a["tos"]
+    segs = a["gso_segs"]
+    proto = a["protocol"].tolist()
+    v4l = v4.tolist()
+
+    def v4_only(values: Any) -> list[Any]:
+        return [v if is4 else None for v, is4 in zip(values.tolist(), v4l, strict=True)]
+
+    columns = envelope_columns(
+        a,
+        env,
+        "ip",
+        ["send" if s else "receive" for s in send.tolist()],
+        ["tp_btf/net_dev_queue" if s else "tp_btf/netif_receive_skb" for s in send.tolist()],
+    )
+    columns.update(
+        {
+            "approx": [["length", "payload_length"] if s > 1 else [] for s in segs.tolist()],
+            "if_name": [n.decode(errors="replace") or None for n in a["if_name"].tolist()],
+            "if_index": [i or None for i in a["if_index"].tolist()],
+            "if_local": ((a["dev_flags"] & IFF_LOOPBACK) != 0).tolist(),
+            "protocol": proto,
+            "protocol_name": [PROTOCOL_NAMES.get(p, str(p)) for p in proto],
+            "header_length": hlen.tolist(),
+            "length": length.tolist(),
+            "payload_length": np.maximum(0, length - hlen).tolist(),
+            "ttl": a["ttl"].tolist(),
+            "tos": tos.tolist(),
+            "dscp": (tos >> 2).tolist(),
+            "ecn": (tos & 3).tolist(),
+            "ident": v4_only(a["ident"]),
+            "frag_flags": v4_only(frag >> 13),
+            "frag_offset": v4_only((frag & 0x1FFF) * 8),
+            "is_fragment": [
+                bool(f & 0x2000 or f & 0x1FFF) if is4 else p == IPV6_FRAGMENT
+                for f, is4, p in zip(frag.tolist(), v4l, proto, strict=True)
+            ],
+            "flow_label": [None if is4 else f for f, is4 in zip(a["flow_label"].tolist(), v4l, strict=True)],
+            "checksum": v4_only(a["checksum"]),
+            "gso_segs": [s or 1 for s in segs.tolist()],
+            "gso_size": [s or None for s in a["gso_size"].tolist()],
+        }
+    )
+    return rows_in_wire_order(IpPacket, columns, len(a))

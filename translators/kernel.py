@@ -116,6 +116,55 @@ def make(cls: type[R], kwargs: Mapping[str, Any], env: KernelEnv) -> R | dict[st
     return built
 
 
+def envelope_columns(
+    a: Any, env: KernelEnv, provider: str, probe: str | list[str], hook: str | list[str]
+) -> dict[str, Any]:
+    """envelope() for a whole numpy batch: a list per varying field, a scalar per constant one."""
+    owners = [ATTRIBUTION.get(x) for x in a["attribution"].tolist()]
+    family = a["family"].tolist()
+    cookies = a["cookie"].tolist()
+    off = env.wall_offset
+
+    def owned(name: str) -> list[Any]:
+        return [v if how else None for v, how in zip(a[name].tolist(), owners, strict=True)]
+
+    return {
+        "host_id": env.host_id,
+        "boot_id": env.boot_id,
+        "seq": 0,
+        "ts_ns": a["ts_ns"].tolist(),
+        "ts_wall": [round(t / 1e9 + off, 6) for t in a["ts_ns"].tolist()],
+        "provider": provider,
+        "probe": probe,
+        "hook": hook,
+        "cpu": a["cpu"].tolist(),
+        "netns": [x or None for x in a["netns"].tolist()],
+        "ctx": [CTX.get(x, "unknown") for x in a["ctx"].tolist()],
+        "conn_uuid": [env.conn_uuid(c) for c in cookies],
+        "sock_cookie": [c or None for c in cookies],
+        "pid": owned("pid"),
+        "tgid": owned("tgid"),
+        "comm": [
+            c.decode(errors="replace") if how else None for c, how in zip(a["comm"].tolist(), owners, strict=True)
+        ],
+        "uid": owned("uid"),
+        "gid": owned("gid"),
+        "cgroup_id": owned("cgroup_id"),
+        "attribution": owners,
+        "ip_ver": [4 if f == AF_INET else 6 if f == AF_INET6 else None for f in family],
+        "src": [env.address(f, s) for f, s in zip(family, a["saddr"].tolist(), strict=True)],
+        "sport": [p if f else None for p, f in zip(a["sport"].tolist(), family, strict=True)],
+        "dst": [env.address(f, d) for f, d in zip(family, a["daddr"].tolist(), strict=True)],
+        "dport": [p if f else None for p, f in zip(a["dport"].tolist(), family, strict=True)],
+    }
+
+
+def row_by_row(a: Any, env: KernelEnv, translate: Translator) -> list[KernelRecord]:
+    """A batch through the per-event translator (Structs, validation, or no batch form)."""
+    names = a.dtype.names or ()
+    return [rec for row in a.tolist() for rec in translate(dict(zip(names, row, strict=True)), env)]
+
+
 def rows_in_wire_order(cls: type[Record], columns: Mapping[str, Any], n: int) -> list[KernelRecord]:
     """n wire dicts of cls from columns (a list per varying field, a scalar per constant
     one); fields not given keep the Struct's default. Same key order as the Struct's

@@ -6,8 +6,11 @@ collector/bpf/layout.py EVENT_NAMES; keep the three in sync.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from translators import ip, siftr, skb, tcp, tcpdebug, udp
-from translators.kernel import Translator
+from translators.kernel import KernelEnv, KernelRecord, Translator
 
 KERNEL_TRANSLATORS: dict[str, Translator] = {
     "tcp_state": tcp.translate_state,
@@ -24,3 +27,13 @@ KERNEL_TRANSLATORS: dict[str, Translator] = {
     "skb_stage": skb.translate_stage,
     "udp_datagram": udp.translate_datagram,
 }
+
+# Column-wise forms of the high-rate kinds: a numpy batch of one kind in, the same records out.
+BatchTranslator = Callable[[Any, KernelEnv], list[KernelRecord]]
+KERNEL_BATCH_TRANSLATORS: dict[str, BatchTranslator] = {
+    "siftr_sample": siftr.translate_sample_batch,
+    "ip_packet": ip.translate_packet_batch,
+    "skb_stage": skb.translate_stage_batch,
+}
+# Kinds whose 4-tuple is the packet's (source first), not a socket's (local first).
+PACKET_KINDS = frozenset({"ip_packet", "skb_drop", "skb_stage", "udp_datagram"})

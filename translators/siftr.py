@@ -16,17 +16,15 @@ import numpy.typing as npt
 
 from translators import kernel
 from translators.kernel import (
-    AF_INET,
-    AF_INET6,
-    ATTRIBUTION,
-    CTX,
     FREEBSD_STATE_NUMBER,
     KernelEnv,
     KernelRecord,
     Raw,
     ca_state_name,
     envelope,
+    envelope_columns,
     make,
+    row_by_row,
     rows_in_wire_order,
     state_name,
 )
@@ -155,17 +153,12 @@ def translate_sample_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[Kern
     Same records, byte for byte (tests/test_translators_kernel.py compares them), but
     the arithmetic runs in numpy and each record is one dict built in the wire order:
     the collector's high-rate path. Structs (env.wire off) or VALIDATE go row by row."""
-    names = a.dtype.names or ()
     if kernel.VALIDATE or not env.wire:
-        return [rec for row in a.tolist() for rec in translate_sample(dict(zip(names, row, strict=True)), env)]
+        return row_by_row(a, env, translate_sample)
     n = len(a)
-    owners = [ATTRIBUTION.get(x) for x in a["attribution"].tolist()]
 
     def col(name: str) -> list[Any]:
         return a[name].tolist()  # type: ignore[no-any-return]
-
-    def owned(values: list[Any]) -> list[Any]:
-        return [v if how else None for v, how in zip(values, owners, strict=True)]
 
     u64 = np.uint64
     mss = a["mss_cache"].astype(u64)
@@ -173,9 +166,6 @@ def translate_sample_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[Kern
     flags = a["flags"]
     ca = a["ca_state"]
     wscale = (flags & SNAP_WSCALE) != 0
-    family = col("family")
-    cookies = col("cookie")
-    off = env.wall_offset
     tflags = np.where(flags & SNAP_NODELAY, TF_NODELAY, 0)
     tflags |= np.where(wscale, TF_REQ_SCALE | TF_RCVD_SCALE, 0)
     tflags |= np.where(flags & SNAP_TSTAMP, TF_REQ_TSTMP | TF_RCVD_TSTMP, 0)
@@ -185,65 +175,46 @@ def translate_sample_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[Kern
     tflags |= np.where(flags & SNAP_FASTOPEN, TF_FASTOPEN, 0)
     state_numbers = [FREEBSD_STATE_NUMBER.get(state_name(s) or "") for s in range(256)]
     rxhash = a["rxhash"].astype(u64)
-    columns: dict[str, Any] = {
-        "host_id": env.host_id,
-        "boot_id": env.boot_id,
-        "seq": 0,
-        "ts_ns": col("ts_ns"),
-        "ts_wall": [round(t / 1e9 + off, 6) for t in col("ts_ns")],
-        "provider": "siftr",
-        "probe": "siftr",
-        "hook": ["tp_btf/net_dev_queue" if d == 1 else "tp_btf/tcp_probe" for d in col("direction")],
-        "cpu": col("cpu"),
-        "netns": [x or None for x in col("netns")],
-        "ctx": [CTX.get(x, "unknown") for x in col("ctx")],
-        "conn_uuid": [env.conn_uuid(c) for c in cookies],
-        "sock_cookie": [c or None for c in cookies],
-        "pid": owned(col("pid")),
-        "tgid": owned(col("tgid")),
-        "comm": owned([c.decode(errors="replace") for c in col("comm")]),
-        "uid": owned(col("uid")),
-        "gid": owned(col("gid")),
-        "cgroup_id": owned(col("cgroup_id")),
-        "attribution": owners,
-        "approx": [list(SAMPLE_APPROX) for _ in range(n)],
-        "ip_ver": [4 if f == AF_INET else 6 if f == AF_INET6 else None for f in family],
-        "src": [env.address(f, s) for f, s in zip(family, col("saddr"), strict=True)],
-        "sport": [p if f else None for p, f in zip(col("sport"), family, strict=True)],
-        "dst": [env.address(f, d) for f, d in zip(family, col("daddr"), strict=True)],
-        "dport": [p if f else None for p, f in zip(col("dport"), family, strict=True)],
-        "direction": ["out" if d == 1 else "in" for d in col("direction")],
-        "snd_cwnd": (a["snd_cwnd"].astype(u64) * mss).tolist(),
-        "snd_ssthresh": np.where(ssthresh >= TCP_INFINITE_SSTHRESH, FREEBSD_INITIAL_SSTHRESH, ssthresh * mss).tolist(),
-        "snd_wnd": col("snd_wnd"),
-        "rcv_wnd": col("rcv_wnd"),
-        "t_flags": tflags.tolist(),
-        "t_flags2": np.where(flags & SNAP_ECN, TF2_ECN_PERMIT, 0).tolist(),
-        "conn_state": [state_numbers[s] for s in col("state")],
-        "mss": mss.tolist(),
-        "srtt": (a["srtt_us"] >> 3).tolist(),
-        "rttvar": (a["mdev_us"] >> 2).tolist(),
-        "rto": [r or None for r in col("rto_us")],
-        "sack_enabled": ((flags & SNAP_SACK) != 0).tolist(),
-        "snd_scale": np.where(wscale, a["snd_wscale"], 0).tolist(),
-        "rcv_scale": np.where(wscale, a["rcv_wscale"], 0).tolist(),
-        "snd_buf_hiwater": col("sndbuf"),
-        "snd_buf_cc": ((a["write_seq"].astype(u64) - a["snd_una"]) & U32).tolist(),
-        "rcv_buf_hiwater": col("rcvbuf"),
-        "rcv_buf_cc": ((a["rcv_nxt"].astype(u64) - a["copied_seq"]) & U32).tolist(),
-        "sent_inflight_bytes": ((a["snd_nxt"].astype(u64) - a["snd_una"]) & U32).tolist(),
-        "flowid": np.where(rxhash != 0, rxhash, a["cookie"] & U32).tolist(),
-        "flowtype": 0,
-        "snd_una": col("snd_una"),
-        "snd_nxt": col("snd_nxt"),
-        "packets_out": col("packets_out"),
-        "sacked_out": col("sacked_out"),
-        "lost_out": col("lost_out"),
-        "retrans_out": col("retrans_out"),
-        "th_seq": col("th_seq"),
-        "th_ack": col("th_ack"),
-        "data_sz": col("data_sz"),
-        "ca_state": [ca_state_name(x) for x in ca.tolist()],
-        "cc_algo": [c.decode(errors="replace") or None for c in col("cc_algo")],
-    }
+    hooks = ["tp_btf/net_dev_queue" if d == 1 else "tp_btf/tcp_probe" for d in col("direction")]
+    columns = envelope_columns(a, env, "siftr", "siftr", hooks)
+    columns.update(
+        {
+            "approx": [list(SAMPLE_APPROX) for _ in range(n)],
+            "direction": ["out" if d == 1 else "in" for d in col("direction")],
+            "snd_cwnd": (a["snd_cwnd"].astype(u64) * mss).tolist(),
+            "snd_ssthresh": np.where(
+                ssthresh >= TCP_INFINITE_SSTHRESH, FREEBSD_INITIAL_SSTHRESH, ssthresh * mss
+            ).tolist(),
+            "snd_wnd": col("snd_wnd"),
+            "rcv_wnd": col("rcv_wnd"),
+            "t_flags": tflags.tolist(),
+            "t_flags2": np.where(flags & SNAP_ECN, TF2_ECN_PERMIT, 0).tolist(),
+            "conn_state": [state_numbers[s] for s in col("state")],
+            "mss": mss.tolist(),
+            "srtt": (a["srtt_us"] >> 3).tolist(),
+            "rttvar": (a["mdev_us"] >> 2).tolist(),
+            "rto": [r or None for r in col("rto_us")],
+            "sack_enabled": ((flags & SNAP_SACK) != 0).tolist(),
+            "snd_scale": np.where(wscale, a["snd_wscale"], 0).tolist(),
+            "rcv_scale": np.where(wscale, a["rcv_wscale"], 0).tolist(),
+            "snd_buf_hiwater": col("sndbuf"),
+            "snd_buf_cc": ((a["write_seq"].astype(u64) - a["snd_una"]) & U32).tolist(),
+            "rcv_buf_hiwater": col("rcvbuf"),
+            "rcv_buf_cc": ((a["rcv_nxt"].astype(u64) - a["copied_seq"]) & U32).tolist(),
+            "sent_inflight_bytes": ((a["snd_nxt"].astype(u64) - a["snd_una"]) & U32).tolist(),
+            "flowid": np.where(rxhash != 0, rxhash, a["cookie"] & U32).tolist(),
+            "flowtype": 0,
+            "snd_una": col("snd_una"),
+            "snd_nxt": col("snd_nxt"),
+            "packets_out": col("packets_out"),
+            "sacked_out": col("sacked_out"),
+            "lost_out": col("lost_out"),
+            "retrans_out": col("retrans_out"),
+            "th_seq": col("th_seq"),
+            "th_ack": col("th_ack"),
+            "data_sz": col("data_sz"),
+            "ca_state": [ca_state_name(x) for x in ca.tolist()],
+            "cc_algo": [c.decode(errors="replace") or None for c in col("cc_algo")],
+        }
+    )
     return rows_in_wire_order(SiftrSample, columns, n)

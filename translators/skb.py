@@ -9,7 +9,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from translators.kernel import KernelEnv, KernelRecord, Raw, envelope, make, without_flow
+import numpy as np
+import numpy.typing as npt
+
+from translators import kernel
+from translators.kernel import (
+    KernelEnv,
+    KernelRecord,
+    Raw,
+    envelope,
+    envelope_columns,
+    make,
+    row_by_row,
+    rows_in_wire_order,
+    without_flow,
+)
 from translators.records import DropCount, SkbDrop, SkbEvent
 
 # enum nt_skb_stage (kmod/nettrail.h), in value order
@@ -122,3 +136,30 @@ def translate_drop_count(
         ),
         env,
     )
+
+
+def translate_stage_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[KernelRecord]:
+    """translate_stage over a batch, column by column (byte-identical; tested)."""
+    stages_raw = a["stage"].tolist()
+    if kernel.VALIDATE or not env.wire or any(s >= len(STAGES) for s in stages_raw):
+        return row_by_row(a, env, translate_stage)
+    stages = [STAGES[s] for s in stages_raw]
+    columns = envelope_columns(a, env, "skb", [f"skb-{s}" for s in stages], [STAGE_HOOKS[s] for s in stages])
+    columns.update(
+        {
+            "approx": [[] for _ in stages],
+            "skb_uid": a["skb_uid"].tolist(),
+            "skb_gen": a["skb_gen"].tolist(),
+            "len": a["len"].tolist(),
+            "protocol": a["protocol"].tolist(),
+            "stage": stages,
+            "rc": [rc if s == "xmit" else None for rc, s in zip(a["rc"].tolist(), stages, strict=True)],
+            "since_prev_ns": [
+                None if s in ("rx-first", "tx-first") else p
+                for p, s in zip(a["since_prev_ns"].tolist(), stages, strict=True)
+            ],
+            "since_first_ns": a["since_first_ns"].tolist(),
+            "end": [ENDS.get(e) for e in a["end"].tolist()],
+        }
+    )
+    return rows_in_wire_order(SkbEvent, columns, len(a))

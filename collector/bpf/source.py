@@ -24,8 +24,8 @@ from collector.bpf.loader import KernelSession
 from translators import kernel
 from translators.kernel import KernelEnv, KernelRecord, Raw, set_seq
 from translators.records import LossReport
-from translators.registry import KERNEL_TRANSLATORS
-from translators.siftr import translate_flow, translate_sample_batch
+from translators.registry import KERNEL_BATCH_TRANSLATORS, KERNEL_TRANSLATORS, PACKET_KINDS
+from translators.siftr import translate_flow
 from translators.skb import translate_drop_count
 from translators.udp import translate_flow as translate_udp_flow
 
@@ -124,8 +124,8 @@ class KernelSource:
                 self._malformed(f"type {t}", len(idx))
                 continue
             typed = raw[idx].view(layout.EVENT_DTYPES[t])
-            if t == layout.EV_SIFTR and self.env.wire and not kernel.VALIDATE:
-                self._siftr_batch(typed, idx.tolist(), slots)  # the high-rate kind, column-wise
+            if name in KERNEL_BATCH_TRANSLATORS and self.env.wire and not kernel.VALIDATE:
+                self._batch(name, typed, idx.tolist(), slots)  # the high-rate kinds, column-wise
                 continue
             self._translate_rows(name, layout.FIELD_NAMES[t], idx.tolist(), typed.tolist(), slots)
         if len(self.tuples) > MAX_TUPLES:  # sockets whose destroy we never saw (tcp provider off)
@@ -144,7 +144,8 @@ class KernelSource:
         env = self.env
         remember = name == "siftr_sample"
         forget = name == "flow_counters"
-        tuples = self.tuples
+        # packet records are source first: they must not teach a socket its (local-first) tuple
+        tuples = self.tuples if name not in PACKET_KINDS else {}
         for pos, row in zip(positions, rows, strict=True):
             fields = dict(zip(names, row, strict=True))
             cookie = fields["cookie"]
@@ -166,7 +167,16 @@ class KernelSource:
             except (ValueError, TypeError):
                 self._malformed(name, 1)
 
-    def _siftr_batch(self, typed: np.ndarray, positions: list[int], slots: list[list[KernelRecord] | None]) -> None:
+    def _batch(
+        self, name: str, typed: np.ndarray, positions: list[int], slots: list[list[KernelRecord] | None]
+    ) -> None:
+        if name == "siftr_sample":
+            self._remember_flows(typed)
+        for pos, rec in zip(positions, KERNEL_BATCH_TRANSLATORS[name](typed, self.env), strict=True):
+            slots[pos] = [rec]
+
+    def _remember_flows(self, typed: np.ndarray) -> None:
+        """First sighting of a SIFTR flow: its header (for map-read FlowCounters) and 4-tuple."""
         cookies = typed["cookie"].tolist()
         for i, cookie in enumerate(cookies):
             if cookie not in self.flow_meta or cookie not in self.tuples:
@@ -174,8 +184,6 @@ class KernelSource:
                 self.flow_meta.setdefault(cookie, {k: fields[k] for k in HEADER_NAMES})
                 if cookie and fields["sport"]:
                     self.tuples.setdefault(cookie, {k: fields[k] for k in TUPLE_NAMES})
-        for pos, rec in zip(positions, translate_sample_batch(typed, self.env), strict=True):
-            slots[pos] = [rec]
 
     def _malformed(self, name: str, n: int) -> None:
         self.totals.malformed[name] = self.totals.malformed.get(name, 0) + n

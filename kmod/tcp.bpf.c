@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
-/* tcp.bpf.c: the tcp, siftr and tcpdebug providers (providers.md sections 4-6, 8, 9).
+/* tcp.bpf.c: every nettrail provider in one object (providers.md sections 2-9): tcp,
+ * siftr and tcpdebug (issue 4), then ip, udp, skb drops and skb lifecycles (issue 5).
+ * One object because the providers share the ring buffer, the loss counters, the
+ * socket-owner map and the filters, and several share a tracepoint (net_dev_queue
+ * serves siftr, tcpdebug, ip, udp and skb; kfree_skb serves tcpdebug and skb).
  *
  * Programs are named after their tracepoint. The loader (collector/bpf/loader.py,
  * PROGRAMS table) loads only the programs the chosen providers need; the
@@ -9,7 +13,7 @@
  * and load, so disabled paths are removed by the verifier's dead-code elimination.
  *
  * The kernel records identity and raw values; units and names are the
- * translators' job (translators/tcp.py, siftr.py, tcpdebug.py).
+ * translators' job (translators/tcp.py, siftr.py, tcpdebug.py, ip.py, udp.py, skb.py).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>

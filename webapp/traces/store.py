@@ -13,7 +13,9 @@ Keep in sync with: webapp/traces/schema.py (columns, JSON rule), models.py.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +64,28 @@ class _Table:
     sql: str
     row: Callable[[Record], tuple[Any, ...]]
     existing_sql: str
+    insert_sql: Callable[[tuple[int, ...]], str]  # the INSERT of only these columns
+
+    def pruned(self, rows: list[tuple[Any, ...]]) -> tuple[str, list[tuple[Any, ...]]]:
+        """The INSERT and rows without the columns that are NULL in every row.
+
+        An omitted column is NULL all the same, and each bound NULL costs the sqlite3
+        module ~100 ns even through its adapter, while a kind's records usually leave
+        the same ~20 fields empty. The columns empty in the first row are dropped when
+        every row has them empty (one C-level comparison per row); otherwise nothing is.
+        """
+        empty = tuple(i for i, value in enumerate(rows[0]) if value is None)
+        if not empty:
+            return self.sql, rows
+        blanks = (None,) * len(empty)
+        if len(empty) == 1:
+            index = empty[0]
+            if any(row[index] is not None for row in rows):
+                return self.sql, rows
+        elif not all(map(blanks.__eq__, map(operator.itemgetter(*empty), rows))):
+            return self.sql, rows
+        keep = tuple(i for i in range(len(rows[0])) if i not in empty)
+        return self.insert_sql(keep), list(map(operator.itemgetter(*keep), rows))
 
 
 _tables: dict[tuple[str, str], _Table] = {}
@@ -118,9 +142,10 @@ def _insert_all(table: _Table, rows: list[tuple[Any, ...]]) -> int | None:
     proves it, so no duplicate query is needed. A resent batch rolls back to the
     savepoint and takes the exact path (_fresh), which knows which records are new.
     """
+    sql, values = table.pruned(rows)
     savepoint = transaction.savepoint()
     with connection.cursor() as cursor:
-        cursor.executemany(table.sql, rows)
+        cursor.executemany(sql, values)
         inserted = int(cursor.rowcount)
     if inserted == len(rows):
         transaction.savepoint_commit(savepoint)
@@ -169,14 +194,19 @@ def _build_table(model: type[RecordModel]) -> _Table:
     json_names = {d.name for d in describe(model.record_type) if is_json(d)}
     quote = connection.ops.quote_name
     table = quote(model._meta.db_table)
-    placeholders = ", ".join("%s" for _ in names)
-    sql = (
-        f"INSERT INTO {table} ({', '.join(quote(n) for n in names)}) VALUES ({placeholders}) "
-        f"ON CONFLICT ({quote('host_id')}, {quote('boot_id')}, {quote('seq')}) DO NOTHING"
-    )
+
+    @functools.cache
+    def insert_sql(keep: tuple[int, ...]) -> str:
+        placeholders = ", ".join("%s" for _ in keep)
+        return (
+            f"INSERT INTO {table} ({', '.join(quote(names[i]) for i in keep)}) VALUES ({placeholders}) "
+            f"ON CONFLICT ({quote('host_id')}, {quote('boot_id')}, {quote('seq')}) DO NOTHING"
+        )
+
     existing_sql = f"SELECT {quote('seq')} FROM {table} WHERE host_id = %s AND boot_id = %s AND seq BETWEEN %s AND %s"
     json_columns = [i for i, name in enumerate(names) if name in json_names]
-    return _Table(sql=sql, row=_row_builder(json_columns), existing_sql=existing_sql)
+    sql = insert_sql(tuple(range(len(names))))
+    return _Table(sql=sql, row=_row_builder(json_columns), existing_sql=existing_sql, insert_sql=insert_sql)
 
 
 def _row_builder(json_columns: list[int]) -> Callable[[Record], tuple[Any, ...]]:

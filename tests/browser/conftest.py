@@ -108,7 +108,7 @@ def _drop_to(user: str) -> dict[str, Any]:
     return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def server() -> Iterator[Server]:
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing (Debian package chromium; scripts/install-system installs it)")
@@ -162,7 +162,7 @@ def server() -> Iterator[Server]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
@@ -180,7 +180,7 @@ def log_in(page: Any, base: str, user: tuple[str, str]) -> None:
     page.wait_for_url(f"{base}/")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def admin_state(server: Server, browser: Any) -> dict[str, Any]:
     """Cookies of a logged-in admin, reused by every test's fresh context."""
     context = browser.new_context()
@@ -209,7 +209,7 @@ def screenshot(page: Any, name: str) -> None:
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ingested(server: Server) -> Any:
     """One connection's recorded life, ingested once for the tests that only read it."""
     from dashboard_batch import build

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PAINTED, Server, screenshot
-from dashboard_batch import DROP_REASON, MSS, RETRANSMITTED, SIFTR_SAMPLES, STATES
+from .conftest import PAINTED, Server, screenshot
+from .dashboard_batch import DROP_REASON, MSS, RETRANSMITTED, SIFTR_SAMPLES, STATES
 
 pytestmark = pytest.mark.browser
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import HOST, Server
-from dashboard_batch import build
+from .conftest import HOST, Server
+from .dashboard_batch import build
 
 pytestmark = pytest.mark.browser
 

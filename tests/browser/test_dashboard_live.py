@@ -8,8 +8,8 @@ import time
 from typing import Any
 
 import pytest
-from conftest import HOST, Server, screenshot
-from dashboard_batch import build
+from .conftest import HOST, Server, screenshot
+from .dashboard_batch import build
 
 pytestmark = pytest.mark.browser
 

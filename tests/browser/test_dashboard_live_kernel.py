@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import HOST, ROOT, Server, screenshot
+from .conftest import HOST, ROOT, Server, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel, pytest.mark.slow]
 WARMUP_S = 90.0  # the collector may first compile kmod/ (fresh checkout), then loads its programs

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import HOST, PAINTED, Server, screenshot
-from dashboard_batch import DROP_REASON, RETRANSMITTED, build
+from .conftest import HOST, PAINTED, Server, screenshot
+from .dashboard_batch import DROP_REASON, RETRANSMITTED, build
 
 pytestmark = pytest.mark.browser
 

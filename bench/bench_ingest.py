@@ -110,6 +110,7 @@ def bench_raw(db_path: Path, record_batches: list[list[Any]]) -> tuple[float, fl
     from django.conf import settings
     from django.db import connection
 
+    from webapp.traces.checkpoint import SAFETY_NET_PAGES, start_checkpointer
     from webapp.traces.store import _table
 
     sql_rows: list[list[tuple[str, list[tuple[Any, ...]]]]] = []
@@ -123,6 +124,8 @@ def bench_raw(db_path: Path, record_batches: list[list[Any]]) -> tuple[float, fl
     connection.close()
     db = sqlite3.connect(db_path, isolation_level=None)
     db.executescript(settings.DATABASES["default"]["OPTIONS"]["init_command"])  # the same pragmas as the webapp
+    db.execute(f"PRAGMA wal_autocheckpoint={SAFETY_NET_PAGES}")  # and the same background checkpoints
+    checkpointer = start_checkpointer(settings.NETTRAIL_CHECKPOINT_INTERVAL, str(db_path))
     start, cpu = time.perf_counter(), time.process_time()
     for batch in sql_rows:
         db.execute("BEGIN IMMEDIATE")
@@ -130,6 +133,7 @@ def bench_raw(db_path: Path, record_batches: list[list[Any]]) -> tuple[float, fl
             db.executemany(sql, rows)
         db.execute("COMMIT")
     elapsed = time.perf_counter() - start, time.process_time() - cpu
+    checkpointer.stop()
     db.close()
     return elapsed
 
@@ -162,9 +166,11 @@ def _django_already_configured() -> bool:
 def run(data_dir: Path, count: int, batch: int) -> int:
     setup(str(data_dir))
     import msgspec
+    from django.conf import settings
     from django.core.management import call_command
     from django.db import connection
 
+    from webapp.traces.checkpoint import start_checkpointer
     from webapp.traces.tokens import create_token
 
     call_command("migrate", verbosity=0, interactive=False)
@@ -175,9 +181,13 @@ def run(data_dir: Path, count: int, batch: int) -> int:
     records = make_records(count, "bench")
     record_batches = [records[i : i + batch] for i in range(0, count, batch)]
     bodies = [msgspec.msgpack.encode(b) for b in record_batches]
+    # As webapp/serve.py does: WAL checkpoints in a background thread, and the start-up
+    # objects frozen out of the cycle collector's passes.
+    checkpointer = start_checkpointer(settings.NETTRAIL_CHECKPOINT_INTERVAL, str(data_dir / "nettrail.sqlite3"))
     warm_up(token)
-    gc.freeze()  # as webapp/serve.py does once the server has started
+    gc.freeze()
     ingest_s, ingest_cpu = bench_ingest(bodies, token)
+    checkpointer.stop()
     raw_s, raw_cpu = bench_raw(raw_db, record_batches)
     ingest_rate, raw_rate = count / ingest_s, count / raw_s
     print(f"ingest: {count} records in batches of {batch}, SQLite WAL")

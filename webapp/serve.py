@@ -28,10 +28,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from django.conf import settings
 
     from webapp.asgi import application
+    from webapp.traces.checkpoint import start_checkpointer
     from webapp.traces.retention import start_trimmer
 
     if settings.NETTRAIL_TRIM_INTERVAL:
         start_trimmer(settings.NETTRAIL_TRIM_INTERVAL)
+    database = settings.DATABASES["default"]
+    if settings.NETTRAIL_CHECKPOINT_INTERVAL and database["ENGINE"] == "django.db.backends.sqlite3":
+        start_checkpointer(settings.NETTRAIL_CHECKPOINT_INTERVAL, str(database["NAME"]))
     # Everything loaded so far lives as long as the process: keep it out of the cycle
     # collector's full passes, which otherwise walk it again and again during ingest.
     gc.freeze()

@@ -112,6 +112,9 @@ NETTRAIL_RETENTION_DAYS = env_int("NETTRAIL_RETENTION_DAYS", 30)  # 0: keep fore
 NETTRAIL_RETENTION_ROWS = env_int("NETTRAIL_RETENTION_ROWS", 5_000_000)  # per table; 0: no limit
 NETTRAIL_TRIM_INTERVAL = env_int("NETTRAIL_TRIM_INTERVAL", 300)  # seconds between trims; 0: never
 NETTRAIL_TRIM_BATCH = env_int("NETTRAIL_TRIM_BATCH", 2000, minimum=1)  # rows per delete transaction
+# Seconds between the server's background WAL checkpoints (SQLite; 0: requests checkpoint
+# as SQLite does by default). webapp/traces/checkpoint.py.
+NETTRAIL_CHECKPOINT_INTERVAL = env_int("NETTRAIL_CHECKPOINT_INTERVAL", 1)
 
 # --- security: everything below passes `check --deploy` except the HTTPS-only items,
 # which NETTRAIL_HTTPS=1 turns on when a TLS proxy is in front (docs/webapp.md).

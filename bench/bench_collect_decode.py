@@ -1,0 +1,176 @@
+"""Benchmark: how many kernel events/s one CPU turns into records and writes (tcp+siftr, ppl=1).
+
+Real events: loopback iperf3 traffic (small segments, TCP_NODELAY, so every packet is a
+SIFTR sample each way) fills a large ring buffer that nobody reads, with the kernel's
+counters proving none was lost. The ring is then drained on one CPU (the bare drain, the
+peer), and the same batches go through the collector's path: translate + number
+(KernelSource, a null sink), then into the JSONL and the msgpack file sinks. Rates are
+events (and records) over the process CPU time of drain + that path; ratios are to the
+bare drain measured in the same run. Several repetitions over the same batches, medians.
+Writes docs/benchmarks.md ("## Collector decode rate"). Needs root.
+Keep in sync with: collector/bpf/source.py, collector/sinks/file.py, bench/bench_collect.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_collect import DOC, PORT, TRAFFIC_CPU, iperf  # noqa: E402
+
+from collector.bpf.loader import Filters, KernelSession, Options  # noqa: E402
+from collector.bpf.source import KernelSource, wall_offset  # noqa: E402
+from collector.sinks.file import FileSink  # noqa: E402
+from translators.kernel import KernelEnv  # noqa: E402
+
+SECTION = "## Collector decode rate"
+TARGET = 200_000
+
+
+def fill(seconds: float, ring: int, write_len: int) -> tuple[list[np.ndarray], float, int, int]:
+    """(batches, CPU seconds of the bare drain, lost, generated) of `seconds` of traffic."""
+    opts = Options(providers=("tcp", "siftr"), ppl=1, filters=Filters(port=PORT), ringbuf_bytes=ring)
+    with KernelSession(opts) as session:
+        iperf(seconds, ("-N", "-l", str(write_len)) if write_len else ())
+        session.detach()
+        reader = session.reader
+        assert reader is not None
+        batches: list[np.ndarray] = []
+        start = time.process_time()
+        while (batch := reader.read()).size:
+            batches.append(batch)
+        drained = time.process_time() - start
+        counters = session.counters().sum(axis=0)
+        lost, generated = int(counters[1].sum()), int(counters[0].sum())
+        return batches, drained, lost, generated
+
+
+def run_path(
+    session: KernelSession, batches: list[np.ndarray], sink: Callable[[list], None] | None
+) -> tuple[float, int]:
+    """(CPU seconds, records) of translate + number (+ sink) over the batches."""
+    env = KernelEnv(host_id="bench", boot_id="bench", wall_offset=wall_offset(), wire=True)  # as collect does
+    source = KernelSource(session, env, flow_interval=3600)
+    records = 0
+    start = time.process_time()
+    for batch in batches:
+        recs = source.number(source.translate(batch))
+        if sink is not None:
+            sink(recs)
+        records += len(recs)
+    return time.process_time() - start, records
+
+
+def measure(args: argparse.Namespace) -> tuple[list[str], float]:
+    cpu = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(set(cpu) - {int(TRAFFIC_CPU)} or cpu)})
+    try:
+        batches, drain_s, lost, generated = fill(args.fill_seconds, args.ring, args.write_len)
+    finally:
+        os.sched_setaffinity(0, cpu)
+    events = sum(len(b) for b in batches)
+    if args.save:
+        np.save(args.save, np.concatenate(batches))
+    # the session object is only a holder here: translate() reads batches, not maps
+    session = KernelSession(Options(providers=("tcp", "siftr")))
+    tmp = Path(tempfile.mkdtemp())
+    sinks: dict[str, Callable[[], tuple[Callable[[list], None] | None, Callable[[], None]]]] = {
+        "null sink (translate + number)": lambda: (None, lambda: None),
+        "JSONL file sink": lambda: _file_sink(tmp / "r.jsonl"),
+        "msgpack file sink": lambda: _file_sink(tmp / "r.msgpack"),
+    }
+    rows = [f"| bare drain (peer: mmap reader, batches copied out) | {events / drain_s:,.0f} | — | 1.00 |"]
+    best_jsonl = 0.0
+    os.sched_setaffinity(0, {min(cpu)})
+    try:
+        for name, make in sinks.items():
+            times = []
+            n = 0
+            for _ in range(args.repeat):
+                write, close = make()
+                t, n = run_path(session, batches, write)
+                close()
+                times.append(t)
+            t = statistics.median(times)
+            eps = events / (drain_s + t)
+            if name.startswith("JSONL"):
+                best_jsonl = eps
+            rows.append(f"| drain + {name} | {eps:,.0f} | {n / (drain_s + t):,.0f} | {eps / (events / drain_s):.3f} |")
+            print(rows[-1], flush=True)
+    finally:
+        os.sched_setaffinity(0, cpu)
+        for p in tmp.iterdir():
+            p.unlink()
+        tmp.rmdir()
+    traffic = f"`-N -l {args.write_len}`" if args.write_len else "bulk"
+    head = [
+        f"`python bench/run.py collect_decode` ({datetime.now(UTC):%Y-%m-%d}, kernel {platform.release()}, "
+        f"{os.cpu_count()} CPUs shared with other engineers' work). tcp+siftr at ppl=1; "
+        f"{args.fill_seconds:g} s of iperf3 on loopback ({traffic}) filled a "
+        f"{args.ring >> 20} MiB ring unread: {events:,} events received, {lost} lost, {generated:,} generated "
+        f"(kernel counters). One CPU then drained it and ran each path over the same batches "
+        f"(median of {args.repeat}); rates are over process CPU time of drain + path.",
+        "",
+        "| path (one CPU) | events/s | records/s | ratio to bare drain |",
+        "|---|---:|---:|---:|",
+    ]
+    return [*head, *rows, ""], best_jsonl if lost == 0 else 0.0
+
+
+def _file_sink(path: Path) -> tuple[Callable[[list], None], Callable[[], None]]:
+    sink = FileSink(path)
+    return sink.write, sink.close
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fill-seconds", type=float, default=1.0)
+    parser.add_argument("--write-len", type=int, default=0, help="iperf3 -N -l N (0: bulk, the default)")
+    parser.add_argument("--ring", type=int, default=256 << 20)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--save", help="also save the drained events (.npy) for offline profiling")
+    parser.add_argument("--no-docs", action="store_true")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench_collect_decode: needs root (loads eBPF programs)", file=sys.stderr)
+        return 1
+    body, jsonl = measure(args)
+    verdict = "met" if jsonl >= TARGET else "not met"
+    body.append(
+        f"Target ≥ {TARGET:,} events/s on one core without loss, into the JSONL sink: {jsonl:,.0f} ({verdict})."
+    )
+    print("\n".join(body))
+    if not args.no_docs:
+        write_doc_section(body)
+    return 0
+
+
+def write_doc_section(body: list[str]) -> None:
+    """Replace (or append) this benchmark's own section of docs/benchmarks.md."""
+    text = DOC.read_text(encoding="utf-8")
+    section = "\n".join([SECTION, "", *body, ""])
+    if SECTION in text:
+        head, rest = text.split(SECTION, 1)
+        tail = rest.split("\n## ", 1)
+        text = head + section + ("\n## " + tail[1] if len(tail) > 1 else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    DOC.write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

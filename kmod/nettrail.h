@@ -373,6 +373,9 @@ enum nt_skb_stage {
 	NT_SKB_CONSUME = 6,    /* consume_skb: normal end */
 	NT_SKB_LAST_SEEN = 7,  /* the address was reused without an observed free */
 	NT_SKB_QUEUE = 8,      /* net_dev_queue of a tracked buffer (forwarded) */
+	/* inferred at sock_recv_length (no tracepoint where the kernel does it): */
+	NT_SKB_COPY_INFERRED = 9,     /* a datagram copied without skb_copy_datagram_iovec (UDP linear copy) */
+	NT_SKB_CONSUME_INFERRED = 10, /* a fully read buffer freed by skb_attempt_defer_free / __kfree_skb */
 };
 
 /* Map `skbs` value: identity of a tracked buffer lifetime, keyed by its address. The
@@ -383,8 +386,43 @@ struct nt_skb_id {
 	__u64 head;    /* skb->head at first sighting: a new head means a new buffer */
 	__u64 prev_ns; /* time of the previous stage */
 	__u32 gen;
+	__u32 copied;  /* bytes read by recvmsg calls that returned (not peeks), for the inferred consume */
 	__u8 last_stage;
-	__u8 _pad[3];
+	__u8 _pad[7];
+};
+
+/* Map `skb_reads` value: buffers skb_copy_datagram_iovec copied during this task's
+ * recvmsg call, settled at its sock_recv_length (a peek consumes nothing). */
+#define NT_SKB_READS 16
+struct nt_skb_read {
+	__u64 addr;
+	__u64 uid;
+	__u32 len;     /* bytes copied */
+	__u32 skb_len; /* skb->len then: copied in total, the buffer is used up */
+};
+struct nt_skb_reads {
+	struct nt_skb_read r[NT_SKB_READS];
+	__u32 n;
+	__u32 _pad;
+};
+
+/* Map `udp_rxq`: received datagrams in arrival order per (netns, local port), so a
+ * recvmsg's sock_recv_length can name the buffer it consumed (providers.md 9.2). */
+struct nt_udp_rxq_key {
+	__u32 netns;
+	__u16 port;
+	__u16 _pad;
+	__u32 seq; /* arrival number; 0 in the key of `udp_rxq_ends` */
+};
+struct nt_udp_rxq_val {
+	__u64 addr;
+	__u64 uid;
+	__u32 len; /* skb->len at netif_receive_skb */
+	__u32 _pad;
+};
+struct nt_udp_rxq_ends {
+	__u32 head; /* next to be read */
+	__u32 tail; /* next to arrive */
 };
 
 struct nt_skb_stage_body {

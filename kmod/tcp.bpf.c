@@ -154,6 +154,36 @@ struct {
 	__type(value, __u64);
 } skb_uids SEC(".maps");
 
+/* inferred consumes (no tracepoint where TCP/UDP free a read buffer): per-task reads
+ * awaiting their recvmsg's sock_recv_length, and per-port UDP arrival queues */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct nt_skb_reads);
+} skb_reads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nt_skb_reads);
+} skb_reads_zero SEC(".maps"); /* never written: the zero value new entries copy */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct nt_udp_rxq_key);
+	__type(value, struct nt_udp_rxq_val);
+} udp_rxq SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct nt_udp_rxq_key);
+	__type(value, struct nt_udp_rxq_ends);
+} udp_rxq_ends SEC(".maps");
+
 /* ---- context, identity, attribution ------------------------------------ */
 
 /* Task or softirq context? preempt_count is a per-CPU variable that is not in
@@ -526,6 +556,7 @@ static __always_inline void flow_from_segment(struct nt_header *h, const struct 
 static __always_inline __u8 flow_from_packet(struct nt_header *h, const struct sk_buff *skb, int reverse);
 static __always_inline void skb_first(const struct sk_buff *skb, const struct sock *sk, bool rx, bool task);
 static __always_inline void udp_packet(const struct sk_buff *skb, const struct sock *sk, __u8 dir, bool task);
+static __always_inline void udp_rxq_push(const struct sk_buff *skb);
 
 /* rx_skb: the segment to take the 4-tuple from when there is no socket (drop). */
 static __always_inline void debug_point(const struct sock *sk, __u64 cookie, const struct seg *g, __u8 dir,
@@ -984,8 +1015,10 @@ int BPF_PROG(netif_receive_skb, struct sk_buff *skb)
 
 	if ((cfg.providers & NT_PROV_IP) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
 		ip_packet(skb, NULL, 0, task);
-	if (cfg.providers & NT_PROV_SKB_LIFE)
+	if (cfg.providers & NT_PROV_SKB_LIFE) {
 		skb_first(skb, NULL, true, task);
+		udp_rxq_push(skb);
+	}
 	if ((cfg.providers & NT_PROV_UDP) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
 		udp_packet(skb, NULL, 0, task);
 	return 0;
@@ -1167,10 +1200,16 @@ int BPF_PROG(sock_send_length, struct sock *sk, int ret, int flags)
 	return 0;
 }
 
+static __always_inline void skb_recv_done(const struct sock *sk, int ret, int flags, bool task);
+
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(sock_recv_length, struct sock *sk, int ret, int flags)
 {
-	user_call(sk, ret, flags, PRU_RCVD, PRU_RCVOOB, in_task(ctx));
+	bool task = in_task(ctx);
+
+	user_call(sk, ret, flags, PRU_RCVD, PRU_RCVOOB, task);
+	if (task && (cfg.providers & NT_PROV_SKB_LIFE))
+		skb_recv_done(sk, ret, flags, task);
 	return 0;
 }
 
@@ -1187,8 +1226,8 @@ static __always_inline __u64 ptr_value(const void *p)
 	return v;
 }
 
-static __always_inline void skb_emit(struct nt_skb_id *id, const struct sk_buff *skb, __u8 stage, __u8 end, __s32 rc,
-				     __u64 now, bool task)
+static __always_inline void skb_emit_as(struct nt_skb_id *id, __u32 len, __u16 protocol, __u8 stage, __u8 end,
+					__s32 rc, __u64 now, bool task)
 {
 	struct nt_event *e = reserve(NT_EV_SKB_STAGE);
 
@@ -1203,12 +1242,24 @@ static __always_inline void skb_emit(struct nt_skb_id *id, const struct sk_buff 
 	e->skb_stage.since_prev_ns = now - id->prev_ns;
 	e->skb_stage.since_first_ns = now - id->hdr.ts_ns;
 	e->skb_stage.skb_gen = id->gen;
-	e->skb_stage.len = BPF_CORE_READ(skb, len);
+	e->skb_stage.len = len;
 	e->skb_stage.rc = rc;
-	e->skb_stage.protocol = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	e->skb_stage.protocol = protocol;
 	e->skb_stage.stage = stage;
 	e->skb_stage.end = end;
 	bpf_ringbuf_submit(e, 0);
+}
+
+static __always_inline void skb_emit(struct nt_skb_id *id, const struct sk_buff *skb, __u8 stage, __u8 end, __s32 rc,
+				     __u64 now, bool task)
+{
+	skb_emit_as(id, BPF_CORE_READ(skb, len), bpf_ntohs(BPF_CORE_READ(skb, protocol)), stage, end, rc, now, task);
+}
+
+/* the ethertype of a buffer no longer there to read (inferred stages) */
+static __always_inline __u16 skb_id_protocol(const struct nt_skb_id *id)
+{
+	return id->hdr.family == AF_INET6 ? ETH_P_IPV6 : ETH_P_IP;
 }
 
 /* Is a buffer seen again at a first-sighting hook still the same lifetime? Received
@@ -1299,11 +1350,179 @@ int BPF_PROG(net_dev_xmit, struct sk_buff *skb, int rc, struct net_device *dev, 
 	return 0;
 }
 
+/* ---- skb provider: inferred consumes --------------------------------------
+ * TCP (tcp_eat_recv_skb) and UDP (skb_consume_udp) free a read buffer through
+ * skb_attempt_defer_free: on the allocating CPU that is kfree_skb_napi_cache /
+ * __kfree_skb, which have no tracepoint; only a cross-CPU deferral is freed by
+ * napi_consume_skb (consume_skb tracepoint, the real stage). So a buffer that a
+ * recvmsg copied whole ends at that call's sock_recv_length: it was freed between the
+ * copy and then. TCP: skb_copy_datagram_iovec names the buffer; the bytes count once
+ * the call returns without MSG_PEEK. UDP copies a linear datagram without a
+ * tracepoint: the receive side queues tracked datagrams per (netns, port) in arrival
+ * order, and a recvmsg takes the oldest still tracked (drops have untracked theirs). */
+
+#define MSG_PEEK 2
+#define NT_UDP_RXQ_SKIP 8
+
+static __always_inline void skb_read_note(const struct sk_buff *skb, int len)
+{
+	__u64 addr = ptr_value(skb);
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), zero = 0, n;
+	struct nt_skb_id *id = bpf_map_lookup_elem(&skbs, &addr);
+	struct nt_skb_reads *rs, *z;
+
+	if (!id)
+		return;
+	rs = bpf_map_lookup_elem(&skb_reads, &tid);
+	if (!rs) {
+		z = bpf_map_lookup_elem(&skb_reads_zero, &zero);
+		if (!z || bpf_map_update_elem(&skb_reads, &tid, z, BPF_ANY))
+			return;
+		rs = bpf_map_lookup_elem(&skb_reads, &tid);
+		if (!rs)
+			return;
+	}
+	n = rs->n;
+	if (n >= NT_SKB_READS)
+		return; /* a longer read: its later buffers end last-seen */
+	rs->r[n].addr = addr;
+	rs->r[n].uid = id->uid;
+	rs->r[n].len = len;
+	rs->r[n].skb_len = BPF_CORE_READ(skb, len);
+	rs->n = n + 1;
+}
+
+/* sock_recv_length: the buffers this call copied whole are consumed */
+static __always_inline void skb_reads_settle(int ret, int flags, bool task)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), i;
+	struct nt_skb_reads *rs = bpf_map_lookup_elem(&skb_reads, &tid);
+	__u64 now = bpf_ktime_get_ns();
+
+	if (!rs)
+		return;
+	if (ret > 0 && !(flags & MSG_PEEK)) {
+		for (i = 0; i < NT_SKB_READS; i++) {
+			struct nt_skb_read *r = &rs->r[i];
+			struct nt_skb_id *id;
+
+			if (i >= rs->n)
+				break;
+			id = bpf_map_lookup_elem(&skbs, &r->addr);
+			if (!id || id->uid != r->uid)
+				continue; /* freed with a tracepoint already, or a new lifetime */
+			id->copied += r->len;
+			if (id->copied < r->skb_len)
+				continue; /* partly read: the rest stays queued */
+			skb_emit_as(id, r->skb_len, skb_id_protocol(id), NT_SKB_CONSUME_INFERRED, SKB_END_CONSUMED, 0, now,
+				    task);
+			bpf_map_delete_elem(&skbs, &r->addr);
+		}
+	}
+	bpf_map_delete_elem(&skb_reads, &tid);
+}
+
+/* netif_receive_skb of a tracked UDP datagram: queue it for its local port */
+static __always_inline void udp_rxq_push(const struct sk_buff *skb)
+{
+	__u64 addr = ptr_value(skb);
+	struct nt_skb_id *id = bpf_map_lookup_elem(&skbs, &addr);
+	unsigned char *nh = BPF_CORE_READ(skb, data);
+	struct nt_udp_rxq_key k = {};
+	struct nt_udp_rxq_val v = {};
+	struct nt_udp_rxq_ends fresh = {}, *q;
+	__u8 first, proto, hlen;
+	__u16 ports[2];
+
+	if (!id || bpf_probe_read_kernel(&first, 1, nh))
+		return;
+	if ((first >> 4) == 4) {
+		hlen = (first & 0xf) * 4;
+		if (bpf_probe_read_kernel(&proto, 1, nh + 9))
+			return;
+	} else if ((first >> 4) == 6) {
+		hlen = 40; /* extension headers: not queued, such a datagram ends last-seen */
+		if (bpf_probe_read_kernel(&proto, 1, nh + 6))
+			return;
+	} else {
+		return;
+	}
+	if ((proto != IPPROTO_UDP && proto != IPPROTO_UDPLITE) || bpf_probe_read_kernel(ports, sizeof(ports), nh + hlen))
+		return;
+	k.netns = BPF_CORE_READ(skb, dev, nd_net.net, ns.inum);
+	k.port = bpf_ntohs(ports[1]);
+	q = bpf_map_lookup_elem(&udp_rxq_ends, &k);
+	if (!q) {
+		bpf_map_update_elem(&udp_rxq_ends, &k, &fresh, BPF_NOEXIST);
+		if (!(q = bpf_map_lookup_elem(&udp_rxq_ends, &k)))
+			return;
+	}
+	k.seq = q->tail++; /* not atomic (fetch-add's result needs -mcpu=v3): one port's datagrams arrive on one CPU at a time, mostly */
+	v.addr = addr;
+	v.uid = id->uid;
+	v.len = BPF_CORE_READ(skb, len);
+	bpf_map_update_elem(&udp_rxq, &k, &v, BPF_ANY);
+}
+
+/* sock_recv_length of a UDP socket (not a peek): the oldest tracked datagram queued
+ * for its port was copied (inferred unless skb_copy_datagram_iovec saw it) and freed */
+static __always_inline void udp_rxq_pop(const struct sock *sk, int ret, bool task)
+{
+	struct nt_udp_rxq_key k = {};
+	struct nt_udp_rxq_ends *q;
+	__u64 now = bpf_ktime_get_ns(), addr, uid;
+	__u32 i, len;
+
+	k.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+	k.port = BPF_CORE_READ(sk, __sk_common.skc_num);
+	q = bpf_map_lookup_elem(&udp_rxq_ends, &k);
+	if (!q)
+		return;
+	for (i = 0; i < NT_UDP_RXQ_SKIP; i++) {
+		struct nt_udp_rxq_val *v;
+		struct nt_skb_id *id;
+
+		if ((__s32)(q->tail - q->head) <= 0)
+			return;
+		k.seq = q->head++;
+		v = bpf_map_lookup_elem(&udp_rxq, &k);
+		if (!v)
+			continue;
+		addr = v->addr;
+		uid = v->uid;
+		len = v->len;
+		bpf_map_delete_elem(&udp_rxq, &k);
+		id = bpf_map_lookup_elem(&skbs, &addr);
+		if (!id || id->uid != uid)
+			continue; /* dropped (untracked by kfree_skb) or a new lifetime */
+		if (id->last_stage != NT_SKB_COPY) {
+			skb_emit_as(id, len, skb_id_protocol(id), NT_SKB_COPY_INFERRED, 0, ret, now, task);
+			id->prev_ns = now;
+		}
+		skb_emit_as(id, len, skb_id_protocol(id), NT_SKB_CONSUME_INFERRED, SKB_END_CONSUMED, 0, now, task);
+		bpf_map_delete_elem(&skbs, &addr);
+		return;
+	}
+}
+
 SEC("tp_btf/skb_copy_datagram_iovec")
 int BPF_PROG(skb_copy_datagram_iovec, const struct sk_buff *skb, int len)
 {
-	skb_later(skb, NT_SKB_COPY, 0, len, in_task(ctx));
+	bool task = in_task(ctx);
+
+	skb_later(skb, NT_SKB_COPY, 0, len, task);
+	if (task && len > 0 && (cfg.providers & NT_PROV_SKB_LIFE))
+		skb_read_note(skb, len);
 	return 0;
+}
+
+static __always_inline void skb_recv_done(const struct sock *sk, int ret, int flags, bool task)
+{
+	__u16 proto = BPF_CORE_READ(sk, sk_protocol);
+
+	if ((proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE) && ret >= 0 && !(flags & MSG_PEEK))
+		udp_rxq_pop(sk, ret, task);
+	skb_reads_settle(ret, flags, task);
 }
 
 SEC("tp_btf/consume_skb")

@@ -26,20 +26,28 @@ from translators.kernel import (
 )
 from translators.records import DropCount, SkbDrop, SkbEvent
 
-# enum nt_skb_stage (kmod/nettrail.h), in value order
-STAGES = ("rx-first", "tx-first", "rx", "xmit-start", "xmit", "copy", "consume", "last-seen", "queue")
+# enum nt_skb_stage (kmod/nettrail.h), in value order: (stage name, hook). Values 9 and
+# 10 are the inferred copy and consume (the kernel frees a read buffer, or copies a
+# linear datagram, without a tracepoint): stamped at the recvmsg's sock_recv_length.
+STAGE_TABLE = (
+    ("rx-first", "tp_btf/netif_receive_skb"),
+    ("tx-first", "tp_btf/net_dev_queue"),
+    ("rx", "tp_btf/netif_receive_skb"),
+    ("xmit-start", "tp_btf/net_dev_start_xmit"),
+    ("xmit", "tp_btf/net_dev_xmit"),
+    ("copy", "tp_btf/skb_copy_datagram_iovec"),
+    ("consume", "tp_btf/consume_skb"),
+    ("last-seen", "map/skbs"),
+    ("queue", "tp_btf/net_dev_queue"),
+    ("copy", "tp_btf/sock_recv_length"),
+    ("consume", "tp_btf/sock_recv_length"),
+)
+STAGES = tuple(name for name, _ in STAGE_TABLE)
+HOOKS = tuple(hook for _, hook in STAGE_TABLE)
+INFERRED = frozenset({9, 10})
+# an inferred stage's time is its recvmsg's return, an upper bound of the real one
+INFERRED_APPROX = ["ts_ns", "since_prev_ns", "since_first_ns"]
 ENDS = {1: "consumed", 2: "dropped", 3: "last_seen"}
-STAGE_HOOKS = {
-    "rx-first": "tp_btf/netif_receive_skb",
-    "rx": "tp_btf/netif_receive_skb",
-    "tx-first": "tp_btf/net_dev_queue",
-    "queue": "tp_btf/net_dev_queue",
-    "xmit-start": "tp_btf/net_dev_start_xmit",
-    "xmit": "tp_btf/net_dev_xmit",
-    "copy": "tp_btf/skb_copy_datagram_iovec",
-    "consume": "tp_btf/consume_skb",
-    "last-seen": "map/skbs",
-}
 L4_NAMES = {1: "icmp", 6: "tcp", 17: "udp", 58: "icmpv6", 132: "sctp", 136: "udplite"}
 ETH_P_IP, ETH_P_IPV6 = 0x0800, 0x86DD
 
@@ -88,11 +96,14 @@ def translate_stage(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
         raise ValueError(f"skb_event.stage: unknown nt_skb_stage {value}")
     stage = STAGES[value]
     first = stage in ("rx-first", "tx-first")
+    kwargs: dict[str, Any] = envelope(raw, env, "skb", f"skb-{stage}", HOOKS[value])
+    if value in INFERRED:
+        kwargs["approx"] = list(INFERRED_APPROX)
     return [
         make(
             SkbEvent,
             dict(
-                **envelope(raw, env, "skb", f"skb-{stage}", STAGE_HOOKS[stage]),
+                **kwargs,
                 skb_uid=raw["skb_uid"],
                 skb_gen=raw["skb_gen"],
                 len=raw["len"],
@@ -144,10 +155,10 @@ def translate_stage_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[Kerne
     if kernel.VALIDATE or not env.wire or any(s >= len(STAGES) for s in stages_raw):
         return row_by_row(a, env, translate_stage)
     stages = [STAGES[s] for s in stages_raw]
-    columns = envelope_columns(a, env, "skb", [f"skb-{s}" for s in stages], [STAGE_HOOKS[s] for s in stages])
+    columns = envelope_columns(a, env, "skb", [f"skb-{s}" for s in stages], [HOOKS[s] for s in stages_raw])
     columns.update(
         {
-            "approx": [[] for _ in stages],
+            "approx": [list(INFERRED_APPROX) if s in INFERRED else [] for s in stages_raw],
             "skb_uid": a["skb_uid"].tolist(),
             "skb_gen": a["skb_gen"].tolist(),
             "len": a["len"].tolist(),

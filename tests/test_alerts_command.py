@@ -29,12 +29,12 @@ def test_it_prints_every_emitted_alert_as_json(tmp_path, capsys):
     assert main(["alerts", str(p), "--libxo", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     alerts = doc["nettrail"]["alert"]
-    assert [(a["rule-id"], a["condition"], a["status"], a["count"]) for a in alerts] == [
+    assert [(a["rule_id"], a["condition"], a["status"], a["count"]) for a in alerts] == [
         ("K5", "tcp-zerowindow", "open", 1),
         ("K5", "tcp-zerowindow", "open", 3),  # final state at the end of the file
     ]
     assert alerts[1]["evidence"] == [r.seq for r in recs]
-    assert alerts[0]["alert-id"] == alerts[1]["alert-id"]
+    assert alerts[0]["alert_id"] == alerts[1]["alert_id"]
 
 
 def test_it_prints_only_the_last_version_with_final(tmp_path, capsys):
@@ -42,7 +42,7 @@ def test_it_prints_only_the_last_version_with_final(tmp_path, capsys):
     write_stream(p)
     assert main(["alerts", str(p), "--final", "--libxo", "json"]) == 0
     alerts = json.loads(capsys.readouterr().out)["nettrail"]["alert"]
-    assert [(a["rule-id"], a["count"]) for a in alerts] == [("K5", 3)]
+    assert [(a["rule_id"], a["count"]) for a in alerts] == [("K5", 3)]
 
 
 def test_it_reports_a_bad_line_by_number_and_still_analyses_the_rest(tmp_path, capsys):

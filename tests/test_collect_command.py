@@ -101,13 +101,13 @@ def test_libxo_json_output_holds_one_list_per_record_kind_with_the_envelope() ->
         assert status == 0, err
         doc = json.loads(out, object_pairs_hook=no_duplicate_keys)
         lists = doc["nettrail"]
-        assert {"tcp-state", "siftr-sample", "connection"} <= set(lists)
+        assert {"tcp_state", "siftr_sample", "connection"} <= set(lists)
         for name, items in lists.items():
             assert isinstance(items, list) and items
             for item in items:
-                assert item["kind"].replace("_", "-") == name
-                assert all(f.replace("_", "-") in item for f in ENVELOPE)
-        states = [s for s in lists["tcp-state"] if s["dport"] == port]
+                assert item["kind"] == name
+                assert all(f in item for f in ENVELOPE)
+        states = [s for s in lists["tcp_state"] if s["dport"] == port]
         assert {"SYN_SENT", "ESTABLISHED", "FIN_WAIT_1"} <= {s["state"] for s in states}
         assert all({"src", "sport", "dst", "dport"} <= set(s) for s in states)
 

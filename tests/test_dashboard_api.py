@@ -228,7 +228,7 @@ def test_xml_text_and_html_exports_carry_the_records(client: Client, cast: dict[
     html = b"".join(client.get(f"/api/dash/connections/{uuid}/export", {"format": "html"}).streaming_content).decode()  # type: ignore[attr-defined]
     assert 'class="line"' in html and "K1" in html
     doc = json.loads(b"".join(client.get(f"/api/dash/connections/{uuid}/export").streaming_content))  # type: ignore[attr-defined]
-    assert doc["nettrail"]["alert"][0]["rule-id"] == "K1"
+    assert doc["nettrail"]["alert"][0]["rule_id"] == "K1"
     bad = client.get(f"/api/dash/connections/{uuid}/export", {"format": "pdf"})
     assert bad.status_code == 400 and bad.json() == {"error": "format must be one of json, xml, text, html"}
 

@@ -37,7 +37,7 @@ def report_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any
     assert status == 0, err
     doc = json.loads(out)
     jsonschema.validate(doc, json.loads((SCHEMA_DIR / "report.schema.json").read_text()))
-    return doc["nettrail-report"]  # type: ignore[no-any-return]
+    return doc["nettrail_report"]  # type: ignore[no-any-return]
 
 
 def test_the_json_report_validates_and_holds_every_connection_lifecycle(
@@ -45,22 +45,22 @@ def test_the_json_report_validates_and_holds_every_connection_lifecycle(
 ) -> None:
     rep = report_json(capsys)
     conns = rep["connection"]
-    assert [c["conn-uuid"] for c in conns] == [CONN_A, CONN_B, CONN_C]
+    assert [c["conn_uuid"] for c in conns] == [CONN_A, CONN_B, CONN_C]
     a = conns[0]
-    assert (a["host-id"], a["state"], a["retransmits"], a["resets"], a["alerts"]) == ("alpha", "CLOSED", 1, 1, 1)
-    assert [s["state"] for s in a["tcp-state"]] == ["SYN_SENT", "ESTABLISHED", "CLOSED"]
-    assert [s["snd-cwnd"] for s in a["siftr-sample"]] == [14480, 28960, 43440]
-    assert [x["seq"] for x in a["tcp-retransmit"]] == [6]
-    assert [(x["rule-id"], x["thresholds"]) for x in a["alert"]] == [("K1", K1)]
-    assert [x["sender"] for x in a["tcp-reset"]] == ["peer"]
-    assert set(a) - {"conn-uuid"} >= {"tcp-state", "siftr-sample", "tcp-retransmit", "alert", "tcp-reset"}
-    assert "skb-drop" not in a
-    assert [x["drop-reason-str"] for x in conns[2]["skb-drop"]] == ["TCP_CSUM"]
+    assert (a["host_id"], a["state"], a["retransmits"], a["resets"], a["alerts"]) == ("alpha", "CLOSED", 1, 1, 1)
+    assert [s["state"] for s in a["tcp_state"]] == ["SYN_SENT", "ESTABLISHED", "CLOSED"]
+    assert [s["snd_cwnd"] for s in a["siftr_sample"]] == [14480, 28960, 43440]
+    assert [x["seq"] for x in a["tcp_retransmit"]] == [6]
+    assert [(x["rule_id"], x["thresholds"]) for x in a["alert"]] == [("K1", K1)]
+    assert [x["sender"] for x in a["tcp_reset"]] == ["peer"]
+    assert set(a) - {"conn_uuid"} >= {"tcp_state", "siftr_sample", "tcp_retransmit", "alert", "tcp_reset"}
+    assert "skb_drop" not in a
+    assert [x["drop_reason_str"] for x in conns[2]["skb_drop"]] == ["TCP_CSUM"]
     un = rep["unattributed"]
-    assert [x["lost"] for x in un["loss-report"]] == [5, 2]
-    assert [x["rule-id"] for x in un["alert"]] == ["H1"]
-    assert [x["drop-reason-str"] for x in un["skb-drop"]] == ["NO_SOCKET"]
-    assert [x["count"] for x in un["drop-count"]] == [9]
+    assert [x["lost"] for x in un["loss_report"]] == [5, 2]
+    assert [x["rule_id"] for x in un["alert"]] == ["H1"]
+    assert [x["drop_reason_str"] for x in un["skb_drop"]] == ["NO_SOCKET"]
+    assert [x["count"] for x in un["drop_count"]] == [9]
 
 
 def test_the_header_sums_hosts_providers_loss_drops_and_thresholds(
@@ -73,9 +73,9 @@ def test_the_header_sums_hosts_providers_loss_drops_and_thresholds(
                      "loss_report": 2, "drop_count": 1, "skb_drop": 2}  # fmt: skip
     providers = {p["name"]: p["records"] for p in head["provider"]}
     assert providers == {"tcp": 7, "siftr": 5, "nettrail": 2, "linux": 2, "skb": 3}
-    assert head["loss"] == {"event": [{"host": "alpha", "event-type": "tcp_probe", "lost": 7}], "lost-total": 7}
+    assert head["loss"] == {"event": [{"host": "alpha", "event_type": "tcp_probe", "lost": 7}], "lost_total": 7}
     assert sorted((d["reason"], d["drops"]) for d in head["drop"]) == [("NO_SOCKET", 1), ("TCP_CSUM", 1)]
-    rules = {r["rule-id"]: {t["name"]: t["value"] for t in r["threshold"]} for r in head["rule"]}
+    rules = {r["rule_id"]: {t["name"]: t["value"] for t in r["threshold"]} for r in head["rule"]}
     assert rules == {"H1": {"min_count": 5}, "K1": K1}
 
 
@@ -83,14 +83,14 @@ def test_filters_narrow_the_report_by_host_connection_time_and_kind(
     stored: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     beta = report_json(capsys, "--host", "beta")
-    assert [c["conn-uuid"] for c in beta["connection"]] == [CONN_C]
+    assert [c["conn_uuid"] for c in beta["connection"]] == [CONN_C]
     assert beta["header"]["filter"]["host"] == ["beta"]
     one = report_json(capsys, "--connection", CONN_B)
-    assert [c["conn-uuid"] for c in one["connection"]] == [CONN_B] and "unattributed" not in one
+    assert [c["conn_uuid"] for c in one["connection"]] == [CONN_B] and "unattributed" not in one
     timed = report_json(capsys, "--since", "1003", "--until", "1005", "--kind", "siftr_sample,tcp-state")
-    assert [c["conn-uuid"] for c in timed["connection"]] == [CONN_A]
-    assert [s["seq"] for s in timed["connection"][0]["siftr-sample"]] == [3, 4, 5]
-    assert "tcp-state" not in timed["connection"][0]
+    assert [c["conn_uuid"] for c in timed["connection"]] == [CONN_A]
+    assert [s["seq"] for s in timed["connection"][0]["siftr_sample"]] == [3, 4, 5]
+    assert "tcp_state" not in timed["connection"][0]
     assert timed["header"]["filter"]["kinds"] == "siftr_sample,tcp_state"
 
 
@@ -192,7 +192,7 @@ def test_a_failure_midway_leaves_no_partial_file(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
     monkeypatch.setattr(render, "as_records", real)
     assert run(capsys, "--libxo", "json", "-o", str(target))[0] == 0
-    assert json.loads(target.read_text())["nettrail-report"]["connection"][0]["conn-uuid"] == CONN_A
+    assert json.loads(target.read_text())["nettrail_report"]["connection"][0]["conn_uuid"] == CONN_A
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
 
 

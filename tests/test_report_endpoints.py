@@ -47,7 +47,7 @@ def test_the_json_report_streams_and_validates(viewer: Client) -> None:
     assert resp["Content-Disposition"] == 'attachment; filename="nettrail-report.json"'
     doc = json.loads(body(resp))
     jsonschema.validate(doc, json.loads((SCHEMA_DIR / "report.schema.json").read_text()))
-    assert [c["conn-uuid"] for c in doc["nettrail-report"]["connection"]] == [CONN_A, CONN_B]
+    assert [c["conn_uuid"] for c in doc["nettrail_report"]["connection"]] == [CONN_A, CONN_B]
 
 
 def test_the_xml_export_of_a_connection_validates(viewer: Client) -> None:
@@ -125,7 +125,7 @@ async def test_under_asgi_the_body_is_an_async_stream(transactional_db: None) ->
     assert resp.status_code == 200 and resp.is_async
     chunks = [chunk async for chunk in resp.streaming_content]
     doc = json.loads(b"".join(chunks))
-    assert [c["conn-uuid"] for c in doc["nettrail-report"]["connection"]] == [CONN_B]
+    assert [c["conn_uuid"] for c in doc["nettrail_report"]["connection"]] == [CONN_B]
     from django.db import connections
 
     await sync_to_async(connections.close_all)()  # the request thread's connection (PostgreSQL teardown)

@@ -18,7 +18,7 @@ import xmlschema
 
 from collector.export.schema import json_text, main, xsd
 from translators import records as r
-from xo import Writer, parse_libxo
+from xo import Writer, command_options
 
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "docs" / "schema"
 
@@ -32,7 +32,7 @@ def test_the_committed_schemas_are_the_generated_ones() -> None:
 def minimal_report(style: str) -> str:
     """The smallest report render.py can write: empty header lists, one connection, one record."""
     out = io.StringIO()
-    w = Writer(out, parse_libxo(style))
+    w = Writer(out, command_options(style))
     w.open_container("nettrail-report")
     w.open_container("header")
     w.emit("{:generated-at/%.6f}", generated_at=1.5)
@@ -69,13 +69,13 @@ def json_schema() -> dict[str, Any]:
 def test_the_json_schema_accepts_a_minimal_report_and_rejects_broken_ones() -> None:
     doc = json.loads(minimal_report("json"))
     jsonschema.validate(doc, json_schema())
-    record = doc["nettrail-report"]["connection"][0]["tcp-state"][0]
+    record = doc["nettrail_report"]["connection"][0]["tcp_state"][0]
     for field, bad in (("state", "BOGUS"), ("seq", "1"), ("surprise", 1)):
         broken = json.loads(json.dumps(doc))
-        broken["nettrail-report"]["connection"][0]["tcp-state"][0] = {**record, field: bad}
+        broken["nettrail_report"]["connection"][0]["tcp_state"][0] = {**record, field: bad}
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(broken, json_schema())
-    del doc["nettrail-report"]["header"]["loss"]
+    del doc["nettrail_report"]["header"]["loss"]
     with pytest.raises(jsonschema.ValidationError, match="'loss' is a required property"):
         jsonschema.validate(doc, json_schema())
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from xo import XoOptionError, add_libxo_argument, libxo_from_args, parse_libxo
+from xo import COMMAND_DEFAULTS, XoOptionError, add_libxo_argument, libxo_from_args, parse_libxo
 from xo.options import XoOptions, options_from_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,20 +88,27 @@ def test_bad_values_raise_an_error_naming_the_allowed_values(spec: str, fragment
 def test_the_argument_accepts_all_three_spellings_on_a_subcommand(argv: list[str]) -> None:
     parser, _ = parser_with_subcommand()
     args = parser.parse_args(["show", *argv, "file.pcap"])
-    assert libxo_from_args(args, environ={}) == XoOptions(style="xml", keys=True)
+    assert libxo_from_args(args, environ={}) == XoOptions(style="xml", keys=True, underscores=True)
     assert args.path == "file.pcap"
 
 
 def test_without_the_argument_the_style_is_text() -> None:
     parser, _ = parser_with_subcommand()
-    assert libxo_from_args(parser.parse_args(["show"]), environ={}) == XoOptions()
+    assert libxo_from_args(parser.parse_args(["show"]), environ={}) == COMMAND_DEFAULTS
+
+
+def test_commands_write_json_names_with_underscores_and_the_library_keeps_libxo_hyphens() -> None:
+    parser, _ = parser_with_subcommand()
+    args = parser.parse_args(["show", "--libxo", "json", "file.pcap"])
+    assert libxo_from_args(args, environ={}).underscores is True
+    assert parse_libxo("json").underscores is False
 
 
 def test_libxo_options_from_the_environment_combine_with_the_command_line() -> None:
     parser, _ = parser_with_subcommand()
     args = parser.parse_args(["show", "--libxo", "json"])
     assert libxo_from_args(args, environ={"LIBXO_OPTIONS": "pretty,warn"}) == XoOptions(
-        style="json", pretty=True, warn=True
+        style="json", pretty=True, warn=True, underscores=True
     )
     assert options_from_env({"LIBXO_OPTIONS": "flush-line,underscores"}) == XoOptions(flush_line=True, underscores=True)
 

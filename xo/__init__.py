@@ -8,10 +8,21 @@ Keep in sync with: ../shared/docs/libxo.md and docs/output.md.
 from __future__ import annotations
 
 from xo.fields import XoFormatError, parse_format
-from xo.options import XoOptionError, XoOptions, add_libxo_argument, libxo_from_args, options_from_env, parse_libxo
+from xo.options import (
+    COMMAND_DEFAULTS,
+    XoOptionError,
+    XoOptions,
+    add_libxo_argument,
+    command_options,
+    libxo_from_args,
+    options_from_env,
+    parse_libxo,
+)
 from xo.writer import Writer, render_records
 
 __all__ = [
+    "COMMAND_DEFAULTS",
+    "command_options",
     "XoFormatError",
     "XoOptionError",
     "XoOptions",

@@ -152,10 +152,22 @@ def parse_libxo(spec: str, base: XoOptions | None = None) -> XoOptions:
     return XoOptions(**values)
 
 
-def options_from_env(environ: Mapping[str, str] | None = None) -> XoOptions:
-    """Flags from LIBXO_OPTIONS (the subset libxo accepts there); defaults when unset."""
+# nettrail's commands and download endpoints write JSON member names with underscores:
+# then a record's JSON keys are its wire names (`conn_uuid`, `prev_state`), the same as in
+# ingest, the API and `--out FILE.jsonl`. XML and HTML keep libxo's hyphens. The bare
+# library (parse_libxo) keeps libxo's own default.
+COMMAND_DEFAULTS = XoOptions(underscores=True)
+
+
+def command_options(spec: str) -> XoOptions:
+    """Options of a download endpoint's `format` parameter, with the commands' defaults."""
+    return parse_libxo(spec, COMMAND_DEFAULTS)
+
+
+def options_from_env(environ: Mapping[str, str] | None = None, base: XoOptions | None = None) -> XoOptions:
+    """Flags from LIBXO_OPTIONS (the subset libxo accepts there) over `base` (defaults when unset)."""
     text = (os.environ if environ is None else environ).get(ENV_VAR, "")
-    values = dataclasses.asdict(XoOptions())
+    values = dataclasses.asdict(base or XoOptions())
     for word in _split_words(text) if text.strip() else []:
         _apply_word(values, word.strip(), env=True)
     return XoOptions(**values)
@@ -195,9 +207,9 @@ def add_libxo_argument(parser: argparse.ArgumentParser) -> None:
 def libxo_from_args(
     args: argparse.Namespace, environ: Mapping[str, str] | None = None, prog: str = "nettrail"
 ) -> XoOptions:
-    """Options from LIBXO_OPTIONS then --libxo; on a bad value print one line and exit 2."""
+    """Options from LIBXO_OPTIONS then --libxo over COMMAND_DEFAULTS; a bad value: one line, exit 2."""
     try:
-        base = options_from_env(environ)
+        base = options_from_env(environ, COMMAND_DEFAULTS)
         spec = getattr(args, "libxo", None)
         return base if spec is None else parse_libxo(spec, base)
     except XoOptionError as exc:

@@ -17,7 +17,6 @@ Keep in sync with: docs/analyze.md, collector/analysis/capture_flows.py (Totals)
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import os
 import sys
@@ -86,7 +85,7 @@ def capture_id(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    options = dataclasses.replace(libxo_from_args(args), underscores=True)
+    options = libxo_from_args(args)
     path: str = args.file
     if looks_like_siftr(path):  # a siftr(4) log: starts with enable_time_secs= (issue 9)
         return analyze_siftr(args)

@@ -60,9 +60,7 @@ def host_identity() -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    options = dataclasses.replace(libxo_from_args(args), underscores=True)
+    options = libxo_from_args(args)
     if args.duration is not None and args.duration <= 0:
         print("nettrail: capture: --duration must be positive", file=sys.stderr)
         return 2

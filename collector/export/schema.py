@@ -160,16 +160,36 @@ def json_schema() -> dict[str, Any]:
          "unattributed": _obj(dict(kinds))},
         ["header", "connection"],
     )  # fmt: skip
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://nettrail.invalid/schema/report.schema.json",
-        "title": "nettrail trace report (nettrail report --libxo json)",
-        "type": "object",
-        "properties": {REPORT: report},
-        "required": [REPORT],
-        "additionalProperties": False,
-        "$defs": {kind: _json_record(kind) for kind in BY_KIND},
-    }
+    return _underscored(
+        {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": "https://nettrail.invalid/schema/report.schema.json",
+            "title": "nettrail trace report (nettrail report --libxo json)",
+            "type": "object",
+            "properties": {REPORT: report},
+            "required": [REPORT],
+            "additionalProperties": False,
+            "$defs": {kind: _json_record(kind) for kind in BY_KIND},
+        }
+    )
+
+
+def _underscored(node: Any) -> Any:
+    """JSON member names as the commands write them (xo.COMMAND_DEFAULTS: underscores)."""
+    if isinstance(node, list):
+        return [_underscored(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key == "properties":
+            value = {name.replace("-", "_"): _underscored(v) for name, v in value.items()}
+        elif key == "required":
+            value = [name.replace("-", "_") for name in value]
+        else:
+            value = _underscored(value)
+        out[key] = value
+    return out
 
 
 # --- XSD -------------------------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ Keep in sync with: translators/siftr_log.py (the format), collector/commands/ana
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import os
 import sys
@@ -96,7 +95,7 @@ class FlowSummary:
 
 def analyze_siftr(args: argparse.Namespace) -> int:
     """The analyze command for a SIFTR log: flows, totals, loss; samples with --packets; --store."""
-    options = dataclasses.replace(libxo_from_args(args), underscores=True)
+    options = libxo_from_args(args)
     if getattr(args, "server", None):
         print("nettrail: analyze: --server is not supported for SIFTR logs; use --store", file=sys.stderr)
         return 2

@@ -96,15 +96,15 @@ def test_the_json_export_downloads_the_connections_records(
     target = tmp_path / "export.json"
     info.value.save_as(target)
     doc = json.loads(target.read_text())["nettrail"]
-    assert doc["conn-uuid"] == ingested.uuid
+    assert doc["conn_uuid"] == ingested.uuid
     assert (doc["src"], doc["sport"], doc["dst"], doc["dport"]) == ("127.0.0.1", 40100, "127.0.0.1", 8443)
-    assert [r["state"] for r in doc["tcp-state"]] == list(STATES)
-    assert len(doc["siftr-sample"]) == SIFTR_SAMPLES
-    assert len(doc["tcp-retransmit"]) == len(RETRANSMITTED)
-    assert doc["tcp-retransmit"][0]["tcp-payload-len"] == MSS
-    assert doc["skb-drop"][0]["drop-reason-str"] == DROP_REASON
-    assert doc["alert"][0]["rule-id"] == "K1"
-    assert doc["connection"][0]["bytes-orig"] == 60 * MSS
+    assert [r["state"] for r in doc["tcp_state"]] == list(STATES)
+    assert len(doc["siftr_sample"]) == SIFTR_SAMPLES
+    assert len(doc["tcp_retransmit"]) == len(RETRANSMITTED)
+    assert doc["tcp_retransmit"][0]["tcp_payload_len"] == MSS
+    assert doc["skb_drop"][0]["drop_reason_str"] == DROP_REASON
+    assert doc["alert"][0]["rule_id"] == "K1"
+    assert doc["connection"][0]["bytes_orig"] == 60 * MSS
 
 
 def test_a_100000_point_chart_draws_and_reports_its_time(server: Server, page: Any, ingested: Any) -> None:

@@ -23,7 +23,7 @@ from translators.records import BY_KIND, Record, describe
 from webapp.http import json_error
 from webapp.traces.models import KIND_MODELS, Connection
 from webapp.traces.schema import CONNECTIONLESS_KINDS
-from xo import Writer, XoOptionError, parse_libxo
+from xo import Writer, XoOptionError, command_options
 
 FORMATS = {
     "json": ("json,pretty", "application/json", "json"),
@@ -76,7 +76,7 @@ def records_of(uuid: str) -> Iterator[Record]:
 
 def _render(conn: Connection, spec: str) -> Iterator[str]:
     stream = _Chunks()
-    w = Writer(stream, parse_libxo(spec))  # type: ignore[arg-type]
+    w = Writer(stream, command_options(spec))  # type: ignore[arg-type]
     w.open_container("nettrail")
     _identity(w, conn)
     for count, rec in enumerate(records_of(conn.conn_uuid), start=1):

@@ -27,7 +27,7 @@ from collector.export.filters import FilterError, ReportFilter, build_filter
 from webapp.http import json_error
 from webapp.reports.exports import SIFTR_VERSIONS, ExportUnavailable, pcap_steps, siftr_steps
 from webapp.reports.render import ReportNotFound, check, report_steps
-from xo import Writer, XoOptionError, parse_libxo
+from xo import Writer, XoOptionError, command_options
 
 FLUSH_BYTES = 64 * 1024
 STYLE_TYPES = {
@@ -93,7 +93,7 @@ def _filter(request: HttpRequest, *, connection: str | None = None, host: str | 
 
 
 def _report(request: HttpRequest, f: ReportFilter) -> HttpResponseBase:
-    options = parse_libxo(request.GET.get("format", "json"))
+    options = command_options(request.GET.get("format", "json"))
     check(f)
     style = str(options.style)
     ctype = STYLE_TYPES.get(style, "text/plain")

@@ -140,7 +140,7 @@ WORDS = set(
     name of offset order out packets payload per permitted ports probe protocol provider reason
     received recent retransmission retransmits reused rule sacked samples scale scaled schema segment
     sender sent severity since size source spurious stage start state status stream thresholds total
-    type update urgent wall window wire zero
+    type update urgent value wall window wire zero counter
     """.split()
 )
 # Abbreviations kept because the kernel, FreeBSD, Zeek or tshark use them for the same data
@@ -163,6 +163,7 @@ ABBREVIATIONS: dict[str, str] = {
     ),
     **dict.fromkeys("rtt rel dup num str ver gen off".split(), "tshark / Wireshark field names"),
     **dict.fromkeys("cpu uuid sock approx buf prev".split(), "common usage"),
+    "mib": "SNMP MIB groups of /proc/net/netstat and /proc/net/snmp (TcpExt, Tcp)",
     **dict.fromkeys("ns us ms s".split(), "units (style.md: units in the name)"),
 }
 # FreeBSD names that end in 2 (style.md: no "2" suffixes except where the FreeBSD name has it).

@@ -570,6 +570,15 @@ class LossReport(Record, tag="loss_report", kw_only=True):
     per_cpu: Annotated[list[int] | None, doc("lost_total per CPU")] = None
 
 
+class StackCounter(Record, tag="stack_counter", kw_only=True):
+    """A TCP/IP MIB counter of /proc/net/netstat or /proc/net/snmp that moved (per network namespace)."""
+
+    mib: Annotated[str, doc("MIB group of the counter, e.g. TcpExt or Tcp", key=True)]
+    counter: Annotated[str, doc("counter name as the kernel spells it, e.g. ListenOverflows", key=True, brief=True, index=True)]
+    value: Annotated[int, doc("counter value when read", brief=True)]
+    delta: Annotated[int, doc("increase since the previous report", brief=True)]
+
+
 class Alert(FlowRecord, tag="alert", kw_only=True):
     """An anomaly alert (anomalies.md): grouped, with evidence and the thresholds in force."""
 
@@ -606,6 +615,7 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     SockEvent,
     FlowCounters,
     LossReport,
+    StackCounter,
     Alert,
 )
 BY_KIND: dict[str, type[Record]] = {t.__struct_config__.tag: t for t in RECORD_TYPES}  # type: ignore[misc]

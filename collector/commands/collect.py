@@ -16,11 +16,14 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
 from collector import identity
+from collector.analysis import live
+from collector.analysis.config import ConfigError
 from collector.bpf import loader
 from collector.bpf.build import BuildError
 from collector.bpf.kallsyms import kernel_symbols
@@ -71,6 +74,15 @@ def register(subparsers: Any) -> None:
         type=int,
         default=0,
         help="skb: drop events per second per CPU (default 0 = all; counts stay exact)",
+    )
+    p.add_argument(
+        "--alerts", action="store_true", help="run the alert rules over the records and emit alert records too"
+    )
+    p.add_argument("--rules", default=None, help="with --alerts: rules TOML file (default $NETTRAIL_RULES or none)")
+    p.add_argument(
+        "--no-stack-counters",
+        action="store_true",
+        help="do not report moves of the TCP MIB counters of /proc/net/netstat as stack_counter records",
     )
     p.set_defaults(func=run)
 
@@ -174,19 +186,31 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         return fail(problem)
     try:
+        alerting = live.Alerting.from_args(args.rules) if args.alerts else None
+    except ConfigError as exc:
+        return fail(str(exc), 2)
+    try:
         sink = open_sink(args)
     except (ValueError, ImportError) as exc:
+        if alerting is not None:
+            alerting.close()
         return fail(str(exc), 2)
     except OSError as exc:
+        if alerting is not None:
+            alerting.close()
         return fail(f"cannot open output: {exc}")
     stop = StopFlag()  # before anything is attached: a signal at any point ends in a clean detach
     try:
-        return trace(opts, sink, stop, args)
+        return trace(opts, sink, stop, args, alerting)
     finally:
         stop.restore()
+        if alerting is not None:
+            alerting.close()
 
 
-def trace(opts: Options, sink: Sink, stop: StopFlag, args: argparse.Namespace) -> int:
+def trace(
+    opts: Options, sink: Sink, stop: StopFlag, args: argparse.Namespace, alerting: live.Alerting | None = None
+) -> int:
     session = KernelSession(opts)
     try:
         session.__enter__()
@@ -196,7 +220,7 @@ def trace(opts: Options, sink: Sink, stop: StopFlag, args: argparse.Namespace) -
     ids = " ".join(f"{name}#{pid}" for name, pid in session.program_ids().items())
     print(f"{PROG}: tracing {','.join(opts.providers)} (programs {ids})", file=sys.stderr, flush=True)
     try:
-        source = collect(session, sink, stop, args.duration, args.flow_interval)
+        source = collect(session, sink, stop, args.duration, args.flow_interval, alerting, not args.no_stack_counters)
     finally:
         session.close()
         sink.close()
@@ -205,7 +229,13 @@ def trace(opts: Options, sink: Sink, stop: StopFlag, args: argparse.Namespace) -
 
 
 def collect(
-    session: KernelSession, sink: Sink, stop: StopFlag, duration: float | None, flow_interval: float
+    session: KernelSession,
+    sink: Sink,
+    stop: StopFlag,
+    duration: float | None,
+    flow_interval: float,
+    alerting: live.Alerting | None = None,
+    stack_counters: bool = True,
 ) -> KernelSource:
     env = KernelEnv(
         host_id=identity.host_id(),
@@ -217,12 +247,25 @@ def collect(
         symbolize=kernel_symbols().symbolize,
     )
     source = KernelSource(session, env, flow_interval)
+    extras = live.Extras(source, env, sink, live.StackCounters() if stack_counters else None)
+    batches = poll_batches(session, source, extras, stop, duration)
+    if alerting is None:
+        for records in batches:
+            if records:
+                sink.write(records)
+    else:
+        alerting.stream(batches, sink)
+    return source
+
+
+def poll_batches(
+    session: KernelSession, source: KernelSource, extras: live.Extras, stop: StopFlag, duration: float | None
+) -> Iterator[list[KernelRecord]]:
+    """Each poll's records (empty when idle), then the final drain after detaching."""
     deadline = None if duration is None else time.monotonic() + duration
     while not stop.stopped and (deadline is None or time.monotonic() < deadline):
         timeout = 0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
         records = source.poll(timeout)
-        if records:
-            sink.write(records)
+        yield extras.add(records)
     session.detach()  # no new events; what is in the ring is still read below
-    sink.write(source.poll(final=True))
-    return source
+    yield extras.add(source.poll(final=True), final=True)

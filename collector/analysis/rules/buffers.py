@@ -20,6 +20,7 @@ from translators.records import (
     SiftrSample,
     SkbDrop,
     SockEvent,
+    StackCounter,
     TcpDebugSnapshot,
     TcpStateChange,
     UdpDatagram,
@@ -53,18 +54,27 @@ class _Drops:
 
 class ListenOverflow(Rule):
     rule_id = "K4"
-    kinds = ("skb_drop", "drop_count")
+    kinds = ("skb_drop", "drop_count", "stack_counter")
     REASON = "TCP_LISTEN_OVERFLOW"
+    COUNTER = ("TcpExt", "ListenOverflows")
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         self.window = self.num("window_s")
         self.listeners = self.keys_map()
+        # Kernels that report TCP_LISTEN_OVERFLOW drops count the same overflows in the
+        # MIB too: once a host showed the drop reason, its counter is not counted twice.
+        self.reason_hosts: set[str] = set()
 
     def feed(self, rec: Record) -> None:
-        if isinstance(rec, SkbDrop) and rec.drop_reason_str == self.REASON:
+        if isinstance(rec, StackCounter):
+            if (rec.mib, rec.counter) == self.COUNTER and rec.delta > 0 and rec.host_id not in self.reason_hosts:
+                self._count(rec, ("netns", rec.netns), rec.delta)
+        elif isinstance(rec, SkbDrop) and rec.drop_reason_str == self.REASON:
+            self.reason_hosts.add(rec.host_id)
             self._count(rec, (rec.dst, rec.dport), 1)
         elif isinstance(rec, DropCount) and rec.drop_reason_str == self.REASON and rec.delta > 0:
+            self.reason_hosts.add(rec.host_id)
             self._count(rec, ("host",), rec.delta)
 
     def _count(self, rec: Record, key: tuple[object, ...], n: int) -> None:
@@ -76,7 +86,11 @@ class ListenOverflow(Rule):
         total = int(d.drops.total(t))
         busy = d.drops.seconds_with_events(t)
         critical = busy >= self.num("critical_seconds")
-        if not isinstance(rec, SkbDrop):
+        if isinstance(rec, StackCounter):
+            subject = host_subject(rec)
+            subject.proto = "tcp"
+            where = f"Listening sockets in network namespace {rec.netns} (ListenOverflows)"
+        elif not isinstance(rec, SkbDrop):
             subject = host_subject(rec)
             where = "Listening sockets on this host"
         else:

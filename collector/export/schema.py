@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
@@ -174,20 +175,24 @@ def json_schema() -> dict[str, Any]:
     )
 
 
-def _underscored(node: Any) -> Any:
+def _underscored(node: dict[str, Any]) -> dict[str, Any]:
+    return typing.cast(dict[str, Any], _underscored_node(node))
+
+
+def _underscored_node(node: Any) -> Any:
     """JSON member names as the commands write them (xo.COMMAND_DEFAULTS: underscores)."""
     if isinstance(node, list):
-        return [_underscored(item) for item in node]
+        return [_underscored_node(item) for item in node]
     if not isinstance(node, dict):
         return node
     out = {}
     for key, value in node.items():
         if key == "properties":
-            value = {name.replace("-", "_"): _underscored(v) for name, v in value.items()}
+            value = {name.replace("-", "_"): _underscored_node(v) for name, v in value.items()}
         elif key == "required":
             value = [name.replace("-", "_") for name in value]
         else:
-            value = _underscored(value)
+            value = _underscored_node(value)
         out[key] = value
     return out
 

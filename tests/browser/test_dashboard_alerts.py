@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import requests
+
 from .conftest import Server, screenshot
 
 pytestmark = pytest.mark.browser

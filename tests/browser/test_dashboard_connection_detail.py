@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from .conftest import PAINTED, Server, screenshot
 from .dashboard_batch import DROP_REASON, MSS, RETRANSMITTED, SIFTR_SAMPLES, STATES
 

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+
 from .conftest import HOST, Server, screenshot
 from .dashboard_batch import build
 

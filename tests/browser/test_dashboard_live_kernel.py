@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import requests
+
 from .conftest import HOST, ROOT, Server, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel, pytest.mark.slow]

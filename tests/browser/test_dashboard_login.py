@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from .conftest import VIEWER, Server, log_in, screenshot
 
 pytestmark = pytest.mark.browser

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from .conftest import HOST, PAINTED, Server, screenshot
 from .dashboard_batch import DROP_REASON, RETRANSMITTED, build
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.apps import AppConfig
 
 
-class ApiConfig(AppConfig):  # type: ignore[misc]
+class ApiConfig(AppConfig):
     name = "webapp.api"
     label = "api"
     verbose_name = "nettrail read API"

@@ -18,7 +18,7 @@ from webapp.api.params import BadParam, Param, parse
 from webapp.http import json_error
 
 
-class ApiRequest(HttpRequest):  # type: ignore[misc]
+class ApiRequest(HttpRequest):
     """What api_view adds to the request."""
 
     params: dict[str, Any]

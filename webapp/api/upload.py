@@ -36,7 +36,7 @@ def capture_name(upload: UploadedFile) -> str:
     return name[:MAX_NAME] or "upload.pcap"
 
 
-@require_http_methods(["GET", "POST"])  # type: ignore[untyped-decorator]
+@require_http_methods(["GET", "POST"])
 def upload(request: HttpRequest) -> HttpResponse:
     context = {"max_mib": max_bytes() // (1024 * 1024)}
     if request.method == "GET":

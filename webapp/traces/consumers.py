@@ -123,7 +123,7 @@ class Outbox:
     last_push: float = 0.0
 
 
-class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
+class LiveConsumer(AsyncWebsocketConsumer):
     """One browser tab's live feed."""
 
     async def connect(self) -> None:

@@ -10,5 +10,5 @@ from django.urls import URLPattern, path
 from webapp.traces.consumers import LiveConsumer
 
 websocket_urlpatterns: list[URLPattern] = [
-    path("ws/live/", LiveConsumer.as_asgi()),  # type: ignore[arg-type]
+    path("ws/live/", LiveConsumer.as_asgi()),
 ]

@@ -16,7 +16,6 @@ Keep in sync with: webapp/traces/ingest.py, store.py; docs/benchmarks.md ("## In
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import shutil
 import sqlite3
@@ -170,6 +169,7 @@ def run(data_dir: Path, count: int, batch: int) -> int:
     from django.core.management import call_command
     from django.db import connection
 
+    from webapp.serve import tune_gc
     from webapp.traces.checkpoint import start_checkpointer
     from webapp.traces.tokens import create_token
 
@@ -181,11 +181,10 @@ def run(data_dir: Path, count: int, batch: int) -> int:
     records = make_records(count, "bench")
     record_batches = [records[i : i + batch] for i in range(0, count, batch)]
     bodies = [msgspec.msgpack.encode(b) for b in record_batches]
-    # As webapp/serve.py does: WAL checkpoints in a background thread, and the start-up
-    # objects frozen out of the cycle collector's passes.
+    # As webapp/serve.py does: WAL checkpoints in a background thread, and its tune_gc().
     checkpointer = start_checkpointer(settings.NETTRAIL_CHECKPOINT_INTERVAL, str(data_dir / "nettrail.sqlite3"))
     warm_up(token)
-    gc.freeze()
+    tune_gc()
     ingest_s, ingest_cpu = bench_ingest(bodies, token)
     checkpointer.stop()
     raw_s, raw_cpu = bench_raw(raw_db, record_batches)

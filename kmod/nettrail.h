@@ -376,6 +376,11 @@ enum nt_skb_stage {
 	/* inferred at sock_recv_length (no tracepoint where the kernel does it): */
 	NT_SKB_COPY_INFERRED = 9,     /* a datagram copied without skb_copy_datagram_iovec (UDP linear copy) */
 	NT_SKB_CONSUME_INFERRED = 10, /* a fully read buffer freed by skb_attempt_defer_free / __kfree_skb */
+	/* first sighting of a received buffer at a receive entry hook (whichever first; a
+	 * buffer sent on this host, loopback or veth, keeps its lifetime and gets none): */
+	NT_SKB_RX_FIRST_GRO = 11,   /* napi_gro_receive_entry (NAPI drivers, veth with GRO) */
+	NT_SKB_RX_FIRST_NETIF = 12, /* netif_rx_entry (veth without GRO, backlog drivers) */
+	NT_SKB_RX_FIRST_ENTRY = 13, /* netif_receive_skb_entry (drivers calling it directly) */
 };
 
 /* Map `skbs` value: identity of a tracked buffer lifetime, keyed by its address. The

@@ -1267,27 +1267,44 @@ static __always_inline __u16 skb_id_protocol(const struct nt_skb_id *id)
  * after being received: only without a socket (forwarding); a socket's new buffer at
  * the same address (and often the same recycled head) is a new lifetime, since UDP and
  * TCP free read buffers without a tracepoint. */
+static __always_inline bool skb_was_sent(__u8 last)
+{
+	return last == NT_SKB_TX_FIRST || last == NT_SKB_QUEUE || last == NT_SKB_XMIT_START || last == NT_SKB_XMIT;
+}
+
+static __always_inline bool skb_rx_entry_stage(__u8 s)
+{
+	return s == NT_SKB_RX_FIRST_GRO || s == NT_SKB_RX_FIRST_NETIF || s == NT_SKB_RX_FIRST_ENTRY;
+}
+
+/* Received (netif_receive_skb) after being sent or first seen at a receive entry hook:
+ * the same lifetime. */
 static __always_inline bool skb_same_life(__u8 last, bool rx, bool has_sock)
 {
-	bool was_sent = last == NT_SKB_TX_FIRST || last == NT_SKB_QUEUE || last == NT_SKB_XMIT_START || last == NT_SKB_XMIT;
+	bool was_sent = skb_was_sent(last);
 
 	if (rx)
-		return was_sent;
+		return was_sent || skb_rx_entry_stage(last);
 	return last != NT_SKB_COPY && (was_sent || !has_sock);
 }
 
-/* A first-sighting hook (rx: netif_receive_skb, tx: net_dev_queue). The same lifetime
- * gets a stage; otherwise the address was reused without an observed free: close the
- * old lifetime (last-seen) and start a new generation. */
-static __always_inline void skb_first(const struct sk_buff *skb, const struct sock *sk, bool rx, bool task)
+/* A first-sighting hook (rx: a receive entry hook or netif_receive_skb, tx:
+ * net_dev_queue). The same lifetime gets a stage; otherwise the address was reused
+ * without an observed free: close the old lifetime (last-seen) and start a new
+ * generation, whose first stage is `first`. */
+static __always_inline void skb_first_at(const struct sk_buff *skb, const struct sock *sk, bool rx, __u8 first,
+					 bool task)
 {
 	__u64 addr = ptr_value(skb), head = (__u64)BPF_CORE_READ(skb, head), now = bpf_ktime_get_ns();
 	struct nt_skb_id *id = bpf_map_lookup_elem(&skbs, &addr);
+	bool entry = skb_rx_entry_stage(first);
 	struct nt_skb_id fresh = {};
 	__u32 zero = 0, *g;
 	__u64 *counter;
 
-	if (id && id->head == head && skb_same_life(id->last_stage, rx, sk != NULL)) {
+	if (entry && id && id->head == head && skb_was_sent(id->last_stage))
+		return; /* sent on this host (loopback, veth): its rx stage comes at netif_receive_skb */
+	if (!entry && id && id->head == head && skb_same_life(id->last_stage, rx, sk != NULL)) {
 		skb_emit(id, skb, rx ? NT_SKB_RX : NT_SKB_QUEUE, 0, 0, now, task);
 		id->prev_ns = now;
 		id->last_stage = rx ? NT_SKB_RX : NT_SKB_QUEUE;
@@ -1313,9 +1330,45 @@ static __always_inline void skb_first(const struct sk_buff *skb, const struct so
 	fresh.head = head;
 	fresh.prev_ns = now;
 	fresh.hdr.ts_ns = now;
-	fresh.last_stage = rx ? NT_SKB_RX_FIRST : NT_SKB_TX_FIRST;
+	fresh.last_stage = first;
 	bpf_map_update_elem(&skbs, &addr, &fresh, BPF_ANY);
 	skb_emit(&fresh, skb, fresh.last_stage, 0, 0, now, task);
+}
+
+static __always_inline void skb_first(const struct sk_buff *skb, const struct sock *sk, bool rx, bool task)
+{
+	skb_first_at(skb, sk, rx, rx ? NT_SKB_RX_FIRST : NT_SKB_TX_FIRST, task);
+}
+
+/* Receive entry hooks (providers.md 7.2, whichever first): they see a buffer before GRO
+ * and before netif_receive_skb, so a received lifetime starts there. */
+static __always_inline void skb_rx_entry(const struct sk_buff *skb, __u8 first, bool task)
+{
+	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+
+	if ((cfg.providers & NT_PROV_SKB_LIFE) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
+		skb_first_at(skb, NULL, true, first, task);
+}
+
+SEC("tp_btf/napi_gro_receive_entry")
+int BPF_PROG(napi_gro_receive_entry, const struct sk_buff *skb)
+{
+	skb_rx_entry(skb, NT_SKB_RX_FIRST_GRO, in_task(ctx));
+	return 0;
+}
+
+SEC("tp_btf/netif_rx_entry")
+int BPF_PROG(netif_rx_entry, const struct sk_buff *skb)
+{
+	skb_rx_entry(skb, NT_SKB_RX_FIRST_NETIF, in_task(ctx));
+	return 0;
+}
+
+SEC("tp_btf/netif_receive_skb_entry")
+int BPF_PROG(netif_receive_skb_entry, const struct sk_buff *skb)
+{
+	skb_rx_entry(skb, NT_SKB_RX_FIRST_ENTRY, in_task(ctx));
+	return 0;
 }
 
 /* A later stage of a tracked buffer; untracked (filtered out, or older) ones are ignored. */
@@ -1326,6 +1379,8 @@ static __always_inline void skb_later(const struct sk_buff *skb, __u8 stage, __u
 
 	if (!id)
 		return;
+	if ((stage == NT_SKB_XMIT_START || stage == NT_SKB_XMIT) && !skb_was_sent(id->last_stage))
+		return; /* veth: the peer's receive entry hook ran inside its sender's xmit */
 	now = bpf_ktime_get_ns();
 	skb_emit(id, skb, stage, end, rc, now, task);
 	if (end) {
@@ -1382,6 +1437,8 @@ static __always_inline void skb_read_note(const struct sk_buff *skb, int len)
 		if (!rs)
 			return;
 	}
+	if (!id->hdr.cookie) /* first seen without a socket (received): tie it to its reader */
+		id->hdr.cookie = cookie_read(BPF_CORE_READ(skb, sk));
 	n = rs->n;
 	if (n >= NT_SKB_READS)
 		return; /* a longer read: its later buffers end last-seen */
@@ -1495,6 +1552,8 @@ static __always_inline void udp_rxq_pop(const struct sock *sk, int ret, bool tas
 		id = bpf_map_lookup_elem(&skbs, &addr);
 		if (!id || id->uid != uid)
 			continue; /* dropped (untracked by kfree_skb) or a new lifetime */
+		if (!id->hdr.cookie) /* first seen without a socket (received): tie it to its reader */
+			id->hdr.cookie = cookie_of(sk);
 		if (id->last_stage != NT_SKB_COPY) {
 			skb_emit_as(id, len, skb_id_protocol(id), NT_SKB_COPY_INFERRED, 0, ret, now, task);
 			id->prev_ns = now;
@@ -1510,9 +1569,9 @@ int BPF_PROG(skb_copy_datagram_iovec, const struct sk_buff *skb, int len)
 {
 	bool task = in_task(ctx);
 
-	skb_later(skb, NT_SKB_COPY, 0, len, task);
 	if (task && len > 0 && (cfg.providers & NT_PROV_SKB_LIFE))
-		skb_read_note(skb, len);
+		skb_read_note(skb, len); /* first: it may tie the buffer to its socket */
+	skb_later(skb, NT_SKB_COPY, 0, len, task);
 	return 0;
 }
 

@@ -29,6 +29,7 @@ from translators.records import DropCount, SkbDrop, SkbEvent
 # enum nt_skb_stage (kmod/nettrail.h), in value order: (stage name, hook). Values 9 and
 # 10 are the inferred copy and consume (the kernel frees a read buffer, or copies a
 # linear datagram, without a tracepoint): stamped at the recvmsg's sock_recv_length.
+# 11-13: a received buffer first seen at a receive entry hook (whichever fired first).
 STAGE_TABLE = (
     ("rx-first", "tp_btf/netif_receive_skb"),
     ("tx-first", "tp_btf/net_dev_queue"),
@@ -41,6 +42,9 @@ STAGE_TABLE = (
     ("queue", "tp_btf/net_dev_queue"),
     ("copy", "tp_btf/sock_recv_length"),
     ("consume", "tp_btf/sock_recv_length"),
+    ("rx-first", "tp_btf/napi_gro_receive_entry"),
+    ("rx-first", "tp_btf/netif_rx_entry"),
+    ("rx-first", "tp_btf/netif_receive_skb_entry"),
 )
 STAGES = tuple(name for name, _ in STAGE_TABLE)
 HOOKS = tuple(hook for _, hook in STAGE_TABLE)

@@ -50,6 +50,9 @@ PROGRAMS: dict[str, frozenset[str]] = {
     "tcp_probe": frozenset({"siftr", "tcpdebug"}),
     "net_dev_queue": frozenset({"siftr", "tcpdebug", "ip", "udp", "skb", "skb-lifecycle"}),  # skb: UDP senders
     "netif_receive_skb": frozenset({"ip", "udp", "skb-lifecycle"}),
+    "napi_gro_receive_entry": frozenset({"skb-lifecycle"}),  # receive entry hooks: lifetimes start there
+    "netif_rx_entry": frozenset({"skb-lifecycle"}),
+    "netif_receive_skb_entry": frozenset({"skb-lifecycle"}),
     "net_dev_start_xmit": frozenset({"skb-lifecycle"}),
     "net_dev_xmit": frozenset({"skb-lifecycle"}),
     "skb_copy_datagram_iovec": frozenset({"skb-lifecycle"}),

@@ -4,7 +4,8 @@ Output contract (docs/analyze.md): top container `analyze` with `file`, `format`
 `host_id`, `boot_id`; with --packets a `packet` list (ip_packet, tcp_segment,
 udp_datagram records in file order); a `connection` list (translators.records.Connection,
 one per TCP/UDP flow, each with an `analysis` container); a `totals` container; an
-`alert` list (P1-P6). Field names keep their underscores in every style.
+`alert` list (P1-P6, then the kernel-agnostic rules K9/K14 of
+collector/analysis/capture_rules.py). Field names keep their underscores in every style.
 
 Errors: a file that cannot be read as a capture at all prints one line naming the file
 and the byte offset and exits 1. Damaged packets are skipped and counted
@@ -26,11 +27,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from collector.analysis.capture_flows import CapturePipeline, Totals
+from collector.analysis.capture_rules import CaptureRules
+from collector.analysis.config import ConfigError, load_config
 from collector.sinks import store
 from collector.sources.pcap import CaptureError, CaptureReader, Damage
 from collector.sources.pcap_worker import DecodedStream
 from collector.sources.siftr import analyze_siftr, looks_like_siftr
 from translators.packet import decode_batch
+from translators.records import Record
 from xo import Writer, add_libxo_argument, libxo_from_args
 
 PROGRESS_MIN_BYTES = 4 << 20
@@ -70,6 +74,11 @@ def register(subparsers: Any) -> None:
         help="tcp.analysis semantics: current upstream Wireshark (default, anomalies.md) or Wireshark 4.0 "
         "(Debian 12's tshark) for cross-checking against that version",
     )
+    p.add_argument(
+        "--rules",
+        default=None,
+        help="rules TOML file for the kernel-agnostic alert rules (K9, K14; default $NETTRAIL_RULES or none)",
+    )
     add_libxo_argument(p)
     store.add_arguments(p)  # --store / --server URL --token T
     p.set_defaults(func=run)
@@ -90,6 +99,11 @@ def run(args: argparse.Namespace) -> int:
     if looks_like_siftr(path):  # a siftr(4) log: starts with enable_time_secs= (issue 9)
         return analyze_siftr(args)
     try:
+        rules = CaptureRules(load_config(args.rules))
+    except ConfigError as exc:
+        print(f"nettrail: analyze: {exc}", file=sys.stderr)
+        return 2
+    try:
         reader = CaptureReader(path)
     except CaptureError as exc:
         print(f"nettrail: analyze: {exc}", file=sys.stderr)
@@ -107,14 +121,14 @@ def run(args: argparse.Namespace) -> int:
         if args.packets:  # packet records stream out as they come and carry the id
             write_header(writer, reader, pipeline, hashing.result())
         try:
-            damage = consume(reader, pipeline, writer, args.packets)
+            damage = consume(reader, pipeline, writer, args.packets, rules)
         except CaptureError as exc:
             writer.finish()
             print(f"nettrail: analyze: {exc}", file=sys.stderr)
             return 1
         if not args.packets:
             write_header(writer, reader, pipeline, hashing.result())
-        write_results(writer, pipeline, damage, reader.path)
+        write_results(writer, pipeline, damage, reader.path, rules)
     writer.finish()
     return store.ship(args) if store.wanted(args) else 0
 
@@ -153,10 +167,13 @@ def write_header(writer: Writer, reader: CaptureReader, pipeline: CapturePipelin
     writer.emit("{Lwc:Host}{:host_id/%s}\n{Lwc:Capture id}{:boot_id/%s}\n", host_id=pipeline.host_id, boot_id=boot_id)
 
 
-def consume(reader: CaptureReader, pipeline: CapturePipeline, writer: Writer, packets: bool) -> Damage:
+def consume(
+    reader: CaptureReader, pipeline: CapturePipeline, writer: Writer, packets: bool, rules: CaptureRules
+) -> Damage:
     """Stream every batch through the pipeline; -> the reader's damage record.
 
-    With --packets the records are written as they come, from this process. Without, a
+    With --packets the records are written as they come, from this process, and pass
+    through the alert rules on the way (SYN floods need the SYNs). Without, a
     child process reads and decodes (collector/sources/pcap_worker.py) while this one
     analyses, so a file keeps two cores busy."""
     if not packets:
@@ -167,23 +184,31 @@ def consume(reader: CaptureReader, pipeline: CapturePipeline, writer: Writer, pa
                 tick()
             return stream.damage
     with progress(reader, reader.progress) as tick:
+
+        def records() -> Iterator[Record]:
+            for batch in reader.batches():
+                yield from pipeline.feed(decode_batch(batch, want_options=True))
+                tick()
+
         opened = False
-        for batch in reader.batches():
-            for rec in pipeline.feed(decode_batch(batch, want_options=True)):
-                if not opened:
-                    writer.open_list("packet")
-                    opened = True
-                writer.record(rec, name="packet")
-            tick()
+        for rec in rules.packets(records()):
+            if not opened:
+                writer.open_list("packet")
+                opened = True
+            writer.record(rec, name="packet")
         if opened:
             writer.close_list("packet")
     return reader.damage
 
 
-def write_results(writer: Writer, pipeline: CapturePipeline, damage: Damage | None, source: str) -> None:
-    """The connection list, totals and alerts; with `--libxo warn` the first damaged offsets on stderr."""
+def write_results(
+    writer: Writer, pipeline: CapturePipeline, damage: Damage | None, source: str, rules: CaptureRules
+) -> None:
+    """The connection list, totals and alerts (P1-P6, then the kernel-agnostic K rules);
+    with `--libxo warn` the first damaged offsets on stderr."""
     connections = pipeline.connections()
-    alerts = pipeline.alerts()
+    rules.connections(connections)
+    alerts = pipeline.alerts() + rules.alerts()
     totals = pipeline.totals
     totals.records_damaged = damage.count if damage is not None else 0
     writer.open_list("connection")  # always present, empty in JSON when there is no flow

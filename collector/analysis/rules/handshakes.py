@@ -280,6 +280,7 @@ class ConnectFailures(Rule):
         subject = self.ctx.owner(rec)
         subject.conn_uuid = subject.sock_cookie = None
         subject.src = subject.sport = None
+        subject.dst, subject.dport = dst, dport  # a capture's Connection summary is no FlowRecord
         message = (
             f"{failed} of {int(resolved)} connection attempts to {endpoint(dst, dport)} failed in {w:g} s "
             f"({share:.0%}: {counts['refused']} refused by RST, {counts['timeout']} timed out, {counts['reset']} "

@@ -8,8 +8,9 @@ and attribution), encodes them as MessagePack batches and POSTs every batch to
 validation, duplicate check, insert, Connection updates, channel-layer push). The
 peer, in the same run: a copy of the same empty schema (same indexes) filled with
 the same rows, pre-built as tuples, by sqlite3 ``executemany`` in one transaction per
-batch -- the floor any Python ingest into this schema pays. Prints both rates and
-their ratio. Target (issue 6): at least 50,000 records/s through ingest.
+batch -- the floor any Python ingest into this schema pays. Both run as the server
+does (webapp/serve.py: tune_gc(), background WAL checkpoints; one warm-up request).
+Prints both rates and their ratio. Target (issue 6): at least 50,000 records/s through ingest.
 Keep in sync with: webapp/traces/ingest.py, store.py; docs/benchmarks.md ("## Ingest").
 """
 

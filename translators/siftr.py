@@ -9,6 +9,7 @@ docs/collector.md.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from translators.kernel import (
     Raw,
     ca_state_name,
     envelope,
-    envelope_columns,
+    envelope_columns_grouped,
     make,
     row_by_row,
     rows_in_wire_order,
@@ -175,12 +176,12 @@ def translate_sample_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[Kern
     tflags |= np.where(flags & SNAP_FASTOPEN, TF_FASTOPEN, 0)
     state_numbers = [FREEBSD_STATE_NUMBER.get(state_name(s) or "") for s in range(256)]
     rxhash = a["rxhash"].astype(u64)
-    hooks = ["tp_btf/net_dev_queue" if d == 1 else "tp_btf/tcp_probe" for d in col("direction")]
-    columns = envelope_columns(a, env, "siftr", "siftr", hooks)
+    directions = col("direction")
+    columns, groups = envelope_columns_grouped(a, env, "siftr", "siftr", list(map(_HOOKS.__getitem__, directions)))
     columns.update(
         {
-            "approx": [list(SAMPLE_APPROX) for _ in range(n)],
-            "direction": ["out" if d == 1 else "in" for d in col("direction")],
+            "approx": list(map(list, itertools.repeat(SAMPLE_APPROX, n))),
+            "direction": list(map(_DIRECTIONS.__getitem__, directions)),
             "snd_cwnd": (a["snd_cwnd"].astype(u64) * mss).tolist(),
             "snd_ssthresh": np.where(
                 ssthresh >= TCP_INFINITE_SSTHRESH, FREEBSD_INITIAL_SSTHRESH, ssthresh * mss
@@ -213,8 +214,20 @@ def translate_sample_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[Kern
             "th_seq": col("th_seq"),
             "th_ack": col("th_ack"),
             "data_sz": col("data_sz"),
-            "ca_state": [ca_state_name(x) for x in ca.tolist()],
-            "cc_algo": [c.decode(errors="replace") or None for c in col("cc_algo")],
+            "ca_state": list(map(_CA_NAMES.__getitem__, ca.tolist())),
+            "cc_algo": _decoded(col("cc_algo")),
         }
     )
-    return rows_in_wire_order(SiftrSample, columns, n)
+    return rows_in_wire_order(SiftrSample, columns, n, groups)
+
+
+# Per-value lookups for the u8 columns of the batch form (same values as the row form).
+_HOOKS = tuple("tp_btf/net_dev_queue" if d == 1 else "tp_btf/tcp_probe" for d in range(256))
+_DIRECTIONS = tuple("out" if d == 1 else "in" for d in range(256))
+_CA_NAMES = tuple(ca_state_name(x) for x in range(256))
+
+
+def _decoded(names: list[bytes]) -> list[str | None]:
+    """Each name decoded as the row form does, once per distinct value."""
+    text = {raw: raw.decode(errors="replace") or None for raw in set(names)}
+    return list(map(text.__getitem__, names))

@@ -22,7 +22,7 @@ import numpy as np
 from collector.bpf import layout
 from collector.bpf.loader import KernelSession
 from translators import kernel
-from translators.kernel import KernelEnv, KernelRecord, Raw, set_seq
+from translators.kernel import KernelEnv, KernelRecord, Raw
 from translators.records import LossReport
 from translators.registry import KERNEL_BATCH_TRANSLATORS, KERNEL_TRANSLATORS, PACKET_KINDS
 from translators.siftr import translate_flow
@@ -34,6 +34,9 @@ FLOW_NAMES = tuple(n for n, _ in layout.FLOW)
 TUPLE_NAMES = ("family", "saddr", "daddr", "sport", "dport")
 MAX_TUPLES = 200_000
 WALL_RESAMPLE_S = 10.0
+# Rows translated at a time: a full ring read (65536 events) as one column set is
+# a third slower per event than 4096-row pieces, whose columns stay in the CPU caches.
+CHUNK = 4096
 
 
 def wall_offset() -> float:
@@ -103,16 +106,20 @@ class KernelSource:
         return self.number(out)
 
     def number(self, records: list[KernelRecord]) -> list[KernelRecord]:
-        seq = self.seq
-        for rec in records:
-            set_seq(rec, seq)
-            seq += 1
-        self.seq = seq
+        self.seq = kernel.number(records, self.seq)
         return records
 
     # -- translation -----------------------------------------------------------------------
     def translate(self, raw: np.ndarray) -> list[KernelRecord]:
         """A batch of raw struct nt_event rows -> records, in arrival order."""
+        if len(raw) <= CHUNK:
+            return self._translate(raw)
+        out: list[KernelRecord] = []
+        for start in range(0, len(raw), CHUNK):
+            out.extend(self._translate(raw[start : start + CHUNK]))
+        return out
+
+    def _translate(self, raw: np.ndarray) -> list[KernelRecord]:
         events = raw.view(layout.EVENT_DTYPE)
         types = events["type"]
         slots: list[list[KernelRecord] | None] = [None] * len(types)

@@ -258,6 +258,8 @@ struct nt_debug_body {
 
 /* One IPv4/IPv6 packet (a GSO skb stands for gso_segs wire packets); the header's
  * 4-tuple is the packet's, source first; cookie/attribution from skb->sk when sent. */
+#define NT_IP6_EXT_LEN 48 /* bounded copy: hop-by-hop + destination options + the L4 ports fit */
+
 struct nt_ip_body {
 	__u32 if_index;
 	__u32 flow_label; /* IPv6 */
@@ -277,6 +279,7 @@ struct nt_ip_body {
 	__u8 tos;           /* or traffic class */
 	__u8 _pad[4];
 	char if_name[NT_COMM_LEN];
+	__u8 ext[NT_IP6_EXT_LEN]; /* IPv6: raw bytes after the fixed header (extension headers are walked in user space) */
 };
 
 /* ---- udp provider -------------------------------------------------------- */
@@ -300,9 +303,10 @@ struct nt_udp_body {
 	__u16 gso_segs;
 	__u8 direction;  /* 0 receive, 1 send */
 	__u8 call;
-	__u8 protocol;   /* 17 UDP, 136 UDP-Lite */
+	__u8 protocol;   /* 17 UDP, 136 UDP-Lite; IPv6: an extension header's number (walked in user space) */
 	__u8 _pad[3];
 	char if_name[NT_COMM_LEN];
+	__u8 ext[NT_IP6_EXT_LEN]; /* IPv6 with extension headers: raw bytes after the fixed header */
 };
 
 /* Map `udp_flows`: exact counts per wire direction (source first), whatever is sampled. */

@@ -1002,6 +1002,8 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 		e->ip.gso_size = BPF_CORE_READ(shinfo, gso_size);
 	}
 	__builtin_memset(e->ip._pad, 0, sizeof(e->ip._pad));
+	if (ver != 6 || bpf_probe_read_kernel(e->ip.ext, sizeof(e->ip.ext), nh + sizeof(ip6)))
+		__builtin_memset(e->ip.ext, 0, sizeof(e->ip.ext));
 	BPF_CORE_READ_STR_INTO(&e->ip.if_name, skb, dev, name);
 	bpf_ringbuf_submit(e, 0);
 }
@@ -1026,6 +1028,39 @@ int BPF_PROG(netif_receive_skb, struct sk_buff *skb)
 
 /* ---- udp provider: datagrams ------------------------------------------------- */
 
+/* hop-by-hop, routing, fragment, destination options */
+static __always_inline bool ip6_ext_header(__u8 proto)
+{
+	return proto == 0 || proto == 43 || proto == 44 || proto == 60;
+}
+
+/* An IPv6 packet whose next header is an extension header: maybe a datagram. The raw
+ * bytes after the fixed header go to user space, which walks the chain (bounded) and
+ * keeps it only if it ends in UDP; the udp_flows counts do not include such packets. */
+static __always_inline void udp_ip6_ext(const struct sk_buff *skb, struct nt_header *h, unsigned char *nh, __u8 proto,
+					__u8 dir, bool task)
+{
+	struct nt_event *e;
+
+	h->cookie = cookie_read(BPF_CORE_READ(skb, sk));
+	attribute(h, NT_EV_UDP, task);
+	if (!pass(h) || !(e = reserve(NT_EV_UDP)))
+		return;
+	__builtin_memcpy(&e->hdr, h, sizeof(*h));
+	e->udp.ret = 0;
+	e->udp.length = 0;
+	e->udp.checksum = 0;
+	e->udp.gso_segs = 0;
+	e->udp.direction = dir;
+	e->udp.call = 0;
+	e->udp.protocol = proto;
+	__builtin_memset(e->udp._pad, 0, sizeof(e->udp._pad));
+	if (bpf_probe_read_kernel(e->udp.ext, sizeof(e->udp.ext), nh + 40))
+		__builtin_memset(e->udp.ext, 0, sizeof(e->udp.ext));
+	BPF_CORE_READ_STR_INTO(&e->udp.if_name, skb, dev, name);
+	bpf_ringbuf_submit(e, 0);
+}
+
 /* A datagram at the device: send (net_dev_queue, header at network_header, socket
  * from skb->sk) or receive (netif_receive_skb, header at skb->data, no socket). */
 static __always_inline void udp_packet(const struct sk_buff *skb, const struct sock *sk, __u8 dir, bool task)
@@ -1044,6 +1079,10 @@ static __always_inline void udp_packet(const struct sk_buff *skb, const struct s
 	if (bpf_probe_read_kernel(&first, 1, nh))
 		return;
 	proto = flow_from_packet(&h, skb, dir ? 0 : 2);
+	if ((first >> 4) == 6 && ip6_ext_header(proto)) {
+		udp_ip6_ext(skb, &h, nh, proto, dir, task);
+		return;
+	}
 	if (proto != IPPROTO_UDP && proto != IPPROTO_UDPLITE)
 		return;
 	hlen = (first >> 4) == 4 ? (first & 0xf) * 4 : 40;
@@ -1083,6 +1122,7 @@ static __always_inline void udp_packet(const struct sk_buff *skb, const struct s
 	e->udp.call = 0;
 	e->udp.protocol = proto;
 	__builtin_memset(e->udp._pad, 0, sizeof(e->udp._pad));
+	__builtin_memset(e->udp.ext, 0, sizeof(e->udp.ext));
 	BPF_CORE_READ_STR_INTO(&e->udp.if_name, skb, dev, name);
 	bpf_ringbuf_submit(e, 0);
 }

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from translators import kernel
+from translators import ip6ext, kernel
 from translators.kernel import (
     KernelEnv,
     KernelRecord,
@@ -31,6 +31,29 @@ IFF_LOOPBACK = 0x8
 IPV6_FRAGMENT = 44
 
 
+def ext_fields(raw: Raw) -> dict[str, Any]:
+    """An IPv6 packet with extension headers: its chain walked from the copied bytes
+    (upper-layer protocol, ports, header length, fragment), as IpPacket fields."""
+    chain = ip6ext.walk(raw["protocol"], raw["ext"])
+    out: dict[str, Any] = {
+        "protocol": chain.protocol,
+        "protocol_name": PROTOCOL_NAMES.get(chain.protocol, str(chain.protocol)),
+        "header_length": chain.header_length,
+        "payload_length": max(0, raw["length"] - chain.header_length),
+    }
+    if chain.ports is not None:
+        out["sport"], out["dport"] = chain.ports
+    if chain.fragment_offset is not None:
+        out.update(is_fragment=True, frag_offset=chain.fragment_offset, frag_flags=int(bool(chain.more_fragments)))
+    if not chain.complete:
+        out["approx"] = ["protocol", "header_length", "payload_length"]
+    return out
+
+
+def has_ext(raw: Raw) -> bool:
+    return raw["version"] == 6 and raw["protocol"] in ip6ext.EXT_HEADERS
+
+
 def translate_packet(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     send = raw["direction"] == 1
     probe, hook = ("send", "tp_btf/net_dev_queue") if send else ("receive", "tp_btf/netif_receive_skb")
@@ -38,41 +61,39 @@ def translate_packet(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     frag_off = raw["frag_off"]
     proto = raw["protocol"]
     segs = raw["gso_segs"]
-    return [
-        make(
-            IpPacket,
-            dict(
-                **envelope(raw, env, "ip", probe, hook),
-                if_name=raw["if_name"].decode(errors="replace") or None,
-                if_index=raw["if_index"] or None,
-                if_local=bool(raw["dev_flags"] & IFF_LOOPBACK),
-                protocol=proto,
-                protocol_name=PROTOCOL_NAMES.get(proto, str(proto)),
-                header_length=raw["header_length"],
-                length=raw["length"],
-                payload_length=max(0, raw["length"] - raw["header_length"]),
-                ttl=raw["ttl"],
-                tos=raw["tos"],
-                dscp=raw["tos"] >> 2,
-                ecn=raw["tos"] & 3,
-                ident=raw["ident"] if v4 else None,
-                frag_flags=frag_off >> 13 if v4 else None,
-                frag_offset=(frag_off & 0x1FFF) * 8 if v4 else None,
-                is_fragment=bool(frag_off & 0x2000 or frag_off & 0x1FFF) if v4 else proto == IPV6_FRAGMENT,
-                flow_label=None if v4 else raw["flow_label"],
-                checksum=raw["checksum"] if v4 else None,
-                gso_segs=segs or 1,
-                gso_size=raw["gso_size"] or None,
-                approx=["length", "payload_length"] if segs > 1 else [],
-            ),
-            env,
-        )
-    ]
+    kwargs = dict(
+        **envelope(raw, env, "ip", probe, hook),
+        if_name=raw["if_name"].decode(errors="replace") or None,
+        if_index=raw["if_index"] or None,
+        if_local=bool(raw["dev_flags"] & IFF_LOOPBACK),
+        protocol=proto,
+        protocol_name=PROTOCOL_NAMES.get(proto, str(proto)),
+        header_length=raw["header_length"],
+        length=raw["length"],
+        payload_length=max(0, raw["length"] - raw["header_length"]),
+        ttl=raw["ttl"],
+        tos=raw["tos"],
+        dscp=raw["tos"] >> 2,
+        ecn=raw["tos"] & 3,
+        ident=raw["ident"] if v4 else None,
+        frag_flags=frag_off >> 13 if v4 else None,
+        frag_offset=(frag_off & 0x1FFF) * 8 if v4 else None,
+        is_fragment=bool(frag_off & 0x2000 or frag_off & 0x1FFF) if v4 else proto == IPV6_FRAGMENT,
+        flow_label=None if v4 else raw["flow_label"],
+        checksum=raw["checksum"] if v4 else None,
+        gso_segs=segs or 1,
+        gso_size=raw["gso_size"] or None,
+        approx=["length", "payload_length"] if segs > 1 else [],
+    )
+    if not v4 and has_ext(raw):
+        kwargs.update(ext_fields(raw))
+    return [make(IpPacket, kwargs, env)]
 
 
 def translate_packet_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[KernelRecord]:
     """translate_packet over a batch, column by column (byte-identical; tested)."""
-    if kernel.VALIDATE or not env.wire:
+    ext = (a["version"] == 6) & np.isin(a["protocol"], list(ip6ext.EXT_HEADERS))
+    if kernel.VALIDATE or not env.wire or ext.any():  # extension headers are rare: row by row
         return row_by_row(a, env, translate_packet)
     send = a["direction"] == 1
     v4 = a["version"] == 4

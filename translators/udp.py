@@ -8,7 +8,10 @@ Keep in sync with: kmod/nettrail.h (nt_udp_body, nt_udp_flow_key, nt_udp_fail_bo
 
 from __future__ import annotations
 
-from translators.kernel import AF_INET, KernelEnv, KernelRecord, Raw, envelope, make
+from typing import Any
+
+from translators import ip6ext
+from translators.kernel import AF_INET, AF_INET6, KernelEnv, KernelRecord, Raw, envelope, make
 from translators.records import FlowCounters, SockEvent, UdpDatagram
 
 SOCK_PROTOCOLS = {6: "tcp", 17: "udp", 136: "udplite"}
@@ -41,10 +44,31 @@ HOOKS = {
 }
 
 
+def ext_datagram(raw: Raw) -> tuple[int, dict[str, Any]] | None:
+    """An IPv6 packet with extension headers: (protocol, its UDP fields) when the walked
+    chain ends in UDP or UDP-Lite with the header copied, else None (not a datagram)."""
+    chain = ip6ext.walk(raw["protocol"], raw["ext"])
+    if chain.protocol not in (17, 136) or chain.ports is None or len(chain.l4) < 8:
+        return None
+    l4 = chain.l4
+    sport, dport = chain.ports
+    length = int.from_bytes(l4[4:6], "big")
+    fields = {"sport": sport, "dport": dport, "length": length, "checksum": int.from_bytes(l4[6:8], "big")}
+    return chain.protocol, fields
+
+
 def translate_datagram(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     send, call = raw["direction"], raw["call"]
+    ext: dict[str, Any] = {}
+    if not call and raw["family"] == AF_INET6 and raw["protocol"] in ip6ext.EXT_HEADERS:
+        found = ext_datagram(raw)
+        if found is None:
+            return []  # the chain did not end in a datagram (e.g. ICMPv6 behind hop-by-hop)
+        raw = {**raw, "protocol": found[0], "length": found[1]["length"], "checksum": found[1]["checksum"]}
+        ext = {"sport": found[1]["sport"], "dport": found[1]["dport"]}
     provider = "udplite" if raw["protocol"] == 136 else "udp"
     kwargs = envelope(raw, env, provider, "send" if send else "receive", HOOKS[(send, call)])
+    kwargs.update(ext)
     if call:
         ret = raw["ret"]
         kwargs.update(bytes=ret if ret >= 0 else None, error=ret if ret < 0 else None)

@@ -253,6 +253,7 @@ UDP_FAIL_BODY: Fields = [
     ("_pad", "V2"),
 ]
 
+IP6_EXT_LEN = 48  # NT_IP6_EXT_LEN
 IP_BODY: Fields = [
     ("if_index", "<u4"),
     ("flow_label", "<u4"),
@@ -272,6 +273,7 @@ IP_BODY: Fields = [
     ("tos", "u1"),
     ("_pad", "V4"),
     ("if_name", f"S{COMM_LEN}"),
+    ("ext", f"V{IP6_EXT_LEN}"),
 ]
 
 UDP_BODY: Fields = [
@@ -284,6 +286,7 @@ UDP_BODY: Fields = [
     ("protocol", "u1"),
     ("_pad", "V3"),
     ("if_name", f"S{COMM_LEN}"),
+    ("ext", f"V{IP6_EXT_LEN}"),
 ]
 UDP_FLOW_KEY: Fields = [
     ("netns", "<u4"),

@@ -178,6 +178,11 @@ def test_up_as_root_starts_the_collector_and_its_records_reach_the_webapp(data_d
             subprocess.run(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{port}/accounts/login/"], check=True)
         rows = wait_for_connections(data_dir, port, count=5)
         assert [(state, comm, closed) for state, comm, closed in rows] == [("CLOSED", "curl", 1)] * 5
+        closed_port = free_port()
+        for _ in range(25):  # refused connects: the collector's --alerts raises K14 and ships it live
+            with socket.socket() as s:
+                assert s.connect_ex(("127.0.0.1", closed_port)) != 0
+        assert wait_for_alert(data_dir, "K14", closed_port) == ("connect-failures", "critical")
         children = psutil.Process(proc.pid).children(recursive=True)
         assert sorted(p.uids().real != 0 for p in children) == [False, True]  # root collector, unprivileged webapp
         proc.send_signal(signal.SIGTERM)
@@ -204,8 +209,21 @@ def assert_token_kept_off_command_lines(up_pid: int, token_file: Path) -> str:
         assert token not in cmdline, process.cmdline()
     collectors = [p.cmdline() for p in processes if "collect" in p.cmdline()]
     assert len(collectors) == 1
+    assert "--alerts" in collectors[0] and collectors[0][collectors[0].index("--ppl") + 1] == "8"
     assert collectors[0][collectors[0].index("--token-file") + 1] == str(token_file)
     return token
+
+
+def wait_for_alert(data_dir: Path, rule: str, dport: int) -> tuple[str, str] | None:
+    """(condition, severity) of the newest stored version of the alert (bounded wait)."""
+    query = "SELECT condition, severity FROM traces_alert WHERE rule_id = ? AND dport = ? ORDER BY id DESC LIMIT 1"
+    for _ in range(120):  # at most 60 s: the sink ships in batches; a loaded CI machine is slow
+        with sqlite3.connect(f"file:{data_dir / 'nettrail.sqlite3'}?mode=ro", uri=True) as db:
+            row = db.execute(query, (rule, dport)).fetchone()
+        if row is not None:
+            return (row[0], row[1])
+        time.sleep(0.5)
+    return None
 
 
 def wait_for_connections(data_dir: Path, port: int, count: int) -> list[tuple[str, str, int]]:

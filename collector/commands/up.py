@@ -6,8 +6,8 @@ NETTRAIL_ADMIN_PASSWORD or generated and printed once, never logged), make a fre
 token for the local host (revoking the previous one), start daphne via
 ``python -m webapp.serve`` -- as root, in a child switched to the ``nettrail``
 system user (created if missing, owner of the data directory) -- then, as root and
-when the ``collect`` command exists, ``nettrail collect --server URL --token-file F`` as
-a root child (F: ``collector.token`` in the data directory, mode 0600, owned by root;
+when the ``collect`` command exists, ``nettrail collect --server URL --token-file F
+--alerts --ppl 8`` as a root child (F: ``collector.token`` in the data directory, mode 0600, owned by root;
 a token on the command line would be visible to every local user in ``ps``). Ctrl-C / SIGTERM stop both. Keep in sync with docs/webapp.md, README.md.
 """
 
@@ -36,6 +36,10 @@ START_TIMEOUT = 60.0  # seconds for daphne to listen (first start compiles nothi
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout the webapp child imports from
 STOP_TIMEOUT = 10.0  # seconds each child gets after SIGTERM before SIGKILL
 TOKEN_FILE = "collector.token"  # in the data directory: the local token for the collector child
+# One siftr sample per 8 packets of a flow: a busy host's bulk flows would otherwise fill
+# the ring buffer faster than one core decodes it and lose events (docs/benchmarks.md);
+# the exact per-flow counters stay exact whatever the sampling (docs/collector.md).
+COLLECTOR_PPL = 8
 
 
 def register(subparsers: Any) -> None:
@@ -215,6 +219,7 @@ def _start_collector(url: str, token: str, token_file: Path) -> subprocess.Popen
     command = [
         *(sys.executable, "-m", "collector.cli", "collect"),
         *("--server", url.rstrip("/"), "--token-file", str(token_file)),
+        *("--alerts", "--ppl", str(COLLECTOR_PPL)),  # alerts reach the dashboard live
     ]
     print("nettrail: collector started (live kernel tracing)", flush=True)
     return subprocess.Popen(command, env={k: v for k, v in os.environ.items() if k != "NETTRAIL_ADMIN_PASSWORD"})

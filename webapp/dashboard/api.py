@@ -17,7 +17,7 @@ from typing import Any
 from django.db.models import Count, Max, Min, Q, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from webapp.dashboard import buffers, detail, queries
+from webapp.dashboard import alert_versions, buffers, detail, queries
 from webapp.dashboard.filterlang import FilterError
 from webapp.dashboard.models import AlertAck
 from webapp.dashboard.tables import Alert, LossReport, SockEvent, UdpDatagram
@@ -144,7 +144,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     now = time.time()
     hosts = [_host_counters(h, now) for h in host_names()]
     alert_cols = ("id", "start", "severity", "rule_id", "host_id", "message", "conn_uuid")
-    latest = list(Alert.objects.order_by("-start").values(*alert_cols)[:TOP_N])
+    latest = list(alert_versions.latest(Alert.objects).order_by("-start").values(*alert_cols)[:TOP_N])
     conns = queries.annotated()
     top_bytes = conns.filter(total_bytes__gt=0).order_by("-total_bytes")[:TOP_N]
     top_retrans = conns.filter(retransmits__gt=0).order_by("-retransmits")[:TOP_N]
@@ -215,10 +215,7 @@ def udp(request: HttpRequest) -> HttpResponse:
 
 
 def _ack_of(a: Any) -> AlertAck | None:
-    try:
-        return a.ack  # type: ignore[no-any-return]
-    except AlertAck.DoesNotExist:
-        return None
+    return alert_versions.ack_of(a)
 
 
 def _alert_json(a: Any) -> dict[str, Any]:
@@ -249,14 +246,14 @@ def _alert_json(a: Any) -> dict[str, Any]:
 @api("GET")
 def alerts(request: HttpRequest) -> HttpResponse:
     """?severity=&rule=&host=&acked=yes|no: the newest matching alerts."""
-    qs = Alert.objects.select_related("ack", "ack__user").order_by("-start", "-id")
+    qs = alert_versions.latest(Alert.objects.select_related("ack", "ack__user")).order_by("-start", "-id")
     for param, column in (("severity", "severity"), ("rule", "rule_id"), ("host", "host_id"), ("status", "status")):
         value = request.GET.get(param)
         if value:
             qs = qs.filter(**{column: value})
     acked = request.GET.get("acked")
     if acked in ("yes", "no"):
-        qs = qs.filter(ack__isnull=acked == "no")
+        qs = qs.filter(alert_versions.acked()) if acked == "yes" else qs.exclude(alert_versions.acked())
     elif acked:
         return json_error(400, "acked is yes or no")
     facets = {

@@ -12,6 +12,7 @@ from typing import Any
 
 from translators.records import tcp_flags_str
 from translators.tcp import FREEBSD_INITIAL_SSTHRESH
+from webapp.dashboard import alert_versions
 from webapp.dashboard.tables import (
     Alert,
     ConnectionSummary,
@@ -244,7 +245,8 @@ def tcpdebug(uuid: str) -> list[dict[str, Any]]:
 
 def alerts(uuid: str) -> list[dict[str, Any]]:
     cols = ("id", "start", "end", "severity", "rule_id", "status", "count", "message")
-    return list(Alert.objects.filter(conn_uuid=uuid).order_by("-start").values(*cols)[:MAX_ROWS])
+    newest = alert_versions.latest(Alert.objects.filter(conn_uuid=uuid))
+    return list(newest.order_by("-start").values(*cols)[:MAX_ROWS])
 
 
 SUMMARY_FIELDS = (

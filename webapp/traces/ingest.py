@@ -22,7 +22,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from translators.records import Record, decode_batch
 from webapp.http import json_error
-from webapp.traces import push, tokens
+from webapp.traces import alert_mail, push, tokens
 from webapp.traces.store import UnstorableRecord, store_batch
 
 CONTENT_TYPES: dict[str, Literal["json", "msgpack"]] = {
@@ -66,6 +66,7 @@ def _ingest(request: HttpRequest) -> JsonResponse:
         return json_error(400, str(exc), index=exc.index, field=exc.field)
     tokens.mark_used(row)
     push.push(result.new)
+    alert_mail.MAILER.submit(result.new)  # queues only: mail goes from a background thread
     return JsonResponse({"stored": result.stored, "duplicates": result.duplicates})
 
 

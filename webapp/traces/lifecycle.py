@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import itertools
 import operator
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 from django.db import connection
+from django.db.models import Count
 
 from translators.records import BY_KIND, Record
-from webapp.traces.models import Connection
+from webapp.traces.models import KIND_MODELS, Connection
 
 LOOKUP_CHUNK = 500  # conn_uuids per IN (...) query: well under every backend's parameter limit
 KEY_FIELDS = ("host_id", "boot_id", "conn_uuid")
@@ -44,12 +46,17 @@ def apply(records: Iterable[Record]) -> int:
     """Fold tracked records into their connections; returns how many connections changed."""
     touched: dict[str, list[tuple[Any, Record]]] = {}
     folders = _FOLDERS_BY_TYPE
+    alerts: list[tuple[str, Record]] = []
     for rec in records:
         uuid = rec.conn_uuid
         if uuid is not None:
             folder = folders.get(type(rec))
-            if folder is not None:
+            if folder is _fold_alert:
+                alerts.append((uuid, rec))
+            elif folder is not None:
                 touched.setdefault(uuid, []).append((folder, rec))
+    for uuid, rec in _first_versions(alerts):
+        touched.setdefault(uuid, []).append((_fold_alert, rec))
     if not touched:
         return 0
     existing = _load(list(touched))
@@ -73,6 +80,33 @@ def apply(records: Iterable[Record]) -> int:
     _insert(new)
     _update(existing.values())
     return len(touched)
+
+
+def _first_versions(alerts: list[tuple[str, Record]]) -> list[tuple[str, Record]]:
+    """The alerts seen for the first time: an alert is emitted again (same alert_id) as it
+    escalates, fires again or closes, and a connection counts it once. The batch's rows
+    are already stored, so more stored rows than the batch holds mean an earlier version."""
+    if not alerts:
+        return []
+    in_batch = Counter(rec.alert_id for _, rec in alerts)  # type: ignore[attr-defined]
+    ids = [i for i in in_batch if i is not None]
+    stored: dict[str, int] = {}
+    for start in range(0, len(ids), LOOKUP_CHUNK):
+        rows = (
+            KIND_MODELS["alert"].objects.filter(alert_id__in=ids[start : start + LOOKUP_CHUNK])
+            .values_list("alert_id").annotate(n=Count("id"))
+        )  # fmt: skip
+        stored.update(rows)
+    out: list[tuple[str, Record]] = []
+    seen: set[str] = set()
+    for uuid, rec in alerts:
+        aid = rec.alert_id  # type: ignore[attr-defined]
+        if aid is not None:
+            if aid in seen or stored.get(aid, 0) > in_batch[aid]:
+                continue
+            seen.add(aid)
+        out.append((uuid, rec))
+    return out
 
 
 def _columns(names: Iterable[str]) -> list[str]:

@@ -174,7 +174,6 @@ def translate_sample_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[Kern
     tflags |= np.where(ca == CA_RECOVERY, TF_FASTRECOVERY, 0)
     tflags |= np.where(ca == CA_CWR, TF_CONGRECOVERY, 0)
     tflags |= np.where(flags & SNAP_FASTOPEN, TF_FASTOPEN, 0)
-    state_numbers = [FREEBSD_STATE_NUMBER.get(state_name(s) or "") for s in range(256)]
     rxhash = a["rxhash"].astype(u64)
     directions = col("direction")
     columns, groups = envelope_columns_grouped(a, env, "siftr", "siftr", list(map(_HOOKS.__getitem__, directions)))
@@ -190,7 +189,7 @@ def translate_sample_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[Kern
             "rcv_wnd": col("rcv_wnd"),
             "t_flags": tflags.tolist(),
             "t_flags2": np.where(flags & SNAP_ECN, TF2_ECN_PERMIT, 0).tolist(),
-            "conn_state": [state_numbers[s] for s in col("state")],
+            "conn_state": list(map(_STATE_NUMBERS.__getitem__, col("state"))),
             "mss": mss.tolist(),
             "srtt": (a["srtt_us"] >> 3).tolist(),
             "rttvar": (a["mdev_us"] >> 2).tolist(),
@@ -225,6 +224,7 @@ def translate_sample_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[Kern
 _HOOKS = tuple("tp_btf/net_dev_queue" if d == 1 else "tp_btf/tcp_probe" for d in range(256))
 _DIRECTIONS = tuple("out" if d == 1 else "in" for d in range(256))
 _CA_NAMES = tuple(ca_state_name(x) for x in range(256))
+_STATE_NUMBERS = tuple(FREEBSD_STATE_NUMBER.get(state_name(s) or "") for s in range(256))
 
 
 def _decoded(names: list[bytes]) -> list[str | None]:

@@ -122,7 +122,8 @@ class KernelSource:
     def _translate(self, raw: np.ndarray) -> list[KernelRecord]:
         events = raw.view(layout.EVENT_DTYPE)
         types = events["type"]
-        slots: list[list[KernelRecord] | None] = [None] * len(types)
+        rowed: dict[int, list[KernelRecord]] = {}  # position -> records of a row-by-row kind
+        batched: list[tuple[list[int], list[KernelRecord]]] = []  # (positions, one record each)
         for t in np.unique(types).tolist():
             idx = np.flatnonzero(types == t)
             self.received[t % layout.EV_MAX] += len(idx)
@@ -132,12 +133,12 @@ class KernelSource:
                 continue
             typed = raw[idx].view(layout.EVENT_DTYPES[t])
             if name in KERNEL_BATCH_TRANSLATORS and self.env.wire and not kernel.VALIDATE:
-                self._batch(name, typed, idx.tolist(), slots)  # the high-rate kinds, column-wise
+                batched.append((idx.tolist(), self._batch(name, typed)))  # the high-rate kinds, column-wise
                 continue
-            self._translate_rows(name, layout.FIELD_NAMES[t], idx.tolist(), typed.tolist(), slots)
+            self._translate_rows(name, layout.FIELD_NAMES[t], idx.tolist(), typed.tolist(), rowed)
         if len(self.tuples) > MAX_TUPLES:  # sockets whose destroy we never saw (tcp provider off)
             self.tuples.clear()
-        return [rec for recs in slots if recs for rec in recs]
+        return _in_arrival_order(batched, rowed)
 
     def _translate_rows(
         self,
@@ -145,7 +146,7 @@ class KernelSource:
         names: tuple[str, ...],
         positions: list[int],
         rows: list[tuple[Any, ...]],
-        slots: list[list[KernelRecord] | None],
+        slots: dict[int, list[KernelRecord]],
     ) -> None:
         fn: Callable[[Raw, KernelEnv], list[KernelRecord]] = KERNEL_TRANSLATORS[name]
         env = self.env
@@ -174,13 +175,10 @@ class KernelSource:
             except (ValueError, TypeError):
                 self._malformed(name, 1)
 
-    def _batch(
-        self, name: str, typed: np.ndarray, positions: list[int], slots: list[list[KernelRecord] | None]
-    ) -> None:
+    def _batch(self, name: str, typed: np.ndarray) -> list[KernelRecord]:
         if name == "siftr_sample":
             self._remember_flows(typed)
-        for pos, rec in zip(positions, KERNEL_BATCH_TRANSLATORS[name](typed, self.env), strict=True):
-            slots[pos] = [rec]
+        return KERNEL_BATCH_TRANSLATORS[name](typed, self.env)
 
     def _remember_flows(self, typed: np.ndarray) -> None:
         """First sighting of a SIFTR flow: its header (for map-read FlowCounters) and 4-tuple."""
@@ -279,3 +277,22 @@ class KernelSource:
             self.totals.lost[name] = int(lost[t])
             self.totals.generated[name] = int(generated[t])
         return out
+
+
+def _in_arrival_order(
+    batched: list[tuple[list[int], list[KernelRecord]]], rowed: dict[int, list[KernelRecord]]
+) -> list[KernelRecord]:
+    """The records of one chunk ordered by the position of their event (a row-by-row event
+    may give several records, which keep their order): one stable sort, no per-event lists."""
+    if not rowed and len(batched) == 1:
+        return batched[0][1]
+    records: list[KernelRecord] = []
+    positions: list[int] = []
+    for where, recs in batched:
+        records += recs
+        positions += where
+    for pos, recs in rowed.items():
+        records += recs
+        positions += [pos] * len(recs)
+    order = np.argsort(np.asarray(positions, dtype=np.int64), kind="stable").tolist()
+    return list(map(records.__getitem__, order))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ import pytest
 from collector.analysis.config import config_from_mapping
 from collector.analysis.live import Alerting, Extras, read_mib
 from collector.sinks.http import HttpSink
-from tests.collect_process import ROOT
+from tests.collect_process import ROOT, Collector
 from tests.kernel_support import bpf_skip_reason, free_port
 from translators.kernel import KernelEnv
 from translators.records import Alert, LossReport, TcpStateChange, from_json
@@ -140,3 +141,41 @@ def test_read_mib_pairs_header_and_value_lines(tmp_path):
     f = tmp_path / "netstat"
     f.write_text("TcpExt: A ListenOverflows\nTcpExt: 1 42\nIpExt: X\nIpExt: 7\n")
     assert read_mib([str(f)]) == {("TcpExt", "A"): 1, ("TcpExt", "ListenOverflows"): 42, ("IpExt", "X"): 7}
+
+
+def test_idle_polls_let_timeouts_fire_and_alerts_reach_the_xo_output(tmp_path):
+    """--filter keeps every other record out: only the idle heartbeat can sweep K10."""
+    port = free_port()
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[K10]\nsweep_s = 1\nclose_wait_s = 1\n")
+    args = ("--alerts", "--rules", str(rules), "--providers", "tcp", "--filter", f"port={port}", "--no-stack-counters")
+    with Collector(*args, "--libxo", "json") as c:
+        c.wait_attached()
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", port))
+        srv.listen(1)
+        cli = socket.create_connection(("127.0.0.1", port))
+        conn, _ = srv.accept()
+        cli.close()  # the server side now sits in CLOSE_WAIT
+        srv.close()
+        time.sleep(3.0)  # past close_wait_s and the next sweep, with no record arriving
+        status, out, err = c.stop()
+        conn.close()
+    assert status == 0, err
+    doc = json.loads(out)["nettrail"]
+    alerts = [a for a in doc["alert"] if a["rule_id"] == "K10"]
+    assert {(a["condition"], a["src"], a["sport"]) for a in alerts} == {("close-wait", "127.0.0.1", port)}
+    assert any(s["state"] == "CLOSE_WAIT" and s["sport"] == port for s in doc["tcp_state"])
+
+
+def test_a_broken_rules_file_is_refused_before_tracing(tmp_path):
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[K4]\nwindow = 3\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "collect", "--alerts", "--rules", str(rules), "--duration", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"nettrail collect: {rules}: unknown key K4.window (known: enabled, window_s, critical_seconds)"
+    )

@@ -37,6 +37,11 @@ def env_bool(name: str, default: bool, env: dict[str, str] | None = None) -> boo
     raise ImproperlyConfigured(f"{name}={value!r}: expected one of {', '.join(_TRUE + _FALSE[:-1])}")
 
 
+def env_text(name: str, default: str, env: dict[str, str] | None = None) -> str:
+    value = _raw(name, env)
+    return default if value is None else value.strip()
+
+
 def env_int(name: str, default: int, minimum: int = 0, env: dict[str, str] | None = None) -> int:
     value = _raw(name, env)
     if value is None:

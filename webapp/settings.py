@@ -19,6 +19,7 @@ from webapp.env import (
     env_int,
     env_origins,
     env_secret_key,
+    env_text,
 )
 
 DATA_DIR = datadir.ensure_data_dir(datadir.data_dir())
@@ -159,3 +160,13 @@ LOGGING: dict[str, Any] = {
     # logs only the path and status of failed requests.
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# Alert e-mail (webapp/traces/alert_mail.py mails to NETTRAIL_ALERT_EMAILS): Django's
+# SMTP backend, configured from the environment like everything else here.
+EMAIL_HOST = env_text("NETTRAIL_EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("NETTRAIL_EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_text("NETTRAIL_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = env_text("NETTRAIL_EMAIL_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("NETTRAIL_EMAIL_TLS", False)
+DEFAULT_FROM_EMAIL = env_text("NETTRAIL_EMAIL_FROM", "nettrail@localhost")
+EMAIL_TIMEOUT = 30  # seconds: a dead mail server stalls only the mail thread, and not for ever

@@ -40,7 +40,8 @@ class CaptureRules:
                 yield rec
 
     def connections(self, connections: Iterable[Connection]) -> None:
-        for rec in run(sorted(connections, key=lambda c: c.ts_wall), self.config):
+        ordered: list[Connection] = sorted(connections, key=lambda c: c.ts_wall)
+        for rec in run(ordered, self.config):
             if isinstance(rec, Alert):
                 self._keep(rec)
 

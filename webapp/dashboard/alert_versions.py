@@ -38,4 +38,6 @@ def ack_of(alert: Any) -> AlertAck | None:
         pass
     if alert.alert_id is None:
         return None
-    return AlertAck.objects.select_related("user").filter(alert__alert_id=alert.alert_id).order_by("-at").first()
+    acks = AlertAck.objects.select_related("user").filter(alert__alert_id=alert.alert_id)
+    newest: AlertAck | None = acks.order_by("-at").first()
+    return newest

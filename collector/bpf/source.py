@@ -183,8 +183,11 @@ class KernelSource:
     def _remember_flows(self, typed: np.ndarray) -> None:
         """First sighting of a SIFTR flow: its header (for map-read FlowCounters) and 4-tuple."""
         cookies = typed["cookie"].tolist()
+        meta, tuples = self.flow_meta, self.tuples
+        if all(c in meta and c in tuples for c in set(cookies)):
+            return  # the steady state: every flow of the chunk is known
         for i, cookie in enumerate(cookies):
-            if cookie not in self.flow_meta or cookie not in self.tuples:
+            if cookie not in meta or cookie not in tuples:
                 fields = dict(zip(layout.FIELD_NAMES[layout.EV_SIFTR], typed[i].tolist(), strict=True))
                 self.flow_meta.setdefault(cookie, {k: fields[k] for k in HEADER_NAMES})
                 if cookie and fields["sport"]:

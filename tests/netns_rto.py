@@ -1,6 +1,7 @@
 """Test traffic for the netns filter: inside the test's network namespace, a loopback
 connection whose data is dropped at input by nftables for HOLD_S seconds, so the sender's
-retransmission timer fires (RTO retransmits and the Loss state, in timer context).
+retransmission timer fires (RTO retransmits and the Loss state, in timer context), and
+a connect to PORT+1 whose SYN is dropped (a SYN retransmission from the timer).
 
 Usage: netns_rto.py PORT HOLD_S. Creates and deletes the nft table `nettrail_rto`
 of this namespace; prints the bytes the receiver got."""
@@ -29,8 +30,17 @@ def main(port: int, hold: float) -> None:
     try:
         nft("add", "chain", "inet", TABLE, "in", "{ type filter hook input priority 0 ; }")
         nft("add", "rule", "inet", TABLE, "in", "tcp", "dport", str(port), "drop")
+        nft("add", "rule", "inet", TABLE, "in", "tcp", "dport", str(port + 1), "drop")
+        start = time.monotonic()
         client.sendall(b"x" * 20000)
-        time.sleep(hold)  # retransmission timer: ~0.2, 0.6, 1.4 s
+        syn = socket.socket()
+        syn.settimeout(min(hold, 1.3))  # its SYN is dropped: one SYN retransmission at 1 s
+        try:
+            syn.connect(("127.0.0.1", port + 1))
+        except OSError:
+            pass
+        syn.close()
+        time.sleep(max(0.0, hold - (time.monotonic() - start)))  # retransmission timer: ~0.2, 0.6, 1.4 s
     finally:
         nft("delete", "table", "inet", TABLE)
     got = 0

@@ -9,9 +9,9 @@ keep-alive connection, which must raise no alert at all.
 
 K4 has no test here: on Linux 6.18 an accept-queue overflow (provoked with a backlog-1
 listener, counted in ListenOverflows) produces no skb drop with reason
-TCP_LISTEN_OVERFLOW, and the collector does not report the ListenOverflows counter, so
-no record carries it (K4 is tested on record streams in test_alerts_buffers.py). The
-drop-based half of K5 (TCP_ZEROWINDOW, SOCKET_RCVBUFF on TCP) is not provoked here.
+TCP_LISTEN_OVERFLOW; the collector reports the ListenOverflows counter of its own
+namespace as stack_counter records, and tests/test_collect_alerts.py runs a collector
+inside a test namespace for K4 on real traffic. The drop-based half of K5 (TCP_ZEROWINDOW, SOCKET_RCVBUFF on TCP) is not provoked here.
 """
 
 from __future__ import annotations
@@ -80,9 +80,9 @@ def tcp_timeouts(netns) -> int:
     return netstat(netns, "TCPTimeouts")
 
 
-# Three collectors, merged by kernel time: the tcp provider unfiltered (the in-kernel
-# netns filter also drops events fired from timers, such as SYN and RTO retransmits, so
-# its records are kept by their netns field instead), siftr and skb/udp filtered to the
+# Three collectors, merged by kernel time: the tcp provider unfiltered (its records are
+# kept by their netns field; the in-kernel netns filter keeps timer-fired events too,
+# tests/test_collect_netns_filter.py), siftr and skb/udp filtered to the
 # namespace in the kernel (their volume from the rest of this busy host would be large).
 COLLECTORS = (("tcp", False), ("siftr", True), ("skb,udp", True))
 

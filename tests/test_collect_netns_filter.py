@@ -51,3 +51,5 @@ def test_the_netns_filter_keeps_timer_retransmits_and_the_loss_state(netns, tmp_
     assert {r.netns for r in retrans} == {inode}
     loss = [r for r in records if isinstance(r, TcpCongState) and r.ca_state == "Loss" and r.dport == 7600]
     assert len(loss) >= 1 and loss[0].ctx == "softirq" and loss[0].netns == inode
+    syn = [r for r in records if isinstance(r, TcpRetransmit) and r.dport == 7601 and r.retrans_kind == "syn"]
+    assert len(syn) >= 1 and {(r.ctx, r.netns, r.state) for r in syn} == {("softirq", inode, "SYN_SENT")}

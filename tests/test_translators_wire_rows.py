@@ -75,3 +75,16 @@ def test_wire_rows_get_their_own_approx_list_and_a_settable_seq() -> None:
     assert batch[0]["approx"] is not batch[1]["approx"]
     assert kernel.number(batch, 7) == 11
     assert [r["seq"] for r in batch] == [7, 8, 9, 10]
+
+
+@pytest.mark.parametrize("offset", [1_795_000_000.123, 1_700_000_000.0, 0.0, 1e9 + 0.3333333, -5.5, 1e12])
+def test_the_wall_clock_column_rounds_exactly_like_the_row_form(offset: float) -> None:
+    rng = np.random.default_rng(11)
+    ties = np.arange(1, 20_001, 2, dtype=np.uint64) * 7_812_500  # x = j/128: x * 10**6 ends in .5
+    ts = np.concatenate(
+        [ties, np.arange(0, 20_000, dtype=np.uint64) * 500]
+        + [rng.integers(0, scale, size=20_000, dtype=np.uint64) for scale in (2**33, 2**42, 2**50, 2**64 - 1)]
+    )
+    got = kernel.wall_column(ts, offset)
+    assert got == [ENV.__class__("h", "b", offset).wall(t) for t in ts.tolist()]
+    assert all(type(v) is float for v in got)

@@ -9,6 +9,7 @@ envelope of translators/records.py (providers.md 0.1, 9.3).
 
 from __future__ import annotations
 
+import collections
 import copy
 import functools
 import ipaddress
@@ -139,6 +140,39 @@ def make(cls: type[R], kwargs: Mapping[str, Any], env: KernelEnv) -> R | dict[st
     return built
 
 
+def wall_column(ts_ns: Any, offset: float) -> list[float]:
+    """[round(t / 1e9 + offset, 6) for t in ts_ns] (KernelEnv.wall), the same floats, in numpy.
+
+    t / 1e9 + offset are the same IEEE operations as Python's (ns below 2**53 convert
+    exactly). round(x, 6) is the double nearest to k / 10**6, k the integer nearest to
+    the exact x * 10**6, ties to even (CPython rounds the exact binary value). The
+    product's exact rounding error comes from Dekker's two-product, so k is decided
+    exactly; k / 1e6 is then correctly rounded, as strtod does. Values outside the
+    range where this holds (negative, not finite, x * 10**6 >= 2**52) use round()."""
+    x = ts_ns / 1e9 + offset
+    p = x * 1e6
+    err = _product_error(x, p)
+    whole = np.floor(p)
+    above_half = (p - whole - 0.5) + err  # sign exact: see the docstring
+    k = whole + (above_half > 0) + ((above_half == 0) & (np.fmod(whole, 2) == 1))
+    out: list[float] = (k / 1e6).tolist()
+    odd = ~((x >= 0) & (p < 2.0**52))  # NaN compares false: odd too
+    if odd.any():
+        xs = x.tolist()
+        for i in np.flatnonzero(odd).tolist():
+            out[i] = round(xs[i], 6)
+    return out
+
+
+def _product_error(a: Any, p: Any) -> Any:
+    """a * 1e6 - p exactly, p = fl(a * 1e6) (Dekker: Veltkamp split of both factors)."""
+    c = 134217729.0 * a  # 2**27 + 1
+    a_hi = c - (c - a)
+    a_lo = a - a_hi
+    b_hi, b_lo = 1e6, 0.0  # 1e6 has 20 significant bits: it is its own high half
+    return ((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
+
+
 def envelope_columns(
     a: Any, env: KernelEnv, provider: str, probe: str | list[str], hook: str | list[str]
 ) -> dict[str, Any]:
@@ -156,7 +190,7 @@ def envelope_columns(
         "boot_id": env.boot_id,
         "seq": 0,
         "ts_ns": a["ts_ns"].tolist(),
-        "ts_wall": [round(t / 1e9 + off, 6) for t in a["ts_ns"].tolist()],
+        "ts_wall": wall_column(a["ts_ns"], off),
         "provider": provider,
         "probe": probe,
         "hook": hook,
@@ -220,9 +254,7 @@ def envelope_columns_grouped(
         "boot_id": env.boot_id,
         "seq": 0,
         "ts_ns": a["ts_ns"].tolist(),
-        # the same IEEE operations as env.wall() (ns < 2**53 convert exactly), rounded by
-        # Python's round() so the digits are the row form's
-        "ts_wall": list(map(round, (a["ts_ns"] / 1e9 + off).tolist(), itertools.repeat(6))),
+        "ts_wall": wall_column(a["ts_ns"], off),
         "provider": provider,
         "probe": probe,
         "hook": hook,
@@ -279,6 +311,10 @@ def as_struct(rec: KernelRecord) -> Record:
 
 def number(records: list[KernelRecord], seq: int) -> int:
     """Give records consecutive seq from `seq`; returns the next one."""
+    end = seq + len(records)
+    if dict not in set(map(type, records)):  # Structs and WireRows: one C-level pass
+        collections.deque(map(setattr, records, itertools.repeat("seq"), range(seq, end)), maxlen=0)
+        return end
     for rec in records:
         if type(rec) is dict:
             rec["seq"] = seq

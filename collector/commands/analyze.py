@@ -168,7 +168,7 @@ def write_header(writer: Writer, reader: CaptureReader, pipeline: CapturePipelin
 
 
 def consume(
-    reader: CaptureReader, pipeline: CapturePipeline, writer: Writer, packets: bool, rules: CaptureRules
+    reader: CaptureReader, pipeline: CapturePipeline, writer: Writer, packets: bool, rules: CaptureRules | None = None
 ) -> Damage:
     """Stream every batch through the pipeline; -> the reader's damage record.
 
@@ -183,6 +183,7 @@ def consume(
                     pass
                 tick()
             return stream.damage
+    rules = rules if rules is not None else CaptureRules()
     with progress(reader, reader.progress) as tick:
 
         def records() -> Iterator[Record]:
@@ -202,10 +203,12 @@ def consume(
 
 
 def write_results(
-    writer: Writer, pipeline: CapturePipeline, damage: Damage | None, source: str, rules: CaptureRules
+    writer: Writer, pipeline: CapturePipeline, damage: Damage | None, source: str, rules: CaptureRules | None = None
 ) -> None:
-    """The connection list, totals and alerts (P1-P6, then the kernel-agnostic K rules);
-    with `--libxo warn` the first damaged offsets on stderr."""
+    """The connection list, totals and alerts (P1-P6, then the kernel-agnostic K rules:
+    the packets' alerts are in ``rules`` already, a fresh one has none); with `--libxo
+    warn` the first damaged offsets on stderr."""
+    rules = rules if rules is not None else CaptureRules()
     connections = pipeline.connections()
     rules.connections(connections)
     alerts = pipeline.alerts() + rules.alerts()

@@ -69,6 +69,7 @@ def test_the_trim_command_applies_the_settings() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the trimmer thread has its own connection: rows must be committed
 def test_the_server_trimmer_thread_trims_periodically_until_stopped() -> None:
     store_batch([drop(i, 1.0) for i in range(6)])  # far older than 1 day
     stop = start_trimmer(0.05, Policy(days=1, rows=0, batch=4))

@@ -46,10 +46,13 @@ def test_the_netns_filter_keeps_timer_retransmits_and_the_loss_state(netns, tmp_
     records = [from_json(line) for line in out.read_bytes().splitlines()]
     assert records and {r.netns for r in records if r.netns is not None} == {inode}
     retrans = [r for r in records if isinstance(r, TcpRetransmit) and r.dport == 7600]
-    timer = [r for r in retrans if r.ctx == "softirq" and r.retrans_kind == "rto"]
-    assert len(timer) >= 2  # at least the 0.2 s and 0.6 s timeouts, fired outside any task of the namespace
+    rto = [r for r in retrans if r.retrans_kind == "rto"]
+    assert len(rto) >= 2  # the retransmission timer fired at least at ~0.2 s and ~0.6 s
     assert {r.netns for r in retrans} == {inode}
     loss = [r for r in records if isinstance(r, TcpCongState) and r.ca_state == "Loss" and r.dport == 7600]
-    assert len(loss) >= 1 and loss[0].ctx == "softirq" and loss[0].netns == inode
+    assert len(loss) >= 1 and {r.netns for r in loss} == {inode}
+    # The sender sleeps through the blackout, so its timers fire on whatever task they
+    # interrupt, never one of the namespace's: a filter on the current task's namespace
+    # would drop every one of these.
     syn = [r for r in records if isinstance(r, TcpRetransmit) and r.dport == 7601 and r.retrans_kind == "syn"]
-    assert len(syn) >= 1 and {(r.ctx, r.netns, r.state) for r in syn} == {("softirq", inode, "SYN_SENT")}
+    assert len(syn) >= 1 and {(r.netns, r.state) for r in syn} == {(inode, "SYN_SENT")}

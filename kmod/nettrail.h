@@ -406,8 +406,10 @@ struct nt_skb_id {
 struct nt_skb_read {
 	__u64 addr;
 	__u64 uid;
-	__u32 len;     /* bytes copied */
-	__u32 skb_len; /* skb->len then: copied in total, the buffer is used up */
+	__u32 len;       /* bytes copied */
+	__u32 skb_len;   /* skb->len then: copied in total, the buffer is used up */
+	__u32 alloc_cpu; /* skb->alloc_cpu: another CPU than the reader's defers the free there */
+	__u32 _pad;
 };
 struct nt_skb_reads {
 	struct nt_skb_read r[NT_SKB_READS];
@@ -426,8 +428,8 @@ struct nt_udp_rxq_key {
 struct nt_udp_rxq_val {
 	__u64 addr;
 	__u64 uid;
-	__u32 len; /* skb->len at netif_receive_skb */
-	__u32 _pad;
+	__u32 len;       /* skb->len at netif_receive_skb */
+	__u32 alloc_cpu; /* skb->alloc_cpu */
 };
 struct nt_udp_rxq_ends {
 	__u32 head; /* next to be read */

@@ -1325,7 +1325,7 @@ static __always_inline bool skb_same_life(__u8 last, bool rx, bool has_sock)
 
 	if (rx)
 		return was_sent || skb_rx_entry_stage(last);
-	return last != NT_SKB_COPY && (was_sent || !has_sock);
+	return last != NT_SKB_COPY && last != NT_SKB_COPY_INFERRED && (was_sent || !has_sock);
 }
 
 /* A first-sighting hook (rx: a receive entry hook or netif_receive_skb, tx:
@@ -1486,6 +1486,7 @@ static __always_inline void skb_read_note(const struct sk_buff *skb, int len)
 	rs->r[n].uid = id->uid;
 	rs->r[n].len = len;
 	rs->r[n].skb_len = BPF_CORE_READ(skb, len);
+	rs->r[n].alloc_cpu = BPF_CORE_READ(skb, alloc_cpu);
 	rs->n = n + 1;
 }
 
@@ -1511,6 +1512,8 @@ static __always_inline void skb_reads_settle(int ret, int flags, bool task)
 			id->copied += r->len;
 			if (id->copied < r->skb_len)
 				continue; /* partly read: the rest stays queued */
+			if (r->alloc_cpu != bpf_get_smp_processor_id())
+				continue; /* freed later on its allocating CPU by napi_consume_skb: a real consume_skb */
 			skb_emit_as(id, r->skb_len, skb_id_protocol(id), NT_SKB_CONSUME_INFERRED, SKB_END_CONSUMED, 0, now,
 				    task);
 			bpf_map_delete_elem(&skbs, &r->addr);
@@ -1558,6 +1561,7 @@ static __always_inline void udp_rxq_push(const struct sk_buff *skb)
 	v.addr = addr;
 	v.uid = id->uid;
 	v.len = BPF_CORE_READ(skb, len);
+	v.alloc_cpu = BPF_CORE_READ(skb, alloc_cpu);
 	bpf_map_update_elem(&udp_rxq, &k, &v, BPF_ANY);
 }
 
@@ -1568,7 +1572,7 @@ static __always_inline void udp_rxq_pop(const struct sock *sk, int ret, bool tas
 	struct nt_udp_rxq_key k = {};
 	struct nt_udp_rxq_ends *q;
 	__u64 now = bpf_ktime_get_ns(), addr, uid;
-	__u32 i, len;
+	__u32 i, len, cpu;
 
 	k.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
 	k.port = BPF_CORE_READ(sk, __sk_common.skc_num);
@@ -1588,6 +1592,7 @@ static __always_inline void udp_rxq_pop(const struct sock *sk, int ret, bool tas
 		addr = v->addr;
 		uid = v->uid;
 		len = v->len;
+		cpu = v->alloc_cpu;
 		bpf_map_delete_elem(&udp_rxq, &k);
 		id = bpf_map_lookup_elem(&skbs, &addr);
 		if (!id || id->uid != uid)
@@ -1597,7 +1602,10 @@ static __always_inline void udp_rxq_pop(const struct sock *sk, int ret, bool tas
 		if (id->last_stage != NT_SKB_COPY) {
 			skb_emit_as(id, len, skb_id_protocol(id), NT_SKB_COPY_INFERRED, 0, ret, now, task);
 			id->prev_ns = now;
+			id->last_stage = NT_SKB_COPY_INFERRED;
 		}
+		if (cpu != bpf_get_smp_processor_id())
+			return; /* freed later on its allocating CPU by napi_consume_skb: a real consume_skb */
 		skb_emit_as(id, len, skb_id_protocol(id), NT_SKB_CONSUME_INFERRED, SKB_END_CONSUMED, 0, now, task);
 		bpf_map_delete_elem(&skbs, &addr);
 		return;

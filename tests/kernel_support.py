@@ -129,3 +129,15 @@ def programs_left(ids: set[int], timeout: float = 5.0) -> set[int]:
         time.sleep(0.05)
         left = ids & bpftool_prog_ids()
     return left
+
+
+@contextmanager
+def pinned(cpu: int) -> Iterator[None]:
+    """Run the calling thread on one CPU (affinity is per thread), then restore it: a buffer
+    read on the CPU that allocated it is freed there at once (skb lifecycle tests)."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections import defaultdict
 
-from tests.kernel_support import bound_listener, cookie_of, kernel, tracing
+from tests.kernel_support import bound_listener, cookie_of, kernel, pinned, tracing
 from translators.records import SkbEvent
 
 pytestmark = kernel
@@ -23,7 +24,7 @@ def lifetimes(records: list) -> dict[int, list[SkbEvent]]:  # type: ignore[type-
 def test_a_tcp_data_segment_is_followed_from_send_through_receive_and_copy_to_its_consume() -> None:
     lst = bound_listener()
     port = lst.getsockname()[1]
-    with tracing(("skb-lifecycle",), port=port) as cap:
+    with pinned(0), tracing(("skb-lifecycle",), port=port) as cap:
         lst.listen()
         client = socket.create_connection(("127.0.0.1", port))
         server, _ = lst.accept()
@@ -65,7 +66,7 @@ def test_a_tcp_data_segment_is_followed_from_send_through_receive_and_copy_to_it
 def test_a_partly_read_tcp_segment_is_consumed_only_by_the_read_that_empties_it() -> None:
     lst = bound_listener()
     port = lst.getsockname()[1]
-    with tracing(("skb-lifecycle",), port=port) as cap:
+    with pinned(0), tracing(("skb-lifecycle",), port=port) as cap:
         lst.listen()
         client = socket.create_connection(("127.0.0.1", port))
         server, _ = lst.accept()
@@ -94,7 +95,7 @@ def test_a_udp_datagram_is_followed_from_send_through_receive_to_an_inferred_cop
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
         rx.bind(("127.0.0.1", 0))
         port = rx.getsockname()[1]
-        with tracing(("skb-lifecycle",), port=port) as cap:
+        with pinned(0), tracing(("skb-lifecycle",), port=port) as cap:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
                 tx.sendto(b"u" * 300, ("127.0.0.1", port))
                 sport = tx.getsockname()[1]
@@ -124,7 +125,7 @@ def test_generations_keep_the_lifetimes_of_a_reused_address_apart() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
         rx.bind(("127.0.0.1", 0))
         port = rx.getsockname()[1]
-        with tracing(("skb-lifecycle",), port=port) as cap:
+        with pinned(0), tracing(("skb-lifecycle",), port=port) as cap:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
                 for _ in range(200):  # the slab hands the same sk_buff addresses out again
                     tx.sendto(b"g" * 100, ("127.0.0.1", port))
@@ -140,3 +141,75 @@ def test_generations_keep_the_lifetimes_of_a_reused_address_apart() -> None:
     # each lifetime of a reused address ends once, by its own read
     assert [[r.stage for r in life][4:] for life in lives.values()] == [["copy", "consume"]] * 200
     assert all(life[-1].end == "consumed" for life in lives.values())
+
+
+def read_lives(records: list) -> list[list[SkbEvent]]:  # type: ignore[type-arg]
+    """The lifetimes of the 1000-byte TCP segment and the 200-byte datagram, once both were seen."""
+    lives = lifetimes(records).values()
+    tcp = [life for life in lives if any(r.stage == "copy" and r.len == 1000 for r in life)]
+    udp = [life for life in lives if any(r.stage == "rx" and r.len == 228 for r in life)]
+    return tcp + udp if len(tcp) == len(udp) == 1 else [[]]
+
+
+def test_buffers_read_on_another_cpu_end_with_the_real_consume_of_the_deferred_free() -> None:
+    # skb_attempt_defer_free hands a buffer read on another CPU back to the CPU that
+    # allocated it, whose next receive softirq frees it through napi_consume_skb: there
+    # the kernel does fire consume_skb, so no consume is inferred
+    lst = bound_listener()
+    port = lst.getsockname()[1]
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as urx,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as utx,
+    ):
+        urx.bind(("127.0.0.1", port))  # the same port number: one filter keeps both flows
+        with tracing(("skb-lifecycle",), port=port) as cap:
+            lst.listen()
+            client = socket.create_connection(("127.0.0.1", port))
+            server, _ = lst.accept()
+            read, errors = threading.Event(), []
+
+            def sender() -> None:
+                with pinned(0):
+                    client.sendall(b"T" * 1000)
+                    utx.sendto(b"U" * 200, ("127.0.0.1", port))
+                    read.wait(5)
+                    utx.sendto(b"k", ("127.0.0.1", port))  # a receive softirq on CPU 0 flushes its deferred frees
+
+            def reader() -> None:
+                with pinned(1):
+                    try:
+                        time.sleep(0.05)
+                        assert server.recv(5000) == b"T" * 1000
+                        assert urx.recv(1000) == b"U" * 200
+                    except BaseException as exc:
+                        errors.append(exc)
+                    read.set()
+
+            threads = [threading.Thread(target=sender), threading.Thread(target=reader)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(10)
+            assert not errors, errors
+            records = cap.wait_for(lambda recs: all(life and life[-1].stage == "consume" for life in read_lives(recs)))
+            client.close()
+            server.close()
+        lst.close()
+    lives = lifetimes(records)
+    tcp = [life for life in lives.values() if any(r.stage == "copy" and r.len == 1000 for r in life)]
+    udp = [life for life in lives.values() if any(r.stage == "rx" and r.len == 228 for r in life)]
+    assert len(tcp) == len(udp) == 1, [[(r.stage, r.len) for r in life] for life in lives.values()]
+    assert read_lives(records) == tcp + udp
+    assert [(r.stage, r.hook, r.end) for r in tcp[0]][3:] == [
+        ("rx", "tp_btf/netif_receive_skb", None),
+        ("copy", "tp_btf/skb_copy_datagram_iovec", None),
+        ("consume", "tp_btf/consume_skb", "consumed"),
+    ]
+    assert [(r.stage, r.hook, r.end) for r in udp[0]][3:] == [
+        ("rx", "tp_btf/netif_receive_skb", None),
+        ("copy", "tp_btf/sock_recv_length", None),
+        ("consume", "tp_btf/consume_skb", "consumed"),
+    ]
+    for life in tcp + udp:
+        assert life[-1].approx == [] and life[-1].cpu == 0  # freed on the allocating CPU
+        assert [r.ts_ns for r in life] == sorted(r.ts_ns for r in life)

@@ -10,7 +10,7 @@ from collections import defaultdict
 
 import pytest
 
-from tests.kernel_support import cookie_of, kernel, tracing
+from tests.kernel_support import cookie_of, kernel, pinned, tracing
 from tests.veth_lab import veth_lab
 from translators.records import SkbEvent, connection_uuid
 
@@ -38,7 +38,7 @@ def test_a_tcp_segment_received_on_veth_starts_at_the_first_receive_entry_hook(g
         lst.bind((lab.addr_b, 0))
         port = lst.getsockname()[1]
         lst.listen()
-        with tracing(("skb-lifecycle",), netns=lab.netns_b, port=port) as cap:
+        with pinned(0), tracing(("skb-lifecycle",), netns=lab.netns_b, port=port) as cap:
             client = lab.socket(lab.a, socket.AF_INET, socket.SOCK_STREAM)
             client.connect((lab.addr_b, port))
             server, _ = lst.accept()
@@ -74,7 +74,7 @@ def test_a_udp_datagram_received_on_veth_is_followed_to_its_consume(gro: bool) -
         rx = lab.socket(lab.b, socket.AF_INET, socket.SOCK_DGRAM)
         rx.bind((lab.addr_b, 0))
         port = rx.getsockname()[1]
-        with tracing(("skb-lifecycle",), netns=lab.netns_b, port=port) as cap:
+        with pinned(0), tracing(("skb-lifecycle",), netns=lab.netns_b, port=port) as cap:
             tx = lab.socket(lab.a, socket.AF_INET, socket.SOCK_DGRAM)
             tx.sendto(b"d" * 200, (lab.addr_b, port))
             rx.settimeout(5)

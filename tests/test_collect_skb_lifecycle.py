@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
 from collections import defaultdict
+
+import pytest
 
 from tests.kernel_support import bound_listener, cookie_of, kernel, pinned, tracing
 from translators.records import SkbEvent
@@ -151,6 +154,7 @@ def read_lives(records: list) -> list[list[SkbEvent]]:  # type: ignore[type-arg]
     return tcp + udp if len(tcp) == len(udp) == 1 else [[]]
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two CPUs: the buffer is read on another than its own")
 def test_buffers_read_on_another_cpu_end_with_the_real_consume_of_the_deferred_free() -> None:
     # skb_attempt_defer_free hands a buffer read on another CPU back to the CPU that
     # allocated it, whose next receive softirq frees it through napi_consume_skb: there

@@ -114,7 +114,8 @@ def wire_row_class(cls: type[Record]) -> type[WireRow]:
     """The WireRow mirror of a record kind (fields in the Struct's encoding order)."""
     tag = typing.cast(str, cls.__struct_config__.tag)
     fields = [(f.name, Any) for f in msgspec.structs.fields(cls)]
-    return msgspec.defstruct(f"{cls.__name__}Wire", fields, bases=(WireRow,), tag=tag, namespace={"kind": tag})
+    row = msgspec.defstruct(f"{cls.__name__}Wire", fields, bases=(WireRow,), tag=tag, namespace={"kind": tag})
+    return typing.cast(type[WireRow], row)
 
 
 def make(cls: type[R], kwargs: Mapping[str, Any], env: KernelEnv) -> R | dict[str, Any]:
@@ -328,7 +329,7 @@ def set_seq(rec: KernelRecord, seq: int) -> None:
     if isinstance(rec, dict):
         rec["seq"] = seq
     else:
-        rec.seq = seq
+        rec.seq = seq  # type: ignore[union-attr]  # every WireRow class has the Record's seq
 
 
 def format_address(family: int, raw: bytes) -> str | None:

@@ -4,11 +4,13 @@ drops), and spool loss turned into loss_report records."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -143,11 +145,28 @@ def test_read_mib_pairs_header_and_value_lines(tmp_path):
     assert read_mib([str(f)]) == {("TcpExt", "A"): 1, ("TcpExt", "ListenOverflows"): 42, ("IpExt", "X"): 7}
 
 
-def test_idle_polls_let_timeouts_fire_and_alerts_reach_the_xo_output(tmp_path):
+class Webhook(http.server.BaseHTTPRequestHandler):
+    bodies: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        Webhook.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_idle_polls_let_timeouts_fire_and_alerts_reach_the_xo_output_and_the_webhook(tmp_path):
     """--filter keeps every other record out: only the idle heartbeat can sweep K10."""
     port = free_port()
+    hook = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Webhook)
+    threading.Thread(target=hook.serve_forever, args=(0.05,), daemon=True).start()
     rules = tmp_path / "rules.toml"
-    rules.write_text("[K10]\nsweep_s = 1\nclose_wait_s = 1\n")
+    rules.write_text(
+        f"[K10]\nsweep_s = 1\nclose_wait_s = 1\n[notify]\nmin_severity = 'notice'\nwebhook_url = 'http://127.0.0.1:{hook.server_address[1]}/'\n"
+    )
+    Webhook.bodies = []
     args = ("--alerts", "--rules", str(rules), "--providers", "tcp", "--filter", f"port={port}", "--no-stack-counters")
     with Collector(*args, "--libxo", "json") as c:
         c.wait_attached()
@@ -161,11 +180,16 @@ def test_idle_polls_let_timeouts_fire_and_alerts_reach_the_xo_output(tmp_path):
         time.sleep(3.0)  # past close_wait_s and the next sweep, with no record arriving
         status, out, err = c.stop()
         conn.close()
+    hook.shutdown()
+    hook.server_close()
     assert status == 0, err
     doc = json.loads(out)["nettrail"]
     alerts = [a for a in doc["alert"] if a["rule_id"] == "K10"]
     assert {(a["condition"], a["src"], a["sport"]) for a in alerts} == {("close-wait", "127.0.0.1", port)}
     assert any(s["state"] == "CLOSE_WAIT" and s["sport"] == port for s in doc["tcp_state"])
+    posted = [b for b in Webhook.bodies if b["rule_id"] == "K10"]  # every emitted version, in order
+    assert posted and {b["alert_id"] for b in posted} == {a["alert_id"] for a in alerts}
+    assert (posted[0]["kind"], posted[0]["condition"], posted[0]["sport"]) == ("alert", "close-wait", port)
 
 
 def test_a_broken_rules_file_is_refused_before_tracing(tmp_path):

@@ -27,7 +27,7 @@ from translators.records import LossReport, Record, StackCounter
 
 from . import engine
 from .config import RulesConfig, load_config
-from .notify import Notifiers
+from .notify import Notifiers, WebhookNotifier
 
 # The counters worth a record when they move (docs/collector.md says why each one).
 STACK_COUNTERS: dict[str, tuple[str, ...]] = {
@@ -197,5 +197,9 @@ class Alerting:
         self.alerts += 1
         self.notifiers.submit(alert)  # type: ignore[arg-type]
 
-    def close(self) -> None:
+    def close(self, drain_s: float = 5.0) -> None:
+        """Give queued notifications up to ``drain_s`` seconds, then stop the channels."""
+        for channel in self.notifiers.channels:
+            if isinstance(channel, WebhookNotifier):
+                channel.wait_idle(drain_s)
         self.notifiers.close()

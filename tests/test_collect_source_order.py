@@ -60,3 +60,20 @@ def test_a_mixed_chunk_gives_the_row_by_row_records_in_arrival_order(monkeypatch
     assert [to_json(r) for r in fast] == [to_json(r) for r in slow]
     kinds = [r["kind"] for r in fast[:6]]
     assert kinds[:3] == ["tcp_state"] * 3 and kinds[3] == "siftr_sample"
+
+
+def test_a_malformed_event_in_a_column_wise_kind_is_counted_and_the_rest_translated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    event_type = next(t for t, n in layout.EVENT_NAMES.items() if n == "tcpdebug_snapshot")
+    rows = np.zeros(5, dtype=layout.EVENT_DTYPES[event_type])
+    rows["type"], rows["ts_ns"], rows["cookie"] = event_type, np.arange(1, 6), 77
+    rows["direction"] = [0, 1, 9, 2, 4]  # 9: no such TA_* point
+    rows["prureq"] = 0xFF
+    raw = rows.view(f"V{layout.EVENT_DTYPE.itemsize}")
+    monkeypatch.setattr(kernel, "VALIDATE", False)
+    env = KernelEnv(host_id="h", boot_id="b", wall_offset=0.0, wire=True)
+    src = KernelSource(None, env, flow_interval=3600)  # type: ignore[arg-type]
+    records = src.translate(raw)
+    assert [r["direction"] for r in records] == ["input", "output", "user", "drop"]
+    assert src.totals.malformed == {"tcpdebug_snapshot": 1}

@@ -88,3 +88,41 @@ def test_the_wall_clock_column_rounds_exactly_like_the_row_form(offset: float) -
     got = kernel.wall_column(ts, offset)
     assert got == [ENV.__class__("h", "b", offset).wall(t) for t in ts.tolist()]
     assert all(type(v) is float for v in got)
+
+
+def test_the_column_wise_tcpdebug_batch_gives_the_row_by_row_records_byte_for_byte() -> None:
+    from test_translators_kernel import random_rows
+
+    from translators.tcpdebug import translate_debug, translate_debug_batch
+
+    event_type = next(t for t, n in layout.EVENT_NAMES.items() if n == "tcpdebug_snapshot")
+    rows = random_rows(event_type, 600, seed=3)
+    rng = np.random.default_rng(3)
+    rows["direction"] = rng.choice([0, 1, 2, 4], size=len(rows))  # TA_RESPOND is never emitted
+    rows["prureq"] = rng.choice([0, 1, 5, 9, 0xFF, 200], size=len(rows))
+    rows["flags"] = rng.choice([0, 0x80, 0x87], size=len(rows))
+    rows["has_seg"], rows["approx"] = rng.integers(0, 2, size=len(rows)), rng.integers(0, 2, size=len(rows))
+    rows["state"], rows["ca_state"] = rng.integers(0, 14, size=len(rows)), rng.integers(0, 6, size=len(rows))
+    rows["rto_us"][::4] = 0
+    env = KernelEnv(**{**ENV.__dict__, "drop_reasons": {2: "NOT_SPECIFIED"}})
+    rows["drop_reason"][::2] = 2
+    batch = translate_debug_batch(rows, env)
+    one_by_one = row_by_row(rows, env, translate_debug)
+    assert [to_json(r) for r in batch] == [to_json(r) for r in one_by_one]  # type: ignore[arg-type]
+    all_valid = rows.copy()
+    all_valid["flags"], all_valid["has_seg"] = 0x80, 1  # the unmasked path
+    assert [to_json(r) for r in translate_debug_batch(all_valid, env)] == [
+        to_json(r)  # type: ignore[arg-type]
+        for r in row_by_row(all_valid, env, translate_debug)
+    ]
+
+
+def test_a_tcpdebug_batch_with_an_unknown_point_is_refused_for_the_row_path() -> None:
+    from translators.tcpdebug import translate_debug_batch
+
+    rows = np.zeros(
+        3, dtype=layout.EVENT_DTYPES[next(t for t, n in layout.EVENT_NAMES.items() if n == "tcpdebug_snapshot")]
+    )
+    rows["direction"] = [0, 9, 1]
+    with pytest.raises(ValueError, match="unknown TA_"):
+        translate_debug_batch(rows, ENV)

@@ -34,6 +34,7 @@ KERNEL_BATCH_TRANSLATORS: dict[str, BatchTranslator] = {
     "siftr_sample": siftr.translate_sample_batch,
     "ip_packet": ip.translate_packet_batch,
     "skb_stage": skb.translate_stage_batch,
+    "tcpdebug_snapshot": tcpdebug.translate_debug_batch,
 }
 # Kinds whose 4-tuple is the packet's (source first), not a socket's (local first).
 PACKET_KINDS = frozenset({"ip_packet", "skb_drop", "skb_stage", "udp_datagram"})

@@ -10,9 +10,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from translators.kernel import KernelEnv, KernelRecord, Raw, envelope, make, state_name
+import numpy as np
+import numpy.typing as npt
+
+from translators import kernel
+from translators.kernel import (
+    KernelEnv,
+    KernelRecord,
+    Raw,
+    ca_state_name,
+    envelope,
+    envelope_columns_grouped,
+    make,
+    row_by_row,
+    rows_in_wire_order,
+    state_name,
+)
 from translators.records import DEBUG_DIRECTIONS, PRU_REQUESTS, TcpDebugSnapshot
 from translators.siftr import SNAP_VALID, snapshot_fields
+from translators.tcp import FREEBSD_INITIAL_SSTHRESH, TCP_INFINITE_SSTHRESH
 
 TA_INPUT, TA_OUTPUT, TA_USER, TA_RESPOND, TA_DROP = range(5)
 PRU_NONE = 0xFF
@@ -87,3 +103,103 @@ def translate_debug(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
         env,
     )
     return [rec]
+
+
+def translate_debug_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[KernelRecord]:
+    """translate_debug over a whole batch, column by column: the same records byte for byte
+    (tests/test_translators_wire_rows.py compares them on random events). A batch with an
+    unknown TA_* point raises ValueError, so the caller translates it row by row."""
+    if kernel.VALIDATE or not env.wire:
+        return row_by_row(a, env, translate_debug)
+    n = len(a)
+    points = a["direction"].tolist()
+    if n and max(points) >= len(DEBUG_DIRECTIONS):
+        raise ValueError("tcpdebug_snapshot.direction: unknown TA_* point in the batch")
+
+    def col(name: str) -> list[Any]:
+        return a[name].tolist()  # type: ignore[no-any-return]
+
+    reqs = col("prureq")
+    req_names = [_REQ_NAMES[r] for r in reqs]
+    hooks = [
+        USER_HOOKS.get(name or "", "tp_btf/inet_sock_set_state") if p == TA_USER else POINT_HOOKS[p]
+        for p, name in zip(points, req_names, strict=True)
+    ]
+    columns, groups = envelope_columns_grouped(a, env, "tcpdebug", [_PROBES[p] for p in points], hooks)
+    valid = ((a["flags"] & SNAP_VALID) != 0).tolist()
+    marked = a["approx"].tolist()
+    columns.update(
+        {
+            "approx": [
+                (["snd_cwnd", "snd_ssthresh"] if ok else []) + (["prureq"] if m else [])
+                for ok, m in zip(valid, marked, strict=True)
+            ],
+            "direction": [DEBUG_DIRECTIONS[p] for p in points],
+            "prureq": [r if name else None for r, name in zip(reqs, req_names, strict=True)],
+            "prureq_str": req_names,
+            "drop_reason": [
+                env.drop_reasons.get(r, str(r)) if p == TA_DROP else None
+                for p, r in zip(points, col("drop_reason"), strict=True)
+            ],
+        }
+    )
+    columns.update(_masked(_control_block_columns(a), valid))
+    segment = {
+        "tcp_seq": col("th_seq"),
+        "tcp_ack": col("th_ack"),
+        "tcp_flags": col("th_flags"),
+        "tcp_window": col("th_win"),
+        "tcp_payload_len": col("payload_len"),
+    }
+    columns.update(_masked(segment, a["has_seg"].astype(bool).tolist()))
+    return rows_in_wire_order(TcpDebugSnapshot, columns, n, groups)
+
+
+def _control_block_columns(a: Any) -> dict[str, list[Any]]:
+    """_control_block() of every row (valid or not: _masked keeps the valid ones)."""
+    u64 = np.uint64
+    mss = a["mss_cache"].astype(u64)
+    ssthresh = a["snd_ssthresh"].astype(u64)
+    rto = a["rto_us"].tolist()
+    return {
+        "snd_cwnd": (a["snd_cwnd"].astype(u64) * mss).tolist(),
+        "snd_ssthresh": np.where(ssthresh >= TCP_INFINITE_SSTHRESH, FREEBSD_INITIAL_SSTHRESH, ssthresh * mss).tolist(),
+        "snd_wnd": a["snd_wnd"].tolist(),
+        "rcv_wnd": a["rcv_wnd"].tolist(),
+        "mss": mss.tolist(),
+        "snd_una": a["snd_una"].tolist(),
+        "snd_nxt": a["snd_nxt"].tolist(),
+        "packets_out": a["packets_out"].tolist(),
+        "sacked_out": a["sacked_out"].tolist(),
+        "lost_out": a["lost_out"].tolist(),
+        "retrans_out": a["retrans_out"].tolist(),
+        "ca_state": [_CA_NAMES[x] for x in a["ca_state"].tolist()],
+        "state": [_STATE_NAMES[x] for x in a["state"].tolist()],
+        "rcv_nxt": a["rcv_nxt"].tolist(),
+        "rcv_wup": a["rcv_wup"].tolist(),
+        "snd_wl1": a["snd_wl1"].tolist(),
+        "srtt_us": (a["srtt_us"] >> 3).tolist(),
+        "rttvar_us": (a["mdev_us"] >> 2).tolist(),
+        "rto_ms": [r // 1000 if r else None for r in rto],
+        "snd_ws": a["snd_wscale"].tolist(),
+        "rcv_ws": a["rcv_wscale"].tolist(),
+        "ts_recent": a["ts_recent"].tolist(),
+        "retransmits": a["retransmits"].tolist(),
+        "backoff": a["backoff"].tolist(),
+        "total_retrans": a["total_retrans"].tolist(),
+        "delivered": a["delivered"].tolist(),
+        "app_limited": a["app_limited"].tolist(),
+    }
+
+
+def _masked(columns: dict[str, list[Any]], keep: list[bool]) -> dict[str, list[Any]]:
+    """None (the Struct's default) where keep is false, as the row form leaves those fields out."""
+    if all(keep):
+        return columns
+    return {name: [v if ok else None for v, ok in zip(values, keep, strict=True)] for name, values in columns.items()}
+
+
+_REQ_NAMES = tuple(PRU_REQUESTS[r] if r != PRU_NONE and r < len(PRU_REQUESTS) else None for r in range(256))
+_PROBES = tuple(f"debug-{d}" for d in DEBUG_DIRECTIONS)
+_CA_NAMES = tuple(ca_state_name(x) for x in range(256))
+_STATE_NAMES = tuple(state_name(x) for x in range(256))

@@ -133,8 +133,11 @@ class KernelSource:
                 continue
             typed = raw[idx].view(layout.EVENT_DTYPES[t])
             if name in KERNEL_BATCH_TRANSLATORS and self.env.wire and not kernel.VALIDATE:
-                batched.append((idx.tolist(), self._batch(name, typed)))  # the high-rate kinds, column-wise
-                continue
+                try:
+                    batched.append((idx.tolist(), self._batch(name, typed)))  # the high-rate kinds, column-wise
+                    continue
+                except ValueError:  # a malformed event in the batch: row by row finds and counts it
+                    pass
             self._translate_rows(name, layout.FIELD_NAMES[t], idx.tolist(), typed.tolist(), rowed)
         if len(self.tuples) > MAX_TUPLES:  # sockets whose destroy we never saw (tcp provider off)
             self.tuples.clear()

@@ -44,9 +44,11 @@ PORT = 52019  # not bench_collect's port: the two may run at the same time
 TARGET = 200_000
 
 
-def fill(seconds: float, ring: int, write_len: int) -> tuple[list[np.ndarray], float, int, int]:
+def fill(
+    seconds: float, ring: int, write_len: int, providers: tuple[str, ...] = ("tcp", "siftr")
+) -> tuple[list[np.ndarray], float, int, int]:
     """(batches, CPU seconds of the bare drain, lost, generated) of `seconds` of traffic."""
-    opts = Options(providers=("tcp", "siftr"), ppl=1, filters=Filters(port=PORT), ringbuf_bytes=ring)
+    opts = Options(providers=providers, ppl=1, filters=Filters(port=PORT), ringbuf_bytes=ring)
     with KernelSession(opts) as session:
         saved, bench_collect.PORT = bench_collect.PORT, PORT
         try:
@@ -124,14 +126,14 @@ def measure(args: argparse.Namespace) -> tuple[list[str], float]:
     cpu = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(set(cpu) - {int(TRAFFIC_CPU)} or cpu)})
     try:
-        batches, drain_s, lost, generated = fill(args.fill_seconds, args.ring, args.write_len)
+        batches, drain_s, lost, generated = fill(args.fill_seconds, args.ring, args.write_len, args.providers)
     finally:
         os.sched_setaffinity(0, cpu)
     events = sum(len(b) for b in batches)
     if args.save:
         np.save(args.save, np.concatenate(batches))
     # the session object is only a holder here: translate() reads batches, not maps
-    session = KernelSession(Options(providers=("tcp", "siftr")))
+    session = KernelSession(Options(providers=args.providers))
     tmp = Path(tempfile.mkdtemp())
     sinks: dict[str, Callable[[], tuple[Callable[[list], None] | None, Callable[[], None]]]] = {
         "null sink (translate + number)": lambda: (None, lambda: None),
@@ -181,7 +183,7 @@ def measure(args: argparse.Namespace) -> tuple[list[str], float]:
     traffic = f"`-N -l {args.write_len}`" if args.write_len else "bulk"
     head = [
         f"`python bench/run.py collect_decode` ({datetime.now(UTC):%Y-%m-%d}, kernel {platform.release()}, "
-        f"{os.cpu_count()} CPUs shared with other engineers' work). tcp+siftr at ppl=1; "
+        f"{os.cpu_count()} CPUs shared with other engineers' work). {'+'.join(args.providers)} at ppl=1; "
         f"{args.fill_seconds:g} s of iperf3 on loopback ({traffic}) filled a "
         f"{args.ring >> 20} MiB ring unread: {events:,} events received, {lost} lost, {generated:,} generated "
         f"(kernel counters). One CPU then drained it and ran each path over the same batches "
@@ -205,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ring", type=int, default=256 << 20)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--live-seconds", type=float, default=4.0)
+    parser.add_argument(
+        "--providers",
+        type=lambda text: tuple(text.split(",")),
+        default=("tcp", "siftr"),
+        help="for the fill (the live run and the target are tcp,siftr)",
+    )
     parser.add_argument("--save", help="also save the drained events (.npy) for offline profiling")
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args(argv)

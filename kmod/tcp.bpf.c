@@ -127,6 +127,13 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384); /* the collector may resize it before load (--ip-flows-max) */
+	__type(key, struct nt_ip_flow_key);
+	__type(value, struct nt_ip_flow);
+} ip_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct nt_udp_flow_key);
 	__type(value, struct nt_udp_flow);
@@ -193,7 +200,12 @@ struct {
  * array bpf_trace_runN() keeps on the kernel stack in use. (The program's own
  * frame is no guide: since 6.14 tracing programs may run on a private per-CPU
  * stack.) So ctx outside the task's stack means softirq (or hardirq). ksoftirqd
- * runs softirqs on its own task stack: caught by name. */
+ * runs softirqs on its own task stack: caught by name. An interrupt that hits
+ * user mode does not switch stacks (the task stack is empty), and irq_exit runs
+ * the pending softirqs right there, on the task stack: that task entered the
+ * kernel by an interrupt, not a system call, so its entry frame's orig_ax is -1
+ * (a system call keeps its number there, >= 0). Timer-fired retransmissions
+ * that interrupt a user process are softirq by that test. */
 static __always_inline bool in_task(void *ctx)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
@@ -206,13 +218,14 @@ static __always_inline bool in_task(void *ctx)
 	bpf_probe_read_kernel(&here, sizeof(here), &args);
 	if (here - base >= NT_THREAD_SIZE)
 		return false;
-	if (BPF_CORE_READ(t, flags) & PF_KTHREAD) {
-		bpf_get_current_comm(comm, sizeof(comm));
-		if (comm[0] == 'k' && comm[1] == 's' && comm[2] == 'o' && comm[3] == 'f' && comm[4] == 't' &&
-		    comm[5] == 'i' && comm[6] == 'r' && comm[7] == 'q' && comm[8] == 'd')
-			return false;
+	if (!(BPF_CORE_READ(t, flags) & PF_KTHREAD)) {
+		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+
+		return regs && (long)BPF_CORE_READ(regs, orig_ax) >= 0;
 	}
-	return true;
+	bpf_get_current_comm(comm, sizeof(comm));
+	return !(comm[0] == 'k' && comm[1] == 's' && comm[2] == 'o' && comm[3] == 'f' && comm[4] == 't' &&
+		 comm[5] == 'i' && comm[6] == 'r' && comm[7] == 'q' && comm[8] == 'd');
 }
 
 static __always_inline __u64 cookie_of(const struct sock *sk)
@@ -307,30 +320,59 @@ static __always_inline void copy_owner(struct nt_header *h, const struct nt_owne
 	h->attribution = how;
 }
 
-/* Fill ts, cpu, ctx and attribution. In task context the current task is the
- * owner (and is recorded); elsewhere the owner map says who it is. */
-static __always_inline void attribute(struct nt_header *h, __u16 type, bool task)
+/* How a hook may attribute (section 9.3), in the `how` argument of attribute():
+ * NT_HOOK_TASK: the event fired in task context (in_task) — this decides `ctx`.
+ * NT_HOOK_USER: a hook that runs in the socket user's system call by construction
+ *   (connect/listen/close state transitions): current is trusted if it is of the
+ *   owner's process (tgid) or the socket has no owner yet.
+ * NT_HOOK_CALL: send/recv on the socket: current is its user, whoever owned it
+ *   before (last writer wins: sockets passed between processes follow their user).
+ * Every other hook takes the owner map by cookie: a "task" there may be another
+ * process whose system call runs the peer's receive path (loopback), or a timer
+ * that interrupted whatever ran. Only a socket nobody owns yet (opened before the
+ * collector started) or no socket at all falls back to current in task context. */
+#define NT_HOOK_TASK 1
+#define NT_HOOK_USER 2
+#define NT_HOOK_CALL 4
+
+static __always_inline __u8 hook_user(bool task)
 {
-	struct nt_owner *o;
+	return task ? (NT_HOOK_TASK | NT_HOOK_USER) : 0;
+}
+
+static __always_inline __u8 hook_call(bool task)
+{
+	return task ? (NT_HOOK_TASK | NT_HOOK_USER | NT_HOOK_CALL) : 0;
+}
+
+/* Fill ts, cpu, ctx and attribution. `ctx` says where the event fired; the
+ * attribution source is current only where current is the socket's user,
+ * otherwise the owner map (see NT_HOOK_*). */
+static __always_inline void attribute(struct nt_header *h, __u16 type, __u8 how)
+{
+	struct nt_owner *o = NULL;
+	struct nt_owner cur = {};
 
 	h->type = type;
 	h->ts_ns = bpf_ktime_get_ns();
 	h->cpu = bpf_get_smp_processor_id();
-	if (task) {
-		struct nt_owner cur = {};
-
-		h->ctx = NT_CTX_TASK;
-		owner_from_current(&cur);
-		copy_owner(h, &cur, NT_ATTR_CURRENT);
-		owner_note(h->cookie, &cur);
-		return;
-	}
-	h->ctx = NT_CTX_SOFTIRQ;
-	if (h->cookie) {
+	h->ctx = (how & NT_HOOK_TASK) ? NT_CTX_TASK : NT_CTX_SOFTIRQ;
+	if (h->cookie)
 		o = bpf_map_lookup_elem(&owners, &h->cookie);
-		if (o)
-			copy_owner(h, o, NT_ATTR_OWNER);
+	if (how & NT_HOOK_TASK) {
+		owner_from_current(&cur);
+		if ((how & NT_HOOK_USER) && ((how & NT_HOOK_CALL) || !o || o->tgid == cur.tgid)) {
+			copy_owner(h, &cur, NT_ATTR_CURRENT);
+			owner_note(h->cookie, &cur);
+			return;
+		}
+		if (!o) {
+			copy_owner(h, &cur, NT_ATTR_CURRENT); /* best guess; not recorded as the owner */
+			return;
+		}
 	}
+	if (o)
+		copy_owner(h, o, NT_ATTR_OWNER);
 }
 
 /* Word compares: the header keeps addresses 4-byte aligned. */
@@ -381,7 +423,7 @@ static __always_inline struct nt_event *reserve(__u16 type)
 }
 
 /* Header on the stack, filters, then the slot: filtered events cost no ring space. */
-static __always_inline struct nt_event *start(struct nt_header *h, const struct sock *sk, __u16 type, bool task)
+static __always_inline struct nt_event *start(struct nt_header *h, const struct sock *sk, __u16 type, __u8 task)
 {
 	struct nt_event *e;
 
@@ -560,7 +602,7 @@ static __always_inline void udp_rxq_push(const struct sk_buff *skb);
 
 /* rx_skb: the segment to take the 4-tuple from when there is no socket (drop). */
 static __always_inline void debug_point(const struct sock *sk, __u64 cookie, const struct seg *g, __u8 dir,
-					 __u8 prureq, __u8 approx, __u32 reason, const struct sk_buff *rx_skb, bool task)
+					 __u8 prureq, __u8 approx, __u32 reason, const struct sk_buff *rx_skb, __u8 task)
 {
 	struct nt_header h = {};
 	struct nt_event *e;
@@ -622,6 +664,16 @@ static __always_inline void child_inherit(__u64 cookie, __u32 netns, __u16 port)
 	bpf_map_update_elem(&owners, &cookie, &o, BPF_NOEXIST);
 }
 
+/* Transitions that only a system call of the socket's user makes (connect, listen,
+ * close/shutdown); ambiguous ones (X -> CLOSE after a reset or a timeout) are not. */
+static __always_inline bool user_transition(int oldstate, int newstate)
+{
+	return (oldstate == TCP_CLOSE && (newstate == TCP_SYN_SENT || newstate == TCP_LISTEN)) ||
+	       (oldstate == TCP_ESTABLISHED && newstate == TCP_FIN_WAIT1) ||
+	       (oldstate == TCP_CLOSE_WAIT && newstate == TCP_LAST_ACK) ||
+	       (oldstate == TCP_LISTEN && newstate == TCP_CLOSE);
+}
+
 static __always_inline __u8 user_request(int oldstate, int newstate, __u8 *approx)
 {
 	if (oldstate == TCP_CLOSE && newstate == TCP_LISTEN)
@@ -642,6 +694,7 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	struct nt_header h = {};
 	struct nt_event *e;
 	bool task = in_task(ctx);
+	__u8 how;
 
 	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
 		return 0;
@@ -649,7 +702,8 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	fill_flow(&h, sk);
 	if (oldstate == TCP_LISTEN && newstate == TCP_SYN_RECV)
 		child_inherit(h.cookie, h.netns, h.sport);
-	attribute(&h, NT_EV_STATE, task);
+	how = user_transition(oldstate, newstate) ? hook_user(task) : task;
+	attribute(&h, NT_EV_STATE, how);
 	if (oldstate == TCP_CLOSE && newstate == TCP_LISTEN && task)
 		listener_note(sk, h.netns, h.sport, true);
 	else if (oldstate == TCP_LISTEN && newstate == TCP_CLOSE)
@@ -661,7 +715,7 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 		__u8 req = user_request(oldstate, newstate, &approx);
 
 		if (req != PRU_NONE && task)
-			debug_point(sk, h.cookie, NULL, NT_TA_USER, req, approx, 0, NULL, task);
+			debug_point(sk, h.cookie, NULL, NT_TA_USER, req, approx, 0, NULL, how);
 	}
 	if (!(cfg.providers & NT_PROV_TCP))
 		return 0;
@@ -922,8 +976,52 @@ static __always_inline void port_owner_note(const struct sock *sk)
 
 /* ---- ip provider ------------------------------------------------------------ */
 
+/* Count the packet in its ip_flows entry (exact, whatever the sampling); true if it is
+ * the entry's ip_sample-th packet, whose full ip record is then emitted. */
+static __always_inline bool ip_flow_count(const struct nt_header *h, const struct sk_buff *skb, unsigned char *nh,
+					  __u8 ver, __u8 proto, __u8 dir)
+{
+	struct nt_ip_flow_key k = {};
+	struct nt_ip_flow *f;
+	__u32 zero = 0;
+	__u64 seen, bytes;
+
+	k.netns = h->netns;
+	k.if_index = BPF_CORE_READ(skb, dev, ifindex);
+	k.sport = h->sport;
+	k.dport = h->dport;
+	k.version = ver;
+	k.protocol = proto;
+	k.direction = dir;
+	__builtin_memcpy(k.saddr, h->saddr, NT_ADDR_LEN);
+	__builtin_memcpy(k.daddr, h->daddr, NT_ADDR_LEN);
+	bytes = BPF_CORE_READ(skb, len) - (nh - BPF_CORE_READ(skb, data));
+	f = bpf_map_lookup_elem(&ip_flows, &k);
+	if (!f) {
+		struct nt_ip_flow init = { .first_ns = bpf_ktime_get_ns() };
+		struct nt_counters *c = bpf_map_lookup_elem(&counters, &zero);
+
+		if (!bpf_map_update_elem(&ip_flows, &k, &init, BPF_NOEXIST) && c)
+			c->generated[NT_EV_IP_FLOW]++; /* per-CPU slot: entries created */
+		f = bpf_map_lookup_elem(&ip_flows, &k);
+		if (!f) {
+			if (c)
+				c->lost[NT_EV_IP_FLOW]++; /* evicted before we counted it */
+			return false;
+		}
+	}
+	seen = __sync_fetch_and_add(&f->packets, 1);
+	__sync_fetch_and_add(&f->bytes, bytes);
+	f->last_ns = bpf_ktime_get_ns();
+	if (!cfg.ip_sample || seen % cfg.ip_sample)
+		return false;
+	__sync_fetch_and_add(&f->samples, 1);
+	return true;
+}
+
 /* One IP packet: send (net_dev_queue, header at network_header, socket from skb->sk)
- * or receive (netif_receive_skb, header at skb->data, no socket yet). */
+ * or receive (netif_receive_skb, header at skb->data, no socket yet). ip-flows counts
+ * it; a record follows in full mode (NT_PROV_IP) or when it is sampled. */
 static __always_inline void ip_packet(const struct sk_buff *skb, const struct sock *sk, __u8 dir, bool task)
 {
 	unsigned char *head = BPF_CORE_READ(skb, head);
@@ -963,6 +1061,17 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 		h.dport = bpf_ntohs(ports[1]);
 	}
 	h.netns = BPF_CORE_READ(skb, dev, nd_net.net, ns.inum);
+	if (cfg.providers & NT_PROV_IP_FLOWS) {
+		/* the counters need an owner only to filter by process; pass() skips unattributed exclusion */
+		if (cfg.tgid || cfg.cgroup_id) {
+			h.cookie = cookie_read(sk);
+			attribute(&h, NT_EV_IP, task);
+		}
+		if (!pass(&h))
+			return;
+		if (!ip_flow_count(&h, skb, nh, ver, proto, dir) && !(cfg.providers & NT_PROV_IP))
+			return;
+	}
 	h.cookie = cookie_read(sk);
 	attribute(&h, NT_EV_IP, task);
 	if (!pass(&h) || !(e = reserve(NT_EV_IP)))
@@ -1015,7 +1124,7 @@ int BPF_PROG(netif_receive_skb, struct sk_buff *skb)
 
 	bool task = in_task(ctx);
 
-	if ((cfg.providers & NT_PROV_IP) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
+	if ((cfg.providers & (NT_PROV_IP | NT_PROV_IP_FLOWS)) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
 		ip_packet(skb, NULL, 0, task);
 	if (cfg.providers & NT_PROV_SKB_LIFE) {
 		skb_first(skb, NULL, true, task);
@@ -1128,7 +1237,7 @@ static __always_inline void udp_packet(const struct sk_buff *skb, const struct s
 }
 
 /* A send/recv call on a UDP socket: bytes or -errno, in the caller's context. */
-static __always_inline void udp_call(const struct sock *sk, int ret, __u8 dir, bool task)
+static __always_inline void udp_call(const struct sock *sk, int ret, __u8 dir, __u8 task)
 {
 	struct nt_header h = {};
 	struct nt_event *e = start(&h, sk, NT_EV_UDP, task);
@@ -1180,7 +1289,7 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 	if (proto != ETH_P_IP && proto != ETH_P_IPV6)
 		return 0;
 	sk = BPF_CORE_READ(skb, sk);
-	if (cfg.providers & NT_PROV_IP)
+	if (cfg.providers & (NT_PROV_IP | NT_PROV_IP_FLOWS))
 		ip_packet(skb, sk, 1, in_task(ctx));
 	if (cfg.providers & NT_PROV_SKB_LIFE)
 		skb_first(skb, sk, false, in_task(ctx));
@@ -1220,15 +1329,18 @@ static __always_inline void user_call(const struct sock *sk, int ret, int flags,
 		if (cfg.providers & (NT_PROV_SKB | NT_PROV_SKB_LIFE))
 			port_owner_note(sk);
 		if (cfg.providers & NT_PROV_UDP)
-			udp_call(sk, ret, req == PRU_SEND, task); /* start() notes the owner */
+			udp_call(sk, ret, req == PRU_SEND, hook_call(task)); /* start() notes the owner */
 		return;
 	}
 	if (proto != IPPROTO_TCP)
 		return;
 	if (cfg.providers & NT_PROV_TCPDEBUG) {
-		debug_point(sk, cookie_of(sk), NULL, NT_TA_USER, (flags & MSG_OOB) ? oob_req : req, 0, 0, NULL, task);
+		debug_point(sk, cookie_of(sk), NULL, NT_TA_USER, (flags & MSG_OOB) ? oob_req : req, 0, 0, NULL,
+			    hook_call(task));
 		return; /* debug_point's attribute() already noted the owner */
 	}
+	if (!task)
+		return;
 	owner_from_current(&cur);
 	owner_note(cookie_of(sk), &cur);
 }

@@ -35,6 +35,7 @@ enum nt_event_type {
 	NT_EV_IP = 11,        /* ip: net_dev_queue (send) / netif_receive_skb (receive) */
 	NT_EV_SKB_STAGE = 12, /* skb: one stage of a buffer's lifecycle */
 	NT_EV_UDP = 13,       /* udp: a datagram at the device (send/receive) or a send/recv call */
+	NT_EV_IP_FLOW = 14,   /* no event: counters slot of ip-flows (generated = map entries created) */
 };
 
 enum nt_ctx { NT_CTX_UNKNOWN = 0, NT_CTX_TASK = 1, NT_CTX_SOFTIRQ = 2 };
@@ -48,6 +49,7 @@ enum nt_attribution { NT_ATTR_NONE = 0, NT_ATTR_CURRENT = 1, NT_ATTR_OWNER = 2 }
 #define NT_PROV_UDP 0x10
 #define NT_PROV_IP 0x20
 #define NT_PROV_SKB_LIFE 0x40 /* skb lifecycles; NT_PROV_SKB alone is drops only (always-on mode) */
+#define NT_PROV_IP_FLOWS 0x80 /* exact per-flow ip counters (map ip_flows); NT_PROV_IP: a record per packet */
 
 /* Filters and settings fixed at load time: the only member of .rodata (`cfg`). */
 struct nt_config {
@@ -59,9 +61,10 @@ struct nt_config {
 	__u32 providers;        /* NT_PROV_* bits */
 	__u32 exclude_tgid;     /* 0 = none; the collector itself, so it does not trace its own shipping */
 	__u32 drop_rate;        /* skb: drop events per second per CPU, 0 = all (the counts stay exact) */
+	__u32 ip_sample;        /* ip-flows: an ip record for one packet in N of each flow, 0 = none */
 	__u16 port;             /* 0 = any; local or remote port */
 	__u8 addr_family;       /* 0 = any, 2 = AF_INET, 10 = AF_INET6 */
-	__u8 _pad[5];
+	__u8 _pad[1];
 	__u8 addr[NT_ADDR_LEN]; /* local or remote address (IPv4 in the first 4 bytes) */
 };
 
@@ -280,6 +283,30 @@ struct nt_ip_body {
 	__u8 _pad[4];
 	char if_name[NT_COMM_LEN];
 	__u8 ext[NT_IP6_EXT_LEN]; /* IPv6: raw bytes after the fixed header (extension headers are walked in user space) */
+};
+
+/* Map `ip_flows` (LRU, bounded): exact counts per (netns, interface, direction, 5-tuple).
+ * Entries are never deleted by the collector, so entries created (counters slot
+ * NT_EV_IP_FLOW) minus entries present = entries the LRU evicted. */
+struct nt_ip_flow_key {
+	__u32 netns;
+	__u32 if_index;
+	__u16 sport;     /* 0 unless TCP/UDP/UDP-Lite */
+	__u16 dport;
+	__u8 version;    /* 4 or 6 */
+	__u8 protocol;   /* IPv4 protocol / IPv6 next header */
+	__u8 direction;  /* 0 receive, 1 send */
+	__u8 _pad;
+	__u8 saddr[NT_ADDR_LEN];
+	__u8 daddr[NT_ADDR_LEN];
+};
+
+struct nt_ip_flow {
+	__u64 packets;  /* skbs at the device (a GSO skb counts once, as tcpdump sees it) */
+	__u64 bytes;    /* IP bytes: from the network header to the end of the skb */
+	__u64 samples;  /* ip records emitted for this entry (cfg.ip_sample) */
+	__u64 first_ns; /* creation: a new value here means the entry was evicted and recreated */
+	__u64 last_ns;
 };
 
 /* ---- udp provider -------------------------------------------------------- */

@@ -140,7 +140,7 @@ WORDS = set(
     name of offset order out packets payload per permitted ports probe protocol provider reason
     received recent retransmission retransmits reused rule sacked samples scale scaled schema segment
     sender sent severity since size source spurious stage start state status stream thresholds total
-    type update urgent value wall window wire zero counter
+    type update urgent value wall window wire zero counter sampling
     """.split()
 )
 # Abbreviations kept because the kernel, FreeBSD, Zeek or tshark use them for the same data

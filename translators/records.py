@@ -557,6 +557,24 @@ class FlowCounters(FlowRecord, tag="flow_counters", kw_only=True):
     samples: Annotated[int, doc("sample records emitted for this flow")] = 0
 
 
+class IpFlowCounters(FlowRecord, tag="ip_flow_counters", kw_only=True):
+    """ip-flows (the ip provider's always-on mode): exact packet and byte counts of one flow
+    in one direction on one interface, kept in the kernel and reported periodically."""
+
+    direction: Annotated[str, doc("send (net_dev_queue) or receive (netif_receive_skb)", choices=("send", "receive"), key=True, brief=True)]
+    if_index: Annotated[int, doc("interface index", key=True)]
+    protocol: Annotated[int, doc("IP protocol number (IPv4 protocol / IPv6 next header)", key=True)]
+    protocol_name: Annotated[Str, doc("IP protocol name (TCP, UDP, ICMP, ...)", brief=True)] = None
+    packets: Annotated[int, doc("packets (skbs at the device, as tcpdump counts them) since the entry was created", brief=True)]
+    bytes: Annotated[int, doc("IP bytes (header and payload) since the entry was created", unit="bytes", brief=True)]
+    packets_delta: Annotated[int, doc("packets since the previous report of this entry")]
+    bytes_delta: Annotated[int, doc("IP bytes since the previous report of this entry", unit="bytes")]
+    samples: Annotated[int, doc("ip_packet records emitted for this entry (--ip-sample)")] = 0
+    sampling: Annotated[Int, doc("one ip_packet record per this many packets of the entry (--ip-sample); none: counters only")] = None
+    start_ts_ns: Annotated[Int, doc("kernel time the entry was created (a new value: the entry was evicted and recreated)", unit="ns")] = None
+    end_ts_ns: Annotated[Int, doc("kernel time of the entry's last packet", unit="ns")] = None
+
+
 # --- self-health and alerts ------------------------------------------------------------------
 
 
@@ -614,6 +632,7 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     DropCount,
     SockEvent,
     FlowCounters,
+    IpFlowCounters,
     LossReport,
     StackCounter,
     Alert,

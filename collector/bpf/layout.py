@@ -51,6 +51,8 @@ ATTR_NONE, ATTR_CURRENT, ATTR_OWNER = 0, 1, 2
 
 # provider bits (nt_config.providers)
 PROV_TCP, PROV_SIFTR, PROV_TCPDEBUG, PROV_SKB, PROV_UDP, PROV_IP, PROV_SKB_LIFE = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x40
+PROV_IP_FLOWS = 0x80
+EV_IP_FLOW = 14  # no event: the counters slot of ip-flows (generated = ip_flows entries created)
 
 # nt_tcp_snapshot.flags
 SNAP_SACK, SNAP_WSCALE, SNAP_TSTAMP, SNAP_NODELAY, SNAP_FASTOPEN, SNAP_ECN, SNAP_VALID = (
@@ -68,9 +70,10 @@ CONFIG: Fields = [
     ("providers", "<u4"),
     ("exclude_tgid", "<u4"),
     ("drop_rate", "<u4"),
+    ("ip_sample", "<u4"),
     ("port", "<u2"),
     ("addr_family", "u1"),
-    ("_pad", "V5"),
+    ("_pad", "V1"),
     ("addr", f"V{ADDR_LEN}"),
 ]
 COUNTERS: Fields = [("generated", f"({EV_MAX},)<u8"), ("lost", f"({EV_MAX},)<u8")]
@@ -299,6 +302,19 @@ UDP_FLOW_KEY: Fields = [
     ("daddr", f"V{ADDR_LEN}"),
 ]
 UDP_FLOW: Fields = [(name, "<u8") for name in ("packets_out", "bytes_out", "packets_in", "bytes_in")]
+IP_FLOW_KEY: Fields = [
+    ("netns", "<u4"),
+    ("if_index", "<u4"),
+    ("sport", "<u2"),
+    ("dport", "<u2"),
+    ("version", "u1"),
+    ("protocol", "u1"),
+    ("direction", "u1"),
+    ("_pad", "u1"),
+    ("saddr", f"V{ADDR_LEN}"),
+    ("daddr", f"V{ADDR_LEN}"),
+]
+IP_FLOW: Fields = [(name, "<u8") for name in ("packets", "bytes", "samples", "first_ns", "last_ns")]
 
 # C struct name -> fields, for the layout test (nested snapshot checked through its parents).
 STRUCTS: dict[str, Fields] = {
@@ -325,6 +341,8 @@ STRUCTS: dict[str, Fields] = {
     "nt_udp_body": UDP_BODY,
     "nt_udp_flow_key": UDP_FLOW_KEY,
     "nt_udp_flow": UDP_FLOW,
+    "nt_ip_flow_key": IP_FLOW_KEY,
+    "nt_ip_flow": IP_FLOW,
 }
 BODIES: dict[int, Fields] = {
     EV_STATE: STATE_BODY,

@@ -23,8 +23,9 @@ import numpy as np
 from collector.bpf import btf, build, layout, libbpf
 from collector.bpf.ringbuf import RingReader
 
-# "skb" is drops only (the always-on mode); "skb-lifecycle" follows every buffer (and its drops)
-PROVIDERS = ("tcp", "siftr", "tcpdebug", "ip", "udp", "skb", "skb-lifecycle")
+# "skb" is drops only (the always-on mode); "skb-lifecycle" follows every buffer (and its drops).
+# "ip-flows" is ip's always-on mode: exact per-flow counters, a record only per sampled packet.
+PROVIDERS = ("tcp", "siftr", "tcpdebug", "ip", "udp", "skb", "skb-lifecycle", "ip-flows")
 PROVIDER_BITS = {
     "tcp": layout.PROV_TCP,
     "siftr": layout.PROV_SIFTR,
@@ -33,6 +34,7 @@ PROVIDER_BITS = {
     "udp": layout.PROV_UDP,
     "ip": layout.PROV_IP,
     "skb-lifecycle": layout.PROV_SKB_LIFE,
+    "ip-flows": layout.PROV_IP_FLOWS,
 }
 ALWAYS: frozenset[str] = frozenset(PROVIDERS)
 # program (= tracepoint) -> providers that need it. The attribution programs are
@@ -48,8 +50,8 @@ PROGRAMS: dict[str, frozenset[str]] = {
     "tcp_receive_reset": frozenset({"tcp"}),
     "tcp_cong_state_set": frozenset({"tcp"}),
     "tcp_probe": frozenset({"siftr", "tcpdebug"}),
-    "net_dev_queue": frozenset({"siftr", "tcpdebug", "ip", "udp", "skb", "skb-lifecycle"}),  # skb: UDP senders
-    "netif_receive_skb": frozenset({"ip", "udp", "skb-lifecycle"}),
+    "net_dev_queue": frozenset({"siftr", "tcpdebug", "ip", "ip-flows", "udp", "skb", "skb-lifecycle"}),  # skb: UDP
+    "netif_receive_skb": frozenset({"ip", "ip-flows", "udp", "skb-lifecycle"}),
     "napi_gro_receive_entry": frozenset({"skb-lifecycle"}),  # receive entry hooks: lifetimes start there
     "netif_rx_entry": frozenset({"skb-lifecycle"}),
     "netif_receive_skb_entry": frozenset({"skb-lifecycle"}),
@@ -61,6 +63,7 @@ PROGRAMS: dict[str, frozenset[str]] = {
     "udp_fail_queue_rcv_skb": frozenset({"udp"}),
 }
 DEFAULT_RINGBUF_BYTES = 16 * 1024 * 1024
+DEFAULT_IP_FLOWS_MAX = 16384  # entries of the ip_flows LRU map (about 100 bytes each)
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
 PRIVILEGE_HINT = "needs root, or CAP_BPF and CAP_PERFMON"
 
@@ -105,6 +108,8 @@ class Options:
     object_path: Path | None = None
     exclude_pid: int = 0  # the collector's own process, whose shipping would trace itself
     drop_rate: int = 0  # skb: drop events per second per CPU (0 = all); drop counts stay exact
+    ip_sample: int = 0  # ip-flows: an ip_packet record for 1 packet in N of each flow entry (0 = none)
+    ip_flows_max: int = DEFAULT_IP_FLOWS_MAX  # ip-flows: LRU map size; evictions are reported as loss
 
 
 def missing_privileges() -> str | None:
@@ -133,6 +138,7 @@ def config_bytes(opts: Options, drop_reasons: dict[int, str]) -> bytes:
     cfg["exclude_tgid"] = opts.exclude_pid
     cfg["drop_rate"] = opts.drop_rate
     cfg["ppl"] = max(1, opts.ppl)
+    cfg["ip_sample"] = max(0, opts.ip_sample)
     cfg["providers"] = sum(PROVIDER_BITS[p] for p in opts.providers)
     mask = [0, 0]
     for value, name in drop_reasons.items():
@@ -185,6 +191,8 @@ class KernelSession:
         events = self._map("events")
         if self.lib.bpf_map__set_max_entries(events, self.opts.ringbuf_bytes) < 0:
             raise BpfError(f"failed to size ring buffer to {self.opts.ringbuf_bytes} bytes")
+        if self.lib.bpf_map__set_max_entries(self._map("ip_flows"), self.opts.ip_flows_max) < 0:
+            raise BpfError(f"failed to size ip_flows to {self.opts.ip_flows_max} entries")
 
     def load(self) -> None:
         ret = self.lib.bpf_object__load(self.obj)
@@ -269,6 +277,10 @@ class KernelSession:
     def udp_flows(self) -> list[tuple[np.void, np.void]]:
         """Exact UDP counts per wire direction: (struct nt_udp_flow_key, struct nt_udp_flow)."""
         return self._entries("udp_flows", layout.dtype_of(layout.UDP_FLOW_KEY), layout.dtype_of(layout.UDP_FLOW))
+
+    def ip_flows(self) -> list[tuple[np.void, np.void]]:
+        """Exact ip counts per (netns, interface, direction, 5-tuple): (nt_ip_flow_key, nt_ip_flow)."""
+        return self._entries("ip_flows", layout.dtype_of(layout.IP_FLOW_KEY), layout.dtype_of(layout.IP_FLOW))
 
     def _entries(self, name: str, key_type: np.dtype[Any], value_type: np.dtype[Any]) -> list[tuple[Any, Any]]:
         """Every (key, value) of a hash map, read with bpf_map_get_next_key / lookup."""

@@ -22,6 +22,7 @@ import numpy as np
 from collector.bpf import layout
 from collector.bpf.loader import KernelSession
 from translators import kernel
+from translators.ip_flows import translate_ip_flow
 from translators.kernel import KernelEnv, KernelRecord, Raw
 from translators.records import LossReport
 from translators.registry import KERNEL_BATCH_TRANSLATORS, KERNEL_TRANSLATORS, PACKET_KINDS
@@ -75,6 +76,9 @@ class KernelSource:
         self.flow_seen: dict[int, int] = {}  # cookie -> packets at the last FlowCounters
         self.drop_seen: dict[tuple[int, int, int], int] = {}  # (location, reason, protocol) -> last count
         self.udp_seen: dict[bytes, tuple[int, int]] = {}  # udp_flows key -> packets at the last report
+        self.ip_seen: dict[bytes, tuple[int, int, int]] = {}  # ip_flows key -> (first_ns, packets, bytes) reported
+        self.ip_evicted = 0  # ip_flows entries the LRU evicted (created - present), reported as loss
+        self.ip_uncounted = 0  # packets not counted: their new entry was evicted at once
         self.tuples: dict[int, dict[str, Any]] = {}  # cookie -> 4-tuple while the socket had a port
         self.next_flow = time.monotonic() + flow_interval
         self.next_wall = time.monotonic() + WALL_RESAMPLE_S
@@ -101,6 +105,7 @@ class KernelSource:
             out.extend(self.flow_counters())
             out.extend(self.drop_counts())
             out.extend(self.udp_flow_counters())
+            out.extend(self.ip_flow_counters())
             self.next_flow = now + self.flow_interval
         out.extend(self.loss_reports())
         return self.number(out)
@@ -251,6 +256,62 @@ class KernelSource:
                 )
             )
         return out
+
+    def ip_flow_counters(self) -> list[KernelRecord]:
+        """IpFlowCounters for every ip_flows entry that moved, and a LossReport when entries
+        were evicted (their packets since the last report are unknown: created - present)."""
+        if "ip-flows" not in self.session.opts.providers:
+            return []
+        out: list[KernelRecord] = []
+        now = time.monotonic_ns()
+        sample = self.session.opts.ip_sample
+        # read before the walk: an entry created meanwhile then makes created - present
+        # too small for one interval (caught up next time), never too large
+        counters = self.session.counters()
+        created = int(counters[:, 0, layout.EV_IP_FLOW].sum())
+        uncounted = int(counters[:, 1, layout.EV_IP_FLOW].sum())
+        present: dict[bytes, tuple[int, int, int]] = {}
+        for key, counts in self.session.ip_flows():
+            ident = key.tobytes()
+            state = (int(counts["first_ns"]), int(counts["packets"]), int(counts["bytes"]))
+            if ident in present:  # the walk restarted after a concurrent eviction
+                continue
+            present[ident] = state
+            before = self.ip_seen.get(ident)
+            if before is not None and before[0] != state[0]:
+                before = None  # evicted and recreated since: everything in it is new
+            if before is not None and before[1] == state[1]:
+                continue
+            delta = (state[1] - before[1], state[2] - before[2]) if before else (state[1], state[2])
+            k = {name: int(key[name]) for name in ("netns", "if_index", "sport", "dport", "version", "protocol")}
+            k.update(direction=int(key["direction"]), saddr=bytes(key["saddr"]), daddr=bytes(key["daddr"]))
+            c = {name: int(counts[name]) for name in ("packets", "bytes", "samples", "first_ns", "last_ns")}
+            out.append(translate_ip_flow(k, c, delta, self.env, now, sample))
+        self.ip_seen = present
+        evicted = max(self.ip_evicted, created - len(present))
+        if evicted != self.ip_evicted:
+            out.append(self._ip_flow_loss("ip_flow_counters", evicted - self.ip_evicted, evicted, created, now))
+            self.ip_evicted = evicted
+        if uncounted != self.ip_uncounted:  # a packet whose new entry was evicted before it was counted
+            out.append(self._ip_flow_loss("ip_flow_packets", uncounted - self.ip_uncounted, uncounted, None, now))
+            self.ip_uncounted = uncounted
+        return out
+
+    def _ip_flow_loss(self, what: str, lost: int, total: int, created: int | None, now: int) -> LossReport:
+        return LossReport(
+            host_id=self.env.host_id,
+            boot_id=self.env.boot_id,
+            seq=0,
+            ts_ns=now,
+            ts_wall=round(time.time(), 6),
+            provider="nettrail",
+            probe="evicted",
+            hook="map/ip_flows",
+            event_type=what,
+            lost=lost,
+            lost_total=total,
+            received_total=created,
+        )
 
     def loss_reports(self) -> list[KernelRecord]:
         counters = self.session.counters().astype(np.int64)  # (ncpu, 2, EV_MAX)

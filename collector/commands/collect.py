@@ -76,6 +76,19 @@ def register(subparsers: Any) -> None:
         help="skb: drop events per second per CPU (default 0 = all; counts stay exact)",
     )
     p.add_argument(
+        "--ip-sample",
+        type=int,
+        default=0,
+        help="ip-flows: an ip_packet record for 1 packet in N of each flow (default 0 = exact counters only)",
+    )
+    p.add_argument(
+        "--ip-flows-max",
+        type=int,
+        default=loader.DEFAULT_IP_FLOWS_MAX,
+        help=f"ip-flows: flow entries kept in the kernel (LRU; evictions are reported as loss; "
+        f"default {loader.DEFAULT_IP_FLOWS_MAX})",
+    )
+    p.add_argument(
         "--alerts", action="store_true", help="run the alert rules over the records and emit alert records too"
     )
     p.add_argument("--rules", default=None, help="with --alerts: rules TOML file (default $NETTRAIL_RULES or none)")
@@ -102,6 +115,10 @@ def parse_options(args: argparse.Namespace) -> Options:
         )
     if args.ppl < 1:
         raise ValueError("--ppl must be at least 1")
+    if args.ip_sample < 0:
+        raise ValueError("--ip-sample must be 0 (counters only) or a positive N")
+    if not 1 <= args.ip_flows_max <= 1 << 20:
+        raise ValueError("--ip-flows-max must be between 1 and 1048576")
     size = args.ringbuf_size
     if size < 4096 or size & (size - 1):
         raise ValueError("--ringbuf-size must be a power of 2 of at least 4096")
@@ -114,6 +131,8 @@ def parse_options(args: argparse.Namespace) -> Options:
         ringbuf_bytes=size,
         exclude_pid=os.getpid(),
         drop_rate=max(0, args.drop_rate),
+        ip_sample=args.ip_sample,
+        ip_flows_max=args.ip_flows_max,
     )
 
 

@@ -36,6 +36,7 @@ enum nt_event_type {
 	NT_EV_SKB_STAGE = 12, /* skb: one stage of a buffer's lifecycle */
 	NT_EV_UDP = 13,       /* udp: a datagram at the device (send/receive) or a send/recv call */
 	NT_EV_IP_FLOW = 14,   /* no event: counters slot of ip-flows (generated = map entries created) */
+	NT_EV_IP_UNCOUNTED = 15, /* no event: generated = packets ip-flows could not count (no entry) */
 };
 
 enum nt_ctx { NT_CTX_UNKNOWN = 0, NT_CTX_TASK = 1, NT_CTX_SOFTIRQ = 2 };

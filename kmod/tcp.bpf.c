@@ -1006,7 +1006,7 @@ static __always_inline bool ip_flow_count(const struct nt_header *h, const struc
 		f = bpf_map_lookup_elem(&ip_flows, &k);
 		if (!f) {
 			if (c)
-				c->lost[NT_EV_IP_FLOW]++; /* evicted before we counted it */
+				c->generated[NT_EV_IP_UNCOUNTED]++; /* packets: no entry to count them in */
 			return false;
 		}
 	}

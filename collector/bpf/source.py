@@ -269,7 +269,7 @@ class KernelSource:
         # too small for one interval (caught up next time), never too large
         counters = self.session.counters()
         created = int(counters[:, 0, layout.EV_IP_FLOW].sum())
-        uncounted = int(counters[:, 1, layout.EV_IP_FLOW].sum())
+        uncounted = int(counters[:, 0, layout.EV_IP_UNCOUNTED].sum())
         present: dict[bytes, tuple[int, int, int]] = {}
         for key, counts in self.session.ip_flows():
             ident = key.tobytes()

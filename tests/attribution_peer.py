@@ -2,10 +2,11 @@
 the attribution test needs the two ends owned by two different processes (neither of
 them the test), each with a distinctive comm, driven step by step over stdin/stdout.
 
-Usage: attribution_peer.py COMM HOST PORT. Sets its comm (prctl PR_SET_NAME), then reads
+Usage: attribution_peer.py COMM HOST PORT [UNIX_FD]. Sets its comm (prctl PR_SET_NAME), then reads
 one command per line and answers one line per command:
   listen -> "ok COOKIE"         accept -> "ok COOKIE"       connect -> "ok COOKIE"
   send N / recv N -> "ok"       eof -> "ok" (the peer closed) reset -> "ok" (ECONNRESET)
+  give -> "ok" (hands the connection over UNIX_FD, SCM_RIGHTS)   take -> "ok COOKIE"
   close / abort (SO_LINGER 0) -> "ok"     quit -> "ok", closes the listener, exits
 Keep the command names in sync with the test's Peer helper."""
 
@@ -33,7 +34,7 @@ def recv_exactly(s: socket.socket, n: int) -> None:
         got += len(chunk)
 
 
-def main(comm: str, host: str, port: int) -> None:
+def main(comm: str, host: str, port: int, unix: socket.socket | None) -> None:
     ctypes.CDLL(None).prctl(PR_SET_NAME, comm.encode(), 0, 0, 0)
     listener: socket.socket | None = None
     conn: socket.socket | None = None
@@ -64,6 +65,13 @@ def main(comm: str, host: str, port: int) -> None:
                 reply = "error: no reset"
             except ConnectionResetError:
                 pass
+        elif cmd == "give" and conn is not None and unix is not None:
+            socket.send_fds(unix, [b"c"], [conn.fileno()])
+            conn.close()  # the socket lives on in the taker's file
+        elif cmd == "take" and unix is not None:
+            _, fds, _, _ = socket.recv_fds(unix, 1, 1)
+            conn = socket.socket(fileno=fds[0])
+            reply = f"ok {cookie(conn)}"
         elif cmd == "close" and conn is not None:
             conn.close()
         elif cmd == "abort" and conn is not None:
@@ -80,4 +88,5 @@ def main(comm: str, host: str, port: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    fd = socket.socket(fileno=int(sys.argv[4])) if len(sys.argv) > 4 else None
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), fd)

@@ -12,6 +12,7 @@ and deletes, matching only the test's port.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -43,12 +44,21 @@ USER_REQUESTS = {"SEND", "RCVD", "CONNECT", "LISTEN", "SHUTDOWN"}  # tcpdebug de
 class Peer:
     """A peer process driven line by line; killed by pid if the test fails midway."""
 
-    def __init__(self, comm: str, host: str, port: int, netns: str | None) -> None:
-        cmd = [sys.executable, str(PEER), comm, host, str(port)]
+    def __init__(
+        self, comm: str, host: str, port: int, netns: str | None = None, unix: socket.socket | None = None
+    ) -> None:
+        cmd = [sys.executable, str(PEER), comm, host, str(port)] + ([str(unix.fileno())] if unix else [])
         if netns:
             cmd = ["ip", "netns", "exec", netns, *cmd]  # ip execs: the pid stays the peer's
         self.comm = comm
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            pass_fds=[unix.fileno()] if unix else [],
+        )
 
     @property
     def pid(self) -> int:
@@ -202,3 +212,56 @@ def test_records_over_a_veth_pair_carry_their_own_socket_owner_never_the_peer_pr
     with veth_lab(gro=False) as lab:
         run = exercise(lab.addr_b, free_port(), lab.b, lab.a)  # free here too: the port filter sees only this test
     check_attribution(run)
+
+
+def test_an_accepted_socket_handed_to_another_process_is_attributed_to_it_from_its_first_recv() -> None:
+    """A passive child inherits its listener's owner; a socket passed to a worker
+    (SCM_RIGHTS) follows its user from the worker's first recv on (last writer wins)."""
+    port = free_port()
+    give, take = socket.socketpair()
+    server = Peer(SERVER_COMM, "127.0.0.1", port, unix=give)
+    worker = Peer("nt-attr-wrk", "127.0.0.1", port, unix=take)
+    client = Peer(CLIENT_COMM, "127.0.0.1", port)
+    try:
+        with tracing(("tcp", "siftr", "tcpdebug"), port=port) as cap:
+            server.do("listen")
+            client.do("connect")
+            s1 = server.do("accept")
+            client.do("send 100")
+            server.do("give")
+            assert worker.do("take") == s1
+            worker.do("recv 100")
+            worker.do("send 100")
+            client.do("recv 100")
+            worker.do("close")
+            client.do("eof")
+            client.do("close")
+            server.do("quit")
+            records = cap.wait_for(lambda recs: s1 in {r.sock_cookie for r in recs if r.kind == "connection"})
+    finally:
+        for peer in (client, worker, server):
+            peer.stop()
+        give.close()
+        take.close()
+
+    mine = sorted((r for r in records if r.sock_cookie == s1), key=lambda r: r.ts_ns)
+    owners = [r.comm for r in mine]
+    first = owners.index("nt-attr-wrk")
+    assert owners == [SERVER_COMM] * first + ["nt-attr-wrk"] * (len(owners) - first)
+    handover = mine[first]
+    assert (handover.kind, handover.prureq_str, handover.attribution, handover.pid) == (  # type: ignore[attr-defined]
+        "tcpdebug_snapshot",
+        "RCVD",
+        "current",
+        worker.pid,
+    )
+    before = [(r.kind, r.attribution, r.pid) for r in mine[:first] if r.kind == "tcp_state"]
+    assert before == [("tcp_state", "owner-map", server.pid)] * 2  # LISTEN->SYN_RECEIVED->ESTABLISHED
+    after = [(r.prev_state, r.state, r.attribution, r.pid) for r in mine[first:] if r.kind == "tcp_state"]  # type: ignore[attr-defined]
+    assert after == [
+        ("ESTABLISHED", "FIN_WAIT_1", "current", worker.pid),
+        ("FIN_WAIT_1", "FIN_WAIT_2", "owner-map", worker.pid),
+        ("FIN_WAIT_2", "TIME_WAIT", "owner-map", worker.pid),
+        ("TIME_WAIT", "CLOSED", "owner-map", worker.pid),
+    ]
+    assert [r.pid for r in mine if r.kind == "connection"] == [worker.pid]

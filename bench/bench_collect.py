@@ -5,7 +5,10 @@ attached, with `nettrail collect --providers tcp,siftr` at ppl=1 and ppl=32 (rec
 written to a msgpack file) and with a bpftrace one-liner doing comparable work
 (tcp_probe + inet_sock_set_state, printing every event), in interleaved rounds of
 the same run, plus the skb provider in its always-on drops-only mode (alone and with ip) and ip with
-skb lifecycles, and prints each throughput and its ratio to the untraced peer.
+skb lifecycles, and ip's always-on mode (ip-flows: exact per-flow counters, optionally sampled
+records) with skb drops, and prints each throughput and its ratio to the untraced peer.
+`--ip-only` runs just the untraced peer and the ip/skb always-on contenders (more rounds for
+the same time) and writes its own section ("## ip always-on mode (ip-flows) overhead").
 Then it lets small-segment traffic fill a large ring buffer unread and measures how
 fast one CPU drains it: raw batches, and the full path to numbered records. Writes the figures to
 docs/benchmarks.md ("## Kernel collector overhead"). Needs root.
@@ -90,10 +93,10 @@ def nothing() -> Iterator[dict[str, str]]:
 
 
 @contextmanager
-def nettrail(ppl: int, providers: str = "tcp,siftr") -> Iterator[dict[str, str]]:
+def nettrail(ppl: int, providers: str = "tcp,siftr", extra: tuple[str, ...] = ()) -> Iterator[dict[str, str]]:
     out = Path(tempfile.mkdtemp()) / "records.msgpack"
     cmd = ["taskset", "-c", TRACER_CPU, sys.executable, "-m", "collector.cli", "collect", "--providers", providers]
-    cmd += ["--ppl", str(ppl)]
+    cmd += ["--ppl", str(ppl), *extra]
     proc = subprocess.Popen(
         [*cmd, "--filter", f"port={PORT}", "--out", str(out)], cwd=ROOT, stderr=subprocess.PIPE, text=True
     )
@@ -141,7 +144,17 @@ CONTENDERS = {
     "nettrail skb (drops only, always-on)": lambda: nettrail(1, "skb"),
     "nettrail ip+skb (drops only)": lambda: nettrail(1, "ip,skb"),
     "nettrail ip+skb-lifecycle": lambda: nettrail(1, "ip,skb-lifecycle"),
+    "nettrail ip-flows+skb (counters + drops, always-on)": lambda: nettrail(1, "ip-flows,skb"),
+    "nettrail ip-flows --ip-sample 64 + skb": lambda: nettrail(1, "ip-flows,skb", ("--ip-sample", "64")),
 }
+IP_ONLY = (
+    "none",
+    "nettrail skb (drops only, always-on)",
+    "nettrail ip+skb (drops only)",
+    "nettrail ip-flows+skb (counters + drops, always-on)",
+    "nettrail ip-flows --ip-sample 64 + skb",
+)
+IP_SECTION = "## ip always-on mode (ip-flows) overhead"
 
 
 @contextmanager
@@ -157,15 +170,14 @@ def cpu_kept_awake(cpu: str) -> Iterator[None]:
         spin.wait()
 
 
-def overhead(rounds: int, seconds: float) -> tuple[list[str], dict[str, list[float]]]:
+def overhead(rounds: int, seconds: float, names: tuple[str, ...] = ()) -> tuple[list[str], dict[str, list[float]]]:
     with cpu_kept_awake(TRACER_CPU):
-        return _overhead(rounds, seconds)
+        return _overhead(rounds, seconds, list(names or CONTENDERS))
 
 
-def _overhead(rounds: int, seconds: float) -> tuple[list[str], dict[str, list[float]]]:
-    results: dict[str, list[float]] = {name: [] for name in CONTENDERS}
+def _overhead(rounds: int, seconds: float, names: list[str]) -> tuple[list[str], dict[str, list[float]]]:
+    results: dict[str, list[float]] = {name: [] for name in names}
     notes: dict[str, str] = {}
-    names = list(CONTENDERS)
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:  # rotate the order each round
             with CONTENDERS[name]() as info:
@@ -192,6 +204,7 @@ def verdicts(results: dict[str, list[float]], rates: dict[str, tuple[float, int,
     ppl32, ppl1 = ratio["nettrail tcp+siftr ppl=32"], ratio["nettrail tcp+siftr ppl=1"]
     bpft, drops = ratio["bpftrace tcp_probe+inet_sock_set_state"], ratio["nettrail skb (drops only, always-on)"]
     ip_drops = ratio["nettrail ip+skb (drops only)"]
+    ip_flows = ratio["nettrail ip-flows+skb (counters + drops, always-on)"]
     full = max(eps for name, (eps, _, lost, _) in rates.items() if "full" in name and lost == 0)
     raw = max(eps for name, (eps, _, lost, _) in rates.items() if "raw" in name and lost == 0)
     spread = max(max(v) / min(v) for v in results.values())
@@ -207,6 +220,8 @@ def verdicts(results: dict[str, list[float]], rates: dict[str, tuple[float, int,
         f"{'met' if drops >= 0.97 else 'not shown by this run (within the noise)'}.",
         f"- ip+skb with drop events only costs ≤ 3%: ratio {ip_drops:.3f} — "
         f"{'met' if ip_drops >= 0.97 else 'not met (the ip provider records every packet)'}.",
+        f"- ip-flows+skb (ip's always-on mode: exact per-flow counters, drop events) costs ≤ 3%: ratio "
+        f"{ip_flows:.3f} — {'met' if ip_flows >= 0.97 else 'not shown by this run (within the noise)'}.",
         f"- ≥ 200,000 events/s on one core without loss: raw drain {raw:,.0f}/s (met); full record path "
         f"{full:,.0f}/s ({'met' if full >= 200_000 else 'not met: building records in Python is the limit'}).",
         "",
@@ -253,15 +268,53 @@ def rate_lines(rows: dict[str, tuple[float, int, int, int]]) -> list[str]:
     return [*lines, ""]
 
 
-def write_doc(body: list[str]) -> None:
+def ip_verdicts(results: dict[str, list[float]]) -> list[str]:
+    base = statistics.median(results["none"])
+    ratio = {name: statistics.median(v) / base for name, v in results.items()}
+    spread = max(max(v) / min(v) for v in results.values())
+    flows, full = ratio["nettrail ip-flows+skb (counters + drops, always-on)"], ratio["nettrail ip+skb (drops only)"]
+    sampled = ratio["nettrail ip-flows --ip-sample 64 + skb"]
+    return [
+        f"Target, this run (round-to-round spread up to {spread:.2f}x):",
+        "",
+        f"- ip+skb with drop events only (the always-on mode) costs ≤ 3% of loopback throughput: ip-flows+skb "
+        f"ratio {flows:.3f} — {'met' if flows >= 0.97 else 'not met'}; ip (full, a record per packet)+skb "
+        f"{full:.3f}; ip-flows with 1-in-64 sampled records {sampled:.3f}.",
+        "",
+    ]
+
+
+def ip_only(rounds: int, seconds: float, no_docs: bool) -> int:
+    table, results = overhead(rounds, seconds, IP_ONLY)
+    body = [
+        f"`python bench/bench_collect.py --ip-only` ({datetime.now(UTC):%Y-%m-%d}, kernel {platform.release()}, "
+        f"{os.cpu_count()} CPUs shared with other engineers' work): {rounds} rounds of {seconds:g} s iperf3 "
+        "(bulk TCP) on loopback per contender, the order rotated each round, medians; same pinning and CPU "
+        "spinner as the section above. Each nettrail contender is `nettrail collect --providers P "
+        "--filter port=P --out FILE.msgpack`. ip-flows keeps exact per-flow packet/byte counters in the kernel "
+        "(LRU map) and reports them every second as ip_flow_counters records; ip (full) emits an ip_packet "
+        "record per packet; `--ip-sample 64` adds the full record of 1 packet in 64 of each flow.",
+        "",
+        *table,
+        "",
+        *ip_verdicts(results),
+    ]
+    print("\n".join(body))
+    if not no_docs:
+        write_doc(body, IP_SECTION)
+        print(f"\nwritten to {DOC.relative_to(ROOT)} ({IP_SECTION})")
+    return 0
+
+
+def write_doc(body: list[str], title: str = SECTION) -> None:
     text = (
         DOC.read_text(encoding="utf-8")
         if DOC.exists()
         else "# Benchmarks\n\nEach section is owned by one benchmark in `bench/`.\n\n"
     )
-    section = "\n".join([SECTION, "", *body, ""])
-    if SECTION in text:
-        head, rest = text.split(SECTION, 1)
+    section = "\n".join([title, "", *body, ""])
+    if title in text:
+        head, rest = text.split(title, 1)
         tail = rest.split("\n## ", 1)
         text = head + section + ("\n## " + tail[1] if len(tail) > 1 else "")
     else:
@@ -276,10 +329,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fill-seconds", type=float, default=1.0, help="traffic that fills the ring before draining")
     parser.add_argument("--ring", type=int, default=256 << 20, help="ring buffer bytes for the drain measurement")
     parser.add_argument("--no-docs", action="store_true")
+    parser.add_argument("--ip-only", action="store_true", help="only none vs the ip/skb always-on contenders")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_collect: needs root (loads eBPF programs)", file=sys.stderr)
         return 1
+    if args.ip_only:
+        return ip_only(args.rounds, args.seconds, args.no_docs)
     print("throughput:")
     table, results = overhead(args.rounds, args.seconds)
     print("drain rate:")

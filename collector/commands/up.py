@@ -7,7 +7,7 @@ token for the local host (revoking the previous one), start daphne via
 ``python -m webapp.serve`` -- as root, in a child switched to the ``nettrail``
 system user (created if missing, owner of the data directory) -- then, as root and
 when the ``collect`` command exists, ``nettrail collect --server URL --token-file F
---alerts --ppl 8`` as a root child (F: ``collector.token`` in the data directory, mode 0600, owned by root;
+--alerts --ppl 8 --providers tcp,siftr,skb,ip-flows`` as a root child (F: ``collector.token`` in the data directory, mode 0600, owned by root;
 a token on the command line would be visible to every local user in ``ps``). Ctrl-C / SIGTERM stop both. Keep in sync with docs/webapp.md, README.md.
 """
 
@@ -40,6 +40,10 @@ TOKEN_FILE = "collector.token"  # in the data directory: the local token for the
 # the ring buffer faster than one core decodes it and lose events (docs/benchmarks.md);
 # the exact per-flow counters stay exact whatever the sampling (docs/collector.md).
 COLLECTOR_PPL = 8
+# The always-on set: besides tcp and siftr, skb drop events (skb) and exact per-flow IP
+# counters (ip-flows, no record per packet); together they cost about nothing on loopback
+# throughput, where ip's record per packet costs ~9% (docs/benchmarks.md).
+COLLECTOR_PROVIDERS = "tcp,siftr,skb,ip-flows"
 
 
 def register(subparsers: Any) -> None:
@@ -220,6 +224,7 @@ def _start_collector(url: str, token: str, token_file: Path) -> subprocess.Popen
         *(sys.executable, "-m", "collector.cli", "collect"),
         *("--server", url.rstrip("/"), "--token-file", str(token_file)),
         *("--alerts", "--ppl", str(COLLECTOR_PPL)),  # alerts reach the dashboard live
+        *("--providers", COLLECTOR_PROVIDERS),
     ]
     print("nettrail: collector started (live kernel tracing)", flush=True)
     return subprocess.Popen(command, env={k: v for k, v in os.environ.items() if k != "NETTRAIL_ADMIN_PASSWORD"})

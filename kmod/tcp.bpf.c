@@ -1029,7 +1029,8 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 	struct nt_header h = {};
 	struct nt_event *e;
 	__u16 ports[2];
-	__u8 first, proto, hlen, ver;
+	__u8 first, proto, hlen, ver, l4;
+	__u32 l4_off;
 	struct iphdr ip = {};
 	struct ipv6hdr ip6 = {};
 
@@ -1055,8 +1056,21 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 	} else {
 		return;
 	}
-	if ((proto == IPPROTO_TCP || proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE) &&
-	    !bpf_probe_read_kernel(ports, sizeof(ports), nh + hlen)) {
+	l4 = proto;
+	l4_off = hlen;
+	if (ver == 6 && proto == 0) {
+		/* hop-by-hop first (a BIG TCP packet over 64 KiB carries one): step over it so the
+		 * ports, the port filter and the ip-flows key are the upper layer's (the body keeps
+		 * the raw next header; user space walks the chain itself) */
+		__u8 hbh[2];
+
+		if (!bpf_probe_read_kernel(hbh, sizeof(hbh), nh + hlen)) {
+			l4 = hbh[0];
+			l4_off = hlen + (hbh[1] + 1) * 8;
+		}
+	}
+	if ((l4 == IPPROTO_TCP || l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE) &&
+	    !bpf_probe_read_kernel(ports, sizeof(ports), nh + l4_off)) {
 		h.sport = bpf_ntohs(ports[0]);
 		h.dport = bpf_ntohs(ports[1]);
 	}
@@ -1069,7 +1083,7 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 		}
 		if (!pass(&h))
 			return;
-		if (!ip_flow_count(&h, skb, nh, ver, proto, dir) && !(cfg.providers & NT_PROV_IP))
+		if (!ip_flow_count(&h, skb, nh, ver, l4, dir) && !(cfg.providers & NT_PROV_IP))
 			return;
 	}
 	h.cookie = cookie_read(sk);

@@ -67,7 +67,10 @@ def register(subparsers: Any) -> None:
         "--ringbuf-size", type=int, default=loader.DEFAULT_RINGBUF_BYTES, help="ring buffer bytes (power of 2)"
     )
     p.add_argument(
-        "--flow-interval", type=float, default=1.0, help="siftr/skb: seconds between FlowCounters and DropCount reports"
+        "--flow-interval",
+        type=float,
+        default=1.0,
+        help="siftr/udp/skb/ip-flows: seconds between FlowCounters, DropCount and IpFlowCounters reports",
     )
     p.add_argument(
         "--drop-rate",

@@ -283,8 +283,9 @@ class KernelSource:
             if before is not None and before[1] == state[1]:
                 continue
             delta = (state[1] - before[1], state[2] - before[2]) if before else (state[1], state[2])
-            k = {name: int(key[name]) for name in ("netns", "if_index", "sport", "dport", "version", "protocol")}
-            k.update(direction=int(key["direction"]), saddr=bytes(key["saddr"]), daddr=bytes(key["daddr"]))
+            names = ("netns", "if_index", "sport", "dport", "version", "protocol", "direction")
+            k: dict[str, Any] = {name: int(key[name]) for name in names}
+            k.update(saddr=bytes(key["saddr"]), daddr=bytes(key["daddr"]))
             c = {name: int(counts[name]) for name in ("packets", "bytes", "samples", "first_ns", "last_ns")}
             out.append(translate_ip_flow(k, c, delta, self.env, now, sample))
         self.ip_seen = present

@@ -1800,6 +1800,8 @@ static __always_inline void skb_drop(const struct sk_buff *skb, void *location, 
 	__u8 l4;
 
 	l4 = flow_from_packet(&h, skb, false);
+	if (!h.netns && sk) /* TCP has reused skb->dev by the time it drops queued data (TCP_ZEROWINDOW) */
+		h.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
 	h.cookie = cookie_read(sk);
 	attribute(&h, NT_EV_SKB_DROP, task);
 	if (!task && h.attribution == NT_ATTR_NONE && (l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE)) {

@@ -23,6 +23,15 @@ def test_it_notices_netfilter_drops_per_flow():
     assert "dropped with reason NETFILTER_DROP at nft_do_chain+0x4b" in a.message and "firewall" in a.message
 
 
+def test_it_ignores_old_sequence_drops_that_keepalive_probes_and_spurious_retransmits_cause():
+    # seen on real loopback traffic (tests/test_alerts_kernel.py clean and queueing runs)
+    s, e = Stream(), engine()
+    recs = [s.drop("TCP_OLD_SEQUENCE", "127.0.0.1", 41564, "127.0.0.1", 8000) for _ in range(3)]
+    assert only(feed_all(e, recs), "K12") == []
+    d = s.drop("TCP_INVALID_SEQUENCE", "127.0.0.1", 41564, "127.0.0.1", 8000)
+    assert [a.condition for a in only(feed_all(e, [d]), "K12")] == ["tcp_invalid_sequence"]
+
+
 def test_it_warns_on_qdisc_drops_above_100_per_second_for_10_seconds():
     s, e = Stream(), engine()
     recs = []

@@ -52,11 +52,11 @@ def test_the_exported_connection_has_the_captured_frames_and_flow(capture: Path,
     assert main(["report", "--connection", conn.conn_uuid, "--libxo", "json", "-o", str(report)]) == 0
     doc = json.loads(report.read_text())
     jsonschema.validate(doc, json.loads((SCHEMA_DIR / "report.schema.json").read_text()))
-    (listed,) = doc["nettrail-report"]["connection"]
+    (listed,) = doc["nettrail_report"]["connection"]
     (summary,) = listed["summary"]  # the capture's Connection record, listed as `summary`
-    assert summary["kind"] == "connection" and summary["packets-orig"] + summary["packets-resp"] == frames
-    assert len(listed["tcp-segment"]) == len(listed["ip-packet"]) == frames
-    assert all(seg["frame-bytes"] is None for seg in listed["tcp-segment"])  # bytes only go to pcap
+    assert summary["kind"] == "connection" and summary["packets_orig"] + summary["packets_resp"] == frames
+    assert len(listed["tcp_segment"]) == len(listed["ip_packet"]) == frames
+    assert all(seg["frame_bytes"] is None for seg in listed["tcp_segment"])  # bytes only go to pcap
 
 
 def test_the_pcap_download_streams_the_same_frames(capture: Path, tmp_path: Path, db: None) -> None:

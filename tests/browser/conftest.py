@@ -212,7 +212,7 @@ def screenshot(page: Any, name: str) -> None:
 @pytest.fixture(scope="package")
 def ingested(server: Server) -> Any:
     """One connection's recorded life, ingested once for the tests that only read it."""
-    from dashboard_batch import build
+    from .dashboard_batch import build
 
     batch = build(HOST, sport=40100, cookie=100)
     result = server.ingest(batch.records)

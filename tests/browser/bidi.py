@@ -28,6 +28,7 @@ class Bidi:
         self.ws: ClientConnection = self._stack.enter_context(connect(url, open_timeout=timeout, max_size=64 * 2**20))
         self.timeout = timeout
         self.next_id = 0
+        self.events: list[dict[str, Any]] = []  # events seen while waiting for answers
 
     def send(self, method: str, params: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         self.next_id += 1
@@ -39,11 +40,23 @@ class Bidi:
             if left <= 0:
                 raise TimeoutError(f"BiDi {method}: no answer within {timeout or self.timeout} s")
             msg = json.loads(self.ws.recv(timeout=left))
+            if msg.get("type") == "event":
+                self.events.append(msg)
+                continue
             if msg.get("id") != msg_id:
-                continue  # an event, or a late answer to an earlier command
+                continue  # a late answer to an earlier, timed-out command
             if msg.get("type") == "error":
                 raise BidiError(f"BiDi {method}: {msg.get('error')}: {msg.get('message')}")
             return dict(msg["result"])
+
+    def page_errors(self) -> list[str]:
+        """Uncaught JavaScript errors reported so far (needs a log.entryAdded subscription)."""
+        self.send("session.status", {})  # a round trip, so events queued before it are read
+        return [
+            str(e["params"].get("text"))
+            for e in self.events
+            if e.get("method") == "log.entryAdded" and e["params"].get("type") == "javascript"
+        ]
 
     def close(self) -> None:
         self._stack.close()

@@ -84,6 +84,7 @@ def firefox() -> Iterator[Bidi]:
         else:
             raise RuntimeError("firefox did not open its BiDi port within 30 s")
         bidi.send("session.new", {"capabilities": {}})
+        bidi.send("session.subscribe", {"events": ["log.entryAdded"]})  # uncaught page errors
         yield bidi
     finally:
         if bidi is not None:
@@ -118,6 +119,14 @@ def logged_in(server: Server, firefox: Bidi) -> Iterator[Tab]:
     else:
         pytest.fail("logging in did not land on the overview within 10 s")
     yield tab
+
+
+@pytest.fixture(autouse=True)
+def no_page_errors(firefox: Bidi) -> Iterator[None]:
+    """Fails a test during which a page threw an uncaught JavaScript error."""
+    before = len(firefox.page_errors())
+    yield
+    assert firefox.page_errors()[before:] == [], "JavaScript errors on the page in Firefox"
 
 
 def _shot(tab: Tab, name: str) -> None:

@@ -7,7 +7,6 @@ import http.server
 import json
 import logging
 import socket
-import socketserver
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from smtp_sink import SmtpSink, serve
 
 from collector.analysis.config import config_from_mapping
 from collector.analysis.engine import run
@@ -172,41 +172,12 @@ def test_it_writes_one_syslog_line_per_alert_with_the_matching_priority():
         sock.close()
 
 
-class _Smtp(socketserver.StreamRequestHandler):
-    """Just enough SMTP for one message: what Django's smtp backend sends."""
-
+class _Smtp(SmtpSink):
     received: list[str] = []
-
-    def handle(self) -> None:
-        self.wfile.write(b"220 localhost ESMTP\r\n")
-        data = False
-        lines: list[str] = []
-        for raw in self.rfile:
-            line = raw.decode().rstrip("\r\n")
-            if data:
-                if line == ".":
-                    data = False
-                    _Smtp.received.append("\n".join(lines))
-                    self.wfile.write(b"250 queued\r\n")
-                else:
-                    lines.append(line)
-                continue
-            verb = line.split(" ")[0].upper()
-            if verb == "DATA":
-                data = True
-                self.wfile.write(b"354 go ahead\r\n")
-            elif verb == "QUIT":
-                self.wfile.write(b"221 bye\r\n")
-                return
-            elif verb == "EHLO":
-                self.wfile.write(b"250 localhost\r\n")
-            else:
-                self.wfile.write(b"250 ok\r\n")
 
 
 def test_it_mails_an_alert_through_djangos_smtp_settings(tmp_path):
-    srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Smtp)
-    threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
+    srv = serve(_Smtp)
     [a] = alerts(1)
     (tmp_path / "alert.json").write_bytes(__import__("translators.records", fromlist=["to_json"]).to_json(a))
     script = textwrap.dedent(f"""

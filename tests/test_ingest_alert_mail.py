@@ -6,12 +6,12 @@ settings, against a small SMTP server the test runs."""
 # ruff: noqa: F811 -- pytest fixtures imported from webapp_cast are redefined as test arguments
 from __future__ import annotations
 
-import socketserver
 import threading
 from collections.abc import Iterator
 
 import pytest
 from django.test import Client
+from smtp_sink import SmtpSink, serve
 from webapp_cast import BOOT, Cast, cast, post  # noqa: F401 (cast is a fixture)
 
 from translators.records import Alert
@@ -20,42 +20,16 @@ from webapp.traces.alert_mail import MAILER
 pytestmark = pytest.mark.django_db
 
 
-class Smtp(socketserver.StreamRequestHandler):
-    """Enough SMTP for Django's smtp backend; waits for `gate` before greeting."""
+class Smtp(SmtpSink):
+    """Waits for `gate` before greeting."""
 
     received: list[str] = []
     gate = threading.Event()
 
-    def handle(self) -> None:
-        Smtp.gate.wait(30)
-        self.wfile.write(b"220 localhost ESMTP\r\n")
-        data, lines = False, []
-        for raw in self.rfile:
-            line = raw.decode().rstrip("\r\n")
-            if data:
-                if line == ".":
-                    data = False
-                    Smtp.received.append("\n".join(lines))
-                    lines = []
-                    self.wfile.write(b"250 queued\r\n")
-                else:
-                    lines.append(line)
-                continue
-            verb = line.split(" ")[0].upper()
-            if verb == "DATA":
-                data = True
-                self.wfile.write(b"354 go ahead\r\n")
-            elif verb == "QUIT":
-                self.wfile.write(b"221 bye\r\n")
-                return
-            else:
-                self.wfile.write(b"250 ok\r\n")
-
 
 @pytest.fixture
 def smtp(settings, monkeypatch) -> Iterator[list[str]]:
-    srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Smtp)
-    threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
+    srv = serve(Smtp)
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
     settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", srv.server_address[1]
     settings.DEFAULT_FROM_EMAIL = "nettrail@example.test"

@@ -177,8 +177,10 @@ def test_failures_on_many_ports_raise_a_k9_port_scan(faults):
     _, alerts = faults
     [a] = pick(alerts, "K9", "port-scan")
     assert (a.severity, a.src, a.dst, a.proto) == ("warning", "127.0.0.1", "127.0.0.1", "tcp")
-    # refused on 9 and 9001-9015, timed out on 7300 (SYNs dropped) and 7400 (full backlog)
-    assert a.metric == 18.0
+    # refused on 9 and 9001-9015, timed out on 7300 (SYNs dropped) and 7400 (full backlog):
+    # 18 at least. Zeek's definition also counts a handshake reset before any payload as
+    # failed, and whether the other scenarios' teardown races produce one is timing (seen: 20).
+    assert a.metric is not None and a.metric >= 18.0
 
 
 def test_hundreds_of_refused_connects_in_a_minute_raise_a_k9_syn_scan(faults):

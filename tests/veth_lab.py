@@ -1,7 +1,8 @@
 """Two network namespaces joined by a veth pair, for kernel tests of the receive path
 (skb lifecycles on veth, with GRO on or off). Created per test and deleted by name after
 (only the namespaces and links this module made). Sockets are opened inside a namespace
-from a short-lived thread that joins it, so the test process itself never moves."""
+from a short-lived thread that joins it (`in_netns`, also used by tests/tun_lab.py), so the
+test process itself never moves."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import os
 import socket
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
+T = TypeVar("T")
 
 
 def _ip(*args: str) -> None:
@@ -39,24 +42,30 @@ class Lab:
 
     def socket(self, ns: str, family: int, kind: int) -> socket.socket:
         """A socket created inside namespace `ns`."""
-        out: list[socket.socket | BaseException] = []
+        return in_netns(ns, lambda: socket.socket(family, kind))
 
-        def enter() -> None:
-            try:
-                with open(f"/run/netns/{ns}") as f:
-                    if _libc.setns(f.fileno(), CLONE_NEWNET) != 0:
-                        raise OSError(ctypes.get_errno(), "setns")
-                out.append(socket.socket(family, kind))
-            except BaseException as exc:  # handed to the caller
-                out.append(exc)
 
-        t = threading.Thread(target=enter)
-        t.start()
-        t.join(10)
-        [got] = out
-        if isinstance(got, BaseException):
-            raise got
-        return got
+def in_netns(ns: str, make: Callable[[], T]) -> T:
+    """make()'s result, called from a short-lived thread that joined namespace `ns` (sockets
+    and tun devices stay in the namespace they were created in)."""
+    out: list[T | BaseException] = []
+
+    def enter() -> None:
+        try:
+            with open(f"/run/netns/{ns}") as f:
+                if _libc.setns(f.fileno(), CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "setns")
+            out.append(make())
+        except BaseException as exc:  # handed to the caller
+            out.append(exc)
+
+    t = threading.Thread(target=enter)
+    t.start()
+    t.join(10)
+    [got] = out
+    if isinstance(got, BaseException):
+        raise got
+    return got
 
 
 @contextmanager

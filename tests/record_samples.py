@@ -246,6 +246,25 @@ KIND_VALUES: dict[str, dict[str, Any]] = {
     "drop_count": {"protocol": 0x0800, "provider": "skb"},
     "loss_report": {"provider": "nettrail", "probe": "ringbuf"},
     "alert": {"provider": "nettrail", "probe": "alert", "proto": "tcp"},
+    "sampling_report": {"probe": "sampling", "event_type": "siftr_sample", "setting": "ppl 8", "ratio": 8.0},
+    "collector_status": {
+        "probe": "status",
+        "providers": ["tcp", "siftr"],
+        "attached": {"inet_sock_set_state": 705, "tcp_probe": 706},
+        "absent": ["tcp_cong_state_set"],
+        "failed": {"tcp_retransmit_synack": "No such file or directory"},
+        "missing_drop_reasons": ["TCP_LISTEN_OVERFLOW"],
+        "rules_unavailable": {"K11": "needs the skb or udp provider (--providers)"},
+        "rules_degraded": {
+            "K4": "no TCP_LISTEN_OVERFLOW drop reason: listen overflows from the ListenOverflows counter"
+        },
+        "kernel_release": "6.18.44",
+    },
+    "collector_stats": {
+        "probe": "stats",
+        "events_by_type": {"siftr_sample": 4000, "tcp_state": 12},
+        "cpu_percent": 3.25,
+    },
 }
 PROVIDER_OF = {
     "ip_packet": ("ip", "send"),

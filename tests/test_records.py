@@ -141,6 +141,8 @@ WORDS = set(
     received recent retransmission retransmits reused rule sacked samples scale scaled schema segment
     sender sent severity since size source spurious stage start state status stream thresholds total
     type update urgent value wall window wire zero counter sampling
+    providers attached absent failed missing reasons rules unavailable degraded kernel release sample
+    rate stack counters setting observed emitted ratio interval time percent events records
     """.split()
 )
 # Abbreviations kept because the kernel, FreeBSD, Zeek or tshark use them for the same data
@@ -164,6 +166,8 @@ ABBREVIATIONS: dict[str, str] = {
     **dict.fromkeys("rtt rel dup num str ver gen off".split(), "tshark / Wireshark field names"),
     **dict.fromkeys("cpu uuid sock approx buf prev".split(), "common usage"),
     "mib": "SNMP MIB groups of /proc/net/netstat and /proc/net/snmp (TcpExt, Tcp)",
+    "ppl": "FreeBSD siftr's ppl (packets per log line)",
+    "rss": "resident set size (ps, /proc/PID/status VmRSS)",
     **dict.fromkeys("ns us ms s".split(), "units (style.md: units in the name)"),
 }
 # FreeBSD names that end in 2 (style.md: no "2" suffixes except where the FreeBSD name has it).

@@ -597,6 +597,51 @@ class StackCounter(Record, tag="stack_counter", kw_only=True):
     delta: Annotated[int, doc("increase since the previous report", brief=True)]
 
 
+class SamplingReport(Record, tag="sampling_report", kw_only=True):
+    """H2: how sampled or rate-limited one event type was in one window, from the kernel's exact
+    counts (flows, ip_flows, drops maps) against the records the collector emitted."""
+
+    event_type: Annotated[str, doc("record kind that is sampled: siftr_sample, ip_packet or skb_drop", key=True, brief=True)]
+    setting: Annotated[str, doc("what samples it, e.g. 'ppl 8', 'ip-sample 4', 'drop-rate 100/s per CPU'", brief=True)]
+    window_s: Annotated[float, doc("length of the window the counts cover", unit="s", fmt="%.3f")]
+    observed: Annotated[int, doc("events the kernel counted exactly in the window (packets, drops)", brief=True)]
+    emitted: Annotated[int, doc("records of event_type emitted for them in the window", brief=True)]
+    ratio: Annotated[Float, doc("observed / emitted: one record per this many events; null when none was emitted", fmt="%.2f", brief=True)] = None
+
+
+class CollectorStatus(Record, tag="collector_status", kw_only=True):
+    """H3 attach coverage: what the collector traces on this kernel and which rules therefore
+    cannot fire, sent once when it starts (envelope pid/comm: the collector process)."""
+
+    providers: Annotated[list[str], doc("providers chosen (--providers)", brief=True)]
+    attached: Annotated[dict[str, int], doc("tracepoint -> kernel id of the program attached to it (bpftool prog show id N)", brief=True)]
+    absent: Annotated[list[str], doc("tracepoints the chosen providers use that this kernel lacks (not in tracefs events or BTF): not loaded", brief=True)] = msgspec.field(default_factory=list)
+    failed: Annotated[dict[str, str], doc("tracepoint -> why its program could not be attached")] = msgspec.field(default_factory=dict)
+    missing_drop_reasons: Annotated[list[str], doc("skb drop reasons the rules look for that this kernel's BTF does not define")] = msgspec.field(default_factory=list)
+    rules_unavailable: Annotated[dict[str, str], doc("rule id -> why it cannot fire with these providers on this kernel", brief=True)] = msgspec.field(default_factory=dict)
+    rules_degraded: Annotated[dict[str, str], doc("rule id -> the conditions it loses, or the fallback it uses")] = msgspec.field(default_factory=dict)
+    kernel_release: Annotated[Str, doc("release of the traced kernel (uname -r)")] = None
+    ppl: Annotated[Int, doc("siftr: one sample per this many packets of a flow (--ppl)")] = None
+    ip_sample: Annotated[Int, doc("ip-flows: one ip_packet record per this many packets of a flow (--ip-sample; 0: none)")] = None
+    drop_rate: Annotated[Int, doc("skb: drop events per second per CPU (--drop-rate; 0: all)")] = None
+    stack_counters: Annotated[Bool, doc("the TCP MIB counters of /proc/net are read (stack_counter records)")] = None
+
+
+class CollectorStats(Record, tag="collector_stats", kw_only=True):
+    """H4 self-overhead: the collector's own CPU use and event rate over one interval
+    (envelope pid/comm: the collector process)."""
+
+    interval_s: Annotated[float, doc("wall-clock length of the interval", unit="s", fmt="%.3f")]
+    cpu_time_s: Annotated[float, doc("CPU time (user + system, all threads) the collector used in the interval", unit="s", fmt="%.3f")]
+    cpu_total_s: Annotated[float, doc("CPU time the collector used since it started, as /proc/PID/stat utime + stime", unit="s", fmt="%.3f")]
+    cpu_percent: Annotated[float, doc("cpu_time_s / interval_s: share of one CPU", unit="%", fmt="%.2f", brief=True)]
+    events: Annotated[int, doc("kernel events read from the ring buffer in the interval")]
+    events_per_s: Annotated[float, doc("events / interval_s", fmt="%.1f", brief=True)]
+    records: Annotated[int, doc("records the collector emitted in the interval")]
+    events_by_type: Annotated[dict[str, int], doc("events read in the interval by event type")] = msgspec.field(default_factory=dict)
+    rss_bytes: Annotated[Int, doc("resident memory of the collector at the end of the interval", unit="bytes")] = None
+
+
 class Alert(FlowRecord, tag="alert", kw_only=True):
     """An anomaly alert (anomalies.md): grouped, with evidence and the thresholds in force."""
 
@@ -614,6 +659,7 @@ class Alert(FlowRecord, tag="alert", kw_only=True):
     thresholds: Annotated[dict[str, float | int | str], doc("thresholds in force when it fired")] = msgspec.field(default_factory=dict)
     evidence: Annotated[list[int], doc("seq numbers (or frame numbers for captures) of the records behind it")] = msgspec.field(default_factory=list)
     incomplete: Annotated[Bool, doc("events were lost or sampled in the window")] = None
+    sampling_ratio: Annotated[Float, doc("the rule ran on sampled data: one sample per this many packets of the flow (SIFTR ppl); null: every packet", fmt="%.2f")] = None
 
 
 RECORD_TYPES: tuple[type[Record], ...] = (
@@ -635,6 +681,9 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     IpFlowCounters,
     LossReport,
     StackCounter,
+    SamplingReport,
+    CollectorStatus,
+    CollectorStats,
     Alert,
 )
 BY_KIND: dict[str, type[Record]] = {t.__struct_config__.tag: t for t in RECORD_TYPES}  # type: ignore[misc]

@@ -21,7 +21,9 @@ from translators.records import RECORD_TYPES, FieldDesc, Record, describe
 # Kinds whose rows are one buffer's lifecycle: queried by skb_uid.
 SKB_KINDS = frozenset({"skb_event", "skb_drop"})
 # Kinds that never name a connection (conn_uuid always NULL): no connection index.
-CONNECTIONLESS_KINDS = frozenset({"drop_count", "loss_report"})
+CONNECTIONLESS_KINDS = frozenset(
+    {"drop_count", "loss_report", "sampling_report", "collector_status", "collector_stats"}
+)
 # index=True fields the record tables do not index themselves: the dashboard finds
 # connections by address, port and process in the Connection table (one row per
 # connection, indexed there), then reads a connection's records by conn_uuid.

@@ -89,3 +89,60 @@ def test_it_warns_on_repeated_reachability_drops_and_md5_failures():
     recs.append(s.drop("TCP_MD5FAILURE", "10.0.0.7", 179, "10.0.0.2", 33000))
     alerts = only(feed_all(e, recs), "K12")
     assert [(a.condition, a.severity) for a in alerts] == [("neigh_failed", "warning"), ("tcp_md5failure", "warning")]
+
+
+def received(s: Stream, local: tuple[str, int], remote: tuple[str, int], packets_in: int):
+    from tests.alert_streams import Flow
+
+    return s.counters(Flow(local[0], local[1], remote[0], remote[1], 7000), packets_in=packets_in)
+
+
+def test_it_warns_when_sequence_drops_exceed_one_percent_of_the_flows_received_segments():
+    s, e = Stream(), engine()
+    local, peer = ("10.0.0.2", 8000), ("10.0.0.1", 41000)
+    recs = [received(s, local, peer, 150)]
+    s.advance(0.5)
+    recs += [s.drop("TCP_INVALID_SEQUENCE", *peer, *local) for _ in range(2)]
+    alerts = only(feed_all(e, recs), "K12")  # 2 of 150 is 1.3 %
+    assert [(a.condition, a.severity) for a in alerts] == [
+        ("tcp_invalid_sequence", "notice"),  # the first drop: 1 of 150 is under 1 %
+        ("tcp_invalid_sequence", "warning"),  # the second escalates the same alert
+    ]
+    assert alerts[0].alert_id == alerts[1].alert_id
+    assert "(1.3% of the 150 segments it received)" in alerts[1].message
+
+
+def test_it_keeps_sequence_drops_a_notice_under_one_percent_or_without_segment_counts():
+    s, e = Stream(), engine()
+    local, peer = ("10.0.0.2", 8000), ("10.0.0.1", 41000)
+    recs = [received(s, local, peer, 400), s.drop("TCP_OVERWINDOW", *peer, *local)]
+    recs += [s.drop("TCP_INVALID_SEQUENCE", "10.0.0.9", 5000, "10.0.0.2", 9000) for _ in range(5)]  # no counters
+    recs += [received(s, ("10.0.0.2", 7000), ("10.0.0.3", 7001), 50)]
+    recs += [s.drop("TCP_INVALID_SEQUENCE", "10.0.0.3", 7001, "10.0.0.2", 7000) for _ in range(5)]  # < 100 segs
+    alerts = only(feed_all(e, recs), "K12")
+    assert {a.severity for a in alerts} == {"notice"} and len({a.alert_id for a in alerts}) == 3
+
+
+def policy_drops(s: Stream, seconds: int, per_second: int):
+    recs = []
+    for _ in range(seconds):
+        recs += [s.drop("NETFILTER_DROP", "10.0.0.1", 40000 + i, "10.0.0.2", 22) for i in range(per_second)]
+        s.advance(1.0)
+    return recs
+
+
+def test_it_warns_when_policy_drops_jump_against_their_baseline():
+    s, e = Stream(), engine(K12={"policy_window_s": 2, "policy_baseline_s": 6})
+    recs = policy_drops(s, 8, 2) + policy_drops(s, 3, 40)  # 2/s for 8 s, then 40/s
+    alerts = only(feed_all(e, recs), "K12", "policy-rate-change")
+    assert [(a.severity, a.src, a.dst, a.proto) for a in alerts] == [("warning", None, None, None)]
+    a = alerts[0]  # opened in the first second of the jump, at its 18th drop: (2 + 18) / 2 s = 5 x 2/s
+    assert a.metric == 10.0 and a.start == s.t - 3 and a.evidence[0] == recs[0].seq
+    assert "jumped to 10.0 per second over the last 2 s from 2.00 per second in the 6 s before" in a.message
+
+
+def test_steady_or_low_policy_drops_are_no_rate_change():
+    s, e = Stream(), engine(K12={"policy_window_s": 2, "policy_baseline_s": 6})
+    recs = policy_drops(s, 20, 30)  # steady 30/s from the start: no change to see
+    recs += policy_drops(s, 5, 0) + policy_drops(s, 10, 8)  # a rise to 8/s: under policy_min_rate
+    assert only(feed_all(e, recs), "K12", "policy-rate-change") == []

@@ -81,3 +81,50 @@ def test_it_accepts_one_peer_reset_in_twenty_connections():
         if i == 3:
             recs.append(s.reset(f, "peer", "ESTABLISHED"))
     assert only(feed_all(e, recs), "K3") == []
+
+
+def idle_then_reset(s: Stream, silence: float, answered: bool = False, resume: bool = True):
+    f = s.flow(dst="10.0.0.9", dport=5432, pid=61, comm="pooler")
+    recs = [s.state(f, "SYN_SENT", "ESTABLISHED")]
+    s.advance(0.01)
+    recs += [s.siftr(f, "out", data_sz=100), s.siftr(f, "in", data_sz=300)]
+    s.advance(silence)
+    if resume:
+        recs.append(s.siftr(f, "out", data_sz=100))  # the first query after the silence
+        if answered:
+            recs.append(s.siftr(f, "in", data_sz=50))
+        s.advance(0.001)
+    recs.append(s.reset(f, "peer", "ESTABLISHED"))
+    return f, recs
+
+
+def test_it_classifies_a_reset_answering_the_first_data_after_a_long_silence_as_a_middlebox_idle_timeout():
+    s, e = Stream(), engine()
+    f, recs = idle_then_reset(s, 300.0)
+    [a] = only(feed_all(e, recs), "K3", "idle-reset")
+    assert (a.severity, a.conn_uuid, a.comm, a.dst, a.dport, a.metric) == (
+        "notice",
+        f.uuid,
+        "pooler",
+        "10.0.0.9",
+        5432,
+        300.0,
+    )
+    assert a.evidence == [recs[2].seq, recs[-1].seq]  # the last data before the silence, the RST
+    assert (a.thresholds["idle_reset_s"], a.count) == (240, 1)
+    assert "after 300.0 s without any data (and it answered the first data sent after that silence)" in a.message
+    assert "likely a middlebox" in a.message
+
+
+def test_it_classifies_a_reset_that_ends_a_silence_itself():
+    s, e = Stream(), engine()
+    _, recs = idle_then_reset(s, 250.0, resume=False)
+    [a] = only(feed_all(e, recs), "K3", "idle-reset")
+    assert a.metric == 250.0 and "and nothing was sent since" in a.message
+
+
+def test_a_reset_after_a_short_silence_or_an_answered_one_is_not_an_idle_timeout():
+    for silence, answered in ((200.0, False), (300.0, True)):
+        s, e = Stream(), engine()
+        _, recs = idle_then_reset(s, silence, answered=answered)
+        assert only(feed_all(e, recs), "K3") == []

@@ -127,3 +127,59 @@ def test_it_warns_when_time_wait_sockets_toward_one_destination_near_the_port_ra
         recs.append(s.state(s.flow(dst="10.0.0.5", dport=80), "FIN_WAIT_2", "TIME_WAIT"))
     alerts = only(feed_all(e, recs), "K10", "time-wait")
     assert [(a.severity, a.dst, a.dport, a.metric) for a in alerts] == [("warning", "10.0.0.5", 80, 51.0)]
+
+
+def test_it_reads_the_ephemeral_port_range_when_configured_as_zero(tmp_path):
+    from collector.analysis.rules.states import ephemeral_range_size
+
+    sysctl = tmp_path / "ip_local_port_range"
+    sysctl.write_text("40000\t40399\n")
+    assert ephemeral_range_size(sysctl) == 400
+    assert ephemeral_range_size(tmp_path / "missing") == 28232  # Linux's default range
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low, high = map(int, f.read().split())
+    s, e = Stream(), engine()  # the default: ephemeral_ports = 0, read from this namespace
+    recs = [s.state(s.flow(dst="10.0.0.5", dport=80), "FIN_WAIT_2", "TIME_WAIT")]
+    e.feed(recs[0])
+    [rule] = [r for r in e.rules if r.rule_id == "K10"]
+    assert rule.thresholds["ephemeral_ports"] == high - low + 1
+
+
+def close_wait_every(s: Stream, recs: list, pid: int, comm: str, n: int) -> None:
+    for _ in range(n):
+        recs += close_wait(s, s.flow(pid=pid, comm=comm))
+
+
+def test_it_warns_when_a_process_close_wait_count_grows_for_the_whole_window():
+    s, e = Stream(), engine(K10={"sweep_s": 1, "close_wait_growth_s": 5})
+    alerts, first = [], None
+    for second in range(9):
+        recs: list = []
+        close_wait_every(s, recs, 77, "leaky", 1)  # one more leaked socket every second
+        first = first or recs
+        if second < 3:
+            close_wait_every(s, recs, 88, "steady", 1)  # three, then no more: a plateau
+        alerts += feed_all(e, recs, tick_every=None) + e.tick(s.t)
+        s.advance(1.0)
+    grown = only(alerts, "K10", "close-wait-growth")
+    assert [(a.severity, a.pid, a.comm, a.status, a.count) for a in grown] == [("warning", 77, "leaky", "open", 1)]
+    a = grown[0]
+    # first judged at the sweep 5 s after the first settled sample (1 socket at t0+1): 6 held by then
+    assert (a.metric, a.thresholds["close_wait_growth_s"], a.start) == (6.0, 5, first[1].ts_wall + 6)
+    assert a.evidence[0] == first[1].seq and len(a.evidence) == 6
+    assert "holds 6 sockets in CLOSE_WAIT, up from 1 5 s ago" in a.message
+
+
+def test_a_close_wait_count_that_dips_is_not_growth():
+    s, e = Stream(), engine(K10={"sweep_s": 1, "close_wait_growth_s": 4})
+    flows = [s.flow(pid=90, comm="busy") for _ in range(7)]
+    alerts: list = []
+    for k, f in enumerate(flows):
+        recs = close_wait(s, f)
+        if k == 3:  # the app closed two: the settled count fell from 2 to 1
+            recs += [s.state(flows[0], "CLOSE_WAIT", "LAST_ACK"), s.state(flows[1], "CLOSE_WAIT", "LAST_ACK")]
+        alerts += feed_all(e, recs, tick_every=None) + e.tick(s.t)
+        s.advance(1.0)
+    assert only(alerts, "K10", "close-wait-growth") == []
+    alerts = e.tick(s.t)  # four sweeps after the dip, rising all along: growth again (1 -> 5)
+    assert [a.metric for a in only(alerts, "K10", "close-wait-growth")] == [5.0]

@@ -9,15 +9,27 @@ sustained for ``saturation_seconds``; any other reason is a notice once it burst
 ``burst_count`` in ``window_s``. Host-level counts come from exact ``drop_count``
 deltas once the collector reports them for a reason (events may be rate-limited), and
 from ``skb_drop`` events before that.
+
+Two escalations to warning:
+- *sequence share*: window/sequence drops of one flow exceed ``sequence_share`` of the
+  segments that flow received in ``window_s`` (at least ``sequence_min_segments``).
+  Received segments come from the exact per-flow counters, ``flow_counters``
+  packets_in (siftr) or ``ip_flow_counters`` receive packets (ip-flows), the larger
+  of the two; without either, the drops stay notices.
+- *policy rate change*: the host's policy drops of one reason over the last
+  ``policy_window_s`` reach ``policy_min_rate`` per second and ``policy_change_factor``
+  times their average rate over the ``policy_baseline_s`` before. The rule only judges
+  once it has watched that long (engine time, heartbeats included), so a collector
+  start in the middle of steady drops is not a change.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from translators.records import DropCount, Record, SkbDrop
+from translators.records import DropCount, FlowCounters, IpFlowCounters, Record, SkbDrop
 
-from ..state import Window
+from ..state import LruMap, Window
 from .base import Context, Rule, endpoint, flow_key, host_subject
 
 FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -57,9 +69,21 @@ class _Counts:
     evidence: list[int] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class _Segments:
+    """Segments one flow received, from each exact counter source (local-first tuple)."""
+
+    siftr: Window
+    ip: Window
+    last_siftr: int | None = None
+
+
+TupleKey = tuple[str, str | None, int | None, str | None, int | None]
+
+
 class DropBurst(Rule):
     rule_id = "K12"
-    kinds = ("skb_drop", "drop_count")
+    kinds = ("skb_drop", "drop_count", "flow_counters", "ip_flow_counters")
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
@@ -67,13 +91,27 @@ class DropBurst(Rule):
         self.skip = reasons(self.p["ignore_reasons"]) | reasons(self.p["owned_reasons"])
         self.hosts = self.keys_map()
         self.flows = self.flows_map()
+        self.segments: LruMap[TupleKey, _Segments] = self.flows_map()
+        self.policy_span = self.num("policy_window_s") + self.num("policy_baseline_s")
+        self.started: float | None = None  # engine time the rule first saw: how long it has watched
+
+    def tick(self, now: float) -> None:
+        if self.started is None:
+            self.started = now
 
     def feed(self, rec: Record) -> None:
+        if self.started is None:
+            self.started = rec.ts_wall
+        if isinstance(rec, FlowCounters | IpFlowCounters):
+            self._count_segments(rec)
+            return
         if not isinstance(rec, SkbDrop | DropCount) or rec.drop_reason_str in self.skip:
             return
         reason = rec.drop_reason_str
         family = FAMILY_OF.get(reason, "other")
         span = max(self.window, self.num("saturation_seconds")) + 1
+        if family == "policy":
+            span = max(span, self.policy_span + 1)
         h = self.hosts.get_or_create((rec.host_id, reason), lambda: _Counts(Window(span)))
         if isinstance(rec, DropCount):
             if not h.exact:
@@ -85,10 +123,57 @@ class DropBurst(Rule):
             h.drops.add(rec.ts_wall)
         if len(h.evidence) < 32:
             h.evidence.append(rec.seq)
+        if family == "policy":
+            self._policy_change(rec, reason, h)
         if isinstance(rec, SkbDrop) and family in PER_FLOW:
             self._per_flow(rec, family)
         else:
             self._per_host(rec, reason, family, h)
+
+    def _count_segments(self, rec: FlowCounters | IpFlowCounters) -> None:
+        w = self.window
+        if isinstance(rec, FlowCounters):
+            if rec.proto != "tcp":
+                return
+            key: TupleKey = (rec.host_id, rec.src, rec.sport, rec.dst, rec.dport)  # local first
+            seg = self.segments.get_or_create(key, lambda: _Segments(Window(w), Window(w)))
+            if seg.last_siftr is not None and rec.packets_in > seg.last_siftr:
+                seg.siftr.add(rec.ts_wall, rec.packets_in - seg.last_siftr)
+            elif seg.last_siftr is None and rec.packets_in > 0:
+                seg.siftr.add(rec.ts_wall, rec.packets_in)  # the first report counts from the flow's start
+            seg.last_siftr = rec.packets_in
+        elif rec.direction == "receive" and rec.protocol == 6 and rec.packets_delta > 0:
+            key = (rec.host_id, rec.dst, rec.dport, rec.src, rec.sport)  # packet orientation: the receiver is dst
+            seg = self.segments.get_or_create(key, lambda: _Segments(Window(w), Window(w)))
+            seg.ip.add(rec.ts_wall, rec.packets_delta)
+
+    def _received(self, rec: SkbDrop) -> float:
+        """Segments the dropping flow received in the window (0: no exact counter seen)."""
+        seg = self.segments.peek((rec.host_id, rec.dst, rec.dport, rec.src, rec.sport))
+        if seg is None:
+            return 0.0
+        return max(seg.siftr.total(rec.ts_wall), seg.ip.total(rec.ts_wall))
+
+    def _policy_change(self, rec: SkbDrop | DropCount, reason: str, h: _Counts) -> None:
+        t = rec.ts_wall
+        recent_s, base_s = self.num("policy_window_s"), self.num("policy_baseline_s")
+        if self.started is None or t - self.started < self.policy_span:
+            return  # not watched long enough to know the usual rate
+        per_sec = h.drops.per_second(t, int(self.policy_span))
+        recent = sum(per_sec[-int(recent_s) :]) / recent_s
+        before = sum(per_sec[: -int(recent_s)]) / base_s
+        if recent < self.num("policy_min_rate") or recent < self.num("policy_change_factor") * before:
+            return
+        where = f" (latest at {rec.drop_location})" if rec.drop_location else ""
+        message = (
+            f"Policy drops with reason {reason}{where} jumped to {recent:.1f} per second over the last "
+            f"{recent_s:g} s from {before:.2f} per second in the {base_s:g} s before: a firewall or filter rule "
+            f"changed, or new traffic is hitting one."
+        )
+        self.fire(
+            "policy-rate-change", ("reason", reason), now=t, severity="warning", subject=host_subject(rec),
+            message=message, clear_after=2 * recent_s, metric=recent, evidence=h.evidence,
+        )  # fmt: skip
 
     def _per_flow(self, rec: SkbDrop, family: str) -> None:
         w = self.window
@@ -99,13 +184,19 @@ class DropBurst(Rule):
         n = int(f.drops.total(rec.ts_wall))
         subject = self.ctx.owner(rec, rec.l4_proto)
         where = f" at {rec.drop_location}" if rec.drop_location else ""
+        severity, share = PER_FLOW[family], ""
+        if family == "sequence":
+            received = self._received(rec)
+            if received >= self.num("sequence_min_segments") and n > self.num("sequence_share") * received:
+                severity = "warning"
+                share = f" ({n / received:.1%} of the {int(received)} segments it received)"
         message = (
             f"{n} packet{'s' if n > 1 else ''} of {endpoint(rec.src, rec.sport)} -> {endpoint(rec.dst, rec.dport)} "
-            f"dropped with reason {rec.drop_reason_str}{where} in {w:g} s: {WHY[family]}."
+            f"dropped with reason {rec.drop_reason_str}{where} in {w:g} s{share}: {WHY[family]}."
         )
         self.fire(
             rec.drop_reason_str.lower(), (flow_key(rec), rec.drop_reason_str), now=rec.ts_wall,
-            severity=PER_FLOW[family], subject=subject, message=message, clear_after=2 * w, metric=float(n),
+            severity=severity, subject=subject, message=message, clear_after=2 * w, metric=float(n),
             evidence=f.evidence,
         )  # fmt: skip
 

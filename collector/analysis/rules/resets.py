@@ -7,16 +7,25 @@ socket, one local port) sends more than ``volume_max`` RSTs in ``volume_window_s
 ``peer_min_connections`` of them, so a single refused connect is not 100 %).
 Every RST is classified in the message: local active reset, local reply to a closed
 port, local reply to an unacceptable segment, peer refusal, or peer abort.
+
+*idle-reset* (notice, per connection): a RST received in ESTABLISHED after the
+connection carried no data for ``idle_reset_s`` is classified as a likely middlebox
+idle timeout. Data is a siftr / tcpdebug sample with payload; the connection's
+establishment counts as its first activity. The silence counts when it lasted until
+the RST, or when it was broken only by local data that the peer never answered (the
+middlebox that forgot the connection answers the first segment after the silence
+with the RST). A connection whose establishment and data were never seen is not
+judged.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from translators.records import Record, TcpReset, TcpStateChange
+from translators.records import Record, SiftrSample, TcpDebugSnapshot, TcpReset, TcpStateChange
 
 from ..state import Window
-from .base import Context, Rule, endpoint, who
+from .base import Context, Rule, endpoint, flow_key, who
 
 LOCAL_KINDS = ("active", "closed-port", "unacceptable")
 _LOCAL_WORDS = {
@@ -43,6 +52,17 @@ class _Volume:
 
 
 @dataclass(slots=True)
+class _Activity:
+    """When a connection last carried data, and the last long silence it came out of."""
+
+    last: float
+    last_seq: int
+    gap: float = 0.0  # the silence (>= idle_reset_s) the latest data ended
+    gap_seq: int = 0  # the last record before that silence
+    answered: bool = True  # the peer sent data since that silence ended
+
+
+@dataclass(slots=True)
 class _Dest:
     attempts: Window
     refused: Window
@@ -52,14 +72,16 @@ class _Dest:
 
 class ResetStorm(Rule):
     rule_id = "K3"
-    kinds = ("tcp_reset", "tcp_state")
+    kinds = ("tcp_reset", "tcp_state", "siftr_sample", "tcpdebug_snapshot")
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         self.volume_window = self.num("volume_window_s")
         self.peer_window = self.num("peer_window_s")
+        self.idle_s = self.num("idle_reset_s")
         self.volumes = self.keys_map()
         self.dests = self.keys_map()
+        self.activity = self.flows_map()
 
     def _dest(self, rec: Record, dst: str | None, dport: int | None) -> _Dest:
         w = self.peer_window
@@ -68,7 +90,19 @@ class ResetStorm(Rule):
         )
 
     def feed(self, rec: Record) -> None:
+        if isinstance(rec, SiftrSample):
+            if rec.data_sz:
+                self._data(rec, rec.direction == "in")
+            return
+        if isinstance(rec, TcpDebugSnapshot):
+            if rec.tcp_payload_len and rec.direction in ("input", "output"):
+                self._data(rec, rec.direction == "input")
+            return
         if isinstance(rec, TcpStateChange):
+            if rec.state == "ESTABLISHED" and self.idle_s > 0:
+                self.activity.put(flow_key(rec), _Activity(rec.ts_wall, rec.seq))
+            elif rec.prev_state == "ESTABLISHED":
+                self.activity.pop(flow_key(rec))
             if rec.prev_state == "CLOSED" and rec.state == "SYN_SENT":
                 d = self._dest(rec, rec.dst, rec.dport)
                 d.attempts.add(rec.ts_wall)
@@ -79,6 +113,43 @@ class ResetStorm(Rule):
                 self._local(rec)
             else:
                 self._peer(rec)
+                if rec.state == "ESTABLISHED":
+                    self._idle_reset(rec)
+
+    def _data(self, rec: SiftrSample | TcpDebugSnapshot, received: bool) -> None:
+        a = self.activity.peek(flow_key(rec))
+        if a is None:
+            return  # establishment not seen (or idle classification off): not judged
+        t = rec.ts_wall
+        if t - a.last >= self.idle_s:
+            a.gap, a.gap_seq, a.answered = t - a.last, a.last_seq, received
+        elif received:
+            a.answered = True
+        a.last, a.last_seq = max(a.last, t), rec.seq
+
+    def _idle_reset(self, rec: TcpReset) -> None:
+        a = self.activity.peek(flow_key(rec))
+        if a is None:
+            return
+        t = rec.ts_wall
+        if t - a.last >= self.idle_s:
+            silence, before = t - a.last, a.last_seq
+            after = "and nothing was sent since"
+        elif a.gap and not a.answered:
+            silence, before = a.gap, a.gap_seq
+            after = "and it answered the first data sent after that silence"
+        else:
+            return
+        subject = self.ctx.owner(rec)
+        message = (
+            f"The peer {endpoint(rec.dst, rec.dport)} reset the established connection of {who(subject)} after "
+            f"{silence:.1f} s without any data ({after}): likely a middlebox (NAT, firewall, load balancer) that "
+            f"timed the idle connection out and forgot it. Keep-alives more frequent than its idle timeout avoid this."
+        )
+        self.fire(
+            "idle-reset", flow_key(rec), now=t, severity="notice", subject=subject, message=message,
+            clear_after=2 * self.volume_window, metric=silence, evidence=[before, rec.seq],
+        )  # fmt: skip
 
     def _local(self, rec: TcpReset) -> None:
         subject = self.ctx.owner(rec)

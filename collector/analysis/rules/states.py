@@ -4,14 +4,23 @@ TIME_WAIT pile-ups (anomalies.md 4), from ``tcp_state`` transitions and sweeps.
 Sockets currently in SYN_SENT, CLOSE_WAIT or FIN_WAIT_2 sit in insertion-ordered maps
 (oldest first, records arrive in time order), so a sweep only walks the sockets that
 are old enough plus one. Each map is an LRU with the per-flow cap.
+
+K10 "the CLOSE_WAIT count grows": each sweep counts, per process, the sockets that have
+been in CLOSE_WAIT for at least one sweep interval (so the instants of ordinary closes
+never count); the count *grows* when over the last ``close_wait_growth_s`` it never
+fell from one sweep to the next and rose in both halves of that window (a rise that
+levelled off, or one that only just began, is not growth for the whole window). The TIME_WAIT limit
+is ``time_wait_share`` of the ephemeral port range; ``ephemeral_ports = 0`` reads the
+range's size from net.ipv4.ip_local_port_range of the namespace the engine runs in.
 """
 
 from __future__ import annotations
 
 import functools
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from translators.records import Connection, Record, TcpReset, TcpRetransmit, TcpStateChange
 
@@ -95,6 +104,17 @@ class StateTracker:
 
 
 INF = float("inf")
+PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+DEFAULT_EPHEMERAL = 60999 - 32768 + 1  # Linux's default range, when the sysctl cannot be read
+
+
+def ephemeral_range_size(path: Path = PORT_RANGE) -> int:
+    """Ports in net.ipv4.ip_local_port_range of this process's network namespace."""
+    try:
+        low, high = (int(x) for x in path.read_text().split())
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL
+    return max(1, high - low + 1)
 
 
 class HalfOpen(Rule):
@@ -205,7 +225,11 @@ class StuckClose(Rule):
         self.states = StateTracker(("CLOSE_WAIT", "FIN_WAIT_2"), ctx.max_flows, ctx, self._left)
         self.time_wait = self.keys_map()
         self.close_wait_owners: Counter[tuple[str, str, int, str | None]] = Counter()
+        self.growth: LruMap[tuple[str, str, int, str | None], deque[tuple[float, int]]] = self.keys_map()
         self.next_sweep = 0.0
+        ports = int(self.p["ephemeral_ports"]) or ephemeral_range_size()
+        self.ephemeral_ports = ports
+        self.thresholds = {**self.thresholds, "ephemeral_ports": ports}  # the value in force, not "0 = auto"
 
     def feed(self, rec: Record) -> None:
         if isinstance(rec, TcpStateChange):
@@ -240,7 +264,7 @@ class StuckClose(Rule):
         w = self.time_wait.get_or_create((rec.host_id, rec.dst, rec.dport), lambda: Window(span))
         w.add(rec.ts_wall)
         n = w.total(rec.ts_wall)
-        limit = self.num("time_wait_share") * self.num("ephemeral_ports")
+        limit = self.num("time_wait_share") * self.ephemeral_ports
         if n <= limit:
             return
         subject = Subject(
@@ -248,8 +272,8 @@ class StuckClose(Rule):
         )
         message = (
             f"{int(n)} connections to {endpoint(rec.dst, rec.dport)} entered TIME_WAIT in the last {span:g} s, more "
-            f"than {self.num('time_wait_share'):.0%} of the ephemeral port range: new connections to it will soon "
-            f"fail to find a free local port."
+            f"than {self.num('time_wait_share'):.0%} of the {self.ephemeral_ports}-port ephemeral range: new "
+            f"connections to it will soon fail to find a free local port."
         )
         self.fire(
             "time-wait", ("dest", rec.dst, rec.dport), now=rec.ts_wall, severity="warning", subject=subject,
@@ -263,6 +287,7 @@ class StuckClose(Rule):
         self._stuck(now, "CLOSE_WAIT", self.num("close_wait_s"))
         self._stuck(now, "FIN_WAIT_2", self.num("fin_wait2_s"))
         self._per_process(now)
+        self._growth(now)
 
     def _stuck(self, now: float, state: str, limit: float) -> None:
         for key, entry in self.states.due(state, now - limit):
@@ -297,3 +322,52 @@ class StuckClose(Rule):
                 "close-wait-process", ("process", pid, comm), now=now, severity="warning", subject=subject,
                 message=message, clear_after=2 * self.sweep, metric=float(n), bump=False,
             )  # fmt: skip
+
+    def _growth(self, now: float) -> None:
+        span = self.num("close_wait_growth_s")
+        if span <= 0:
+            return
+        settled = now - self.sweep  # in CLOSE_WAIT for a whole sweep interval: not an ordinary close
+        held: dict[tuple[str, str, int, str | None], list[int]] = {}
+        for entry in self.states.maps["CLOSE_WAIT"].values():
+            owner = self._owner(entry.subject)
+            if owner is not None and entry.since <= settled:
+                held.setdefault(owner, []).append(entry.seq)
+        for owner in [o for o, _ in self.growth.items() if o not in held]:
+            self.growth.pop(owner)  # none left: a later rise starts a new history
+        for owner, seqs in held.items():
+            history = self.growth.get_or_create(owner, deque)
+            history.append((now, len(seqs)))
+            while len(history) >= 2 and history[1][0] <= now - span:
+                history.popleft()
+            self._check_growth(owner, history, now, span, seqs)
+
+    def _check_growth(
+        self,
+        owner: tuple[str, str, int, str | None],
+        history: deque[tuple[float, int]],
+        now: float,
+        span: float,
+        seqs: list[int],
+    ) -> None:
+        first_t, first_n = history[0]
+        n = history[-1][1]
+        if first_t > now - span:
+            return  # not watched for a whole window yet
+        mid = max(c for t, c in history if t <= now - span / 2)
+        if not first_n < mid < n:
+            return  # a rise that stopped (a plateau), or one that only just started
+        counts = [c for _, c in history]
+        if any(later < earlier for earlier, later in zip(counts, counts[1:], strict=False)):
+            return
+        host, boot, pid, comm = owner
+        subject = Subject(host_id=host, boot_id=boot, pid=pid, tgid=pid, comm=comm, proto="tcp")
+        message = (
+            f"{who(subject)} holds {n} sockets in CLOSE_WAIT, up from {first_n} {now - first_t:.0f} s ago and never "
+            f"fewer from one sweep to the next: it keeps leaving connections its peers closed open, a file-descriptor "
+            f"leak in progress."
+        )
+        self.fire(
+            "close-wait-growth", ("process", pid, comm), now=now, severity="warning", subject=subject,
+            message=message, clear_after=2 * self.sweep, metric=float(n), evidence=seqs, bump=False,
+        )  # fmt: skip

@@ -4,7 +4,7 @@ Login is required (webapp.middleware answers anonymous API calls with a JSON 401
 decorator below checks again so the views stay safe if mounted elsewhere). Every error
 is ``{"error": "..."}`` through webapp.http.json_error. The read API (webapp/api) serves
 programs; these views serve exactly what one page draws, in one request.
-Keep in sync with: js/*.js (field names), queries.py, detail.py, buffers.py.
+Keep in sync with: js/*.js (field names), queries.py, detail.py, buffers.py, counters.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from django.db.models import Count, Max, Min, Q, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from webapp.dashboard import alert_versions, buffers, detail, queries
+from webapp.dashboard import alert_versions, buffers, counters, detail, queries
 from webapp.dashboard.filterlang import FilterError
 from webapp.dashboard.models import AlertAck
 from webapp.dashboard.tables import Alert, LossReport, SockEvent, UdpDatagram
@@ -209,6 +209,26 @@ def udp(request: HttpRequest) -> HttpResponse:
         .order_by("-last")[:UDP_LIMIT]
     )
     return JsonResponse({"flows": list(flows), "socket_events": list(sock_rows), "hosts": host_names()})
+
+
+# --- counters: per-flow IP counters, stack counters ------------------------------------------
+
+
+@api("GET")
+def ip_flows(request: HttpRequest) -> HttpResponse:
+    """?host=&sort=bytes|packets|first|last (- descends): one row per flow, exact totals."""
+    sort = request.GET.get("sort") or counters.DEFAULT_FLOW_SORT
+    try:
+        body = counters.ip_flows(request.GET.get("host") or None, sort)
+    except counters.SortError as exc:
+        return json_error(400, str(exc))
+    return JsonResponse({**body, "hosts": host_names()})
+
+
+@api("GET")
+def stack_counters(request: HttpRequest) -> HttpResponse:
+    """?host=: stack counter deltas over time and each counter's latest value."""
+    return JsonResponse({**counters.stack_counters(request.GET.get("host") or None), "hosts": host_names()})
 
 
 # --- alerts -----------------------------------------------------------------------------------

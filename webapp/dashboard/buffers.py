@@ -9,17 +9,15 @@ says so. Keep in sync with: js/buffers.js, detail.lifecycles().
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django.db.models import Count, Max, QuerySet, Sum
 
+from webapp.dashboard.buckets import bucketed
 from webapp.dashboard.detail import lifecycles
 from webapp.dashboard.tables import DropCount, SkbDrop, SkbEvent
 
 MAX_TIMELINE_DROPS = 50_000  # newest drops bucketed into the stacked chart
-BUCKETS = 60
-MIN_SPAN_S = 60.0  # the chart covers at least a minute
 TOP_REASONS = 8  # stacked series; the rest are summed as "other"
 MAX_ROWS = 100
 MAX_LIFECYCLES = 50
@@ -38,27 +36,8 @@ def drop_rates(host: str, since: float) -> dict[str, int]:
 
 
 def _timeline(drops: QuerySet[SkbDrop]) -> dict[str, Any]:
-    rows = list(drops.order_by("-ts_wall").values_list("ts_wall", "drop_reason_str")[:MAX_TIMELINE_DROPS])
-    if not rows:
-        return {"t": [], "series": []}
-    t1 = max(r[0] for r in rows)
-    t0 = min(min(r[0] for r in rows), t1 - MIN_SPAN_S)  # a lone drop still gets a readable axis
-    width = max((t1 - t0) / BUCKETS, 1.0)
-    nbuckets = min(BUCKETS, int(math.floor((t1 - t0) / width)) + 1)
-    totals: dict[str, int] = {}
-    for _t, reason in rows:
-        totals[reason] = totals.get(reason, 0) + 1
-    top = [r for r, _n in sorted(totals.items(), key=lambda x: -x[1])[:TOP_REASONS]]
-    names = top + (["other"] if len(totals) > len(top) else [])
-    counts = {name: [0] * nbuckets for name in names}
-    for t, reason in rows:
-        i = min(int((t - t0) / width), nbuckets - 1)
-        counts[reason if reason in counts else "other"][i] += 1
-    return {
-        "t": [t0 + i * width for i in range(nbuckets)],
-        "bucket_s": width,
-        "series": [{"reason": n, "counts": counts[n]} for n in names],
-    }
+    rows = drops.order_by("-ts_wall").values_list("ts_wall", "drop_reason_str")[:MAX_TIMELINE_DROPS]
+    return bucketed([(t, reason, 1) for t, reason in rows], TOP_REASONS, "reason")
 
 
 def summary(host: str | None, reason: str | None, conn: str | None) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from django.urls import Resolver404, resolve, reverse
 from translators.records import SEVERITIES
 from webapp.dashboard import queries
 from webapp.dashboard.api import host_names
+from webapp.dashboard.counters import DEFAULT_FLOW_SORT
 from webapp.dashboard.filterlang import FIELDS
 from webapp.traces.models import Connection
 
@@ -105,6 +106,12 @@ def buffers(request: HttpRequest) -> HttpResponse:
 @page
 def udp(request: HttpRequest) -> HttpResponse:
     return _page(request, "udp.html", {"hosts": host_names(), "host": request.GET.get("host", "")})
+
+
+@page
+def counters(request: HttpRequest) -> HttpResponse:
+    data = {"hosts": host_names(), "host": request.GET.get("host", ""), "sort": request.GET.get("sort", "")}
+    return _page(request, "counters.html", {**data, "default_sort": DEFAULT_FLOW_SORT})
 
 
 @page

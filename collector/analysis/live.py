@@ -56,6 +56,12 @@ class Numbering(Protocol):
     def number(self, records: list[KernelRecord]) -> list[KernelRecord]: ...
 
 
+class SelfReports(Protocol):
+    """collector.health.reporter.SelfHealth: the collector's records about itself (H2, H4)."""
+
+    def add(self, records: list[KernelRecord], final: bool = False) -> list[KernelRecord]: ...
+
+
 def read_mib(paths: Iterable[str] = STACK_COUNTER_FILES) -> dict[tuple[str, str], int]:
     """(group, name) -> value of every counter in the /proc/net MIB files (header/value line pairs)."""
     out: dict[tuple[str, str], int] = {}
@@ -126,11 +132,19 @@ class StackCounters:
 class Extras:
     """Adds the collector's own records to each poll's batch, numbered by the source."""
 
-    def __init__(self, source: Numbering, env: KernelEnv, sink: object, counters: StackCounters | None) -> None:
+    def __init__(
+        self,
+        source: Numbering,
+        env: KernelEnv,
+        sink: object,
+        counters: StackCounters | None,
+        health: SelfReports | None = None,
+    ) -> None:
         self.source = source
         self.env = env
         self.sink = sink
         self.counters = counters
+        self.health = health
         self.lost_seen = self._lost()
 
     def _lost(self) -> int:
@@ -144,6 +158,8 @@ class Extras:
         if lost > self.lost_seen:
             extra.append(self.spool_loss(lost - self.lost_seen, lost))
             self.lost_seen = lost
+        if self.health is not None:
+            extra.extend(self.health.add(records, final))
         if not extra:
             return records
         return records + self.source.number(extra)

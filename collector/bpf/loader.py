@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from collector.bpf import btf, build, layout, libbpf
+from collector.bpf import btf, build, layout, libbpf, tracepoints
 from collector.bpf.ringbuf import RingReader
 
 # "skb" is drops only (the always-on mode); "skb-lifecycle" follows every buffer (and its drops).
@@ -168,6 +168,8 @@ class KernelSession:
         self.obj = 0
         self.links: dict[str, int] = {}
         self.reader: RingReader | None = None
+        self.absent: list[str] = []  # tracepoints the chosen providers use that this kernel lacks: not loaded
+        self.failed: dict[str, str] = {}  # tracepoint -> why its program did not attach
         self.drop_reasons = btf.drop_reasons()
         self.rst_reasons = btf.rst_reasons()
         self.ncpus = self.lib.libbpf_num_possible_cpus()
@@ -184,9 +186,15 @@ class KernelSession:
 
     def configure(self) -> None:
         wanted = set(self.opts.providers)
+        # A program on a tracepoint this kernel lacks would fail the whole object's load:
+        # leave it out and report it (H3); the attribution programs are not optional.
+        self.absent = tracepoints.absent(self.program_names())
+        required = [name for name in self.absent if PROGRAMS[name] == ALWAYS]
+        if required:
+            raise BpfError(f"this kernel has no tracepoint {', '.join(required)}: nettrail cannot attribute sockets")
         for name, needed_by in PROGRAMS.items():
             prog = self._program(name)
-            self.lib.bpf_program__set_autoload(prog, bool(needed_by & wanted))
+            self.lib.bpf_program__set_autoload(prog, bool(needed_by & wanted) and name not in self.absent)
         self._write_config(config_bytes(self.opts, self.drop_reasons))
         events = self._map("events")
         if self.lib.bpf_map__set_max_entries(events, self.opts.ringbuf_bytes) < 0:
@@ -203,10 +211,16 @@ class KernelSession:
             raise BpfError(f"failed to load {self.path.name}: {_why(-ret)}" + (f" [{detail}]" if detail else ""))
 
     def attach(self) -> None:
-        for name in self.program_names():
+        for name in self.loaded_names():
             link = self.lib.bpf_program__attach(self._program(name))
             if not link:
-                raise BpfError(f"failed to attach {name}: {_why(ctypes.get_errno() or errno.EINVAL)}")
+                err = ctypes.get_errno() or errno.EINVAL
+                # Missing privileges or a broken attribution program stop tracing; any other
+                # program that will not attach costs only the rules that need it (H3).
+                if err in (errno.EPERM, errno.EACCES) or PROGRAMS[name] == ALWAYS:
+                    raise BpfError(f"failed to attach {name}: {_why(err)}")
+                self.failed[name] = _why(err)
+                continue
             self.links[name] = link
         self.reader = RingReader(self._map_fd("events"), self.opts.ringbuf_bytes, layout.EVENT_SIZE)
 
@@ -245,10 +259,16 @@ class KernelSession:
         wanted = set(self.opts.providers)
         return [name for name, needed_by in PROGRAMS.items() if needed_by & wanted]
 
+    def loaded_names(self) -> list[str]:
+        """The programs loaded: those the providers need on tracepoints this kernel has."""
+        return [name for name in self.program_names() if name not in self.absent]
+
     def program_ids(self) -> dict[str, int]:
-        """Kernel program id of every loaded program (bpftool prog list shows them)."""
+        """Kernel program id of every attached program (bpftool prog list shows them)."""
         ids = {}
-        for name in self.program_names():
+        for name in self.loaded_names():
+            if name in self.failed:
+                continue
             fd = self.lib.bpf_program__fd(self._program(name))
             info = ctypes.create_string_buffer(256)
             size = ctypes.c_uint32(len(info))

@@ -80,6 +80,9 @@ class KernelSource:
         self.ip_evicted = 0  # ip_flows entries the LRU evicted (created - present), reported as loss
         self.ip_uncounted = 0  # packets not counted: their new entry was evicted at once
         self.tuples: dict[int, dict[str, Any]] = {}  # cookie -> 4-tuple while the socket had a port
+        # exact-counter records (flow_counters, ip_flow_counters, drop_count) since the consumer
+        # last emptied it: the sampling meter compares them with what was emitted (H2)
+        self.counter_records: list[KernelRecord] = []
         self.next_flow = time.monotonic() + flow_interval
         self.next_wall = time.monotonic() + WALL_RESAMPLE_S
 
@@ -102,10 +105,11 @@ class KernelSource:
             self.env.wall_offset = wall_offset()
             self.next_wall = now + WALL_RESAMPLE_S
         if final or now >= self.next_flow:
-            out.extend(self.flow_counters())
-            out.extend(self.drop_counts())
-            out.extend(self.udp_flow_counters())
-            out.extend(self.ip_flow_counters())
+            if len(self.counter_records) > MAX_TUPLES:
+                self.counter_records.clear()  # nobody consumes them (a bare KernelSource): stay bounded
+            periodic = [*self.flow_counters(), *self.drop_counts(), *self.udp_flow_counters(), *self.ip_flow_counters()]
+            out.extend(periodic)
+            self.counter_records.extend(periodic)
             self.next_flow = now + self.flow_interval
         out.extend(self.loss_reports())
         return self.number(out)
@@ -182,6 +186,9 @@ class KernelSource:
                 slots[pos] = fn(fields, env)
             except (ValueError, TypeError):
                 self._malformed(name, 1)
+                continue
+            if forget:  # a flow's final counters (tcp_destroy_sock)
+                self.counter_records.extend(slots[pos])
 
     def _batch(self, name: str, typed: np.ndarray) -> list[KernelRecord]:
         if name == "siftr_sample":

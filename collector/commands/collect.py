@@ -12,6 +12,7 @@ The output contract is docs/collector.md; keep it in sync.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import signal
 import sys
@@ -29,6 +30,9 @@ from collector.bpf.build import BuildError
 from collector.bpf.kallsyms import kernel_symbols
 from collector.bpf.loader import BpfError, KernelSession, Options
 from collector.bpf.source import KernelSource, wall_offset
+from collector.health import coverage
+from collector.health.overhead import DEFAULT_INTERVAL_S
+from collector.health.reporter import SelfHealth
 from collector.sinks.token_source import add_token_arguments, resolve_token
 from translators.kernel import KernelEnv, KernelRecord
 from xo import add_libxo_argument, libxo_from_args
@@ -96,6 +100,13 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--rules", default=None, help="with --alerts: rules TOML file (default $NETTRAIL_RULES or none)")
     p.add_argument(
+        "--stats-interval",
+        type=float,
+        default=DEFAULT_INTERVAL_S,
+        help=f"seconds between collector_stats records (the collector's own CPU %% and events/s; "
+        f"default {DEFAULT_INTERVAL_S:g})",
+    )
+    p.add_argument(
         "--no-stack-counters",
         action="store_true",
         help="do not report moves of the TCP MIB counters of /proc/net/netstat as stack_counter records",
@@ -127,6 +138,8 @@ def parse_options(args: argparse.Namespace) -> Options:
         raise ValueError("--ringbuf-size must be a power of 2 of at least 4096")
     if args.duration is not None and args.duration <= 0:
         raise ValueError("--duration must be positive")
+    if not args.stats_interval > 0:
+        raise ValueError("--stats-interval must be positive")
     return Options(
         providers=providers,
         ppl=args.ppl,
@@ -241,8 +254,13 @@ def trace(
         return fail(str(exc))
     ids = " ".join(f"{name}#{pid}" for name, pid in session.program_ids().items())
     print(f"{PROG}: tracing {','.join(opts.providers)} (programs {ids})", file=sys.stderr, flush=True)
+    for name, why in [*((n, "absent on this kernel") for n in session.absent), *session.failed.items()]:
+        print(f"{PROG}: not attached: {name} ({why})", file=sys.stderr, flush=True)
     try:
-        source = collect(session, sink, stop, args.duration, args.flow_interval, alerting, not args.no_stack_counters)
+        source = collect(
+            session, sink, stop, args.duration, args.flow_interval, alerting, not args.no_stack_counters,
+            args.stats_interval,
+        )  # fmt: skip
     finally:
         session.close()
         sink.close()
@@ -258,6 +276,7 @@ def collect(
     flow_interval: float,
     alerting: live.Alerting | None = None,
     stack_counters: bool = True,
+    stats_interval: float = DEFAULT_INTERVAL_S,
 ) -> KernelSource:
     env = KernelEnv(
         host_id=identity.host_id(),
@@ -269,8 +288,10 @@ def collect(
         symbolize=kernel_symbols().symbolize,
     )
     source = KernelSource(session, env, flow_interval)
-    extras = live.Extras(source, env, sink, live.StackCounters() if stack_counters else None)
-    batches = poll_batches(session, source, extras, stop, duration)
+    health = SelfHealth(source, env, stats_interval)
+    extras = live.Extras(source, env, sink, live.StackCounters() if stack_counters else None, health)
+    status = status_record(session, env, stack_counters)
+    batches = itertools.chain([source.number([status])], poll_batches(session, source, extras, stop, duration))
     if alerting is None:
         for records in batches:
             if records:
@@ -278,6 +299,15 @@ def collect(
     else:
         alerting.stream(batches, sink)
     return source
+
+
+def status_record(session: KernelSession, env: KernelEnv, stack_counters: bool) -> KernelRecord:
+    """H3: what is attached and which rules therefore cannot fire, sent first."""
+    opts = session.opts
+    return coverage.collector_status(
+        env, opts.providers, session.program_ids(), session.absent, session.failed, session.drop_reasons.values(),
+        stack_counters=stack_counters, ppl=opts.ppl, ip_sample=opts.ip_sample, drop_rate=opts.drop_rate,
+    )  # fmt: skip
 
 
 def poll_batches(

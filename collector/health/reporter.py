@@ -1,0 +1,55 @@
+"""The collector's self-health records for each poll: sampling ratios (H2) and overhead (H4).
+
+``SelfHealth.add`` is called by live.Extras with every poll's records and returns the
+records to append: a ``sampling_report`` per sampled event type when the source has
+just read its exact counters (once per ``--flow-interval``), and a ``collector_stats``
+every ``--stats-interval`` seconds. The start-up ``collector_status`` (H3) is built by
+coverage.collector_status. Keep in sync with collector/commands/collect.py and
+collector/bpf/source.py (received, counter_records, next_flow).
+"""
+
+from __future__ import annotations
+
+from collector.bpf import layout
+from collector.bpf.loader import Options
+from collector.bpf.source import KernelSource
+from collector.health.overhead import DEFAULT_INTERVAL_S, OverheadMeter
+from collector.health.sampling import SamplingMeter
+from translators.kernel import KernelEnv, KernelRecord
+
+
+def sampling_meter(opts: Options) -> SamplingMeter:
+    """The meter for what these options sample (nothing sampled: an inactive meter)."""
+    chosen = set(opts.providers)
+    return SamplingMeter(
+        ppl=opts.ppl if "siftr" in chosen else 1,
+        ip_sample=opts.ip_sample if "ip-flows" in chosen else 0,
+        drop_rate=opts.drop_rate if chosen & {"skb", "skb-lifecycle"} else 0,
+        ip_records="ip" in chosen,
+    )
+
+
+class SelfHealth:
+    def __init__(self, source: KernelSource, env: KernelEnv, stats_interval_s: float = DEFAULT_INTERVAL_S) -> None:
+        self.source = source
+        self.env = env
+        self.sampling = sampling_meter(source.session.opts)
+        self.overhead = OverheadMeter(lambda: source.received, stats_interval_s)
+        self.drops_seen = int(source.received[layout.EV_SKB_DROP])
+        self.next_flow = source.next_flow
+
+    def add(self, records: list[KernelRecord], final: bool = False) -> list[KernelRecord]:
+        out: list[KernelRecord] = []
+        src = self.source
+        if self.sampling.active:
+            drops = int(src.received[layout.EV_SKB_DROP])
+            self.sampling.observe(src.counter_records, drops - self.drops_seen)
+            self.drops_seen = drops
+            if final or src.next_flow != self.next_flow:  # this poll read the exact counters: a window ends
+                out.extend(self.sampling.records(self.env))
+        src.counter_records.clear()
+        self.next_flow = src.next_flow
+        self.overhead.count(len(records))
+        if self.overhead.due(final):
+            out.append(self.overhead.record(self.env))
+        return out

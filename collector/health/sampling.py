@@ -1,0 +1,120 @@
+"""H2 sampling ratio per window: the kernel's exact counts against the records emitted.
+
+Three event types are sampled or rate-limited in the kernel:
+
+* ``siftr_sample`` (``--ppl N``): the ``flows`` map counts every packet of a flow and the
+  samples it emitted; ``flow_counters`` records carry both (periodic map reads and the
+  final one at tcp_destroy_sock), so the window's ratio is Δpackets / Δsamples.
+* ``ip_packet`` (ip-flows with ``--ip-sample N``): ``ip_flow_counters`` carry
+  ``packets_delta`` and the entry's ``samples`` total.
+* ``skb_drop`` (``--drop-rate N``): ``drop_count`` deltas are every drop; the drop
+  events read from the ring in the window are what was emitted.
+
+``SamplingMeter.records`` turns one window's counts into ``sampling_report`` records
+(one per sampled event type whose kernel count moved). Events lost in the ring are H1's
+business (loss_report), not sampling. Keep in sync with collector/bpf/source.py
+(counter_records), translators/records.SamplingReport and docs/collector.md.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from translators.kernel import KernelEnv, KernelRecord
+from translators.records import SamplingReport
+
+MAX_FLOWS = 200_000  # per-flow totals kept; beyond, the oldest half is forgotten (one window's delta is lost)
+
+
+def _get(rec: Any, name: str) -> Any:
+    return rec[name] if isinstance(rec, dict) or hasattr(rec, "__getitem__") else getattr(rec, name)
+
+
+class SamplingMeter:
+    def __init__(self, ppl: int, ip_sample: int, drop_rate: int, ip_records: bool = False) -> None:
+        self.settings: dict[str, str] = {}
+        if ppl > 1:
+            self.settings["siftr_sample"] = f"ppl {ppl}"
+        if ip_sample > 0 and not ip_records:  # the ip provider itself records every packet
+            self.settings["ip_packet"] = f"ip-sample {ip_sample}"
+        if drop_rate > 0:
+            self.settings["skb_drop"] = f"drop-rate {drop_rate}/s per CPU"
+        self.flows: dict[Any, tuple[int, int]] = {}  # flow -> (packets, samples) last reported
+        self.ip_entries: dict[Any, int] = {}  # ip_flows entry -> samples last reported
+        self.observed = dict.fromkeys(self.settings, 0)
+        self.emitted = dict.fromkeys(self.settings, 0)
+        self.started = time.monotonic()
+
+    @property
+    def active(self) -> bool:
+        return bool(self.settings)
+
+    def observe(self, counter_records: Iterable[KernelRecord], drop_events: int = 0) -> None:
+        """Fold one poll's counter records (and the drop events it read) into the window."""
+        if "skb_drop" in self.settings:
+            self.emitted["skb_drop"] += drop_events
+        for rec in counter_records:
+            kind = _get(rec, "kind")
+            if kind == "flow_counters" and "siftr_sample" in self.settings and _get(rec, "proto") == "tcp":
+                self._flow(rec)
+            elif kind == "ip_flow_counters" and "ip_packet" in self.settings:
+                self._ip(rec)
+            elif kind == "drop_count" and "skb_drop" in self.settings:
+                self.observed["skb_drop"] += int(_get(rec, "delta"))
+
+    def _flow(self, rec: Any) -> None:
+        key = (_get(rec, "conn_uuid"), _get(rec, "sock_cookie"))
+        packets = int(_get(rec, "packets_in")) + int(_get(rec, "packets_out"))
+        samples = int(_get(rec, "samples"))
+        before = self.flows.get(key, (0, 0))
+        self.observed["siftr_sample"] += max(0, packets - before[0])
+        self.emitted["siftr_sample"] += max(0, samples - before[1])
+        self.flows[key] = (packets, samples)
+        if len(self.flows) > MAX_FLOWS:
+            for old in list(self.flows)[: MAX_FLOWS // 2]:
+                del self.flows[old]
+
+    def _ip(self, rec: Any) -> None:
+        names = ("netns", "if_index", "direction", "protocol", "src", "sport", "dst", "dport", "start_ts_ns")
+        key = tuple(_get(rec, n) for n in names)
+        samples = int(_get(rec, "samples"))
+        self.observed["ip_packet"] += int(_get(rec, "packets_delta"))
+        self.emitted["ip_packet"] += max(0, samples - self.ip_entries.get(key, 0))
+        self.ip_entries[key] = samples
+        if len(self.ip_entries) > MAX_FLOWS:
+            for old in list(self.ip_entries)[: MAX_FLOWS // 2]:
+                del self.ip_entries[old]
+
+    def records(self, env: KernelEnv) -> list[KernelRecord]:
+        """The window's reports (types whose kernel count moved); starts the next window."""
+        now = time.monotonic()
+        window = now - self.started
+        out: list[KernelRecord] = []
+        for event_type, setting in self.settings.items():
+            observed, emitted = self.observed[event_type], self.emitted[event_type]
+            if observed <= 0:
+                continue
+            out.append(
+                SamplingReport(
+                    host_id=env.host_id,
+                    boot_id=env.boot_id,
+                    seq=0,
+                    ts_ns=time.monotonic_ns(),
+                    ts_wall=round(time.time(), 6),
+                    provider="nettrail",
+                    probe="sampling",
+                    hook="collector/sampling",
+                    event_type=event_type,
+                    setting=setting,
+                    window_s=round(window, 6),
+                    observed=observed,
+                    emitted=emitted,
+                    ratio=round(observed / emitted, 4) if emitted else None,
+                )  # fmt: skip
+            )
+        self.observed = dict.fromkeys(self.settings, 0)
+        self.emitted = dict.fromkeys(self.settings, 0)
+        self.started = now
+        return out

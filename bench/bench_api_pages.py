@@ -5,70 +5,35 @@ whole requests through Django's test client: the first page, a page half-way dow
 reached by its keyset cursor, and pages filtered by port (either side), address
 (either side) and process. The peer, measured in the same run on the same rows, is
 OFFSET pagination of the same half-way page: the ratio shows what the cursor saves.
+Helpers shared with bench_dashboard_pages.py: django_pages.py.
 Keep in sync with: webapp/api/views.py, webapp/api/rows.py, docs/benchmarks.md ("## Read API").
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-BATCH = 5000
-REPEAT = 7
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from django_pages import logged_in_client, page_request, populate, setup, timed  # noqa: E402
+
 PAGE = 100
-SIDES = ("sport", "dport", "src", "dst")
+COMMS = ("nginx", "postgres", "sshd", "curl", "python3")
 
 
-def setup(data_dir: str) -> None:
-    os.environ["NETTRAIL_DATA"] = data_dir
-    os.environ.pop("DATABASE_URL", None)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "webapp.settings"
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-
-
-def populate(count: int) -> None:
-    from django.core.management import call_command
-
+def connection(i: int) -> Any:
     from webapp.traces.models import Connection
 
-    call_command("migrate", verbosity=0, interactive=False)
-    comms = ("nginx", "postgres", "sshd", "curl", "python3")
-    rows = []
-    for i in range(count):
-        rows.append(
-            Connection(
-                host_id=f"host{i % 4}", boot_id="b", conn_uuid=f"c{i:08d}", src=f"10.0.{i % 250}.1",
-                sport=40000 + i % 20000, dst=f"10.1.{i % 200}.2", dport=(443, 5432, 22, 80)[i % 4],
-                first_seen=1_700_000_000.0 + i, last_seen=1_700_000_000.0 + i + i % 50,
-                comm=comms[i % len(comms)], pid=1000 + i % 700, uid=i % 3 * 1000, anomaly=i % 101 == 0,
-            )
-        )  # fmt: skip
-        if len(rows) >= BATCH:
-            Connection.objects.bulk_create(rows)
-            rows.clear()
-    Connection.objects.bulk_create(rows)
-
-
-def timed(fn: Callable[[], Any]) -> float:
-    """Median milliseconds of REPEAT calls (after one warm-up)."""
-    fn()
-    samples = []
-    for _ in range(REPEAT):
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(samples)
+    return Connection(
+        host_id=f"host{i % 4}", boot_id="b", conn_uuid=f"c{i:08d}", src=f"10.0.{i % 250}.1",
+        sport=40000 + i % 20000, dst=f"10.1.{i % 200}.2", dport=(443, 5432, 22, 80)[i % 4],
+        first_seen=1_700_000_000.0 + i, last_seen=1_700_000_000.0 + i + i % 50,
+        comm=COMMS[i % len(COMMS)], pid=1000 + i % 700, uid=i % 3 * 1000, anomaly=i % 101 == 0,
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,33 +44,19 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="nettrail-bench-") as tmp:
         data_dir = args.data or tmp
         setup(data_dir)
-        from django.contrib.auth import get_user_model
-        from django.db import connection
-        from django.test import Client
-
         from webapp.api.params import decode_cursor, encode_cursor
         from webapp.api.rows import CONNECTION_COLUMNS, keyset_page
         from webapp.traces.models import Connection
 
         t0 = time.perf_counter()
         if not args.data or not (Path(data_dir) / "nettrail.sqlite3").exists():
-            populate(args.connections)
+            populate(args.connections, connection)
         print(f"read API: {Connection.objects.count():,} connections stored in {time.perf_counter() - t0:.1f} s")
-        client = Client(HTTP_HOST="127.0.0.1")
-        user, _ = get_user_model().objects.get_or_create(username="bench")
-        client.force_login(user)
+        get = page_request(logged_in_client(), "/api/connections", "connections", PAGE)
         half = Connection.objects.count() // 2
         ordered = Connection.objects.order_by("-last_seen", "-id")
         mid = ordered.values("last_seen", "id")[half - 1]
         cursor = encode_cursor([mid["last_seen"], mid["id"]])
-
-        def get(**params: Any) -> Callable[[], None]:
-            def call() -> None:
-                resp = client.get("/api/connections", {"limit": PAGE, **params})
-                assert resp.status_code == 200, resp.content
-                assert len(resp.json()["connections"]) == PAGE
-
-            return call
 
         def offset_rows() -> None:  # the peer: the same half-way page by OFFSET (query only)
             rows = list(ordered.values(*CONNECTION_COLUMNS)[half : half + PAGE])
@@ -128,25 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         either_side = {"port=443 (either side)": {"port": "443"}, "addr=10.1.7.2 (either side)": {"addr": "10.1.7.2"}}
         plain = {"host=host1": {"host": "host1"}, "comm=curl&uid=1000": {"comm": "curl", "uid": "1000"}}
         plain["has_anomaly=true"] = {"has_anomaly": "true"}
-        before = {}
         for label, params in {**either_side, **plain}.items():
-            before[label] = ms = timed(get(**params))
+            ms = timed(get(**params))
             print(f"  {label:<35} {ms:8.1f} ms per request  ({ms / first:.2f}x the first page)")
-        # What (side, last_seen) indexes would give the either-side filters: each branch
-        # then reads one page from its index instead of sorting every match.
-        with connection.cursor() as cur:
-            for col in SIDES:
-                cur.execute(f"CREATE INDEX bench_{col}_last ON traces_connection ({col}, last_seen)")
-        try:
-            for label, params in either_side.items():
-                ms = timed(get(**params))
-                print(
-                    f"  {label:<35} {ms:8.1f} ms with a ({label[:4]}, last_seen) index  ({before[label] / ms:.1f}x faster)"
-                )
-        finally:
-            with connection.cursor() as cur:
-                for col in SIDES:
-                    cur.execute(f"DROP INDEX bench_{col}_last")
     return 0
 
 

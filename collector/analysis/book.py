@@ -71,6 +71,7 @@ class _Entry:
     thresholds: dict[str, float | int | str]
     evidence: list[int] = field(default_factory=list)
     count: int = 0
+    sampling: float | None = None  # packets per sample behind it (H2); None: unsampled data
     emitted_count: int = 0
     emitted_last: float = 0.0
     closed_at: float | None = None
@@ -146,8 +147,10 @@ class AlertBook:
         metric: float | None = None,
         evidence: Iterable[int] = (),
         bump: bool = True,
+        sampling: float | None = None,
     ) -> None:
-        """The condition holds now. ``bump`` False refreshes an open alert without counting."""
+        """The condition holds now. ``bump`` False refreshes an open alert without counting.
+        ``sampling``: the firing was judged on sampled data, one sample per that many packets."""
         k: Key = (rule_id, condition, subject.host_id, key)
         entry = self._open.get(k)
         if entry is None:
@@ -163,6 +166,7 @@ class AlertBook:
                 )  # fmt: skip
                 self._add_evidence(entry, evidence)
                 entry.count = 1
+                entry.sampling = sampling
                 self._open.put(k, entry)
                 self._emit(entry, "open", now)
                 return
@@ -176,6 +180,8 @@ class AlertBook:
         entry.message = message
         entry.metric = metric
         entry.clear_after = clear_after
+        if sampling is not None:
+            entry.sampling = max(sampling, entry.sampling or 0.0)
         self._merge_subject(entry.subject, subject)
         self._add_evidence(entry, evidence)
         if rose:
@@ -317,6 +323,7 @@ class AlertBook:
                 thresholds=dict(entry.thresholds),
                 evidence=list(entry.evidence),
                 incomplete=incomplete or None,
+                sampling_ratio=entry.sampling,
             )  # fmt: skip
         )
         entry.emitted_count = entry.count

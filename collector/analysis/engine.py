@@ -16,17 +16,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from translators.records import BY_KIND, Alert, LossReport, Record
+from translators.records import BY_KIND, Alert, CollectorStatus, FlowCounters, LossReport, Record, SamplingReport
 
 from .book import AlertBook, Subject
 from .config import RulesConfig, load_config
 from .rules import ALL_RULES
-from .rules.base import Context, FlowKey, Rule, flow_key, subject_of
+from .rules.base import Context, FlowKey, Rule, Sampling, flow_key, subject_of
 from .state import LruMap
 
 # Kinds whose records carry the socket owner (pid, comm) worth remembering per flow.
 _OWNER_KINDS = ("tcp_state", "connection", "siftr_sample", "tcpdebug_snapshot", "sock_event", "udp_datagram")
 _OWNER_TYPES = frozenset(BY_KIND[k] for k in _OWNER_KINDS)
+# Kinds that say how sampled the SIFTR samples are (H2): rules report it with their alerts.
+_SAMPLING_TYPES = frozenset({FlowCounters, SamplingReport, CollectorStatus})
 
 
 class RuleEngine:
@@ -42,7 +44,14 @@ class RuleEngine:
             seq_base=seq_base,
         )
         self.flows: LruMap[FlowKey, Subject] = LruMap(int(eng["max_flows"]))
-        self.ctx = Context(self.config, self.book, self.flows, int(eng["max_flows"]), int(eng["max_keys"]))
+        self.ctx = Context(
+            self.config,
+            self.book,
+            self.flows,
+            int(eng["max_flows"]),
+            int(eng["max_keys"]),
+            Sampling(int(eng["max_flows"])),
+        )
         self.rules: list[Rule] = [cls(self.ctx) for cls in ALL_RULES if self.config.enabled(cls.rule_id)]
         # dispatch on the record's class: cheaper than reading its kind tag per record
         self._dispatch: dict[type, list[Rule]] = {}
@@ -66,6 +75,8 @@ class RuleEngine:
         elif isinstance(record, LossReport) and record.lost > 0:
             # every alert of this host active around the loss is built on incomplete data
             self.book.mark_loss(record.host_id, record.ts_wall, self._loss_window)
+        if cls in _SAMPLING_TYPES:
+            self.ctx.sampling.observe(record)
         for rule in self._dispatch.get(cls, ()):
             rule.feed(record)
         return self.book.drain()

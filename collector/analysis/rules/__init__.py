@@ -11,7 +11,7 @@ from .base import Rule
 from .buffers import ListenOverflow, PeerZeroWindow, ReceiveBuffer, UdpDrops
 from .drops import DropBurst
 from .handshakes import ConnectFailures, ScanAndFlood
-from .health import CollectorLoss
+from .health import CollectorLoss, CollectorOverhead
 from .perf import CwndCollapse, SrttSpike
 from .resets import ResetStorm
 from .retrans import RetransKind, RetransRatio
@@ -33,4 +33,5 @@ ALL_RULES: tuple[type[Rule], ...] = (
     PeerZeroWindow,  # K13
     ConnectFailures,  # K14
     CollectorLoss,  # H1
+    CollectorOverhead,  # H4
 )

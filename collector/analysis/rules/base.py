@@ -9,10 +9,10 @@ book.AlertBook). Keep in sync with engine.py (dispatch) and docs/alerts.md.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from translators.records import FlowRecord, Record
+from translators.records import CollectorStatus, FlowCounters, FlowRecord, Record, SamplingReport, SiftrSample
 
 from ..book import AlertBook, Subject
 from ..config import RulesConfig
@@ -62,6 +62,52 @@ def who(subject: Subject) -> str:
     return "an unattributed socket"
 
 
+class Sampling:
+    """H2: how sampled the SIFTR samples behind a rule are, so K6/K7 can say so.
+
+    Per flow, the latest window of its ``flow_counters`` (Δpackets / Δsamples, the kernel's
+    exact counts); before a flow's first report, the host's ratio from its last
+    ``sampling_report`` or the ``collector_status`` ppl.
+    """
+
+    def __init__(self, max_flows: int) -> None:
+        self.flows: LruMap[FlowKey, tuple[int, int, float | None]] = LruMap(max_flows)
+        self.hosts: dict[str, float] = {}
+
+    def observe(self, rec: Record) -> None:
+        if isinstance(rec, FlowCounters):
+            if rec.proto != "tcp" or rec.samples <= 0:
+                return
+            key, packets = flow_key(rec), rec.packets_in + rec.packets_out
+            before = self.flows.peek(key)
+            moved = (packets - before[0], rec.samples - before[1]) if before else (packets, rec.samples)
+            ratio = moved[0] / moved[1] if moved[1] > 0 else (before[2] if before else None)
+            self.flows.put(key, (packets, rec.samples, ratio))
+        elif isinstance(rec, SamplingReport):
+            if rec.event_type == "siftr_sample" and rec.ratio is not None:
+                self.hosts[rec.host_id] = rec.ratio
+        elif isinstance(rec, CollectorStatus) and rec.ppl is not None:
+            self.hosts[rec.host_id] = float(rec.ppl)
+
+    def ratio(self, rec: Record) -> float | None:
+        """Packets per sample behind this record; None when every packet was recorded."""
+        if not isinstance(rec, SiftrSample):
+            return None  # tcpdebug snapshots and the other kinds are not sampled
+        known = self.flows.peek(flow_key(rec))
+        ratio = known[2] if known is not None and known[2] is not None else self.hosts.get(rec.host_id)
+        return round(ratio, 2) if ratio is not None and ratio > 1.0 else None
+
+    @staticmethod
+    def note(ratio: float | None) -> str:
+        """The sentence an alert built on sampled data carries (empty when not sampled)."""
+        if ratio is None:
+            return ""
+        return (
+            f" Computed from sampled data: one SIFTR sample per {ratio:.1f} packets of this connection, so a shorter "
+            f"episode can be missed (never invented); lower --ppl to see every packet."
+        )
+
+
 @dataclass
 class Context:
     config: RulesConfig
@@ -69,6 +115,7 @@ class Context:
     flows: LruMap[FlowKey, Subject]
     max_flows: int
     max_keys: int
+    sampling: Sampling = field(default_factory=lambda: Sampling(16384))
 
     def owner(self, rec: Record, proto: str | None = "tcp") -> Subject:
         """Subject of a record, with the owner learnt from earlier records of the flow."""
@@ -116,8 +163,10 @@ class Rule:
         metric: float | None = None,
         evidence: Iterable[int] = (),
         bump: bool = True,
+        sampling: float | None = None,
     ) -> None:
         self.ctx.book.fire(
             self.rule_id, condition, key, now=now, severity=severity, subject=subject, message=message,
             thresholds=self.thresholds, clear_after=clear_after, metric=metric, evidence=evidence, bump=bump,
+            sampling=sampling,
         )  # fmt: skip

@@ -1,17 +1,21 @@
-"""H1: collector loss is an alert too (anomalies.md 6).
+"""H1 collector loss and H4 collector overhead are alerts too (anomalies.md 6).
 
 A ``loss_report`` says how many events of one type the collector could not deliver
 (ring-buffer reservation failures, malformed input). Any loss is a warning; more than
 ``critical_share`` of that event type's events in ``window_s`` is critical. The loss
 marks every alert of the host whose span touches the window as incomplete; the engine
 does that whether or not H1 is enabled.
+
+H4: a ``collector_stats`` record (one per --stats-interval) whose ``cpu_percent`` is
+above ``max_cpu_percent`` of one CPU is a warning; the sentence names the event type
+that dominates and the switch that thins it out.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from translators.records import LossReport, Record
+from translators.records import CollectorStats, LossReport, Record
 
 from ..state import Window
 from .base import Context, Rule, host_subject
@@ -61,4 +65,38 @@ class CollectorLoss(Rule):
         self.fire(
             "lost-events", ("event", rec.event_type), now=t, severity="critical" if critical else "warning",
             subject=host_subject(rec), message=message, clear_after=2 * w, metric=share, evidence=s.evidence,
+        )  # fmt: skip
+
+
+# The event type that costs the most, and how to have fewer of them (docs/collector.md).
+_TIGHTEN = {
+    "siftr_sample": "raise --ppl (one SIFTR sample per N packets)",
+    "tcpdebug_snapshot": "drop the tcpdebug provider, or filter it to the connections you debug",
+    "ip_packet": "use ip-flows (exact counters) with --ip-sample N instead of the ip provider",
+    "skb_stage": "use the skb provider (drops only) instead of skb-lifecycle",
+    "skb_drop": "cap drop events with --drop-rate N (the drop counts stay exact)",
+    "udp_datagram": "filter the udp provider to the ports you watch",
+}
+_FILTERS = "--filter port=, addr=, pid=, cgroup= or netns= (decided in the kernel), or fewer --providers"
+
+
+class CollectorOverhead(Rule):
+    rule_id = "H4"
+    kinds = ("collector_stats",)
+
+    def feed(self, rec: Record) -> None:
+        if not isinstance(rec, CollectorStats) or rec.cpu_percent <= self.num("max_cpu_percent"):
+            return
+        top = max(rec.events_by_type.items(), key=lambda kv: kv[1], default=None)
+        busiest = f", mostly {top[0]} ({top[1] / rec.interval_s:,.0f}/s)" if top and top[1] else ""
+        advice = _TIGHTEN.get(top[0], "") if top else ""
+        message = (
+            f"The collector (pid {rec.pid}) used {rec.cpu_percent:.1f}% of one CPU over {rec.interval_s:.1f} s, above "
+            f"the {self.num('max_cpu_percent'):g}% budget, at {rec.events_per_s:,.0f} events/s{busiest}: tracing "
+            f"itself is now a load on this host. Tighten it: {advice + '; or ' if advice else ''}{_FILTERS}."
+        )
+        self.fire(
+            "cpu", ("collector", rec.pid), now=rec.ts_wall, severity="warning", subject=host_subject(rec),
+            message=message, clear_after=2 * max(rec.interval_s, self.num("window_s")), metric=rec.cpu_percent,
+            evidence=(rec.seq,),
         )  # fmt: skip

@@ -1,7 +1,8 @@
 """K6 cwnd collapse and K7 srtt spikes, from siftr / tcpdebug samples (anomalies.md 4).
 
 Both run on sampled data when the collector samples (SIFTR ppl > 1): a collapse or a
-spike shorter than the sampling interval can be missed, never invented.
+spike shorter than the sampling interval can be missed, never invented. Their alerts then
+say so, with the ratio (message and Alert.sampling_ratio; base.Sampling, H2).
 
 K6: cwnd in segments (snd_cwnd bytes ÷ mss) at most ``min_segments`` or at most
 ``max_fraction`` of its maximum over the previous ``window_s``, while data is
@@ -122,9 +123,11 @@ class CwndCollapse(Rule):
             )
             + " with data outstanding: a retransmission timeout or severe loss, and throughput drops to a trickle."
         )
+        sampled = self.ctx.sampling.ratio(rec)  # H2: say when only every Nth packet was seen
+        message += self.ctx.sampling.note(sampled)
         self.fire(
             "collapse", flow_key(rec), now=t, severity="warning", subject=subject, message=message,
-            clear_after=2 * self.window, metric=segs, evidence=f.evidence or (),
+            clear_after=2 * self.window, metric=segs, evidence=f.evidence or (), sampling=sampled,
         )  # fmt: skip
 
 
@@ -213,9 +216,12 @@ class SrttSpike(Rule):
             f"({f.consecutive} samples over the limit of {limit / 1000:.2f} ms): queueing on the path or a stalled "
             f"peer; beyond +200 ms retransmission timers start to interact."
         )
+        sampled = self.ctx.sampling.ratio(rec)  # H2: say when only every Nth packet was seen
+        message += self.ctx.sampling.note(sampled)
         self.fire(
             "spike", flow_key(rec), now=t, severity="critical" if critical else "warning", subject=subject,
             message=message, clear_after=2 * self.num("window_s"), metric=srtt, evidence=f.evidence or (),
+            sampling=sampled,
         )  # fmt: skip
 
     def _learn(self, f: _Rtt, srtt: float, t: float) -> None:

@@ -25,18 +25,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from translators.records import Record
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from django_pages import setup  # noqa: E402  (Django on a throw-away SQLite data directory)
+
 BATCH = 5000
-
-
-def setup(data_dir: str) -> None:
-    os.environ["NETTRAIL_DATA"] = data_dir
-    os.environ.pop("DATABASE_URL", None)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "webapp.settings"
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
 
 
 def populate(data_dir: str, records: int, connections: int = 1000) -> None:

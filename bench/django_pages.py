@@ -1,6 +1,7 @@
-"""Shared helpers of the Django page benchmarks (bench_api_pages.py, bench_dashboard_pages.py):
-Django set up on a throw-away SQLite data directory, a Connection table filled in bulk,
-a logged-in test client, a page request that checks its answer, and the median timer.
+"""Shared helpers of the Django benchmarks: Django set up on a throw-away SQLite data
+directory (bench_api_pages.py, bench_dashboard_pages.py, bench_report.py), and for the two
+page benchmarks a Connection table filled in bulk, a logged-in test client, a page
+request that checks its answer, and the median timer.
 Not a benchmark itself (bench/run.py runs only bench_*.py).
 Keep in sync with: webapp/settings.py (NETTRAIL_DATA, DATABASE_URL), docs/benchmarks.md.
 """

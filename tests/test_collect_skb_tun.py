@@ -11,7 +11,8 @@ import socket
 from collections import defaultdict
 
 from tests.kernel_support import cookie_of, kernel, pinned, tracing
-from tests.tun_lab import ACK, LOCAL, PEER, PSH, SYN, tcp, tun_lab, udp
+from tests.packets import ACK, PSH, SYN, tcp, udp
+from tests.tun_lab import LOCAL, PEER, tun_lab
 from translators.records import Record, SkbEvent, connection_uuid
 
 pytestmark = kernel

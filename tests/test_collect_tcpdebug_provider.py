@@ -7,18 +7,10 @@ import socket
 import struct
 
 from tests.kernel_support import bound_listener, cookie_of, kernel, tracing
+from tests.packets import checksum
 from translators.records import TcpDebugSnapshot
 
 pytestmark = kernel
-
-
-def checksum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
 
 
 def out_of_window_segment(sport: int, dport: int, seq: int) -> bytes:

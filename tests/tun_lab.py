@@ -4,8 +4,7 @@ netif_receive_skb(), called directly in the writer's system call (tun_rx_batched
 is the one traffic path that fires the netif_receive_skb_entry tracepoint on this kernel
 (veth goes through napi_gro_receive or netif_rx). Used by tests/test_collect_skb_tun.py.
 The namespace is created per test and deleted by name after (it takes the tun device
-with it). Packets are built here with their checksums; keep the header layouts in sync
-with RFC 791/768/793 (no options)."""
+with it). Packets to write come from tests/packets.py."""
 
 from __future__ import annotations
 
@@ -21,43 +20,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from tests.packets import ACK, SYN
 from tests.veth_lab import in_netns
 
 TUNSETIFF = 0x400454CA
 IFF_TUN, IFF_NO_PI = 0x0001, 0x1000
-SYN, ACK, PSH = 0x02, 0x10, 0x08
 LOCAL, PEER = "10.204.0.1", "10.204.0.2"  # the namespace's address, the sender behind the tun
-
-
-def checksum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
-
-
-def ipv4(proto: int, src: str, dst: str, body: bytes) -> bytes:
-    head = struct.pack(
-        "!BBHHHBBH4s4s", 0x45, 0, 20 + len(body), 1, 0, 64, proto, 0, socket.inet_aton(src), socket.inet_aton(dst)
-    )
-    return head[:10] + struct.pack("!H", checksum(head)) + head[12:] + body
-
-
-def _with_l4_checksum(proto: int, src: str, dst: str, seg: bytes, at: int) -> bytes:
-    pseudo = socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!BBH", 0, proto, len(seg))
-    return seg[:at] + struct.pack("!H", checksum(pseudo + seg)) + seg[at + 2 :]
-
-
-def udp(src: str, sport: int, dst: str, dport: int, payload: bytes) -> bytes:
-    seg = struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload
-    return ipv4(socket.IPPROTO_UDP, src, dst, _with_l4_checksum(socket.IPPROTO_UDP, src, dst, seg, 6))
-
-
-def tcp(src: str, sport: int, dst: str, dport: int, seq: int, ack: int, flags: int, payload: bytes = b"") -> bytes:
-    seg = struct.pack("!HHIIBBHHH", sport, dport, seq, ack, 5 << 4, flags, 65535, 0, 0) + payload
-    return ipv4(socket.IPPROTO_TCP, src, dst, _with_l4_checksum(socket.IPPROTO_TCP, src, dst, seg, 16))
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,14 @@ struct {
 	__type(value, struct nt_flow);
 } flows SEC(".maps");
 
+/* SIFTR flows the filters rejected (see flow_admit): cookie -> 1 */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u8);
+} flows_out SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
@@ -250,26 +258,27 @@ static __always_inline bool full_tcp(const struct sock *sk)
 
 	if (!sk)
 		return false;
-	st = BPF_CORE_READ(sk, __sk_common.skc_state);
+	st = sk->__sk_common.skc_state;
 	if (!full_sock_state(st))
 		return false;
-	return BPF_CORE_READ(sk, sk_protocol) == IPPROTO_TCP && BPF_CORE_READ(sk, sk_type) == SOCK_STREAM;
+	return sk->sk_protocol == IPPROTO_TCP && sk->sk_type == SOCK_STREAM;
 }
 
 static __always_inline void fill_flow(struct nt_header *h, const struct sock *sk)
 {
-	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	/* direct loads (no probe-read helper): sk is a BTF pointer in every caller */
+	__u16 family = sk->__sk_common.skc_family;
 
 	h->family = family;
-	h->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
-	if (!h->sport && full_sock_state(BPF_CORE_READ(sk, __sk_common.skc_state)))
+	h->sport = sk->__sk_common.skc_num;
+	if (!h->sport && full_sock_state(sk->__sk_common.skc_state))
 		/* X -> CLOSE: inet_put_port() already zeroed inet_num; inet_sport keeps the port */
 		h->sport = bpf_ntohs(BPF_CORE_READ((const struct inet_sock *)sk, inet_sport));
-	h->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
-	h->netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+	h->dport = bpf_ntohs(sk->__sk_common.skc_dport);
+	h->netns = sk->__sk_common.skc_net.net->ns.inum;
 	if (family == AF_INET) {
-		__u32 s = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
-		__u32 d = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+		__u32 s = sk->__sk_common.skc_rcv_saddr;
+		__u32 d = sk->__sk_common.skc_daddr;
 
 		__builtin_memcpy(h->saddr, &s, 4);
 		__builtin_memcpy(h->daddr, &d, 4);
@@ -422,6 +431,19 @@ static __always_inline struct nt_event *reserve(__u16 type)
 	return e;
 }
 
+/* Publish a slot. A wake-up is an irq_work self-interrupt, which in a VM is an exit to
+ * the hypervisor costing microseconds: paid per event, it was most of what ppl=32 cost
+ * the traffic. So the reader is woken only once an eighth of the ring has filled;
+ * otherwise it finds the events on its next timed poll (collector/bpf/source.py). */
+static __always_inline void submit(void *e)
+{
+	__u64 flags = BPF_RB_NO_WAKEUP;
+
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 8)
+		flags = BPF_RB_FORCE_WAKEUP;
+	bpf_ringbuf_submit(e, flags);
+}
+
 /* Header on the stack, filters, then the slot: filtered events cost no ring space. */
 static __always_inline struct nt_event *start(struct nt_header *h, const struct sock *sk, __u16 type, __u8 task)
 {
@@ -527,10 +549,10 @@ static __always_inline void read_tcphdr(struct seg *g, const struct tcphdr *th, 
 /* Output side: header at head + transport_header; payload from skb->len. */
 static __always_inline void seg_at_transport(struct seg *g, const struct sk_buff *skb)
 {
-	unsigned char *head = BPF_CORE_READ(skb, head);
-	__u16 th_off = BPF_CORE_READ(skb, transport_header);
-	__u32 data_off = BPF_CORE_READ(skb, data) - head;
-	__u32 len = BPF_CORE_READ(skb, len);
+	unsigned char *head = skb->head;
+	__u16 th_off = skb->transport_header;
+	__u32 data_off = skb->data - head;
+	__u32 len = skb->len;
 
 	if (th_off == 0xffff || th_off < data_off)
 		return;
@@ -539,20 +561,36 @@ static __always_inline void seg_at_transport(struct seg *g, const struct sk_buff
 
 /* ---- siftr flow state ---------------------------------------------------- */
 
-/* Count the packet in the flow's exact counters; true if it is the flow's ppl-th. */
-static __always_inline bool flow_count(__u64 cookie, bool out, __u32 payload, __u64 now)
+/* The per-packet cost is what tracing every segment costs the traffic (issue 4 wants
+ * <= 3% at ppl=32), so a packet that is counted but not sampled does only this: one
+ * lookup by cookie, the counters, and the sampling decision. The filters and the
+ * attribution run once per flow, when it is first seen (and again for each sample):
+ * a flow the filters reject goes to `flows_out` and is not counted. The verdict is
+ * kept only once the flow has an owner; until then a process filter cannot judge it. */
+static __always_inline struct nt_flow *flow_admit(struct nt_header *h, const struct sock *sk, void *ctx)
 {
-	struct nt_flow *f = bpf_map_lookup_elem(&flows, &cookie);
+	struct nt_flow init = {};
+	__u8 no = 1;
+
+	if (bpf_map_lookup_elem(&flows_out, &h->cookie))
+		return NULL;
+	fill_flow(h, sk);
+	attribute(h, NT_EV_SIFTR, in_task(ctx));
+	if (!pass(h)) {
+		if (h->attribution != NT_ATTR_NONE || !(cfg.tgid || cfg.cgroup_id))
+			bpf_map_update_elem(&flows_out, &h->cookie, &no, BPF_ANY);
+		return NULL;
+	}
+	init.first_ns = h->ts_ns;
+	bpf_map_update_elem(&flows, &h->cookie, &init, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&flows, &h->cookie);
+}
+
+/* Count the packet in the flow's exact counters; true if it is the flow's ppl-th. */
+static __always_inline bool flow_count(struct nt_flow *f, bool out, __u32 payload)
+{
 	__u64 seen;
 
-	if (!f) {
-		struct nt_flow init = { .first_ns = now };
-
-		bpf_map_update_elem(&flows, &cookie, &init, BPF_NOEXIST);
-		f = bpf_map_lookup_elem(&flows, &cookie);
-		if (!f)
-			return false;
-	}
 	if (out) {
 		__sync_fetch_and_add(&f->packets_out, 1);
 		__sync_fetch_and_add(&f->bytes_out, payload);
@@ -560,7 +598,7 @@ static __always_inline bool flow_count(__u64 cookie, bool out, __u32 payload, __
 		__sync_fetch_and_add(&f->packets_in, 1);
 		__sync_fetch_and_add(&f->bytes_in, payload);
 	}
-	f->last_ns = now;
+	f->last_ns = bpf_ktime_get_ns();
 	seen = __sync_fetch_and_add(&f->seen, 1);
 	if (seen % cfg.ppl)
 		return false;
@@ -568,18 +606,22 @@ static __always_inline bool flow_count(__u64 cookie, bool out, __u32 payload, __
 	return true;
 }
 
-static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, const struct seg *g, __u8 dir, bool task)
+static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, const struct seg *g, __u8 dir, void *ctx)
 {
-	struct nt_header h = {};
+	struct nt_flow *f = bpf_map_lookup_elem(&flows, &cookie);
+	struct nt_header h = { .cookie = cookie };
 	struct nt_event *e;
 
-	h.cookie = cookie;
-	fill_flow(&h, sk);
-	attribute(&h, NT_EV_SIFTR, task);
-	if (!pass(&h))
+	if (!f && !(f = flow_admit(&h, sk, ctx)))
 		return;
-	if (!flow_count(h.cookie, dir == 1, g->payload, h.ts_ns))
+	if (!flow_count(f, dir == 1, g->payload))
 		return;
+	if (!h.type) { /* admitted earlier: filter this sample with the owner of now */
+		fill_flow(&h, sk);
+		attribute(&h, NT_EV_SIFTR, in_task(ctx));
+		if (!pass(&h))
+			return;
+	}
 	e = reserve(NT_EV_SIFTR);
 	if (!e)
 		return;
@@ -589,7 +631,7 @@ static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, co
 	e->siftr.th_ack = g->ack;
 	e->siftr.data_sz = g->payload;
 	e->siftr.direction = dir;
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 }
 
 /* ---- tcpdebug ----------------------------------------------------------- */
@@ -631,7 +673,7 @@ static __always_inline void debug_point(const struct sock *sk, __u64 cookie, con
 	e->debug.prureq = prureq;
 	e->debug.approx = approx;
 	e->debug._pad_tail = 0;
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 }
 
 /* ---- tcp provider programs ---------------------------------------------- */
@@ -727,7 +769,7 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	e->state.oldstate = oldstate;
 	e->state.newstate = newstate;
 	e->state._pad[0] = e->state._pad[1] = 0;
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 	return 0;
 }
 
@@ -748,7 +790,7 @@ int BPF_PROG(tcp_retransmit_skb, const struct sock *sk, const struct sk_buff *sk
 	e->retransmit.err = err;
 	e->retransmit.state = BPF_CORE_READ(sk, __sk_common.skc_state);
 	e->retransmit.ca_state = BPF_CORE_READ_BITFIELD_PROBED((const struct inet_connection_sock *)sk, icsk_ca_state);
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 	return 0;
 }
 
@@ -777,7 +819,7 @@ int BPF_PROG(tcp_retransmit_synack, const struct sock *sk, const struct request_
 	e->retransmit.tcp_flags = 0x12; /* SYN|ACK */
 	e->retransmit.state = TCP_SYN_RECV;
 	e->retransmit.synack = 1;
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 	return 0;
 }
 
@@ -863,7 +905,7 @@ int BPF_PROG(tcp_send_reset, const struct sock *sk, const struct sk_buff *skb, c
 	e->reset.sender = 0;
 	e->reset.active = skb ? 0 : 1;
 	e->reset.has_sock = sk ? 1 : 0;
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 	return 0;
 }
 
@@ -880,7 +922,7 @@ int BPF_PROG(tcp_receive_reset, struct sock *sk)
 	e->reset.sender = 1;
 	e->reset.active = 0;
 	e->reset.has_sock = 1;
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 	return 0;
 }
 
@@ -900,7 +942,7 @@ int BPF_PROG(tcp_cong_state_set, struct sock *sk, const __u8 ca_state)
 	e->cong.snd_ssthresh = BPF_CORE_READ(tp, snd_ssthresh);
 	e->cong.mss = BPF_CORE_READ(tp, mss_cache);
 	e->cong._pad[0] = e->cong._pad[1] = 0;
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 	return 0;
 }
 
@@ -913,7 +955,7 @@ static __always_inline void emit_flow_final(const struct nt_header *h, const str
 	__builtin_memcpy(&e->hdr, h, sizeof(*h));
 	e->hdr.type = NT_EV_FLOW;
 	__builtin_memcpy(&e->flow, f, sizeof(*f));
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 }
 
 SEC("tp_btf/tcp_destroy_sock")
@@ -948,10 +990,11 @@ int BPF_PROG(tcp_destroy_sock, struct sock *sk)
 			e->destroy.total_retrans = BPF_CORE_READ(tp, total_retrans);
 			e->destroy.state = BPF_CORE_READ(sk, __sk_common.skc_state);
 			e->destroy._pad[0] = e->destroy._pad[1] = e->destroy._pad[2] = 0;
-			bpf_ringbuf_submit(e, 0);
+			submit(e);
 		}
 	}
 	bpf_map_delete_elem(&flows, &h.cookie);
+	bpf_map_delete_elem(&flows_out, &h.cookie);
 	bpf_map_delete_elem(&owners, &h.cookie);
 	return 0;
 }
@@ -987,7 +1030,7 @@ static __always_inline bool ip_flow_count(const struct nt_header *h, const struc
 	__u64 seen, bytes;
 
 	k.netns = h->netns;
-	k.if_index = BPF_CORE_READ(skb, dev, ifindex);
+	k.if_index = skb->dev->ifindex;
 	k.sport = h->sport;
 	k.dport = h->dport;
 	k.version = ver;
@@ -995,7 +1038,7 @@ static __always_inline bool ip_flow_count(const struct nt_header *h, const struc
 	k.direction = dir;
 	__builtin_memcpy(k.saddr, h->saddr, NT_ADDR_LEN);
 	__builtin_memcpy(k.daddr, h->daddr, NT_ADDR_LEN);
-	bytes = BPF_CORE_READ(skb, len) - (nh - BPF_CORE_READ(skb, data));
+	bytes = skb->len - (nh - skb->data);
 	f = bpf_map_lookup_elem(&ip_flows, &k);
 	if (!f) {
 		struct nt_ip_flow init = { .first_ns = bpf_ktime_get_ns() };
@@ -1022,10 +1065,10 @@ static __always_inline bool ip_flow_count(const struct nt_header *h, const struc
 /* One IP packet: send (net_dev_queue, header at network_header, socket from skb->sk)
  * or receive (netif_receive_skb, header at skb->data, no socket yet). ip-flows counts
  * it; a record follows in full mode (NT_PROV_IP) or when it is sampled. */
-static __always_inline void ip_packet(const struct sk_buff *skb, const struct sock *sk, __u8 dir, bool task)
+static __always_inline void ip_packet(const struct sk_buff *skb, const struct sock *sk, __u8 dir, void *ctx)
 {
-	unsigned char *head = BPF_CORE_READ(skb, head);
-	unsigned char *nh = dir ? head + BPF_CORE_READ(skb, network_header) : BPF_CORE_READ(skb, data);
+	unsigned char *head = skb->head;
+	unsigned char *nh = dir ? head + skb->network_header : skb->data;
 	struct nt_header h = {};
 	struct nt_event *e;
 	__u16 ports[2];
@@ -1074,12 +1117,12 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 		h.sport = bpf_ntohs(ports[0]);
 		h.dport = bpf_ntohs(ports[1]);
 	}
-	h.netns = BPF_CORE_READ(skb, dev, nd_net.net, ns.inum);
+	h.netns = skb->dev->nd_net.net->ns.inum;
 	if (cfg.providers & NT_PROV_IP_FLOWS) {
 		/* the counters need an owner only to filter by process; pass() skips unattributed exclusion */
 		if (cfg.tgid || cfg.cgroup_id) {
 			h.cookie = cookie_read(sk);
-			attribute(&h, NT_EV_IP, task);
+			attribute(&h, NT_EV_IP, in_task(ctx));
 		}
 		if (!pass(&h))
 			return;
@@ -1087,7 +1130,7 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 			return;
 	}
 	h.cookie = cookie_read(sk);
-	attribute(&h, NT_EV_IP, task);
+	attribute(&h, NT_EV_IP, in_task(ctx));
 	if (!pass(&h) || !(e = reserve(NT_EV_IP)))
 		return;
 	__builtin_memcpy(&e->hdr, &h, sizeof(h));
@@ -1128,24 +1171,22 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 	if (ver != 6 || bpf_probe_read_kernel(e->ip.ext, sizeof(e->ip.ext), nh + sizeof(ip6)))
 		__builtin_memset(e->ip.ext, 0, sizeof(e->ip.ext));
 	BPF_CORE_READ_STR_INTO(&e->ip.if_name, skb, dev, name);
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 }
 
 SEC("tp_btf/netif_receive_skb")
 int BPF_PROG(netif_receive_skb, struct sk_buff *skb)
 {
-	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
-
-	bool task = in_task(ctx);
+	__u16 proto = bpf_ntohs(skb->protocol);
 
 	if ((cfg.providers & (NT_PROV_IP | NT_PROV_IP_FLOWS)) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
-		ip_packet(skb, NULL, 0, task);
+		ip_packet(skb, NULL, 0, ctx);
 	if (cfg.providers & NT_PROV_SKB_LIFE) {
-		skb_first(skb, NULL, true, task);
+		skb_first(skb, NULL, true, in_task(ctx));
 		udp_rxq_push(skb);
 	}
 	if ((cfg.providers & NT_PROV_UDP) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
-		udp_packet(skb, NULL, 0, task);
+		udp_packet(skb, NULL, 0, in_task(ctx));
 	return 0;
 }
 
@@ -1181,7 +1222,7 @@ static __always_inline void udp_ip6_ext(const struct sk_buff *skb, struct nt_hea
 	if (bpf_probe_read_kernel(e->udp.ext, sizeof(e->udp.ext), nh + 40))
 		__builtin_memset(e->udp.ext, 0, sizeof(e->udp.ext));
 	BPF_CORE_READ_STR_INTO(&e->udp.if_name, skb, dev, name);
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 }
 
 /* A datagram at the device: send (net_dev_queue, header at network_header, socket
@@ -1247,7 +1288,7 @@ static __always_inline void udp_packet(const struct sk_buff *skb, const struct s
 	__builtin_memset(e->udp._pad, 0, sizeof(e->udp._pad));
 	__builtin_memset(e->udp.ext, 0, sizeof(e->udp.ext));
 	BPF_CORE_READ_STR_INTO(&e->udp.if_name, skb, dev, name);
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 }
 
 /* A send/recv call on a UDP socket: bytes or -errno, in the caller's context. */
@@ -1263,7 +1304,7 @@ static __always_inline void udp_call(const struct sock *sk, int ret, __u8 dir, _
 	e->udp.direction = dir;
 	e->udp.call = 1;
 	e->udp.protocol = BPF_CORE_READ(sk, sk_protocol);
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 }
 
 /* ---- siftr and tcpdebug packet points ------------------------------------ */
@@ -1271,17 +1312,15 @@ static __always_inline void udp_call(const struct sock *sk, int ret, __u8 dir, _
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(tcp_probe, struct sock *sk, const struct sk_buff *skb)
 {
+	__u64 cookie = bpf_get_socket_cookie(sk);
 	struct seg g = {};
-	bool task = in_task(ctx);
 
-	/* tcp_rcv_established: skb->data is the TCP header */
-	read_tcphdr(&g, (const struct tcphdr *)BPF_CORE_READ(skb, data), BPF_CORE_READ(skb, len));
-	__u64 cookie = cookie_of(sk);
-
+	/* tcp_rcv_established: skb->data is the TCP header (direct loads: skb is a trusted argument) */
+	read_tcphdr(&g, (const struct tcphdr *)skb->data, skb->len);
 	if (cfg.providers & NT_PROV_SIFTR)
-		siftr_packet(sk, cookie, &g, 0, task);
+		siftr_packet(sk, cookie, &g, 0, ctx);
 	if (cfg.providers & NT_PROV_TCPDEBUG)
-		debug_point(sk, cookie, &g, NT_TA_INPUT, PRU_NONE, 0, 0, NULL, task);
+		debug_point(sk, cookie, &g, NT_TA_INPUT, PRU_NONE, 0, 0, NULL, in_task(ctx));
 	return 0;
 }
 
@@ -1294,50 +1333,57 @@ static __always_inline bool siftr_out_state(__u8 st)
 SEC("tp_btf/net_dev_queue")
 int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 {
-	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	__u16 proto = bpf_ntohs(skb->protocol);
 	struct sock *sk;
 	__u64 cookie;
 	struct seg g = {};
-	bool task;
 
 	if (proto != ETH_P_IP && proto != ETH_P_IPV6)
 		return 0;
-	sk = BPF_CORE_READ(skb, sk);
+	sk = skb->sk;
 	if (cfg.providers & (NT_PROV_IP | NT_PROV_IP_FLOWS))
-		ip_packet(skb, sk, 1, in_task(ctx));
+		ip_packet(skb, sk, 1, ctx);
 	if (cfg.providers & NT_PROV_SKB_LIFE)
 		skb_first(skb, sk, false, in_task(ctx));
 	if (cfg.providers & NT_PROV_UDP)
 		udp_packet(skb, sk, 1, in_task(ctx));
-	if ((cfg.providers & (NT_PROV_SKB | NT_PROV_SKB_LIFE)) && sk && in_task(ctx)) {
-		__u16 sk_proto = BPF_CORE_READ(sk, sk_protocol);
-
-		/* the sender, before loopback can drop its datagram inside this very call */
-		if (sk_proto == IPPROTO_UDP || sk_proto == IPPROTO_UDPLITE)
-			port_owner_note(sk);
-	}
+	if ((cfg.providers & (NT_PROV_SKB | NT_PROV_SKB_LIFE)) && sk &&
+	    (sk->sk_protocol == IPPROTO_UDP || sk->sk_protocol == IPPROTO_UDPLITE) && in_task(ctx))
+		port_owner_note(sk); /* the sender, before loopback can drop its datagram inside this very call */
 	if (!(cfg.providers & (NT_PROV_SIFTR | NT_PROV_TCPDEBUG)) || !full_tcp(sk))
 		return 0; /* request, timewait and control sockets are not full sockets */
-	cookie = cookie_read(sk);
+	cookie = sk->__sk_common.skc_cookie.counter;
 	if (!cookie)
 		return 0; /* a socket nettrail has not seen yet: no identity to count it under */
-	task = in_task(ctx);
 	seg_at_transport(&g, skb);
-	if ((cfg.providers & NT_PROV_SIFTR) && siftr_out_state(BPF_CORE_READ(sk, __sk_common.skc_state)))
-		siftr_packet(sk, cookie, &g, 1, task);
+	if ((cfg.providers & NT_PROV_SIFTR) && siftr_out_state(sk->__sk_common.skc_state))
+		siftr_packet(sk, cookie, &g, 1, ctx);
 	if (cfg.providers & NT_PROV_TCPDEBUG)
-		debug_point(sk, cookie, &g, NT_TA_OUTPUT, PRU_NONE, 0, 0, NULL, task);
+		debug_point(sk, cookie, &g, NT_TA_OUTPUT, PRU_NONE, 0, 0, NULL, in_task(ctx));
 	return 0;
 }
 
 /* ---- attribution hooks (process context) and debug-user ------------------ */
 
-static __always_inline void user_call(const struct sock *sk, int ret, int flags, __u8 req, __u8 oob_req, bool task)
+/* The owner as recorded, if it is the current thread already: the cheap answer for
+ * every send and receive on a busy socket but its first. */
+static __always_inline bool owner_is_current(__u64 cookie)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct nt_owner *o = bpf_map_lookup_elem(&owners, &cookie);
+
+	return o && o->pid == (__u32)pid_tgid && o->tgid == pid_tgid >> 32;
+}
+
+static __always_inline void user_call(const struct sock *sk, int ret, int flags, __u8 req, __u8 oob_req, void *ctx)
 {
 	struct nt_owner cur = {};
-	__u16 proto = BPF_CORE_READ(sk, sk_protocol);
+	__u16 proto = sk->sk_protocol;
+	bool task;
+	__u64 cookie;
 
 	if (proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE) {
+		task = in_task(ctx);
 		if (!task)
 			return;
 		if (cfg.providers & (NT_PROV_SKB | NT_PROV_SKB_LIFE))
@@ -1348,21 +1394,22 @@ static __always_inline void user_call(const struct sock *sk, int ret, int flags,
 	}
 	if (proto != IPPROTO_TCP)
 		return;
+	cookie = bpf_get_socket_cookie((void *)sk);
 	if (cfg.providers & NT_PROV_TCPDEBUG) {
-		debug_point(sk, cookie_of(sk), NULL, NT_TA_USER, (flags & MSG_OOB) ? oob_req : req, 0, 0, NULL,
-			    hook_call(task));
+		debug_point(sk, cookie, NULL, NT_TA_USER, (flags & MSG_OOB) ? oob_req : req, 0, 0, NULL,
+			    hook_call(in_task(ctx)));
 		return; /* debug_point's attribute() already noted the owner */
 	}
-	if (!task)
+	if (owner_is_current(cookie) || !in_task(ctx))
 		return;
 	owner_from_current(&cur);
-	owner_note(cookie_of(sk), &cur);
+	owner_note(cookie, &cur);
 }
 
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(sock_send_length, struct sock *sk, int ret, int flags)
 {
-	user_call(sk, ret, flags, PRU_SEND, PRU_SENDOOB, in_task(ctx));
+	user_call(sk, ret, flags, PRU_SEND, PRU_SENDOOB, ctx);
 	return 0;
 }
 
@@ -1371,11 +1418,9 @@ static __always_inline void skb_recv_done(const struct sock *sk, int ret, int fl
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(sock_recv_length, struct sock *sk, int ret, int flags)
 {
-	bool task = in_task(ctx);
-
-	user_call(sk, ret, flags, PRU_RCVD, PRU_RCVOOB, task);
-	if (task && (cfg.providers & NT_PROV_SKB_LIFE))
-		skb_recv_done(sk, ret, flags, task);
+	user_call(sk, ret, flags, PRU_RCVD, PRU_RCVOOB, ctx);
+	if ((cfg.providers & NT_PROV_SKB_LIFE) && in_task(ctx))
+		skb_recv_done(sk, ret, flags, true);
 	return 0;
 }
 
@@ -1413,7 +1458,7 @@ static __always_inline void skb_emit_as(struct nt_skb_id *id, __u32 len, __u16 p
 	e->skb_stage.protocol = protocol;
 	e->skb_stage.stage = stage;
 	e->skb_stage.end = end;
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 }
 
 static __always_inline void skb_emit(struct nt_skb_id *id, const struct sk_buff *skb, __u8 stage, __u8 end, __s32 rc,
@@ -1854,7 +1899,7 @@ static __always_inline void skb_drop(const struct sk_buff *skb, void *location, 
 	end = BPF_CORE_READ(skb, end);
 	e->skb_drop.nr_frags = BPF_CORE_READ((struct skb_shared_info *)(head + end), nr_frags);
 	BPF_CORE_READ_STR_INTO(&e->skb_drop.if_name, skb, dev, name);
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 }
 
 /* tcpdebug's debug-drop: drops with a TCP_* reason, with the socket's control block */
@@ -1869,7 +1914,7 @@ static __always_inline void debug_drop(const struct sk_buff *skb, __u32 r, struc
 	if (!(word & (1ULL << (r & 63))))
 		return;
 	if (!sk)
-		sk = BPF_CORE_READ(skb, sk);
+		sk = skb->sk; /* a BTF pointer, as full_tcp's direct loads need */
 	if (sk && !full_tcp(sk))
 		sk = NULL; /* e.g. a timewait socket: describe the segment instead */
 	seg_at_transport(&g, skb);
@@ -1881,11 +1926,12 @@ static __always_inline void debug_drop(const struct sk_buff *skb, __u32 r, struc
 SEC("tp_btf/kfree_skb")
 int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reason reason, struct sock *rx_sk)
 {
-	bool task = in_task(ctx);
 	__u32 r = reason;
+	bool task;
 
 	if (r <= SKB_CONSUMED)
 		return 0;
+	task = in_task(ctx);
 	if (cfg.providers & (NT_PROV_SKB | NT_PROV_SKB_LIFE))
 		skb_drop(skb, location, r, rx_sk ? rx_sk : BPF_CORE_READ(skb, sk), task);
 	if (cfg.providers & NT_PROV_TCPDEBUG)
@@ -1909,6 +1955,6 @@ int BPF_PROG(udp_fail_queue_rcv_skb, int rc, struct sock *sk, struct sk_buff *sk
 	e->udp_fail.rcvbuf = BPF_CORE_READ(sk, sk_rcvbuf);
 	e->udp_fail.sk_protocol = BPF_CORE_READ(sk, sk_protocol);
 	e->udp_fail._pad[0] = e->udp_fail._pad[1] = 0;
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 	return 0;
 }

@@ -15,10 +15,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class Collector:
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, netns: str | None = None) -> None:
+        """netns: run the collector inside that named network namespace (ip netns exec)."""
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        inside = ["ip", "netns", "exec", netns] if netns else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "collector.cli", "collect", *args],
+            [*inside, sys.executable, "-m", "collector.cli", "collect", *args],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,

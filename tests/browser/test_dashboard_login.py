@@ -10,7 +10,7 @@ from .conftest import VIEWER, Server, log_in, screenshot
 
 pytestmark = pytest.mark.browser
 
-PAGES = ("/", "/connections/", "/buffers/", "/udp/", "/counters/", "/alerts/")
+PAGES = ("/", "/connections/", "/buffers/", "/udp/", "/counters/", "/alerts/", "/status/")
 
 
 def test_anonymous_users_are_sent_to_the_login_page(server: Server, browser: Any) -> None:

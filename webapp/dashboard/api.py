@@ -17,7 +17,7 @@ from typing import Any
 from django.db.models import Count, Max, Min, Q, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from webapp.dashboard import alert_versions, buffers, counters, detail, queries
+from webapp.dashboard import alert_versions, buffers, counters, detail, queries, selfhealth
 from webapp.dashboard.filterlang import FilterError
 from webapp.dashboard.models import AlertAck
 from webapp.dashboard.tables import Alert, LossReport, SockEvent, UdpDatagram
@@ -103,6 +103,7 @@ def connection(request: HttpRequest, uuid: str) -> HttpResponse:
             "conn": {**summary, **body},
             "timeline": detail.timeline(conn),
             "siftr": detail.siftr(uuid),
+            "sampling": selfhealth.connection_sampling(uuid),
             "tseq": detail.tseq(conn),
             "tcpdebug": detail.tcpdebug(uuid),
             "skbs": detail.skbs(uuid),
@@ -307,3 +308,12 @@ def alert_evidence(request: HttpRequest, alert_id: int) -> HttpResponse:
             found.append({"kind": kind, **row})
     found.sort(key=lambda r: r["seq"])
     return JsonResponse({"alert": alert_id, "evidence": seqs, "records": found})
+
+
+# --- status: tracer self-health -----------------------------------------------------------------
+
+
+@api("GET")
+def status(request: HttpRequest) -> HttpResponse:
+    """?host=: each collector's attach coverage, sampling, CPU and events/s, self-health alerts."""
+    return JsonResponse({**selfhealth.status(request.GET.get("host") or None), "all_hosts": host_names()})

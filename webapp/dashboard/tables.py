@@ -12,10 +12,14 @@ from typing import Any
 from webapp.traces.models import KIND_MODELS
 
 Alert: Any = KIND_MODELS["alert"]
+CollectorStats: Any = KIND_MODELS["collector_stats"]
+CollectorStatus: Any = KIND_MODELS["collector_status"]
 ConnectionSummary: Any = KIND_MODELS["connection"]
 DropCount: Any = KIND_MODELS["drop_count"]
+FlowCounters: Any = KIND_MODELS["flow_counters"]
 IpFlowCounters: Any = KIND_MODELS["ip_flow_counters"]
 LossReport: Any = KIND_MODELS["loss_report"]
+SamplingReport: Any = KIND_MODELS["sampling_report"]
 SiftrSample: Any = KIND_MODELS["siftr_sample"]
 SkbDrop: Any = KIND_MODELS["skb_drop"]
 SkbEvent: Any = KIND_MODELS["skb_event"]

@@ -1,4 +1,4 @@
-"""Dashboard URLs: the pages (/, /connections/, /buffers/, /udp/, /counters/, /alerts/) and their
+"""Dashboard URLs: the pages (/, /connections/, /buffers/, /udp/, /counters/, /alerts/, /status/) and their
 JSON views under /api/dash/, and /static/ (the appliance has no separate web server). Included by webapp/urls.py ahead of the minimal home page.
 Keep in sync with: views.py, api.py, the fetch() URLs in static/dashboard/js/.
 """
@@ -20,6 +20,7 @@ urlpatterns: list[URLPattern] = [
     path("udp/", views.udp, name="udp"),
     path("counters/", views.counters, name="counters"),
     path("alerts/", views.alerts, name="alerts"),
+    path("status/", views.status, name="status"),
     path("api/dash/overview", api.overview, name="api-overview"),
     path("api/dash/connections", api.connections, name="api-connections"),
     path("api/dash/connections/<str:uuid>", api.connection, name="api-connection"),
@@ -30,6 +31,7 @@ urlpatterns: list[URLPattern] = [
     path("api/dash/ip-flows", api.ip_flows, name="api-ip-flows"),
     path("api/dash/stack-counters", api.stack_counters, name="api-stack-counters"),
     path("api/dash/alerts", api.alerts, name="api-alerts"),
+    path("api/dash/status", api.status, name="api-status"),
     path("api/dash/alerts/<int:alert_id>/ack", api.alert_ack, name="api-alert-ack"),
     path("api/dash/alerts/<int:alert_id>/evidence", api.alert_evidence, name="api-alert-evidence"),
 ]

@@ -120,6 +120,11 @@ def alerts(request: HttpRequest) -> HttpResponse:
     return _page(request, "alerts.html", {**data, "hosts": host_names()}, severities=SEVERITIES)
 
 
+@page
+def status(request: HttpRequest) -> HttpResponse:
+    return _page(request, "status.html", {"hosts": host_names(), "host": request.GET.get("host", "")})
+
+
 @public  # CSS/JS are public code; the login page uses the stylesheet too
 def static_file(request: HttpRequest, path: str) -> HttpResponse:
     """Static files through the staticfiles finders (app static dirs, js-env's vendor copy).

@@ -89,14 +89,33 @@
     if (zoomRange) charts[id].setScale("x", zoomRange);
   }
 
+  /* H2: how sampled the SIFTR samples are, from the kernel's exact per-flow counters;
+     the cwnd and srtt charts carry the ratio in their titles. */
+  let sampledSuffix = "";
+  function sampling(d) {
+    const note = document.getElementById("siftr-sampling");
+    sampledSuffix = "";
+    if (!d || d.ratio === null) { note.hidden = true; return; }
+    const last = d.windows.length ? d.windows[d.windows.length - 1] : null;
+    const sampled = d.ratio > 1.0001;
+    note.dataset.ratio = String(d.ratio);
+    note.textContent = sampled
+      ? `Sampled: one SIFTR sample per ${num(d.ratio, 2)} packets (${num(d.packets)} packets, ${num(d.samples)} samples, counted exactly in the kernel)` +
+        (last && last.ratio !== null ? `; latest window ${num(last.ratio, 2)} (${num(last.packets)} packets at ${time(last.t)}).` : ".") +
+        " cwnd and srtt are seen between samples only: shorter dips and spikes can be missing."
+      : `Every packet sampled (${num(d.packets)} packets, ${num(d.samples)} samples).`;
+    note.hidden = false;
+    if (sampled) sampledSuffix = ` (sampled 1 in ${num(d.ratio, 1)})`;
+  }
+
   function siftr(data) {
     const empty = !data.t.length;
     document.getElementById("siftr-empty").hidden = !empty;
     document.querySelector(".chart-grid").hidden = empty;
     if (empty) return;
     const us = (v) => duration(v / 1e6);
-    siftrChart("chart-cwnd", "cwnd and ssthresh", [{ label: "cwnd", color: "#0b5cad" }, { label: "ssthresh", color: "#b3261e" }], ["cwnd", "ssthresh"], bytes, data);
-    siftrChart("chart-rtt", "srtt and rttvar", [{ label: "srtt", color: "#1f7a3a" }, { label: "rttvar", color: "#a15c00" }], ["srtt", "rttvar"], us, data);
+    siftrChart("chart-cwnd", "cwnd and ssthresh" + sampledSuffix, [{ label: "cwnd", color: "#0b5cad" }, { label: "ssthresh", color: "#b3261e" }], ["cwnd", "ssthresh"], bytes, data);
+    siftrChart("chart-rtt", "srtt and rttvar" + sampledSuffix, [{ label: "srtt", color: "#1f7a3a" }, { label: "rttvar", color: "#a15c00" }], ["srtt", "rttvar"], us, data);
     siftrChart("chart-wnd", "snd_wnd and rcv_wnd", [{ label: "snd_wnd", color: "#5a3fa0" }, { label: "rcv_wnd", color: "#0a7d8c" }], ["snd_wnd", "rcv_wnd"], bytes, data);
     siftrChart("chart-inflight", "bytes in flight", [{ label: "in flight", color: "#10243b" }], ["inflight"], bytes, data);
   }
@@ -171,6 +190,7 @@
       const d = await NT.fetchJSON(`/api/dash/connections/${uuid}`);
       summary(d.conn);
       timeline(d.timeline);
+      sampling(d.sampling);
       siftr(d.siftr);
       tseq(d.tseq);
       alerts(d.alerts);

@@ -1,0 +1,111 @@
+"""The status page's data: each collector's tracer self-health (anomalies.md 6).
+
+Per host: the newest ``collector_status`` (H3: tracepoints attached with their program
+ids, absent or failed ones, rules unavailable or degraded and why, sampling settings),
+the ``collector_stats`` series (H4: CPU % of one CPU, events/s, RSS) with the CPU budget
+of rule H4, the newest ``sampling_report`` per event type (H2), ring-buffer losses by
+event type (H1) and the newest version of each self-health alert (H1, H4).
+Also a connection's SIFTR sampling windows for the detail page. Keep in sync with
+js/status.js, js/connection.js, api.py (status), translators/records.py
+(CollectorStatus, CollectorStats, SamplingReport).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Sum
+
+from collector.analysis.config import load_config
+from webapp.dashboard import alert_versions
+from webapp.dashboard.tables import Alert, CollectorStats, CollectorStatus, FlowCounters, LossReport, SamplingReport
+
+MAX_STATS = 2000  # newest collector_stats per host in the chart (5.5 h at the default 10 s)
+MAX_ALERTS = 50
+MAX_WINDOWS = 500  # newest flow_counters windows of a connection
+SELF_HEALTH_RULES = ("H1", "H2", "H3", "H4")
+STATUS_FIELDS = (
+    "ts_wall", "pid", "comm", "boot_id", "providers", "attached", "absent", "failed", "missing_drop_reasons",
+    "rules_unavailable", "rules_degraded", "kernel_release", "ppl", "ip_sample", "drop_rate", "stack_counters",
+)  # fmt: skip
+
+
+def cpu_budget() -> float:
+    """Rule H4's threshold in force for the webapp ($NETTRAIL_RULES, else the default 5 %)."""
+    try:
+        return float(load_config().params("H4")["max_cpu_percent"])
+    except (ValueError, KeyError):  # an unusable rules file: the collector says so where it runs
+        return float(load_config(env={}).params("H4")["max_cpu_percent"])
+
+
+def hosts_with_status() -> list[str]:
+    seen = set(CollectorStatus.objects.values_list("host_id", flat=True).distinct())
+    seen |= set(CollectorStats.objects.values_list("host_id", flat=True).distinct())
+    return sorted(seen)
+
+
+def host_status(host: str) -> dict[str, Any]:
+    status = CollectorStatus.objects.filter(host_id=host).order_by("-ts_wall", "-id").values(*STATUS_FIELDS).first()
+    cols = ("ts_wall", "cpu_percent", "events_per_s", "rss_bytes", "pid", "interval_s", "events_by_type", "cpu_total_s")
+    rows = list(CollectorStats.objects.filter(host_id=host).order_by("-ts_wall", "-id").values(*cols)[:MAX_STATS])
+    rows.reverse()
+    series: dict[str, list[Any]] = {"t": [], "cpu_percent": [], "events_per_s": [], "rss_bytes": []}
+    for r in rows:
+        for k in series:
+            series[k].append(r["ts_wall"] if k == "t" else r[k])
+    sampling: dict[str, dict[str, Any]] = {}
+    sampling_cols = ("event_type", "setting", "window_s", "observed", "emitted", "ratio", "ts_wall")
+    for r in SamplingReport.objects.filter(host_id=host).order_by("-ts_wall", "-id").values(*sampling_cols)[:100]:
+        sampling.setdefault(r["event_type"], r)
+    losses = list(
+        LossReport.objects.filter(host_id=host).values("event_type").annotate(lost=Sum("lost")).order_by("-lost")
+    )
+    alert_cols = ("id", "start", "end", "severity", "rule_id", "status", "count", "message", "metric")
+    health = Alert.objects.filter(host_id=host, rule_id__in=SELF_HEALTH_RULES)
+    alerts = list(alert_versions.latest(health).order_by("-start", "-id").values(*alert_cols)[:MAX_ALERTS])
+    return {
+        "host_id": host,
+        "status": status,
+        "stats": series,
+        "latest": rows[-1] if rows else None,
+        "sampling": sorted(sampling.values(), key=lambda r: str(r["event_type"])),
+        "losses": losses,
+        "alerts": alerts,
+    }
+
+
+def status(host: str | None) -> dict[str, Any]:
+    hosts = [host] if host else hosts_with_status()
+    return {"hosts": [host_status(h) for h in hosts], "cpu_budget": cpu_budget()}
+
+
+def connection_sampling(uuid: str) -> dict[str, Any]:
+    """SIFTR sampling of one connection per flow_counters window: Δpackets / Δsamples (H2)."""
+    cols = ("ts_wall", "packets_in", "packets_out", "samples")
+    rows = list(
+        FlowCounters.objects.filter(conn_uuid=uuid, proto="tcp")
+        .order_by("-ts_ns", "-id")
+        .values_list(*cols)[: MAX_WINDOWS + 1]
+    )
+    rows.reverse()
+    windows: list[dict[str, Any]] = []
+    prev = (0, 0)
+    if len(rows) > MAX_WINDOWS:  # older reports exist: the oldest row read is only a baseline
+        prev = (rows[0][1] + rows[0][2], rows[0][3])
+        rows = rows[1:]
+    for t, pin, pout, samples in rows:
+        packets = pin + pout
+        dp, ds = packets - prev[0], samples - prev[1]
+        if dp > 0 or ds > 0:
+            windows.append({"t": t, "packets": dp, "samples": ds, "ratio": round(dp / ds, 2) if ds > 0 else None})
+        prev = (packets, samples)
+    if not rows:
+        return {"packets": None, "samples": None, "ratio": None, "windows": []}
+    _, pin, pout, samples = rows[-1]
+    total = pin + pout
+    return {
+        "packets": total,
+        "samples": samples,
+        "ratio": round(total / samples, 2) if samples else None,
+        "windows": windows[-MAX_WINDOWS:],
+    }

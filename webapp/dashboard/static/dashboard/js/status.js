@@ -42,7 +42,7 @@
       ...s.absent.map((tp) => el("tr", { dataset: { tracepoint: tp, state: "absent" } },
         el("td", {}, el("code", { text: tp })), el("td", { class: "bad", text: "absent on this kernel" }), el("td", { class: "num", text: "–" }))),
       ...Object.entries(s.failed).map(([tp, why]) => el("tr", { dataset: { tracepoint: tp, state: "failed" } },
-        el("td", {}, el("code", { text: tp })), el("td", { class: "bad", text: `failed: ${why}` }), el("td", { class: "num", text: "–" }))),
+        el("td", {}, el("code", { text: tp })), el("td", { class: "bad wrap", text: `failed: ${why}` }), el("td", { class: "num", text: "–" }))),
     ];
     return table("tracepoints", [["Tracepoint"], ["State"], ["Program id", true]], rows, "No program attached.");
   }
@@ -51,9 +51,9 @@
     if (!s) return el("p", { class: "muted", text: "Unknown until the collector reports its status." });
     const rows = [
       ...Object.entries(s.rules_unavailable).map(([r, why]) => el("tr", { dataset: { rule: r, state: "unavailable" } },
-        el("td", {}, el("a", { href: `/alerts/?rule=${encodeURIComponent(r)}`, text: r })), el("td", {}, el("span", { class: "badge sev-warning", text: "unavailable" })), el("td", { text: why }))),
+        el("td", {}, el("a", { href: `/alerts/?rule=${encodeURIComponent(r)}`, text: r })), el("td", {}, el("span", { class: "badge sev-warning", text: "unavailable" })), el("td", { class: "wrap", text: why }))),
       ...Object.entries(s.rules_degraded).map(([r, why]) => el("tr", { dataset: { rule: r, state: "degraded" } },
-        el("td", {}, el("a", { href: `/alerts/?rule=${encodeURIComponent(r)}`, text: r })), el("td", {}, el("span", { class: "badge sev-notice", text: "degraded" })), el("td", { text: why }))),
+        el("td", {}, el("a", { href: `/alerts/?rule=${encodeURIComponent(r)}`, text: r })), el("td", {}, el("span", { class: "badge sev-notice", text: "degraded" })), el("td", { class: "wrap", text: why }))),
     ];
     const out = [table("rules", [["Rule"], ["Status"], ["Why"]], rows, "Every rule can fire with these providers on this kernel.")];
     if (s.missing_drop_reasons.length) out.push(el("p", { class: "legend-note missing-reasons", text: `Drop reasons this kernel's BTF lacks: ${s.missing_drop_reasons.join(", ")}.` }));
@@ -94,7 +94,7 @@
     const losses = h.losses.map((l) => el("tr", {}, el("td", {}, el("code", { text: l.event_type })), el("td", { class: "num", text: num(l.lost) })));
     const alerts = h.alerts.map((a) => el("tr", { dataset: { rule: a.rule_id } },
       el("td", { text: time(a.start) }), el("td", {}, NT.sevBadge(a.severity)), el("td", { text: a.rule_id }), el("td", { text: a.status }),
-      el("td", { class: "num", text: num(a.count) }), el("td", { text: a.message })));
+      el("td", { class: "num", text: num(a.count) }), el("td", { class: "wrap", text: a.message })));
     return el("section", { class: "panel host-status", dataset: { host: h.host_id }, "aria-labelledby": `host-h-${i}` },
       el("h2", { id: `host-h-${i}`, text: `Collector on ${h.host_id}` }),
       summary(h),

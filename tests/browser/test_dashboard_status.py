@@ -1,0 +1,95 @@
+"""The status page in Chromium: a collector's attach coverage (tracepoints attached or
+absent, rules unavailable or degraded), its CPU chart against rule H4's budget with the
+H4 alert, sampling and losses, a newer status arriving live; and the connection page's
+sampling ratio beside the cwnd and srtt charts. Records: tests/selfhealth_cast.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from tests.selfhealth_cast import ABSENT, ATTACHED, PID, conn_uuid, records
+
+from .conftest import HOST, PAINTED, Server, screenshot
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def selfhealth(server: Server) -> list[Any]:
+    batch = records(HOST)
+    assert server.ingest(batch) == {"stored": len(batch), "duplicates": 0}
+    return batch
+
+
+def rows(page: Any, selector: str) -> dict[str, list[str]]:
+    cells = page.locator(selector).evaluate_all("rs => rs.map(r => [...r.cells].map(c => c.textContent))")
+    return {row[0]: row for row in cells}
+
+
+def test_the_status_page_shows_attach_coverage_cpu_and_sampling(server: Server, page: Any, selfhealth: Any) -> None:
+    page.goto(f"{server.url}/status/?host={HOST}")
+    page.wait_for_selector("body[data-loaded='1']")
+    panel = page.locator(f"section.host-status[data-host='{HOST}']")
+    assert panel.locator("h2").inner_text() == f"Collector on {HOST}"
+    summary = dict(zip(panel.locator(".summary dt").all_inner_texts(), panel.locator(".summary dd").all_inner_texts(), strict=True))
+    assert summary["Process"] == f"nettrail (pid {PID})" and summary["Kernel"] == "6.18.44-test"
+    assert (summary["Providers"], summary["Sampling"], summary["CPU"]) == ("tcp, siftr", "ppl 4", "3.00 % of one CPU")
+    tracepoints = rows(page, f"section.host-status[data-host='{HOST}'] table.tracepoints tbody tr")
+    assert {tp: (r[1], r[2]) for tp, r in tracepoints.items()} == {
+        **{tp: ("attached", str(pid)) for tp, pid in ATTACHED.items()},
+        **{tp: ("absent on this kernel", "–") for tp in ABSENT},
+    }
+    rules = rows(page, f"section.host-status[data-host='{HOST}'] table.rules tbody tr")
+    assert {r: row[1] for r, row in rules.items()} == {
+        "K11": "unavailable", "K12": "unavailable", "K2": "degraded", "K4": "degraded", "K5": "degraded",
+        "K6": "degraded", "K9": "degraded",
+    }  # fmt: skip
+    assert rules["K12"][2] == "no skb drops: provider skb or skb-lifecycle not chosen (--providers)"
+    assert "tracepoint tcp_cong_state_set absent on this kernel" in rules["K6"][2]
+    sampling = rows(page, f"section.host-status[data-host='{HOST}'] table.sampling tbody tr")
+    assert sampling["siftr_sample"][1:5] == ["ppl 4", "4,000", "1,000", "1 in 4.00"]
+    assert rows(page, f"section.host-status[data-host='{HOST}'] table.losses tbody tr")["siftr_sample"][1] == "3"
+    alerts = panel.locator("table.alerts tbody tr")
+    assert alerts.count() == 1 and "used 7.5% of one CPU" in alerts.inner_text()
+    assert page.evaluate(PAINTED, ["cpu-0", "#0b5cad"]) > 20  # the CPU line
+    assert page.evaluate(PAINTED, ["cpu-0", "#b3261e"]) > 20  # the 5 % budget line
+    assert page.evaluate(PAINTED, ["events-0", "#1f7a3a"]) > 20
+    assert page.evaluate("NT.charts['cpu-0'].data[1]") == [2.0, 7.5, 3.0]
+    screenshot(page, "status")
+
+
+def test_a_new_collector_status_replaces_the_old_one_without_a_reload(
+    server: Server, page: Any, selfhealth: list[Any]
+) -> None:
+    page.goto(f"{server.url}/status/?host={HOST}")
+    page.wait_for_selector("body[data-loaded='1']")
+    page.wait_for_function(f"(document.body.dataset.liveGroups || '').split(' ').includes('host.{HOST}')", timeout=5000)
+    page.evaluate("window.notReloaded = true")
+    first = selfhealth[0]
+    restarted = msgspec.structs.replace(
+        first, seq=10_000, ts_wall=first.ts_wall + 100, pid=PID + 1, absent=[], rules_degraded={}, rules_unavailable={},
+        attached={**first.attached, "tcp_cong_state_set": 999},
+    )  # fmt: skip
+    server.ingest([restarted])
+    page.wait_for_selector(f"table.tracepoints tr[data-tracepoint='tcp_cong_state_set'][data-state='attached']")
+    assert page.locator("table.rules tbody tr").inner_text() == "Every rule can fire with these providers on this kernel."
+    assert page.evaluate("window.notReloaded") is True
+
+
+def test_the_connection_page_shows_the_sampling_ratio_beside_cwnd_and_srtt(
+    server: Server, page: Any, selfhealth: Any
+) -> None:
+    page.goto(f"{server.url}/connections/{conn_uuid(HOST)}/")
+    page.wait_for_selector("body[data-loaded='1']")
+    note = page.locator("#siftr-sampling")
+    assert note.is_visible() and note.get_attribute("data-ratio") == "6"
+    assert note.inner_text().startswith(
+        "Sampled: one SIFTR sample per 6.00 packets (1,200 packets, 200 samples, counted exactly in the kernel); "
+        "latest window 4.00 (400 packets at"
+    )
+    titles = page.locator(".chart-grid .u-title").all_inner_texts()
+    assert titles[:2] == ["cwnd and ssthresh (sampled 1 in 6.0)", "srtt and rttvar (sampled 1 in 6.0)"]
+    assert page.evaluate(PAINTED, ["chart-cwnd", "#0b5cad"]) > 20

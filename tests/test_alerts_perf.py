@@ -1,4 +1,4 @@
-"""K6 cwnd collapse and K7 srtt spikes against the connection's own baseline."""
+"""K6 cwnd collapse and K7 srtt spikes against the destination's baseline."""
 
 from __future__ import annotations
 
@@ -75,7 +75,8 @@ def test_it_warns_after_five_srtt_samples_over_three_times_the_baseline_lasting_
     a = alerts[0]
     assert (a.condition, a.severity, a.metric) == ("spike", "warning", 40_000.0)
     assert a.evidence == [r.seq for r in spike]
-    assert "rose to 40.0 ms against its own baseline of 10.15 ms" in a.message
+    assert "rose to 40.0 ms against the baseline of 10.15 ms of connections to 10.0.0.0/24 port 80" in a.message
+    assert "no other connection to it spikes now" in a.message
 
 
 def test_it_calls_an_srtt_200_ms_above_baseline_critical():
@@ -125,3 +126,57 @@ def test_it_ignores_cwnd_cuts_in_the_open_and_recovery_states():
         s.advance(0.3)
         recs.append(s.siftr(f, snd_cwnd=1 * MSS, snd_nxt=9000, snd_una=1000, ca_state="Loss"))
     assert [a.metric for a in only(feed_all(e, recs), "K6")] == [1.0]
+
+
+def k7(e):
+    [rule] = [r for r in e.rules if r.rule_id == "K7"]
+    return rule
+
+
+def test_k7_seeds_one_baseline_per_destination_across_connections():
+    s, e = Stream(), engine()
+    seeds = []
+    for dst in ("10.0.0.7", "10.0.0.9", "10.0.0.7", "10.0.0.200"):  # one /24, one port: one destination
+        seeds += rtt_stream(s, s.flow(dst=dst, dport=443), [2_000] * 4)
+    fresh = s.flow(dst="10.0.0.8", dport=443)  # its first samples are judged against the others' baseline
+    spike = rtt_stream(s, fresh, [20_000] * 7)  # 0.6 s: past min_hold_s
+    elsewhere = rtt_stream(s, s.flow(dst="10.0.1.8", dport=443), [20_000] * 20)  # another /24: its own seed
+    other_port = rtt_stream(s, s.flow(dst="10.0.0.8", dport=8443), [20_000] * 20)
+    alerts = only(feed_all(e, seeds + spike + elsewhere + other_port), "K7")
+    assert [(a.conn_uuid, a.metric, a.evidence) for a in alerts] == [(fresh.uuid, 20_000.0, [r.seq for r in spike])]
+    assert "against the baseline of 2.00 ms of connections to 10.0.0.0/24 port 443" in alerts[0].message
+    assert len(k7(e).dests) == 3
+
+
+def test_k7_keys_ipv6_destinations_by_their_64():
+    from collector.analysis.rules.perf import destination
+
+    assert destination("2001:db8:1:2:aa::5", 443) == ("2001:db8:1:2::/64", 443)
+    assert destination("192.0.2.77", 53) == ("192.0.2.0/24", 53)
+
+
+def test_k7_holds_the_destination_baseline_while_one_of_its_connections_spikes():
+    s, e = Stream(), engine()
+    a, b = s.flow(dst="10.0.0.7", dport=443), s.flow(dst="10.0.0.8", dport=443)
+    recs = rtt_stream(s, a, [2_000] * 16)
+    recs += rtt_stream(s, a, [40_000] * 7)  # a spikes: alert open
+    recs += rtt_stream(s, b, [6_500] * 20)  # under the 7 ms limit, but not learnt while a's alert is open
+    alerts = only(feed_all(e, recs), "K7")
+    assert [x.conn_uuid for x in alerts] == [a.uuid]
+    [d] = [d for _, d in k7(e).dests.items()]
+    assert d.base == 2_000.0 and d.alerting == {a.uuid}
+    s.advance(60)  # a's alert closes after two quiet windows; b's samples are learnt again
+    e.tick(s.t)
+    feed_all(e, rtt_stream(s, b, [6_500]))
+    assert d.base > 2_000.0 and d.alerting == set()
+
+
+def test_k7_says_when_other_connections_to_the_destination_spike_at_the_same_time():
+    s, e = Stream(), engine()
+    a, b = s.flow(dst="10.0.0.7", dport=443), s.flow(dst="10.0.0.8", dport=443)
+    recs = rtt_stream(s, a, [2_000] * 16)
+    for _ in range(7):
+        recs += rtt_stream(s, a, [30_000]) + rtt_stream(s, b, [31_000], dt=0.01)
+    alerts = only(feed_all(e, recs), "K7")
+    assert [x.conn_uuid for x in alerts] == [a.uuid, b.uuid]
+    assert "; 1 other connection to it spikes too: queueing on the path" in alerts[1].message

@@ -11,22 +11,28 @@ sees its cwnd cut in Open without any loss, and PRR dips cwnd transiently during
 Recovery; records without a ca_state count). Warning once it holds for ``hold_s`` or starts ``repeat_count`` times in
 ``repeat_window_s``.
 
-K7: a spike is ``consecutive`` samples over the limit lasting at least ``min_hold_s``,
-or any run over the limit lasting ``hold_s``. The baseline is this connection's own srtt: the median of its first
-``seed_samples`` samples, then an exponentially weighted mean and mean deviation with
-a ``half_life_s`` half-life. Spike samples and samples taken while the alert is open do
-not move the baseline, so a long spike cannot teach the baseline to accept itself.
+K7: a spike is ``consecutive`` samples of one connection over the limit lasting at
+least ``min_hold_s``, or any run over the limit lasting ``hold_s``. The baseline belongs
+to the destination, across its connections (anomalies.md K7): the remote /24 (IPv4) or
+/64 (IPv6) and the remote port. It is the median of the destination's first
+``seed_samples`` samples, then an exponentially weighted mean and mean deviation with a
+``half_life_s`` half-life. Spike samples, and every sample while a connection of the
+destination spikes or has its alert open, leave the baseline alone, so a long spike
+cannot teach the baseline to accept itself. The message says whether other
+connections to the destination spike at the same time (the path) or not (this peer).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import statistics
 from array import array
 from dataclasses import dataclass, field
+from typing import Any
 
 from translators.records import Record, SiftrSample, TcpCongState, TcpDebugSnapshot, TcpStateChange
 
-from ..state import bounded_append
+from ..state import LruMap, bounded_append
 from .base import Context, Rule, endpoint, flow_key, who
 
 
@@ -139,12 +145,33 @@ def _outstanding(rec: SiftrSample | TcpDebugSnapshot) -> bool:
     return bool(rec.packets_out)
 
 
+def destination(addr: str | None, port: int | None) -> tuple[str, int | None]:
+    """The remote /24 (IPv4) or /64 (IPv6) and the remote port: K7's baseline key."""
+    if addr is None:
+        return ("?", port)
+    try:
+        net = ipaddress.ip_network(f"{addr}/{64 if ':' in addr else 24}", strict=False)
+    except ValueError:
+        return (addr, port)
+    return (str(net), port)
+
+
 @dataclass(slots=True)
-class _Rtt:
+class _Baseline:
+    """srtt baseline of one destination (remote /24 or /64 and remote port), across connections."""
+
     seed: array[float] | None = field(default_factory=lambda: array("d"))
     base: float | None = None
     dev: float = 0.0
     updated: float = 0.0
+    # connections of this destination spiking now or with an alert still open: while
+    # any is, the baseline stands still (anomalies.md K7)
+    alerting: set[Any] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Rtt:
+    dest: tuple[str, str, int | None]
     consecutive: int = 0
     spike_since: float | None = None
     evidence: list[int] | None = None
@@ -157,6 +184,7 @@ class SrttSpike(Rule):
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         self.flows = self.flows_map()
+        self.dests: LruMap[tuple[str, str, int | None], _Baseline] = self.keys_map()
 
     def feed(self, rec: Record) -> None:
         if isinstance(rec, TcpStateChange):
@@ -171,35 +199,41 @@ class SrttSpike(Rule):
             return
         if not srtt:
             return
-        f = self.flows.get_or_create(flow_key(rec), _Rtt)
-        if f.base is None:
-            self._seed(f, float(srtt), rec.ts_wall)
+        key = flow_key(rec)
+        f = self.flows.get(key)
+        if f is None:  # the destination is worked out once per connection
+            f = _Rtt((rec.host_id, *destination(rec.dst, rec.dport)))
+            self.flows.put(key, f)
+        d = self.dests.get_or_create(f.dest, _Baseline)
+        if d.base is None:
+            self._seed(d, float(srtt), rec.ts_wall)
             return
-        self._sample(rec, f, float(srtt))
+        self._sample(rec, key, f, d, float(srtt))
 
-    def _seed(self, f: _Rtt, srtt: float, t: float) -> None:
-        assert f.seed is not None
-        f.seed.append(srtt)
-        if len(f.seed) >= self.num("seed_samples"):
-            f.base = statistics.median(f.seed)
-            f.dev = statistics.fmean(abs(x - f.base) for x in f.seed)
-            f.updated = t
-            f.seed = None
+    def _seed(self, d: _Baseline, srtt: float, t: float) -> None:
+        assert d.seed is not None
+        d.seed.append(srtt)
+        if len(d.seed) >= self.num("seed_samples"):
+            d.base = statistics.median(d.seed)
+            d.dev = statistics.fmean(abs(x - d.base) for x in d.seed)
+            d.updated = t
+            d.seed = None
 
     def limit(self, base: float, dev: float) -> float:
         return max(self.num("factor") * base, base + self.num("dev_factor") * dev, base + self.num("floor_ms") * 1000)
 
-    def _sample(self, rec: Record, f: _Rtt, srtt: float) -> None:
-        assert f.base is not None
+    def _sample(self, rec: Record, key: Any, f: _Rtt, d: _Baseline, srtt: float) -> None:
+        assert d.base is not None
         t = rec.ts_wall
-        limit = self.limit(f.base, f.dev)
+        limit = self.limit(d.base, d.dev)
         if srtt <= limit:
             f.consecutive, f.spike_since = 0, None
-            if not self.ctx.book.is_open(self.rule_id, "spike", rec.host_id, flow_key(rec)):
-                self._learn(f, srtt, t)
+            if not self._held(d, rec.host_id, t):
+                self._learn(d, srtt, t)
             return
         if f.spike_since is None:
             f.spike_since, f.evidence = t, None
+        d.alerting.add(key)
         f.consecutive += 1
         f.evidence = bounded_append(f.evidence, rec.seq)
         held = t - f.spike_since
@@ -208,25 +242,45 @@ class SrttSpike(Rule):
         by_count = f.consecutive >= self.num("consecutive") and held >= self.num("min_hold_s")
         if not by_count and held < self.num("hold_s"):
             return
-        critical = srtt > f.base + self.num("critical_ms") * 1000
+        self._fire(rec, key, f, d, srtt, limit)
+
+    def _held(self, d: _Baseline, host_id: str, t: float) -> bool:
+        """Whether a connection of the destination has its alert open, or a spike young enough
+        to become one (hold_s); the others are pruned."""
+        hold = self.num("hold_s")
+        for key in list(d.alerting):
+            f = self.flows.peek(key)
+            young = f is not None and f.spike_since is not None and t - f.spike_since < hold
+            if not young and not self.ctx.book.is_open(self.rule_id, "spike", host_id, key):
+                d.alerting.discard(key)
+        return bool(d.alerting)
+
+    def _fire(self, rec: Record, key: Any, f: _Rtt, d: _Baseline, srtt: float, limit: float) -> None:
+        assert d.base is not None
+        _, net, port = f.dest
+        others = sum(1 for k in d.alerting if k != key and (o := self.flows.peek(k)) is not None and o.spike_since)
+        together = (
+            f"; {others} other connection{'s' if others > 1 else ''} to it {'spike' if others > 1 else 'spikes'} too: "
+            f"queueing on the path"
+            if others
+            else "; no other connection to it spikes now: queueing on the path or a stalled peer"
+        )
         subject = self.ctx.owner(rec)
         message = (
             f"The smoothed RTT of {who(subject)} toward {endpoint(getattr(rec, 'dst', None), getattr(rec, 'dport', None))} "
-            f"rose to {srtt / 1000:.1f} ms against its own baseline of {f.base / 1000:.2f} ms "
-            f"({f.consecutive} samples over the limit of {limit / 1000:.2f} ms): queueing on the path or a stalled "
-            f"peer; beyond +200 ms retransmission timers start to interact."
+            f"rose to {srtt / 1000:.1f} ms against the baseline of {d.base / 1000:.2f} ms of connections to {net} "
+            f"port {port} ({f.consecutive} samples over the limit of {limit / 1000:.2f} ms){together}; beyond +200 ms "
+            f"retransmission timers start to interact."
         )
-        sampled = self.ctx.sampling.ratio(rec)  # H2: say when only every Nth packet was seen
-        message += self.ctx.sampling.note(sampled)
+        critical = srtt > d.base + self.num("critical_ms") * 1000
         self.fire(
-            "spike", flow_key(rec), now=t, severity="critical" if critical else "warning", subject=subject,
+            "spike", key, now=rec.ts_wall, severity="critical" if critical else "warning", subject=subject,
             message=message, clear_after=2 * self.num("window_s"), metric=srtt, evidence=f.evidence or (),
-            sampling=sampled,
         )  # fmt: skip
 
-    def _learn(self, f: _Rtt, srtt: float, t: float) -> None:
-        assert f.base is not None
-        alpha = 1.0 - 0.5 ** (max(t - f.updated, 0.0) / self.num("half_life_s"))
-        f.base += alpha * (srtt - f.base)
-        f.dev += alpha * (abs(srtt - f.base) - f.dev)
-        f.updated = t
+    def _learn(self, d: _Baseline, srtt: float, t: float) -> None:
+        assert d.base is not None
+        alpha = 1.0 - 0.5 ** (max(t - d.updated, 0.0) / self.num("half_life_s"))
+        d.base += alpha * (srtt - d.base)
+        d.dev += alpha * (abs(srtt - d.base) - d.dev)
+        d.updated = t

@@ -34,7 +34,9 @@ def test_the_status_page_shows_attach_coverage_cpu_and_sampling(server: Server, 
     page.wait_for_selector("body[data-loaded='1']")
     panel = page.locator(f"section.host-status[data-host='{HOST}']")
     assert panel.locator("h2").inner_text() == f"Collector on {HOST}"
-    summary = dict(zip(panel.locator(".summary dt").all_inner_texts(), panel.locator(".summary dd").all_inner_texts(), strict=True))
+    summary = dict(
+        zip(panel.locator(".summary dt").all_inner_texts(), panel.locator(".summary dd").all_inner_texts(), strict=True)
+    )
     assert summary["Process"] == f"nettrail (pid {PID})" and summary["Kernel"] == "6.18.44-test"
     assert (summary["Providers"], summary["Sampling"], summary["CPU"]) == ("tcp, siftr", "ppl 4", "3.00 % of one CPU")
     tracepoints = rows(page, f"section.host-status[data-host='{HOST}'] table.tracepoints tbody tr")
@@ -74,8 +76,10 @@ def test_a_new_collector_status_replaces_the_old_one_without_a_reload(
         attached={**first.attached, "tcp_cong_state_set": 999},
     )  # fmt: skip
     server.ingest([restarted])
-    page.wait_for_selector(f"table.tracepoints tr[data-tracepoint='tcp_cong_state_set'][data-state='attached']")
-    assert page.locator("table.rules tbody tr").inner_text() == "Every rule can fire with these providers on this kernel."
+    page.wait_for_selector("table.tracepoints tr[data-tracepoint='tcp_cong_state_set'][data-state='attached']")
+    assert (
+        page.locator("table.rules tbody tr").inner_text() == "Every rule can fire with these providers on this kernel."
+    )
     assert page.evaluate("window.notReloaded") is True
 
 

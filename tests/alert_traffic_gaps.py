@@ -37,7 +37,7 @@ SEQ_PORT, SEQ_CLEAN_PORT, SEQ_ROUNDS, SEQ_BAD, SEQ_CLEAN_BAD = 7240, 7241, 150, 
 CSUM_PORT, CSUM_BAD, CSUM_GOOD, CSUM_SPOOFED_BAD = 7250, 15, 5, 10
 SATURATION_PORT = 7260  # B -> A through the tbf on B's veth
 POLICY_PORT = 7270  # dropped by the test's nft rule
-TCP_REPAIR, TCP_REPAIR_QUEUE, TCP_QUEUE_SEQ = 19, 20, 21  # linux/tcp.h
+TCP_REPAIR, TCP_REPAIR_QUEUE, TCP_QUEUE_SEQ, TCP_REPAIR_WINDOW = 19, 20, 21, 29  # linux/tcp.h
 TCP_RECV_QUEUE, TCP_SEND_QUEUE = 1, 2
 
 
@@ -147,10 +147,13 @@ def queue_seq(s: socket.socket, queue: int) -> int:
     return int(s.getsockopt(socket.IPPROTO_TCP, TCP_QUEUE_SEQ)) & 0xFFFFFFFF  # read as a signed int
 
 
-def inject_out_of_window(port: int, rounds: int, bad: int) -> dict[str, object]:
+def inject_out_of_window(port: int, rounds: int, bad: int, overwindow: int = 0) -> dict[str, object]:
     """Ping-pong `rounds` times, wait for the collector's counter report, then send `bad`
     segments with a sequence number 2^30 beyond the receiver's rcv_nxt from a raw socket
-    (correct checksum): the receiver drops each with TCP_INVALID_SEQUENCE."""
+    (correct checksum): the receiver drops each with TCP_INVALID_SEQUENCE. Then
+    `overwindow` segments starting exactly at the right edge of the receive window
+    (rcv_wup + rcv_wnd): the sequence check lets them in (the queue is empty), the data
+    path drops them with TCP_OVERWINDOW."""
     srv = listener(HOST, port)
     cli = socket.create_connection((HOST, port))
     cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -164,12 +167,14 @@ def inject_out_of_window(port: int, rounds: int, bad: int) -> dict[str, object]:
     time.sleep(1.5)  # the periodic flow_counters report (every second) has the ping-pong
     conn.setsockopt(socket.IPPROTO_TCP, TCP_REPAIR, 1)
     rcv_nxt, snd_nxt = queue_seq(conn, TCP_RECV_QUEUE), queue_seq(conn, TCP_SEND_QUEUE)
+    _, _, _, rcv_wnd, rcv_wup = struct.unpack("5I", conn.getsockopt(socket.IPPROTO_TCP, TCP_REPAIR_WINDOW, 20))
     conn.setsockopt(socket.IPPROTO_TCP, TCP_REPAIR, 0)
     cport = cli.getsockname()[1]
     raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
     payload = b"x" * 10
-    for k in range(bad):
-        seq = (rcv_nxt + (1 << 30) + 1000 * k) & 0xFFFFFFFF
+    seqs = [rcv_nxt + (1 << 30) + 1000 * k for k in range(bad)] + [rcv_wup + rcv_wnd] * overwindow
+    for seq in seqs:
+        seq &= 0xFFFFFFFF
         header = struct.pack("!HHIIBBHHH", cport, port, seq, snd_nxt, 5 << 4, 0x10, 65535, 0, 0)
         csum = checksum(pseudo(HOST, HOST, socket.IPPROTO_TCP, len(header) + len(payload)) + header + payload)
         raw.sendto(header[:16] + struct.pack("!H", csum) + header[18:] + payload, (HOST, 0))
@@ -278,7 +283,7 @@ def run_all(ns_a: str) -> None:
         lambda: time_wait(TW_CLEAN_PORT, TW_CLEAN_CONNECTS),
         idle_reset,
         lambda: inject_out_of_window(SEQ_PORT, SEQ_ROUNDS, SEQ_BAD),
-        lambda: inject_out_of_window(SEQ_CLEAN_PORT, SEQ_ROUNDS, SEQ_CLEAN_BAD),
+        lambda: inject_out_of_window(SEQ_CLEAN_PORT, SEQ_ROUNDS, SEQ_CLEAN_BAD, overwindow=1),
         lambda: bad_checksums(ns_a),
         saturation,
         policy_jump,

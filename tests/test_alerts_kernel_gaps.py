@@ -4,7 +4,7 @@ middlebox idle-timeout classification (an nftables reject after a silence), K11 
 checksum failures (a raw socket in a peer namespace sends wrong checksums over veth:
 loopback never verifies them), K12 saturation (a tiny tc token bucket on the veth),
 policy-drop rate change (nftables) and sequence drops against a flow's segments
-(out-of-window segments injected with a raw socket).
+(TCP_INVALID_SEQUENCE and TCP_OVERWINDOW segments injected with a raw socket).
 
 Two namespaces this module creates: B, the traced host, and A, its peer over a veth
 pair. One `nettrail collect --providers tcp,siftr,skb --alerts` runs *inside* B (so
@@ -252,3 +252,14 @@ def test_out_of_window_segments_over_one_percent_of_a_flows_segments_raise_a_k12
         )  # fmt: skip
         share = f" ({bad / received:.1%} of the {received} segments it received)"
         assert (share in a.message) == (severity == "warning")
+
+
+def test_a_segment_starting_at_the_windows_right_edge_is_a_k12_overwindow_notice(recorded):
+    recs, alerts, did, _ = recorded
+    client = did[f"seq_client_port_{traffic.SEQ_CLEAN_PORT}"]
+    [drop] = [r for r in recs if r.kind == "skb_drop" and r.drop_reason_str == "TCP_OVERWINDOW"]
+    assert (drop.sport, drop.dport, drop.l4_proto) == (client, traffic.SEQ_CLEAN_PORT, "tcp")
+    [a] = pick(alerts, "K12", "tcp_overwindow")  # 1 of about 150 received segments: under 1 %
+    assert (a.severity, a.sport, a.dport, a.metric, a.evidence) == (
+        "notice", client, traffic.SEQ_CLEAN_PORT, 1.0, [drop.seq]
+    )  # fmt: skip

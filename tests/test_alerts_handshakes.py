@@ -169,3 +169,26 @@ def test_it_does_not_judge_k14_before_20_attempts():
     for _ in range(19):
         recs += refused_connect(s, s.flow(dst="10.0.0.5", dport=8080))
     assert only(feed_all(e, recs), "K14") == []
+
+
+def test_resets_to_stragglers_of_connections_this_host_closed_are_not_scan_failures():
+    # a client gives up in SYN_SENT; the listener's SYN-ACK retry then reaches its closed
+    # port: the kernel answers with RST (and drops it as NO_SOCKET) from an ephemeral port
+    s, e = Stream(), engine()
+    recs = []
+    for port in range(1000, 1014):  # 14 real failures: one short of a scan
+        recs += refused_connect(s, s.flow(src="10.0.0.1", dst="10.0.0.2", dport=port))
+    for k in range(3):
+        f = s.flow(src="10.0.0.2", sport=41000 + k, dst="10.0.0.1", dport=7400)
+        recs += [s.state(f, "CLOSED", "SYN_SENT"), s.state(f, "SYN_SENT", "CLOSED")]
+        s.advance(1.0)
+        late = Flow("10.0.0.2", 41000 + k, "10.0.0.1", 7400, 0, None, None)
+        recs.append(s.reset(late, "local", None, flow_overrides={"conn_uuid": None, "sock_cookie": None}))
+        recs.append(s.drop("NO_SOCKET", "10.0.0.1", 7400, "10.0.0.2", 41000 + k))
+    alerts = only(feed_all(e, recs), "K9", "port-scan")
+    assert alerts == []  # the 10.0.0.2 client's own failures on 7400 are 1 port, not 3 more
+    s.advance(1.0)
+    stranger = Flow("10.0.0.2", 41999, "10.0.0.1", 7400, 0, None, None)  # no connection of ours used it
+    recs = [s.reset(stranger, "local", None, flow_overrides={"conn_uuid": None, "sock_cookie": None})]
+    recs += refused_connect(s, s.flow(src="10.0.0.1", dst="10.0.0.2", dport=1014))
+    assert [a.metric for a in only(feed_all(e, recs), "K9", "port-scan")] == [15.0]

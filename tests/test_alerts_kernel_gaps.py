@@ -25,15 +25,11 @@ import time
 import pytest
 
 from tests import alert_traffic_gaps as traffic
+from tests.alert_kernel_support import KERNEL_ALERTS, nft_list, pick, split_alerts, stop
 from tests.collect_process import ROOT, Collector
-from tests.kernel_support import bpf_skip_reason
-from translators.records import Alert, Record, from_json
+from translators.records import Record, from_json
 
-pytestmark = [
-    pytest.mark.kernel,
-    pytest.mark.slow,
-    pytest.mark.skipif(bpf_skip_reason() is not None, reason=f"kernel alert tests: {bpf_skip_reason()}"),
-]
+pytestmark = KERNEL_ALERTS
 
 PORTS = (40000, 40499)  # B's ephemeral range: 500 ports, so 250 TIME_WAIT sockets are half of it
 NFT_TABLE = f"""
@@ -121,25 +117,13 @@ def recorded(lab, tmp_path_factory):
         assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
         time.sleep(2.5)  # the last events reach the ring buffer; heartbeat sweeps after the last close
     finally:
-        code, _, err = col.stop(timeout=60)
+        code, _, err = stop(col, timeout=60)
     assert code == 0 and "events received" in err, err
     qdisc = inside(b, "tc", "-s", "qdisc", "show", "dev", dev_b)
     tc_dropped = int(re.search(r"dropped (\d+)", qdisc).group(1))
-    print(qdisc, inside(b, "nft", "list", "table", "inet", "ntgaps"))
+    print(qdisc, nft_list(b, "ntgaps"))  # shown on failure
     recs: list[Record] = [from_json(line) for line in out.read_bytes().splitlines() if line.strip()]
-    last: dict[str, Alert] = {}
-    for r in recs:
-        if isinstance(r, Alert):
-            last[r.alert_id or ""] = r
-    return [r for r in recs if not isinstance(r, Alert)], list(last.values()), json.loads(run.stdout), tc_dropped
-
-
-def pick(alerts: list[Alert], rule: str, cond: str, **fields: object) -> list[Alert]:
-    return [
-        a
-        for a in alerts
-        if a.rule_id == rule and a.condition == cond and all(getattr(a, k) == v for k, v in fields.items())
-    ]
+    return (*split_alerts(recs), json.loads(run.stdout), tc_dropped)
 
 
 def test_time_wait_sockets_toward_one_destination_past_half_the_narrowed_port_range_raise_k10(recorded):

@@ -19,16 +19,12 @@ import time
 
 import pytest
 
+from tests.alert_kernel_support import KERNEL_ALERTS, namespace, netstat, nft_list, pick, split_alerts, stop
 from tests.alert_traffic_more import FIN_WAIT2_PORT, SYNACK_PORT, ZEROWIN_PORT
 from tests.collect_process import ROOT, Collector
-from tests.kernel_support import bpf_skip_reason
-from translators.records import Alert, Record, from_json
+from translators.records import Record, from_json
 
-pytestmark = [
-    pytest.mark.kernel,
-    pytest.mark.slow,
-    pytest.mark.skipif(bpf_skip_reason() is not None, reason=f"kernel alert tests: {bpf_skip_reason()}"),
-]
+pytestmark = KERNEL_ALERTS
 
 # Pure ACKs only (`flags == ack`): SYNs, RST|ACK and FIN|ACK pass, so handshakes start
 # and the clients' closing RSTs reach the server.
@@ -55,24 +51,8 @@ synack_max = 5
 
 @pytest.fixture(scope="module")
 def netns():
-    name = f"ntalerts2{os.getpid()}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
-        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
-        subprocess.run(["ip", "netns", "exec", name, "nft", "-f", "-"], input=NFT_TABLE, text=True, check=True)
-        yield name, os.stat(f"/run/netns/{name}").st_ino
-    finally:
-        subprocess.run(["ip", "netns", "exec", name, "nft", "delete", "table", "inet", "ntalerts2"], check=False)
-        subprocess.run(["ip", "netns", "del", name], check=False)
-
-
-def netstat(netns: str, name: str) -> int:
-    """A TcpExt counter of the namespace (only this module's traffic lives there)."""
-    text = subprocess.run(
-        ["ip", "netns", "exec", netns, "cat", "/proc/net/netstat"], capture_output=True, text=True, check=True
-    ).stdout.splitlines()
-    names, values = text[0].split(), text[1].split()
-    return int(values[names.index(name)])
+    with namespace(f"ntalerts2{os.getpid()}", NFT_TABLE, "ntalerts2") as ns:
+        yield ns
 
 
 @pytest.fixture(scope="module")
@@ -95,27 +75,12 @@ def recorded(netns, tmp_path_factory):
         assert traffic.returncode == 0 and "Traceback" not in traffic.stderr, traffic.stderr
         time.sleep(1.5)  # the last events reach the ring buffer; a heartbeat sweep after the close
     finally:
-        code, _, err = col.stop(timeout=60)
+        code, _, err = stop(col, timeout=60)
     assert code == 0 and "events received" in err, err
-    counters = subprocess.run(
-        ["ip", "netns", "exec", name, "nft", "list", "table", "inet", "ntalerts2"], capture_output=True, text=True
-    ).stdout
-    print(counters)  # shown on failure: how many final ACKs were dropped
+    print(nft_list(name, "ntalerts2"))  # shown on failure: how many final ACKs were dropped
     assert netstat(name, "TCPZeroWindowDrop") == 1  # the kernel's own count of the K5 case
     recs: list[Record] = [from_json(line) for line in out.read_bytes().splitlines() if line.strip()]
-    last: dict[str, Alert] = {}
-    for r in recs:
-        if isinstance(r, Alert):
-            last[r.alert_id or ""] = r
-    return [r for r in recs if not isinstance(r, Alert)], list(last.values()), json.loads(traffic.stdout)
-
-
-def pick(alerts: list[Alert], rule: str, cond: str, **fields: object) -> list[Alert]:
-    return [
-        a
-        for a in alerts
-        if a.rule_id == rule and a.condition == cond and all(getattr(a, k) == v for k, v in fields.items())
-    ]
+    return (*split_alerts(recs), json.loads(traffic.stdout))
 
 
 def test_a_half_close_the_peer_never_answers_raises_k10_fin_wait_2_past_the_configured_limit(recorded):

@@ -4,7 +4,10 @@ A failed connection (Zeek's notion, anomalies.md K9) is learnt from:
 - live, this host connecting: a peer RST in SYN_SENT (refused) or SYN_SENT -> CLOSED
   without one (timeout);
 - live, this host connected to: a local reply RST for a closed port, or a NO_SOCKET
-  skb drop (TCP or UDP), the originator being the remote address;
+  skb drop (TCP or UDP), the originator being the remote address — unless the closed
+  port belonged to a connection of this host with that same peer that closed within
+  ``scan_window_s``: then the segment is a straggler of that connection (a SYN-ACK
+  retry reaching a client that gave up, a retransmitted FIN), not an attempt;
 - captures: ``connection`` summaries whose Zeek conn_state says the attempt failed.
 Scans count distinct failed targets per originator in ``scan_window_s``; the SYN rules
 count SYNs (``tcp_segment`` SYNs from captures, SYN_SENT transitions live) against
@@ -92,17 +95,22 @@ class ScanAndFlood(Rule):
         self.addrs = self.keys_map()  # (host, originator, port, proto) -> distinct hosts
         self.victims = self.keys_map()  # (host, dst, dport) -> SYNs / completions, per second
         self.origins = self.keys_map()  # (host, src) -> SYNs / completions, per minute
+        self.closed: LruMap[tuple[str, str | None, int | None, str | None, int | None], float] = self.flows_map()
 
     def feed(self, rec: Record) -> None:
         if isinstance(rec, TcpStateChange):
+            if rec.state == "CLOSED":  # local first: this host's end, then the peer
+                self.closed.put((rec.host_id, rec.src, rec.sport, rec.dst, rec.dport), rec.ts_wall)
             self._live_state(rec)
         elif isinstance(rec, TcpReset):
             self.handshakes.outcome(rec)
             if rec.sender == "local" and not rec.active and rec.state in (None, "CLOSED", "LISTEN"):
-                self._failed(rec, rec.dst, rec.src, rec.sport, "tcp")
+                if not self._straggler(rec, rec.src, rec.sport, rec.dst, rec.dport):
+                    self._failed(rec, rec.dst, rec.src, rec.sport, "tcp")
         elif isinstance(rec, SkbDrop):
             if rec.drop_reason_str == "NO_SOCKET" and rec.l4_proto in ("tcp", "udp"):
-                self._failed(rec, rec.src, rec.dst, rec.dport, rec.l4_proto)
+                if rec.l4_proto == "udp" or not self._straggler(rec, rec.dst, rec.dport, rec.src, rec.sport):
+                    self._failed(rec, rec.src, rec.dst, rec.dport, rec.l4_proto)
         elif isinstance(rec, Connection):
             out = capture_outcome(rec)
             if out is not None and out != "success":
@@ -132,6 +140,13 @@ class ScanAndFlood(Rule):
             self._victim(rec, rec.dst, rec.dport).done.add(rec.ts_wall)
 
     # --- scans -------------------------------------------------------------------------
+
+    def _straggler(
+        self, rec: Record, local: str | None, lport: int | None, peer: str | None, pport: int | None
+    ) -> bool:
+        """A segment for a connection of this host with this peer that closed recently."""
+        closed = self.closed.peek((rec.host_id, local, lport, peer, pport))
+        return closed is not None and rec.ts_wall - closed <= self.span
 
     def _failed(self, rec: Record, orig: str | None, target: str | None, port: int | None, proto: str) -> None:
         if orig is None or target is None or port is None:

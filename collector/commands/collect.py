@@ -252,10 +252,11 @@ def trace(
     except (BpfError, BuildError) as exc:
         sink.close()
         return fail(str(exc))
-    for name, why in [*((n, "absent on this kernel") for n in session.absent), *session.failed.items()]:
-        print(f"{PROG}: not attached: {name} ({why})", file=sys.stderr, flush=True)
     ids = " ".join(f"{name}#{pid}" for name, pid in session.program_ids().items())
-    print(f"{PROG}: tracing {','.join(opts.providers)} (programs {ids})", file=sys.stderr, flush=True)
+    missing = [*((n, "absent on this kernel") for n in session.absent), *session.failed.items()]
+    # one line: readers wait for it to know tracing has started
+    also = "; not attached: " + ", ".join(f"{name} ({why})" for name, why in missing) if missing else ""
+    print(f"{PROG}: tracing {','.join(opts.providers)} (programs {ids}){also}", file=sys.stderr, flush=True)
     try:
         source = collect(
             session, sink, stop, args.duration, args.flow_interval, alerting, not args.no_stack_counters,

@@ -273,9 +273,12 @@ class SrttSpike(Rule):
             f"retransmission timers start to interact."
         )
         critical = srtt > d.base + self.num("critical_ms") * 1000
+        sampled = self.ctx.sampling.ratio(rec)  # H2: say when only every Nth packet was seen
+        message += self.ctx.sampling.note(sampled)
         self.fire(
             "spike", key, now=rec.ts_wall, severity="critical" if critical else "warning", subject=subject,
             message=message, clear_after=2 * self.num("window_s"), metric=srtt, evidence=f.evidence or (),
+            sampling=sampled,
         )  # fmt: skip
 
     def _learn(self, d: _Baseline, srtt: float, t: float) -> None:

@@ -425,7 +425,8 @@ struct nt_skb_id {
 	__u32 gen;
 	__u32 copied;  /* bytes read by recvmsg calls that returned (not peeks), for the inferred consume */
 	__u8 last_stage;
-	__u8 _pad[7];
+	__u8 _pad[3];
+	__u32 last_len; /* skb->len at the last stage emitted: last-seen reports it, not a reusing buffer's */
 };
 
 /* Map `skb_reads` value: buffers skb_copy_datagram_iovec copied during this task's

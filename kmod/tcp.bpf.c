@@ -1440,8 +1440,10 @@ static __always_inline __u64 ptr_value(const void *p)
 static __always_inline void skb_emit_as(struct nt_skb_id *id, __u32 len, __u16 protocol, __u8 stage, __u8 end,
 					__s32 rc, __u64 now, bool task)
 {
-	struct nt_event *e = reserve(NT_EV_SKB_STAGE);
+	struct nt_event *e;
 
+	id->last_len = len;
+	e = reserve(NT_EV_SKB_STAGE);
 	if (!e)
 		return;
 	__builtin_memcpy(&e->hdr, &id->hdr, sizeof(e->hdr));
@@ -1522,7 +1524,8 @@ static __always_inline void skb_first_at(const struct sk_buff *skb, const struct
 		return;
 	}
 	if (id) {
-		skb_emit(id, skb, NT_SKB_LAST_SEEN, SKB_END_LAST_SEEN, 0, now, task);
+		/* the old lifetime's own length and protocol: skb now describes the address's new buffer */
+		skb_emit_as(id, id->last_len, skb_id_protocol(id), NT_SKB_LAST_SEEN, SKB_END_LAST_SEEN, 0, now, task);
 		bpf_map_delete_elem(&skbs, &addr);
 	}
 	flow_from_packet(&fresh.hdr, skb, rx ? 2 : 0);
@@ -1542,6 +1545,7 @@ static __always_inline void skb_first_at(const struct sk_buff *skb, const struct
 	fresh.prev_ns = now;
 	fresh.hdr.ts_ns = now;
 	fresh.last_stage = first;
+	fresh.last_len = skb->len;
 	bpf_map_update_elem(&skbs, &addr, &fresh, BPF_ANY);
 	skb_emit(&fresh, skb, fresh.last_stage, 0, 0, now, task);
 }

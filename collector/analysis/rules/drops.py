@@ -67,6 +67,15 @@ class _Counts:
     drops: Window
     exact: bool = False
     evidence: list[int] = field(default_factory=list)
+    # policy reasons: the last policy_window_s, and it plus the baseline before it
+    recent: Window | None = None
+    spanned: Window | None = None
+
+    def add(self, t: float, n: float = 1.0) -> None:
+        self.drops.add(t, n)
+        if self.recent is not None and self.spanned is not None:
+            self.recent.add(t, n)
+            self.spanned.add(t, n)
 
 
 @dataclass(slots=True)
@@ -110,17 +119,15 @@ class DropBurst(Rule):
         reason = rec.drop_reason_str
         family = FAMILY_OF.get(reason, "other")
         span = max(self.window, self.num("saturation_seconds")) + 1
-        if family == "policy":
-            span = max(span, self.policy_span + 1)
-        h = self.hosts.get_or_create((rec.host_id, reason), lambda: _Counts(Window(span)))
+        h = self.hosts.get_or_create((rec.host_id, reason), lambda: self._counts(span, family))
         if isinstance(rec, DropCount):
-            if not h.exact:
-                h.exact, h.drops = True, Window(span)  # exact counts replace sampled events from now on
+            if not h.exact:  # exact counts replace sampled events from now on
+                h.exact, h.drops, h.recent, h.spanned = True, *self._windows(span, family)
             if rec.delta <= 0:
                 return
-            h.drops.add(rec.ts_wall, rec.delta)
+            h.add(rec.ts_wall, rec.delta)
         elif not h.exact:
-            h.drops.add(rec.ts_wall)
+            h.add(rec.ts_wall)
         if len(h.evidence) < 32:
             h.evidence.append(rec.seq)
         if family == "policy":
@@ -129,6 +136,15 @@ class DropBurst(Rule):
             self._per_flow(rec, family)
         else:
             self._per_host(rec, reason, family, h)
+
+    def _windows(self, span: float, family: str) -> tuple[Window, Window | None, Window | None]:
+        if family != "policy":
+            return Window(span), None, None
+        return Window(span), Window(self.num("policy_window_s")), Window(self.policy_span)
+
+    def _counts(self, span: float, family: str) -> _Counts:
+        drops, recent, spanned = self._windows(span, family)
+        return _Counts(drops, recent=recent, spanned=spanned)
 
     def _count_segments(self, rec: FlowCounters | IpFlowCounters) -> None:
         w = self.window
@@ -157,11 +173,11 @@ class DropBurst(Rule):
     def _policy_change(self, rec: SkbDrop | DropCount, reason: str, h: _Counts) -> None:
         t = rec.ts_wall
         recent_s, base_s = self.num("policy_window_s"), self.num("policy_baseline_s")
-        if self.started is None or t - self.started < self.policy_span:
+        if self.started is None or t - self.started < self.policy_span or h.recent is None or h.spanned is None:
             return  # not watched long enough to know the usual rate
-        per_sec = h.drops.per_second(t, int(self.policy_span))
-        recent = sum(per_sec[-int(recent_s) :]) / recent_s
-        before = sum(per_sec[: -int(recent_s)]) / base_s
+        in_recent = h.recent.total(t)
+        recent = in_recent / recent_s
+        before = (h.spanned.total(t) - in_recent) / base_s
         if recent < self.num("policy_min_rate") or recent < self.num("policy_change_factor") * before:
             return
         where = f" (latest at {rec.drop_location})" if rec.drop_location else ""

@@ -172,3 +172,38 @@ def test_tracepoints_missing_from_tracefs_are_not_attached_and_their_rules_are_u
         "no SIFTR or tcpdebug samples (cwnd, srtt, windows): tracepoint tcp_probe absent on this kernel"
     )
     assert "tracepoint tcp_cong_state_set absent on this kernel" in first.rules_degraded["K2"]
+
+
+def test_a_drop_event_budget_is_reported_against_the_exact_drop_counts(tmp_path: Path) -> None:
+    out = tmp_path / "records.jsonl"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens on it once closed
+    args = [
+        "--providers",
+        "skb",
+        "--drop-rate",
+        "1",
+        "--filter",
+        f"port={port}",
+        "--flow-interval",
+        "0.5",
+        "--out",
+        str(out),
+    ]
+    with Collector(*args) as collector:
+        collector.wait_attached()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            for _ in range(60):  # datagrams to a closed port: NO_SOCKET drops, one event a second gets through
+                udp.sendto(b"x", ("127.0.0.1", port))
+        time.sleep(1.2)  # one more counter read
+        status, _, err = collector.stop()
+    assert status == 0, err
+    records = read_records(out)
+    reports = [r for r in records if r.kind == "sampling_report"]
+    assert reports and {(r.event_type, r.setting) for r in reports} == {("skb_drop", "drop-rate 1/s per CPU")}
+    counted = sum(r.delta for r in records if r.kind == "drop_count")
+    events = sum(1 for r in records if r.kind == "skb_drop")
+    assert counted >= 60 and 1 <= events <= 2 * os.cpu_count()  # at most one per CPU in the second
+    assert (sum(r.observed for r in reports), sum(r.emitted for r in reports)) == (counted, events)
+    assert all(r.ratio == round(r.observed / r.emitted, 4) for r in reports if r.emitted)

@@ -106,7 +106,11 @@ def test_a_sampled_run_reports_its_attach_coverage_sampling_ratio_and_cpu(tmp_pa
     assert len(finals) == 2 and all(r.setting == "ppl 4" and r.event_type == "siftr_sample" for r in reports)
     assert sum(r.observed for r in reports) == sum(f.packets_in + f.packets_out for f in finals.values())
     assert sum(r.emitted for r in reports) == sum(f.samples for f in finals.values())
-    assert sum(r.emitted for r in reports) == sum(1 for r in records if r.kind == "siftr_sample")
+    # the kernel counts a sample when it decides to take it: one whose ring reservation then
+    # failed is a loss_report (H1), not a record
+    lost = max((r.lost_total for r in records if r.kind == "loss_report" and r.event_type == "siftr_sample"), default=0)
+    written = sum(1 for r in records if r.kind == "siftr_sample")
+    assert written <= sum(r.emitted for r in reports) <= written + lost
     busy = [r for r in reports if r.emitted >= 100]
     assert busy and all(3.5 <= r.ratio <= 4.5 for r in busy), [(r.observed, r.emitted) for r in reports]
 

@@ -431,15 +431,24 @@ static __always_inline struct nt_event *reserve(__u16 type)
 	return e;
 }
 
-/* Publish a slot. A wake-up is an irq_work self-interrupt, which in a VM is an exit to
- * the hypervisor costing microseconds: paid per event, it was most of what ppl=32 cost
- * the traffic. So the reader is woken only once an eighth of the ring has filled;
- * otherwise it finds the events on its next timed poll (collector/bpf/source.py). */
+/* A ring slot: the event behind the ring's 8-byte record header, 8-byte aligned. */
+#define NT_SLOT ((sizeof(struct nt_event) + 8 + 7) & ~7UL)
+
+/* Publish a slot, waking the reader only when the ring crosses an eighth full (and
+ * then every 1024th record while it stays above, should that crossing be missed).
+ * A wake-up is an irq_work self-interrupt, an exit to the hypervisor in a VM that
+ * costs microseconds: paid per event, as the default (wake whenever the reader has
+ * caught up) does at low rates, it was most of what ppl=32 cost the traffic; paid on
+ * every event above a threshold it made ppl=1 ten times dearer. Otherwise the
+ * reader finds the events on its next timed poll (100 ms, collector/bpf/source.py). */
 static __always_inline void submit(void *e)
 {
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 eighth = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 8;
 	__u64 flags = BPF_RB_NO_WAKEUP;
 
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 8)
+	if (avail >= eighth &&
+	    (avail - NT_SLOT < eighth || (bpf_ringbuf_query(&events, BPF_RB_PROD_POS) / NT_SLOT) % 1024 == 0))
 		flags = BPF_RB_FORCE_WAKEUP;
 	bpf_ringbuf_submit(e, flags);
 }
@@ -1594,9 +1603,16 @@ static __always_inline void skb_later(const struct sk_buff *skb, __u8 stage, __u
 
 	if (!id)
 		return;
+	now = bpf_ktime_get_ns();
+	if (id->head != (__u64)skb->head) {
+		/* Another buffer at the address, one no first-sighting hook saw (an AF_UNIX
+		 * message, or a buffer the filters left out): the lifetime ended unseen. */
+		skb_emit_as(id, id->last_len, skb_id_protocol(id), NT_SKB_LAST_SEEN, SKB_END_LAST_SEEN, 0, now, task);
+		bpf_map_delete_elem(&skbs, &addr);
+		return;
+	}
 	if ((stage == NT_SKB_XMIT_START || stage == NT_SKB_XMIT) && !skb_was_sent(id->last_stage))
 		return; /* veth: the peer's receive entry hook ran inside its sender's xmit */
-	now = bpf_ktime_get_ns();
 	skb_emit(id, skb, stage, end, rc, now, task);
 	if (end) {
 		bpf_map_delete_elem(&skbs, &addr);
@@ -1874,6 +1890,12 @@ static __always_inline void skb_drop(const struct sk_buff *skb, void *location, 
 			__sync_fetch_and_add(count, 1); /* another CPU created it first */
 	addr = ptr_value(skb);
 	id = bpf_map_lookup_elem(&skbs, &addr);
+	if (id && id->head != (__u64)BPF_CORE_READ(skb, head)) {
+		/* the address's earlier buffer ended unseen (see skb_later): not this drop's lifetime */
+		skb_emit_as(id, id->last_len, skb_id_protocol(id), NT_SKB_LAST_SEEN, SKB_END_LAST_SEEN, 0, h.ts_ns, task);
+		bpf_map_delete_elem(&skbs, &addr);
+		id = NULL;
+	}
 	if (id) {
 		uid = id->uid;
 		gen = id->gen;

@@ -78,7 +78,7 @@ def test_a_sampled_run_reports_its_attach_coverage_sampling_ratio_and_cpu(tmp_pa
         kernel_links = links()
         sender.start()
         samples: list[tuple[int, float]] = []  # (CLOCK_MONOTONIC ns, /proc CPU seconds)
-        for _ in range(40):  # 4 s: the transfer and a quiet second
+        for _ in range(45):  # 4.5 s: the transfer and a quiet stretch
             samples.append((time.monotonic_ns(), proc_cpu_s(pid)))
             time.sleep(0.1)
         sender.join(15)
@@ -116,7 +116,7 @@ def test_a_sampled_run_reports_its_attach_coverage_sampling_ratio_and_cpu(tmp_pa
 
     # H4: the CPU the collector reports is what /proc/PID/stat says, and the intervals chain up
     stats = [r for r in records if r.kind == "collector_stats"]
-    assert len(stats) >= 4 and all(r.pid == pid for r in stats)
+    assert len(stats) >= 3 and all(r.pid == pid for r in stats)  # a busy loop checks the clock less often
     for a, b in zip(stats, stats[1:], strict=False):
         assert b.cpu_total_s - a.cpu_total_s == pytest.approx(b.cpu_time_s, abs=2e-6)
     for r in stats:
@@ -132,7 +132,7 @@ def test_a_sampled_run_reports_its_attach_coverage_sampling_ratio_and_cpu(tmp_pa
             assert before[-1].cpu_total_s <= cpu + 2.0 / TICK + 0.01
             assert after[0].cpu_total_s >= cpu - 0.005
             checked += 1
-    assert checked >= 10
+    assert checked >= 5
     assert stats[-1].cpu_total_s - stats[0].cpu_total_s > 0.05  # real load, not an idle loop
     received = int(err.split("events received ")[1].split(",")[0])
     assert sum(r.events for r in stats) == received
@@ -142,7 +142,13 @@ def test_a_sampled_run_reports_its_attach_coverage_sampling_ratio_and_cpu(tmp_pa
     by_seq = {r.seq: r for r in stats}
     evidence = by_seq[h4[0].evidence[0]]
     assert evidence.cpu_percent > 0.5 and h4[0].metric == evidence.cpu_percent
-    assert "raise --ppl" in h4[0].message and f"(pid {pid})" in h4[0].message
+    # each emitted version speaks of the interval that last fired it, and advises on its busiest type
+    for a in h4:
+        [r] = [r for r in stats if r.cpu_percent == a.metric and r.seq in a.evidence]
+        assert f"The collector (pid {pid}) used {r.cpu_percent:.1f}% of one CPU" in a.message
+        busiest = max(r.events_by_type.items(), key=lambda kv: kv[1], default=("", 0))[0]
+        assert ("raise --ppl" in a.message) == (busiest == "siftr_sample"), (r.events_by_type, a.message)
+    assert any(max(r.events_by_type, key=r.events_by_type.__getitem__, default="") == "siftr_sample" for r in stats)
 
 
 def test_tracepoints_missing_from_tracefs_are_not_attached_and_their_rules_are_unavailable(

@@ -52,6 +52,7 @@ def test_it_says_in_one_line_what_it_needs_when_run_as_an_ordinary_user() -> Non
         (["--ppl", "0"], "--ppl must be at least 1"),
         (["--ip-sample", "-1"], "--ip-sample must be 0 (counters only) or a positive N"),
         (["--ip-flows-max", "0"], "--ip-flows-max must be between 1 and 1048576"),
+        (["--stats-interval", "0"], "--stats-interval must be positive"),
         (["--out", "x.csv"], "--out x.csv: the file name must end in .jsonl or .msgpack"),
         (
             ["--server", "http://127.0.0.1:1"],

@@ -104,7 +104,8 @@ def nettrail(ppl: int, providers: str = "tcp,siftr", extra: tuple[str, ...] = ()
     line = proc.stderr.readline()
     if "(programs " not in line:
         raise RuntimeError(f"collect did not start: {line}{proc.stderr.read()}")
-    info: dict[str, str] = {}
+    # "(programs name#id name#id ...)": the ids whose bpf_stats bpf_time_share() reads
+    info: dict[str, str] = {"ids": " ".join(w.split("#")[1] for w in line.split("(programs ")[1].split(")")[0].split())}
     try:
         yield info
     finally:
@@ -135,6 +136,62 @@ def bpftrace() -> Iterator[dict[str, str]]:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
 
+
+@contextmanager
+def bpf_stats() -> Iterator[None]:
+    """kernel.bpf_stats_enabled for the block: each program's run count and run time (it
+    costs two clock reads per run, so the throughput rounds run without it)."""
+    subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=1"], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=0"], check=True)
+
+
+def prog_stats(ids: set[int]) -> dict[str, tuple[int, int]]:
+    """name -> (run_cnt, run_time_ns) of the given program ids."""
+    out = subprocess.run(["bpftool", "-j", "prog", "list"], capture_output=True, text=True).stdout
+    return {
+        p["name"]: (int(p.get("run_cnt", 0)), int(p.get("run_time_ns", 0)))
+        for p in json.loads(out or "[]")
+        if p["id"] in ids
+    }
+
+
+def bpf_time_share(name: str, seconds: float) -> tuple[float, dict[str, tuple[int, int]]]:
+    """Time the contender's programs ran / the transfer's wall time: the share of the traffic CPU
+    (busy throughout, iperf3 being CPU-bound there) spent inside nettrail's programs. A second
+    measure of the same cost, from the kernel's own accounting rather than throughput."""
+    with cpu_kept_awake(TRACER_CPU), CONTENDERS[name]() as info, bpf_stats():
+        start = time.monotonic()
+        iperf(seconds)
+        wall = time.monotonic() - start
+        stats = prog_stats({int(i) for i in info["ids"].split()})
+    return sum(ns for _, ns in stats.values()) / (wall * 1e9), stats
+
+
+def share_lines(shares: dict[str, tuple[float, dict[str, tuple[int, int]]]]) -> list[str]:
+    lines = [
+        "In-kernel time (`sysctl kernel.bpf_stats_enabled=1`, one more transfer per contender): the programs' total "
+        "run time over the transfer's wall time, i.e. the share of the traffic CPU spent inside nettrail's "
+        "programs, and each busy program's cost per run. An upper bound: the statistics' own two clock reads per run "
+        "and any interrupt landing inside a program count as program time.",
+        "",
+        "| contender | in-kernel share of the traffic CPU | per program: runs, ns per run |",
+        "|---|---|---|",
+    ]
+    for name, (share, stats) in shares.items():
+        busy = sorted(((n, c, t) for n, (c, t) in stats.items() if c >= 1000), key=lambda x: -x[2])
+        per = "; ".join(f"{n} {c:,}, {t / c:,.0f}" for n, c, t in busy)
+        lines.append(f"| {name} | {share:.2%} | {per} |")
+    return [*lines, ""]
+
+
+SHARE_CONTENDERS = (
+    "nettrail tcp+siftr ppl=32",
+    "nettrail tcp+siftr ppl=1",
+    "nettrail ip-flows+skb (counters + drops, always-on)",
+)
 
 CONTENDERS = {
     "none": nothing,
@@ -187,21 +244,26 @@ def _overhead(rounds: int, seconds: float, names: list[str]) -> tuple[list[str],
             print(f"  round {r + 1} {name}: {results[name][-1]:.2f} Gbit/s", flush=True)
     base = statistics.median(results["none"])
     lines = [
-        "| traced by | throughput (median) | min – max over rounds | ratio to untraced | collector totals (last run) |",
-        "|---|---|---|---|---|",
+        "| traced by | throughput (median) | min – max over rounds | ratio of medians | paired ratio (median of "
+        "per-round ratios) | collector totals (last run) |",
+        "|---|---|---|---|---|---|",
     ]
     for name, values in results.items():
         med = statistics.median(values)
         spread = f"{min(values):.1f} – {max(values):.1f}"
-        lines.append(f"| {name} | {med:.2f} Gbit/s | {spread} | {med / base:.3f} | {notes.get(name, '')} |")
+        lines.append(
+            f"| {name} | {med:.2f} Gbit/s | {spread} | {med / base:.3f} | {paired(results, name):.3f} | "
+            f"{notes.get(name, '')} |"
+        )
     return lines, results
 
 
 def verdicts(results: dict[str, list[float]], rates: dict[str, tuple[float, int, int, int]]) -> list[str]:
     """The issue's targets against this run's figures, stated plainly."""
     base = statistics.median(results["none"])
-    ratio = {name: statistics.median(v) / base for name, v in results.items()}
-    # A cost is only "noise" when the traced median lies inside the untraced rounds' own range.
+    # each contender against the untraced run of the same round: drift between rounds cancels
+    ratio = {name: paired(results, name) for name in results}
+    # A cost is only "noise" when the traced ratio lies inside the untraced rounds' own range.
     floor = min(results["none"]) / base
 
     def verdict(r: float) -> str:
@@ -217,7 +279,8 @@ def verdicts(results: dict[str, list[float]], rates: dict[str, tuple[float, int,
     raw = max(eps for name, (eps, _, lost, _) in rates.items() if "raw" in name and lost == 0)
     spread = max(max(v) / min(v) for v in results.values())
     return [
-        f"Targets, this run (round-to-round spread up to {spread:.2f}x; untraced rounds span "
+        f"Targets, this run (ratios: the median over rounds of each round's traced / untraced throughput; "
+        f"round-to-round spread up to {spread:.2f}x; untraced rounds span "
         f"{floor:.3f}–{max(results['none']) / base:.3f} of their median):",
         "",
         f"- ppl=32 costs ≤ 3%: ratio {ppl32:.3f} — {verdict(ppl32)}.",
@@ -355,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
         return ip_only(args.rounds, args.seconds, args.no_docs)
     print("throughput:")
     table, results = overhead(args.rounds, args.seconds)
+    print("in-kernel time:")
+    shares = {name: bpf_time_share(name, args.seconds) for name in SHARE_CONTENDERS}
     print("drain rate:")
     siftr_mix, tcp_mix, skb_mix = ("tcp", "siftr"), ("tcp", "siftr", "tcpdebug"), ("ip", "skb-lifecycle")
     rates = {
@@ -383,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *table,
         "",
+        *share_lines(shares),
         "Drain capacity: the providers named in each row (ppl=1) on iperf3 traffic (bulk for tcp+siftr, "
         "100-byte writes otherwise) fill a "
         f"{args.ring >> 20} MiB ring for {args.fill_seconds:g} s without being read, then one CPU drains it; "

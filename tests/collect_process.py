@@ -29,20 +29,31 @@ class Collector:
         self.stderr_lines: list[str] = []
 
     def wait_attached(self, timeout: float = 30.0) -> dict[str, int]:
-        """Program name -> id, from the line collect prints once everything is attached."""
-        sel = selectors.DefaultSelector()
+        """Program name -> id, from the line collect prints once everything is attached.
+        Reads the pipe's fd directly: a buffered readline() could pull later lines into
+        Python's buffer, where select() no longer sees them."""
         assert self.proc.stderr is not None
-        sel.register(self.proc.stderr, selectors.EVENT_READ)
+        fd = self.proc.stderr.fileno()
+        sel = selectors.DefaultSelector()
+        sel.register(fd, selectors.EVENT_READ)
+        pending = b""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            if not sel.select(timeout=max(0.0, end - time.monotonic())):
-                break
-            line = self.proc.stderr.readline().decode()
-            if not line:
-                break
+            if b"\n" not in pending:
+                if not sel.select(timeout=max(0.0, end - time.monotonic())):
+                    break
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                pending += chunk
+                continue
+            raw, pending = pending.split(b"\n", 1)
+            line = raw.decode() + "\n"
             self.stderr_lines.append(line)
             if "(programs " in line:
+                self.stderr_lines.append(pending.decode())  # whatever followed in the same read
                 return {name: int(pid) for name, pid in re.findall(r"(\w+)#(\d+)", line)}
+        self.stderr_lines.append(pending.decode())
         raise AssertionError(f"collect did not attach: {''.join(self.stderr_lines)}")
 
     def __enter__(self) -> Collector:

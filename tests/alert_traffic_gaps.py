@@ -66,12 +66,17 @@ def pseudo(src: str, dst: str, proto: int, length: int) -> bytes:
 
 
 def time_wait(port: int, connects: int) -> None:
-    """The client closes first each time, so every client socket ends in TIME_WAIT."""
-    srv = listener(HOST, port)
+    """The client closes first each time, so every client socket ends in TIME_WAIT. The
+    client stays at most 32 connections ahead of the server's accept(): a starved server
+    thread must not overflow the accept queue (the kernel would then fall back to SYN
+    cookies and answer the stragglers with RSTs, and those handshakes never reach TIME_WAIT)."""
+    srv = listener(HOST, port, backlog=1024)
+    ahead = threading.Semaphore(32)
 
     def serve() -> None:
         for _ in range(connects):
             conn, _ = srv.accept()
+            ahead.release()
             conn.settimeout(10)
             conn.recv(10)  # the client's FIN
             conn.close()
@@ -79,6 +84,8 @@ def time_wait(port: int, connects: int) -> None:
     t = threading.Thread(target=serve, daemon=True)
     t.start()
     for _ in range(connects):
+        if not ahead.acquire(timeout=10):
+            break  # the server is gone: the test's counts will say so
         c = socket.create_connection((HOST, port))
         c.close()
     t.join(30)

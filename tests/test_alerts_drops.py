@@ -146,3 +146,18 @@ def test_steady_or_low_policy_drops_are_no_rate_change():
     recs = policy_drops(s, 20, 30)  # steady 30/s from the start: no change to see
     recs += policy_drops(s, 5, 0) + policy_drops(s, 10, 8)  # a rise to 8/s: under policy_min_rate
     assert only(feed_all(e, recs), "K12", "policy-rate-change") == []
+
+
+def test_exact_drop_counts_reported_about_once_a_second_are_spread_over_the_seconds_they_cover():
+    # the collector reads its drop map every ~1.1 s: the report of second 2 may come at 3.05,
+    # leaving second 2 without a report; spread over (previous report, this one], every
+    # second of a steady 320 drops a second sustains the saturation rate
+    s, e = Stream(), engine(K12={"saturation_seconds": 3})
+    recs, total = [], 0
+    for k in range(6):
+        s.t = 1_700_000_000.0 + 0.95 + 1.1 * k
+        total += 352
+        recs.append(s.drop_count("QDISC_DROP", total, 352))
+    alerts = only(feed_all(e, recs, tick_every=None), "K12", "qdisc_drop")
+    assert [(a.severity, a.start) for a in alerts] == [("warning", recs[2].ts_wall)]  # seconds 0, 1, 2 covered
+    assert "more than 100 per second for 3 s" in alerts[0].message

@@ -25,7 +25,7 @@ import time
 import pytest
 
 from tests import alert_traffic_gaps as traffic
-from tests.alert_kernel_support import KERNEL_ALERTS, nft_list, pick, split_alerts, stop
+from tests.alert_kernel_support import KERNEL_ALERTS, namespace, nft_list, pick, split_alerts, stop
 from tests.collect_process import ROOT, Collector
 from translators.records import Record, from_json
 
@@ -69,31 +69,20 @@ def inside(ns: str, *cmd: str, stdin: str | None = None) -> str:
 def lab():
     """(A, B, B's veth, B's netns inode): veth A <-> B, B's sysctls, nft table and qdisc."""
     tag = os.getpid() % 100000
-    a, b, dev_a, dev_b = f"ntgapA{tag}", f"ntgapB{tag}", f"ngA{tag}", f"ngB{tag}"
-    ip("netns", "add", a)
-    try:
-        ip("netns", "add", b)
-        try:
-            ip("link", "add", dev_a, "netns", a, "type", "veth", "peer", "name", dev_b, "netns", b)
-            for ns, dev, addr in ((a, dev_a, traffic.ADDR_A), (b, dev_b, traffic.ADDR_B)):
-                ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
-                ip("-n", ns, "link", "set", dev, "up")
-                ip("-n", ns, "link", "set", "lo", "up")
-            # per-namespace sysctls: a small port range; no TCP timestamps, so injected
-            # segments meet the sequence check and not PAWS
-            inside(b, "sysctl", "-q", "-w", f"net.ipv4.ip_local_port_range={PORTS[0]} {PORTS[1]}")
-            inside(b, "sysctl", "-q", "-w", "net.ipv4.tcp_timestamps=0")
-            inside(b, "ethtool", "-K", dev_b, "rx", "off")  # B's stack verifies UDP checksums itself
-            inside(b, "nft", "-f", "-", stdin=NFT_TABLE)
-            inside(
-                b, "tc", "qdisc", "add", "dev", dev_b, "root", "tbf", "rate", "1mbit", "burst", "5kb", "limit", "5kb"
-            )
-            yield a, b, dev_b, os.stat(f"/run/netns/{b}").st_ino
-        finally:
-            subprocess.run(["ip", "netns", "exec", b, "nft", "delete", "table", "inet", "ntgaps"], check=False)
-            subprocess.run(["ip", "netns", "del", b], check=False)  # takes the veth pair and its qdisc along
-    finally:
-        subprocess.run(["ip", "netns", "del", a], check=False)
+    dev_a, dev_b = f"ngA{tag}", f"ngB{tag}"
+    with namespace(f"ntgapA{tag}") as (a, _), namespace(f"ntgapB{tag}", NFT_TABLE, "ntgaps") as (b, inode):
+        # deleting B takes the veth pair and B's qdisc along
+        ip("link", "add", dev_a, "netns", a, "type", "veth", "peer", "name", dev_b, "netns", b)
+        for ns, dev, addr in ((a, dev_a, traffic.ADDR_A), (b, dev_b, traffic.ADDR_B)):
+            ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
+            ip("-n", ns, "link", "set", dev, "up")
+        # per-namespace sysctls: a small port range; no TCP timestamps, so injected
+        # segments meet the sequence check and not PAWS
+        inside(b, "sysctl", "-q", "-w", f"net.ipv4.ip_local_port_range={PORTS[0]} {PORTS[1]}")
+        inside(b, "sysctl", "-q", "-w", "net.ipv4.tcp_timestamps=0")
+        inside(b, "ethtool", "-K", dev_b, "rx", "off")  # B's stack verifies UDP checksums itself
+        inside(b, "tc", "qdisc", "add", "dev", dev_b, "root", "tbf", "rate", "1mbit", "burst", "5kb", "limit", "5kb")
+        yield a, b, dev_b, inode
 
 
 @pytest.fixture(scope="module")
@@ -200,8 +189,11 @@ def test_a_saturated_token_bucket_on_the_veth_raises_a_k12_saturation_warning_wi
     counted = sum(r.delta for r in recs if r.kind == "drop_count" and r.drop_reason_str == "QDISC_DROP")
     assert len(drops) == counted == tc_dropped > 300  # events, the exact map count and tc's statistics agree
     [a] = pick(alerts, "K12", "qdisc_drop")
-    assert (a.severity, a.src, a.dst, a.netns) == ("warning", None, None, lab[3])  # host-level, in B
-    assert a.metric == float(tc_dropped)  # the blast lasted under window_s: every drop is in the window
+    # host-level; netns is B's when the alert opened on a drop event, none when on a map count
+    assert (a.severity, a.src, a.dst) == ("warning", None, None) and a.netns in (lab[3], None)
+    # the drops in window_s at the last firing: once exact counts arrive they are bucketed
+    # by report time, so how many of the 3.5 s blast the last firing saw varies
+    assert a.metric is not None and 2 * 100 < a.metric <= tc_dropped
     assert a.thresholds["saturation_seconds"] == 2 and a.thresholds["saturation_rate"] == 100
     assert "more than 100 per second for 2 s" in a.message
 
@@ -227,8 +219,11 @@ def test_out_of_window_segments_over_one_percent_of_a_flows_segments_raise_a_k12
         drops = [r for r in recs if r.kind == "skb_drop" and r.drop_reason_str == "TCP_INVALID_SEQUENCE"
                  and (r.sport, r.dport) == (client, port)]  # fmt: skip
         assert len(drops) == bad
-        counters = [r for r in recs if r.kind == "flow_counters" and (r.sport, r.dport) == (port, client)]
-        received = [c.packets_in for c in counters if c.ts_wall < drops[0].ts_wall][-1]
+        # the flow's counters the engine had read when the last drop came (file order: a
+        # periodic report may fall between two drops; packets_in counts dropped segments too)
+        last = recs.index(drops[-1])
+        counters = [r for r in recs[:last] if r.kind == "flow_counters" and (r.sport, r.dport) == (port, client)]
+        received = counters[-1].packets_in
         assert received > 100  # the ping-pong: 150 requests and the handshake's ACK
         [a] = pick(alerts, "K12", "tcp_invalid_sequence", dport=port)
         assert (a.severity, a.src, a.sport, a.metric, a.evidence) == (

@@ -8,7 +8,9 @@ saturation (qdisc, backlog, ring, nomem) warns above ``saturation_rate`` per sec
 sustained for ``saturation_seconds``; any other reason is a notice once it bursts to
 ``burst_count`` in ``window_s``. Host-level counts come from exact ``drop_count``
 deltas once the collector reports them for a reason (events may be rate-limited), and
-from ``skb_drop`` events before that.
+from ``skb_drop`` events before that; a delta is spread evenly over the seconds since the
+previous report of its reason, since reports come about once a second but not on second
+boundaries.
 
 Two escalations to warning:
 - *sequence share*: window/sequence drops of one flow exceed ``sequence_share`` of the
@@ -70,12 +72,28 @@ class _Counts:
     # policy reasons: the last policy_window_s, and it plus the baseline before it
     recent: Window | None = None
     spanned: Window | None = None
+    reported: float | None = None  # time of the last exact count
 
     def add(self, t: float, n: float = 1.0) -> None:
         self.drops.add(t, n)
         if self.recent is not None and self.spanned is not None:
             self.recent.add(t, n)
             self.spanned.add(t, n)
+
+    def add_report(self, t: float, delta: int, keep: float) -> None:
+        """An exact count's delta covers the time since the previous report: spread it over
+        those seconds (reports come about once a second, not on second boundaries, so
+        putting it all at the report's second would leave some seconds empty)."""
+        start, self.reported = self.reported, t
+        if start is None or t - start <= 0:
+            self.add(t, delta)
+            return
+        rate = delta / (t - start)
+        at = max(start, t - keep)  # older seconds would leave the windows at once
+        while at < t:
+            nxt = min(t, float(int(at) + 1))
+            self.add(at, rate * (nxt - at))  # the piece (at, nxt] belongs to second int(at)
+            at = nxt
 
 
 @dataclass(slots=True)
@@ -124,8 +142,9 @@ class DropBurst(Rule):
             if not h.exact:  # exact counts replace sampled events from now on
                 h.exact, h.drops, h.recent, h.spanned = True, *self._windows(span, family)
             if rec.delta <= 0:
+                h.reported = rec.ts_wall
                 return
-            h.add(rec.ts_wall, rec.delta)
+            h.add_report(rec.ts_wall, rec.delta, max(span, self.policy_span))
         elif not h.exact:
             h.add(rec.ts_wall)
         if len(h.evidence) < 32:

@@ -472,58 +472,62 @@ static __always_inline struct nt_event *start(struct nt_header *h, const struct 
 
 /* ---- control-block snapshot (siftr, tcpdebug) --------------------------- */
 
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+
+/* Direct loads (not a probe-read helper call per field: the snapshot is the per-sample
+ * cost of siftr and tcpdebug) through a read-only cast, which takes any socket pointer
+ * (skb->sk included). The callers pass full TCP sockets only. */
 static __always_inline void snapshot(struct nt_tcp_snapshot *s, const struct sock *sk)
 {
-	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
-	const struct inet_connection_sock *icsk = (const struct inet_connection_sock *)sk;
+	const struct tcp_sock *tp = bpf_rdonly_cast(sk, bpf_core_type_id_kernel(struct tcp_sock));
+	const struct inet_connection_sock *icsk = &tp->inet_conn;
 	__u8 flags = NT_SNAP_VALID;
 
-	s->bytes_acked = BPF_CORE_READ(tp, bytes_acked);
-	s->bytes_received = BPF_CORE_READ(tp, bytes_received);
-	s->snd_cwnd = BPF_CORE_READ(tp, snd_cwnd);
-	s->snd_ssthresh = BPF_CORE_READ(tp, snd_ssthresh);
-	s->snd_wnd = BPF_CORE_READ(tp, snd_wnd);
-	s->rcv_wnd = BPF_CORE_READ(tp, rcv_wnd);
-	s->srtt_us = BPF_CORE_READ(tp, srtt_us);
-	s->mdev_us = BPF_CORE_READ(tp, mdev_us);
-	if (CONFIG_HZ)
-		s->rto_us = BPF_CORE_READ(icsk, icsk_rto) * (1000000 / CONFIG_HZ);
-	s->mss_cache = BPF_CORE_READ(tp, mss_cache);
-	s->snd_una = BPF_CORE_READ(tp, snd_una);
-	s->snd_nxt = BPF_CORE_READ(tp, snd_nxt);
-	s->rcv_nxt = BPF_CORE_READ(tp, rcv_nxt);
-	s->rcv_wup = BPF_CORE_READ(tp, rcv_wup);
-	s->snd_wl1 = BPF_CORE_READ(tp, snd_wl1);
-	s->write_seq = BPF_CORE_READ(tp, write_seq);
-	s->copied_seq = BPF_CORE_READ(tp, copied_seq);
-	s->sndbuf = BPF_CORE_READ(sk, sk_sndbuf);
-	s->rcvbuf = BPF_CORE_READ(sk, sk_rcvbuf);
-	s->packets_out = BPF_CORE_READ(tp, packets_out);
-	s->sacked_out = BPF_CORE_READ(tp, sacked_out);
-	s->lost_out = BPF_CORE_READ(tp, lost_out);
-	s->retrans_out = BPF_CORE_READ(tp, retrans_out);
-	s->total_retrans = BPF_CORE_READ(tp, total_retrans);
-	s->delivered = BPF_CORE_READ(tp, delivered);
-	s->app_limited = BPF_CORE_READ(tp, app_limited);
-	s->ts_recent = BPF_CORE_READ(tp, rx_opt.ts_recent);
-	s->rxhash = BPF_CORE_READ(sk, __sk_common.skc_rxhash);
-	s->state = BPF_CORE_READ(sk, __sk_common.skc_state);
-	s->ca_state = BPF_CORE_READ_BITFIELD_PROBED(icsk, icsk_ca_state);
-	s->retransmits = BPF_CORE_READ(icsk, icsk_retransmits);
-	s->backoff = BPF_CORE_READ(icsk, icsk_backoff);
-	s->snd_wscale = BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, snd_wscale);
-	s->rcv_wscale = BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, rcv_wscale);
-	if (BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, sack_ok))
+	s->bytes_acked = tp->bytes_acked;
+	s->bytes_received = tp->bytes_received;
+	s->snd_cwnd = tp->snd_cwnd;
+	s->snd_ssthresh = tp->snd_ssthresh;
+	s->snd_wnd = tp->snd_wnd;
+	s->rcv_wnd = tp->rcv_wnd;
+	s->srtt_us = tp->srtt_us;
+	s->mdev_us = tp->mdev_us;
+	s->rto_us = CONFIG_HZ ? icsk->icsk_rto * (1000000 / CONFIG_HZ) : 0;
+	s->mss_cache = tp->mss_cache;
+	s->snd_una = tp->snd_una;
+	s->snd_nxt = tp->snd_nxt;
+	s->rcv_nxt = tp->rcv_nxt;
+	s->rcv_wup = tp->rcv_wup;
+	s->snd_wl1 = tp->snd_wl1;
+	s->write_seq = tp->write_seq;
+	s->copied_seq = tp->copied_seq;
+	s->sndbuf = tp->inet_conn.icsk_inet.sk.sk_sndbuf;
+	s->rcvbuf = tp->inet_conn.icsk_inet.sk.sk_rcvbuf;
+	s->packets_out = tp->packets_out;
+	s->sacked_out = tp->sacked_out;
+	s->lost_out = tp->lost_out;
+	s->retrans_out = tp->retrans_out;
+	s->total_retrans = tp->total_retrans;
+	s->delivered = tp->delivered;
+	s->app_limited = tp->app_limited;
+	s->ts_recent = tp->rx_opt.ts_recent;
+	s->rxhash = tp->inet_conn.icsk_inet.sk.__sk_common.skc_rxhash;
+	s->state = tp->inet_conn.icsk_inet.sk.__sk_common.skc_state;
+	s->ca_state = BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state);
+	s->retransmits = icsk->icsk_retransmits;
+	s->backoff = icsk->icsk_backoff;
+	s->snd_wscale = BPF_CORE_READ_BITFIELD(tp, rx_opt.snd_wscale);
+	s->rcv_wscale = BPF_CORE_READ_BITFIELD(tp, rx_opt.rcv_wscale);
+	if (BPF_CORE_READ_BITFIELD(tp, rx_opt.sack_ok))
 		flags |= NT_SNAP_SACK;
-	if (BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, wscale_ok))
+	if (BPF_CORE_READ_BITFIELD(tp, rx_opt.wscale_ok))
 		flags |= NT_SNAP_WSCALE;
-	if (BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, tstamp_ok))
+	if (BPF_CORE_READ_BITFIELD(tp, rx_opt.tstamp_ok))
 		flags |= NT_SNAP_TSTAMP;
-	if (BPF_CORE_READ_BITFIELD_PROBED(tp, nonagle) & 1)
+	if (BPF_CORE_READ_BITFIELD(tp, nonagle) & 1)
 		flags |= NT_SNAP_NODELAY;
-	if (BPF_CORE_READ_BITFIELD_PROBED(tp, syn_fastopen) || BPF_CORE_READ(tp, fastopen_rsk))
+	if (BPF_CORE_READ_BITFIELD(tp, syn_fastopen) || tp->fastopen_rsk)
 		flags |= NT_SNAP_FASTOPEN;
-	if (BPF_CORE_READ(tp, ecn_flags) & 1)
+	if (tp->ecn_flags & 1)
 		flags |= NT_SNAP_ECN;
 	s->flags = flags;
 	BPF_CORE_READ_STR_INTO(&s->cc_algo, icsk, icsk_ca_ops, name);
@@ -1321,7 +1325,7 @@ static __always_inline void udp_call(const struct sock *sk, int ret, __u8 dir, _
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(tcp_probe, struct sock *sk, const struct sk_buff *skb)
 {
-	__u64 cookie = bpf_get_socket_cookie(sk);
+	__u64 cookie = sk->__sk_common.skc_cookie.counter ?: bpf_get_socket_cookie(sk); /* set once, then a load */
 	struct seg g = {};
 
 	/* tcp_rcv_established: skb->data is the TCP header (direct loads: skb is a trusted argument) */

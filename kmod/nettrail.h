@@ -235,8 +235,8 @@ struct nt_flow {
 	__u64 bytes_out;
 	__u64 samples;
 	__u64 seen; /* packets considered for sampling */
-	__u64 first_ns;
-	__u64 last_ns;
+	__u64 first_ns; /* admission (first packet) */
+	__u64 last_ns;  /* the last sample, not the last packet: no clock read per packet */
 };
 
 /* ---- tcpdebug provider -------------------------------------------------- */

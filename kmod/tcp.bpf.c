@@ -580,26 +580,28 @@ static __always_inline void seg_at_transport(struct seg *g, const struct sk_buff
  * attribution run once per flow, when it is first seen (and again for each sample):
  * a flow the filters reject goes to `flows_out` and is not counted. The verdict is
  * kept only once the flow has an owner; until then a process filter cannot judge it. */
-static __always_inline struct nt_flow *flow_admit(struct nt_header *h, const struct sock *sk, void *ctx)
+static __noinline int flow_admit(const struct sock *sk, __u64 cookie, void *ctx)
 {
+	struct nt_header h = { .cookie = cookie };
 	struct nt_flow init = {};
 	__u8 no = 1;
 
-	if (bpf_map_lookup_elem(&flows_out, &h->cookie))
-		return NULL;
-	fill_flow(h, sk);
-	attribute(h, NT_EV_SIFTR, in_task(ctx));
-	if (!pass(h)) {
-		if (h->attribution != NT_ATTR_NONE || !(cfg.tgid || cfg.cgroup_id))
-			bpf_map_update_elem(&flows_out, &h->cookie, &no, BPF_ANY);
-		return NULL;
+	if (bpf_map_lookup_elem(&flows_out, &cookie))
+		return 0;
+	fill_flow(&h, sk);
+	attribute(&h, NT_EV_SIFTR, in_task(ctx));
+	if (!pass(&h)) {
+		if (h.attribution != NT_ATTR_NONE || !(cfg.tgid || cfg.cgroup_id))
+			bpf_map_update_elem(&flows_out, &cookie, &no, BPF_ANY);
+		return 0;
 	}
-	init.first_ns = h->ts_ns;
-	bpf_map_update_elem(&flows, &h->cookie, &init, BPF_NOEXIST);
-	return bpf_map_lookup_elem(&flows, &h->cookie);
+	init.first_ns = init.last_ns = h.ts_ns;
+	bpf_map_update_elem(&flows, &cookie, &init, BPF_NOEXIST);
+	return 1;
 }
 
-/* Count the packet in the flow's exact counters; true if it is the flow's ppl-th. */
+/* Count the packet in the flow's exact counters; true if it is the flow's ppl-th.
+ * No clock read here: last_ns is the last sample's time (see struct nt_flow). */
 static __always_inline bool flow_count(struct nt_flow *f, bool out, __u32 payload)
 {
 	__u64 seen;
@@ -611,7 +613,6 @@ static __always_inline bool flow_count(struct nt_flow *f, bool out, __u32 payloa
 		__sync_fetch_and_add(&f->packets_in, 1);
 		__sync_fetch_and_add(&f->bytes_in, payload);
 	}
-	f->last_ns = bpf_ktime_get_ns();
 	seen = __sync_fetch_and_add(&f->seen, 1);
 	if (seen % cfg.ppl)
 		return false;
@@ -619,22 +620,20 @@ static __always_inline bool flow_count(struct nt_flow *f, bool out, __u32 payloa
 	return true;
 }
 
-static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, const struct seg *g, __u8 dir, void *ctx)
+/* The sampled packet's record, out of line: the per-packet path stays short and its
+ * code compact (on loopback every other segment copy evicts the caches, so what a
+ * program costs is mostly the cache lines it touches, its own code included). */
+static __noinline void siftr_emit(const struct sock *sk, struct nt_flow *f, const struct seg *g, __u8 dir, void *ctx)
 {
-	struct nt_flow *f = bpf_map_lookup_elem(&flows, &cookie);
-	struct nt_header h = { .cookie = cookie };
+	struct nt_header h = {};
 	struct nt_event *e;
 
-	if (!f && !(f = flow_admit(&h, sk, ctx)))
-		return;
-	if (!flow_count(f, dir == 1, g->payload))
-		return;
-	if (!h.type) { /* admitted earlier: filter this sample with the owner of now */
-		fill_flow(&h, sk);
-		attribute(&h, NT_EV_SIFTR, in_task(ctx));
-		if (!pass(&h))
-			return;
-	}
+	h.cookie = sk->__sk_common.skc_cookie.counter;
+	fill_flow(&h, sk);
+	attribute(&h, NT_EV_SIFTR, in_task(ctx));
+	f->last_ns = h.ts_ns;
+	if (!pass(&h))
+		return; /* the owner changed since the flow was admitted */
 	e = reserve(NT_EV_SIFTR);
 	if (!e)
 		return;
@@ -645,6 +644,16 @@ static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, co
 	e->siftr.data_sz = g->payload;
 	e->siftr.direction = dir;
 	submit(e);
+}
+
+static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, const struct seg *g, __u8 dir, void *ctx)
+{
+	struct nt_flow *f = bpf_map_lookup_elem(&flows, &cookie);
+
+	if (!f && (!flow_admit(sk, cookie, ctx) || !(f = bpf_map_lookup_elem(&flows, &cookie))))
+		return;
+	if (flow_count(f, dir == 1, g->payload))
+		siftr_emit(sk, f, g, dir, ctx);
 }
 
 /* ---- tcpdebug ----------------------------------------------------------- */

@@ -238,7 +238,7 @@ class DropBurst(Rule):
     def _per_host(self, rec: SkbDrop | DropCount, reason: str, family: str, h: _Counts) -> None:
         t = rec.ts_wall
         w = self.window
-        n = sum(h.drops.per_second(t, int(w)))
+        n = round(sum(h.drops.per_second(t, int(w))), 6)  # spread exact counts are fractions
         if family == "saturation":
             secs = int(self.num("saturation_seconds"))
             per_sec = h.drops.per_second(t, secs + 1)[:-1]  # whole seconds only

@@ -192,3 +192,14 @@ def test_resets_to_stragglers_of_connections_this_host_closed_are_not_scan_failu
     recs = [s.reset(stranger, "local", None, flow_overrides={"conn_uuid": None, "sock_cookie": None})]
     recs += refused_connect(s, s.flow(src="10.0.0.1", dst="10.0.0.2", dport=1014))
     assert [a.metric for a in only(feed_all(e, recs), "K9", "port-scan")] == [15.0]
+
+
+def test_a_listeners_resets_name_no_originator_and_make_no_scan():
+    # seen on loopback: late ACKs reaching a listener draw RSTs whose record carries the
+    # listener's own tuple (peer 0.0.0.0:0)
+    s, e = Stream(), engine()
+    recs = []
+    for port in range(7000, 7020):
+        listener = Flow("127.0.0.1", port, "0.0.0.0", 0, 0, None, None)
+        recs.append(s.reset(listener, "local", "LISTEN", reason="TCP_FLAGS"))
+    assert only(feed_all(e, recs), "K9") == []

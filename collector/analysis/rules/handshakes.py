@@ -29,6 +29,7 @@ from .base import Context, Rule, endpoint, flow_key
 FAILED_STATES = frozenset({"S0", "REJ", "RSTOS0", "RSTRH", "SH", "SHR"})
 RESET_STATES = frozenset({"RSTO", "RSTR"})
 SYN, ACK = 0x02, 0x10
+UNSPECIFIED = frozenset({"0.0.0.0", "::"})
 
 
 def capture_outcome(rec: Connection) -> str | None:
@@ -105,7 +106,9 @@ class ScanAndFlood(Rule):
         elif isinstance(rec, TcpReset):
             self.handshakes.outcome(rec)
             if rec.sender == "local" and not rec.active and rec.state in (None, "CLOSED", "LISTEN"):
-                if not self._straggler(rec, rec.src, rec.sport, rec.dst, rec.dport):
+                # a listener's RST carries the listener's own tuple (peer 0.0.0.0 / ::): the
+                # originator is unknown, so it cannot count toward anyone's scan
+                if rec.dst not in UNSPECIFIED and not self._straggler(rec, rec.src, rec.sport, rec.dst, rec.dport):
                     self._failed(rec, rec.dst, rec.src, rec.sport, "tcp")
         elif isinstance(rec, SkbDrop):
             if rec.drop_reason_str == "NO_SOCKET" and rec.l4_proto in ("tcp", "udp"):

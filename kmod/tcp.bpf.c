@@ -110,6 +110,28 @@ struct {
 	__type(value, __u8);
 } flows_out SEC(".maps");
 
+/* The owner map's version: bumped on every change to it, so a hint below is trusted
+ * only while no owner changed anywhere. */
+__u64 owner_epoch = 0;
+
+/* Per CPU: the last TCP socket (by address) a send/recv found its caller owning, and
+ * owner_epoch then. The same thread on the same socket with nothing changed since is
+ * the steady state of every busy connection; the hint answers it without the hash
+ * lookup, whose cache misses (after each bulk copy to or from user space) made the
+ * receive hook one of the dearest of all. */
+struct nt_owner_hint {
+	__u64 sk;
+	__u64 pid_tgid;
+	__u64 epoch;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nt_owner_hint);
+} owner_hints SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
@@ -316,6 +338,7 @@ static __always_inline void owner_note(__u64 cookie, const struct nt_owner *cur)
 	o = *cur;
 	o.first_ns = old ? old->first_ns : bpf_ktime_get_ns();
 	bpf_map_update_elem(&owners, &cookie, &o, BPF_ANY);
+	__sync_fetch_and_add(&owner_epoch, 1);
 }
 
 static __always_inline void copy_owner(struct nt_header *h, const struct nt_owner *o, __u8 how)
@@ -726,6 +749,7 @@ static __always_inline void child_inherit(__u64 cookie, __u32 netns, __u16 port)
 	o = *l;
 	o.first_ns = bpf_ktime_get_ns();
 	bpf_map_update_elem(&owners, &cookie, &o, BPF_NOEXIST);
+	__sync_fetch_and_add(&owner_epoch, 1);
 }
 
 /* Transitions that only a system call of the socket's user makes (connect, listen,
@@ -1018,6 +1042,7 @@ int BPF_PROG(tcp_destroy_sock, struct sock *sk)
 	bpf_map_delete_elem(&flows, &h.cookie);
 	bpf_map_delete_elem(&flows_out, &h.cookie);
 	bpf_map_delete_elem(&owners, &h.cookie);
+	__sync_fetch_and_add(&owner_epoch, 1); /* also retires hints naming this socket's address */
 	return 0;
 }
 
@@ -1094,25 +1119,33 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 	struct nt_header h = {};
 	struct nt_event *e;
 	__u16 ports[2];
-	__u8 first, proto, hlen, ver, l4;
+	__u8 proto, hlen, ver, l4;
 	__u32 l4_off;
 	struct iphdr ip = {};
 	struct ipv6hdr ip6 = {};
+	/* One read for the usual case, the header and the ports behind it (IPv4 without
+	 * options, IPv6 without extensions): a helper call per piece shows in the always-on cost. */
+	union {
+		struct iphdr ip;
+		struct ipv6hdr ip6;
+		__u8 raw[sizeof(struct ipv6hdr) + 4];
+	} hb;
+	bool whole = !bpf_probe_read_kernel(&hb, sizeof(hb), nh);
 
-	if (bpf_probe_read_kernel(&first, 1, nh))
+	if (!whole && bpf_probe_read_kernel(&hb, sizeof(struct iphdr), nh))
 		return;
-	ver = first >> 4;
+	ver = hb.raw[0] >> 4;
 	if (ver == 4) {
-		if (bpf_probe_read_kernel(&ip, sizeof(ip), nh))
-			return;
+		ip = hb.ip;
 		h.family = AF_INET;
 		__builtin_memcpy(h.saddr, &ip.saddr, 4);
 		__builtin_memcpy(h.daddr, &ip.daddr, 4);
 		proto = ip.protocol;
 		hlen = ip.ihl * 4;
 	} else if (ver == 6) {
-		if (bpf_probe_read_kernel(&ip6, sizeof(ip6), nh))
+		if (!whole)
 			return;
+		ip6 = hb.ip6;
 		h.family = AF_INET6;
 		__builtin_memcpy(h.saddr, &ip6.saddr, 16);
 		__builtin_memcpy(h.daddr, &ip6.daddr, 16);
@@ -1134,8 +1167,11 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 			l4_off = hlen + (hbh[1] + 1) * 8;
 		}
 	}
-	if ((l4 == IPPROTO_TCP || l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE) &&
-	    !bpf_probe_read_kernel(ports, sizeof(ports), nh + l4_off)) {
+	if (l4 == IPPROTO_TCP || l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE) {
+		if (whole && l4_off == (ver == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr)))
+			__builtin_memcpy(ports, &hb.raw[ver == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr)], 4);
+		else if (bpf_probe_read_kernel(ports, sizeof(ports), nh + l4_off))
+			ports[0] = ports[1] = 0;
 		h.sport = bpf_ntohs(ports[0]);
 		h.dport = bpf_ntohs(ports[1]);
 	}
@@ -1397,13 +1433,23 @@ static __always_inline bool owner_is_current(__u64 cookie)
 	return o && o->pid == (__u32)pid_tgid && o->tgid == pid_tgid >> 32;
 }
 
+static __always_inline __u64 ptr_value(const void *p);
+
 static __always_inline void user_call(const struct sock *sk, int ret, int flags, __u8 req, __u8 oob_req, void *ctx)
 {
+	__u64 pid_tgid = bpf_get_current_pid_tgid(), skv = ptr_value(sk), epoch = owner_epoch;
+	__u32 zero = 0;
+	struct nt_owner_hint *hint = bpf_map_lookup_elem(&owner_hints, &zero);
 	struct nt_owner cur = {};
-	__u16 proto = sk->sk_protocol;
+	__u16 proto;
 	bool task;
 	__u64 cookie;
 
+	/* tcpdebug records every call: no shortcut then */
+	if (!(cfg.providers & NT_PROV_TCPDEBUG) && hint && hint->sk == skv && hint->pid_tgid == pid_tgid &&
+	    hint->epoch == epoch)
+		return;
+	proto = sk->sk_protocol;
 	if (proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE) {
 		task = in_task(ctx);
 		if (!task)
@@ -1422,7 +1468,15 @@ static __always_inline void user_call(const struct sock *sk, int ret, int flags,
 			    hook_call(in_task(ctx)));
 		return; /* debug_point's attribute() already noted the owner */
 	}
-	if (owner_is_current(cookie) || !in_task(ctx))
+	if (owner_is_current(cookie)) {
+		if (hint) { /* the epoch from before the lookup: a change since then retires it */
+			hint->sk = skv;
+			hint->pid_tgid = pid_tgid;
+			hint->epoch = epoch;
+		}
+		return;
+	}
+	if (!in_task(ctx))
 		return;
 	owner_from_current(&cur);
 	owner_note(cookie, &cur);

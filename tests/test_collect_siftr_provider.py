@@ -99,3 +99,32 @@ def test_ppl_10_samples_a_tenth_of_the_packets_while_flow_counters_count_every_b
         assert flow.samples == math.ceil(packets / 10)  # the kernel's decision: packets 0, 10, 20, ...
         assert len(samples) == flow.samples  # and nothing lost on the way
         assert packets > 50
+
+
+def test_flows_a_filter_rejects_are_neither_sampled_nor_counted_while_the_kept_flow_counts_exactly() -> None:
+    """The kernel judges a flow once, at its first packet (flows_out keeps the rejected
+    ones): the other port's flow leaves no trace, the filtered one every byte."""
+    total = 1 << 20
+    wanted, other = bound_listener(), bound_listener()
+    port = wanted.getsockname()[1]
+    with tracing(("siftr",), ppl=4, port=port) as cap, one_cpu():
+        conns = []
+        for lst in (other, wanted):
+            lst.listen()
+            client = socket.create_connection(("127.0.0.1", lst.getsockname()[1]))
+            server, _ = lst.accept()
+            assert transfer(client, server, total) == total
+            conns.append((cookie_of(client), cookie_of(server)))
+            client.close()
+            server.close()
+            lst.close()
+        (other_c, other_s), (sender, receiver) = conns
+        records = cap.wait_for(
+            lambda recs: {sender, receiver} <= {r.sock_cookie for r in recs if r.kind == "flow_counters"}
+        )
+    assert not [r for r in records if r.sock_cookie in (other_c, other_s)]
+    flows = {r.sock_cookie: r for r in records if isinstance(r, FlowCounters)}
+    assert (flows[sender].bytes_out, flows[receiver].bytes_in) == (total, total)
+    for cookie in (sender, receiver):
+        packets = flows[cookie].packets_in + flows[cookie].packets_out
+        assert flows[cookie].samples == math.ceil(packets / 4)

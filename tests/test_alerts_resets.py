@@ -128,3 +128,20 @@ def test_a_reset_after_a_short_silence_or_an_answered_one_is_not_an_idle_timeout
         s, e = Stream(), engine()
         _, recs = idle_then_reset(s, silence, answered=answered)
         assert only(feed_all(e, recs), "K3") == []
+
+
+def test_the_peer_share_alert_counts_the_resets_that_came_after_a_long_silence():
+    s, e = Stream(), engine(K3={"idle_reset_s": 60})
+    recs = []
+    for k in range(20):
+        f = s.flow(dst="10.0.0.9", dport=5432, pid=61, comm="pooler")
+        recs += [s.state(f, "CLOSED", "SYN_SENT"), s.state(f, "SYN_SENT", "ESTABLISHED")]
+        recs += [s.siftr(f, "out", data_sz=100), s.siftr(f, "in", data_sz=300)]
+        if k < 2:  # two of the twenty are reset by a middlebox that forgot them
+            s.advance(90.0)
+            recs += [s.siftr(f, "out", data_sz=100), s.reset(f, "peer", "ESTABLISHED")]
+        s.advance(1.0)
+    alerts = feed_all(e, recs)
+    [a] = only(alerts, "K3", "peer-share")
+    assert "2 aborted later (2 after a long silence: likely a middlebox idle timeout)" in a.message
+    assert [x.metric for x in only(alerts, "K3", "idle-reset")] == [90.0, 90.0]

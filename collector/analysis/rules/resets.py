@@ -68,6 +68,7 @@ class _Dest:
     refused: Window
     aborted: Window
     evidence: list[int] = field(default_factory=list)
+    idle: Window | None = None  # the aborts classified as middlebox idle timeouts
 
 
 class ResetStorm(Rule):
@@ -112,9 +113,8 @@ class ResetStorm(Rule):
             if rec.sender == "local":
                 self._local(rec)
             else:
-                self._peer(rec)
-                if rec.state == "ESTABLISHED":
-                    self._idle_reset(rec)
+                idle = rec.state == "ESTABLISHED" and self._idle_reset(rec)
+                self._peer(rec, idle)
 
     def _data(self, rec: SiftrSample | TcpDebugSnapshot, received: bool) -> None:
         a = self.activity.peek(flow_key(rec))
@@ -127,10 +127,11 @@ class ResetStorm(Rule):
             a.answered = True
         a.last, a.last_seq = max(a.last, t), rec.seq
 
-    def _idle_reset(self, rec: TcpReset) -> None:
+    def _idle_reset(self, rec: TcpReset) -> bool:
+        """Classify (and notice) a peer reset after a long silence; True when it was one."""
         a = self.activity.peek(flow_key(rec))
         if a is None:
-            return
+            return False
         t = rec.ts_wall
         if t - a.last >= self.idle_s:
             silence, before = t - a.last, a.last_seq
@@ -139,7 +140,7 @@ class ResetStorm(Rule):
             silence, before = a.gap, a.gap_seq
             after = "and it answered the first data sent after that silence"
         else:
-            return
+            return False
         subject = self.ctx.owner(rec)
         message = (
             f"The peer {endpoint(rec.dst, rec.dport)} reset the established connection of {who(subject)} after "
@@ -150,6 +151,7 @@ class ResetStorm(Rule):
             "idle-reset", flow_key(rec), now=t, severity="notice", subject=subject, message=message,
             clear_after=2 * self.volume_window, metric=silence, evidence=[before, rec.seq],
         )  # fmt: skip
+        return True
 
     def _local(self, rec: TcpReset) -> None:
         subject = self.ctx.owner(rec)
@@ -183,9 +185,13 @@ class ResetStorm(Rule):
             clear_after=2 * w, metric=n, evidence=vol.evidence,
         )  # fmt: skip
 
-    def _peer(self, rec: TcpReset) -> None:
+    def _peer(self, rec: TcpReset, idle: bool) -> None:
         d = self._dest(rec, rec.dst, rec.dport)
         (d.refused if rec.state == "SYN_SENT" else d.aborted).add(rec.ts_wall)
+        if idle:
+            if d.idle is None:
+                d.idle = Window(self.peer_window)
+            d.idle.add(rec.ts_wall)
         if len(d.evidence) < 32:
             d.evidence.append(rec.seq)
         self._check_dest(rec, d, bump=True)
@@ -203,10 +209,12 @@ class ResetStorm(Rule):
         subject = self.ctx.owner(rec)
         subject.conn_uuid = subject.sock_cookie = None
         subject.src = subject.sport = None
+        idle = int(d.idle.total(t)) if d.idle is not None else 0
+        after_idle = f" ({idle} after a long silence: likely a middlebox idle timeout)" if idle else ""
         message = (
             f"The peer {endpoint(rec.dst, rec.dport)} (or a middlebox on the way) reset {int(resets)} of "
             f"{int(attempts)} new connections ({share:.0%}) in {self.peer_window:g} s: {int(refused)} refused "
-            f"during the handshake, {int(aborted)} aborted later. Clients of this service are failing."
+            f"during the handshake, {int(aborted)} aborted later{after_idle}. Clients of this service are failing."
         )
         self.fire(
             "peer-share", ("dest", rec.dst, rec.dport), now=t, severity="warning", subject=subject,

@@ -161,3 +161,21 @@ def test_exact_drop_counts_reported_about_once_a_second_are_spread_over_the_seco
     alerts = only(feed_all(e, recs, tick_every=None), "K12", "qdisc_drop")
     assert [(a.severity, a.start) for a in alerts] == [("warning", recs[2].ts_wall)]  # seconds 0, 1, 2 covered
     assert "more than 100 per second for 3 s" in alerts[0].message
+
+
+def test_a_burst_counted_after_a_quiet_hour_is_not_spread_over_the_hour():
+    # a reason reports only when it moved: its previous report is an hour old, but the
+    # collector read the map every second meanwhile, so the burst fits in the last second
+    s, e = Stream(), engine(K12={"saturation_seconds": 2})
+    recs = []
+    for k in range(3):  # reads a second apart teach the cadence
+        s.t = 1_700_000_000.0 + k
+        recs.append(s.drop_count("QDISC_DROP", 1 + k, 1))
+    total = 3
+    for k in range(4):  # an hour later: 300 drops a second for 4 s
+        s.t = 1_700_003_600.0 + k
+        total += 300
+        recs.append(s.drop_count("QDISC_DROP", total, 300))
+    alerts = only(feed_all(e, recs, tick_every=None), "K12", "qdisc_drop")
+    # each report covers the second before it: seconds 3599 and 3600 are over 100 at the second report
+    assert [(a.severity, a.start) for a in alerts] == [("warning", recs[-3].ts_wall)]

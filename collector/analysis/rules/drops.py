@@ -8,9 +8,9 @@ saturation (qdisc, backlog, ring, nomem) warns above ``saturation_rate`` per sec
 sustained for ``saturation_seconds``; any other reason is a notice once it bursts to
 ``burst_count`` in ``window_s``. Host-level counts come from exact ``drop_count``
 deltas once the collector reports them for a reason (events may be rate-limited), and
-from ``skb_drop`` events before that; a delta is spread evenly over the seconds since the
-previous report of its reason, since reports come about once a second but not on second
-boundaries.
+from ``skb_drop`` events before that; a delta is spread evenly over the time since the
+previous report of its reason, at most one read interval of the collector (learnt from
+the reports), since reads come about once a second but not on second boundaries.
 
 Two escalations to warning:
 - *sequence share*: window/sequence drops of one flow exceed ``sequence_share`` of the
@@ -47,6 +47,7 @@ FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
                       "IP_OUTNOROUTES", "IP_INNOROUTES")),
 )  # fmt: skip
 FAMILY_OF = {reason: fam for fam, reasons in FAMILIES for reason in reasons}
+DEFAULT_READ_S = 1.0  # collect --flow-interval's default
 PER_FLOW = {"policy": "notice", "sequence": "notice", "paws": "notice", "auth": "warning"}
 WHY = {
     "policy": "a firewall or filter (netfilter, tc, XDP, cgroup BPF) is discarding this traffic",
@@ -80,16 +81,19 @@ class _Counts:
             self.recent.add(t, n)
             self.spanned.add(t, n)
 
-    def add_report(self, t: float, delta: int, keep: float) -> None:
-        """An exact count's delta covers the time since the previous report: spread it over
-        those seconds (reports come about once a second, not on second boundaries, so
-        putting it all at the report's second would leave some seconds empty)."""
+    def add_report(self, t: float, delta: int, cadence: float) -> None:
+        """An exact count's delta covers the time since the collector's previous read of
+        its map: spread it over those seconds (reads come about once a second, not on
+        second boundaries, so putting it all at the report's second would leave some
+        seconds empty). A reason only reports when it moved, so the read before may have
+        come later than this reason's previous report: at most ``cadence`` is spread over."""
         start, self.reported = self.reported, t
         if start is None or t - start <= 0:
             self.add(t, delta)
             return
+        start = max(start, t - cadence)
         rate = delta / (t - start)
-        at = max(start, t - keep)  # older seconds would leave the windows at once
+        at = start
         while at < t:
             nxt = min(t, float(int(at) + 1))
             self.add(at, rate * (nxt - at))  # the piece (at, nxt] belongs to second int(at)
@@ -121,6 +125,9 @@ class DropBurst(Rule):
         self.segments: LruMap[TupleKey, _Segments] = self.flows_map()
         self.policy_span = self.num("policy_window_s") + self.num("policy_baseline_s")
         self.started: float | None = None  # engine time the rule first saw: how long it has watched
+        # per host: the time of the collector's last drop-map read, and the shortest gap
+        # between two reads seen (its --flow-interval, about)
+        self.reads: LruMap[str, tuple[float, float | None]] = self.keys_map()
 
     def tick(self, now: float) -> None:
         if self.started is None:
@@ -141,10 +148,11 @@ class DropBurst(Rule):
         if isinstance(rec, DropCount):
             if not h.exact:  # exact counts replace sampled events from now on
                 h.exact, h.drops, h.recent, h.spanned = True, *self._windows(span, family)
+            cadence = self._cadence(rec)
             if rec.delta <= 0:
                 h.reported = rec.ts_wall
                 return
-            h.add_report(rec.ts_wall, rec.delta, max(span, self.policy_span))
+            h.add_report(rec.ts_wall, rec.delta, cadence)
         elif not h.exact:
             h.add(rec.ts_wall)
         if len(h.evidence) < 32:
@@ -155,6 +163,16 @@ class DropBurst(Rule):
             self._per_flow(rec, family)
         else:
             self._per_host(rec, reason, family, h)
+
+    def _cadence(self, rec: DropCount) -> float:
+        """How often the collector reads its drop map: the shortest gap seen between two
+        reads that reported (a multiple of the read interval), 1 s (its default) until then."""
+        t = rec.ts_wall
+        last, gap = self.reads.peek(rec.host_id) or (t, None)
+        if t - last > 0.05:  # a new read: the records of one read share its time
+            gap = t - last if gap is None else min(gap, t - last)
+        self.reads.put(rec.host_id, (max(last, t), gap))
+        return gap if gap is not None else DEFAULT_READ_S
 
     def _windows(self, span: float, family: str) -> tuple[Window, Window | None, Window | None]:
         if family != "policy":

@@ -144,16 +144,22 @@ def bulk(port: int, seconds: float) -> int:
     return received[0]
 
 
+def blackout_bulk(port: int = 7700, table: str = "ntalerts", length: float = 3.0, seconds: float = 4.5) -> None:
+    """A bulk transfer whose port joins the nft set `blackout` of `inet <table>` for `length`
+    seconds from 0.5 s in (the set's drop rule: RTOs, cwnd back to 1 segment)."""
+    on = threading.Timer(0.5, nft, (f"add element inet {table} blackout {{ {port} }}",))
+    off = threading.Timer(0.5 + length, nft, (f"delete element inet {table} blackout {{ {port} }}",))
+    on.start()
+    off.start()
+    bulk(port, seconds)
+    on.join()
+    off.join()
+
+
 def lossy_bulk() -> None:
     """10 % random loss on port 7600 (the nft rule), then a 3 s blackout on 7700 (>= 3 RTOs)."""
     bulk(7600, 2.5)
-    on = threading.Timer(0.5, nft, ("add element inet ntalerts blackout { 7700 }",))
-    off = threading.Timer(3.5, nft, ("delete element inet ntalerts blackout { 7700 }",))
-    on.start()
-    off.start()
-    bulk(7700, 4.5)
-    on.join()
-    off.join()
+    blackout_bulk()
 
 
 def request_response(port: int = 7900, n: int = 200) -> None:

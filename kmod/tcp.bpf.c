@@ -1192,9 +1192,9 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 	if (!pass(&h) || !(e = reserve(NT_EV_IP)))
 		return;
 	__builtin_memcpy(&e->hdr, &h, sizeof(h));
-	e->ip.if_index = BPF_CORE_READ(skb, dev, ifindex);
-	e->ip.skb_len = BPF_CORE_READ(skb, len);
-	e->ip.dev_flags = BPF_CORE_READ(skb, dev, flags);
+	e->ip.if_index = skb->dev->ifindex;
+	e->ip.skb_len = skb->len;
+	e->ip.dev_flags = skb->dev->flags;
 	e->ip.direction = dir;
 	e->ip.version = ver;
 	e->ip.header_length = hlen;
@@ -1218,12 +1218,21 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 		e->ip.tos = (word >> 20) & 0xff;
 		e->ip.flow_label = word & 0xfffff;
 	}
-	head = BPF_CORE_READ(skb, head);
 	{
-		struct skb_shared_info *shinfo = (struct skb_shared_info *)(head + BPF_CORE_READ(skb, end));
+		/* skb_shinfo() is at head + end, a computed pointer: probe reads, one for both
+		 * fields where gso_segs follows gso_size (CO-RE tells; it has since 2.6) */
+		struct skb_shared_info *shinfo = (struct skb_shared_info *)(head + skb->end);
+		__u16 gso[2] = {};
 
-		e->ip.gso_segs = BPF_CORE_READ(shinfo, gso_segs);
-		e->ip.gso_size = BPF_CORE_READ(shinfo, gso_size);
+		if (bpf_core_field_offset(struct skb_shared_info, gso_segs) ==
+		    bpf_core_field_offset(struct skb_shared_info, gso_size) + 2) {
+			bpf_probe_read_kernel(gso, sizeof(gso), &shinfo->gso_size);
+		} else {
+			gso[0] = BPF_CORE_READ(shinfo, gso_size);
+			gso[1] = BPF_CORE_READ(shinfo, gso_segs);
+		}
+		e->ip.gso_size = gso[0];
+		e->ip.gso_segs = gso[1];
 	}
 	__builtin_memset(e->ip._pad, 0, sizeof(e->ip._pad));
 	if (ver != 6 || bpf_probe_read_kernel(e->ip.ext, sizeof(e->ip.ext), nh + sizeof(ip6)))

@@ -96,3 +96,44 @@ def test_ip_send_records_of_a_flow_equal_the_packets_tcpdump_saw(host: str, tmp_
     assert mine and all(r.pid == os.getpid() and r.src == host and r.dport == port for r in mine)
     assert all(r.ttl == 64 and r.length and r.header_length == (20 if version == 4 else 40) for r in sends)
     assert all(r.conn_uuid is None and r.pid is None for r in receives)  # no socket before IP input
+
+
+def test_a_tso_send_over_veth_records_each_skb_with_its_gso_size_and_segment_count() -> None:
+    """veth keeps TSO on (no GRO lab): the sender's skbs reach net_dev_queue whole, each
+    standing for gso_segs wire segments of gso_size (the MSS) bytes."""
+    from tests.veth_lab import veth_lab
+
+    total = 1 << 18
+    with veth_lab(gro=False) as lab:
+        lst = lab.socket(lab.b, socket.AF_INET, socket.SOCK_STREAM)
+        lst.bind((lab.addr_b, 0))
+        lst.listen()
+        port = lst.getsockname()[1]
+        with tracing(("ip",), port=port) as cap:
+            client = lab.socket(lab.a, socket.AF_INET, socket.SOCK_STREAM)
+            client.connect((lab.addr_b, port))
+            server, _ = lst.accept()
+            mss = client.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
+            client.sendall(b"g" * total)
+            got = 0
+            while got < total:
+                got += len(server.recv(1 << 20))
+            lport = client.getsockname()[1]
+            records = cap.wait_for(lambda recs: False, timeout=0.3)
+            for s in (client, server, lst):
+                s.close()
+    data = [
+        r
+        for r in records
+        if isinstance(r, IpPacket)
+        and r.probe == "send"
+        and r.sport == lport
+        and (r.payload_length or 0) > 40  # data, not SYN (40) or ACK (32)
+    ]
+    tso = [r for r in data if (r.gso_segs or 0) > 1]
+    assert tso, [(r.length, r.gso_segs, r.gso_size) for r in data]
+    assert {r.gso_size for r in tso} == {mss}
+    # every payload byte once: the TCP header is 32 bytes (timestamps) in each skb
+    assert sum(r.payload_length - 32 for r in data) == total  # type: ignore[operator]
+    for r in tso:
+        assert r.gso_segs == -(-(r.payload_length - 32) // mss)  # type: ignore[operator]

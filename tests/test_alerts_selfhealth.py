@@ -67,6 +67,56 @@ def test_the_ratio_is_the_latest_windows_not_the_flows_lifetime():
     assert [a.sampling_ratio for a in alerts] == [2.0]
 
 
+def test_a_window_of_a_few_samples_extends_into_the_next_instead_of_reading_as_unsampled():
+    # A blackout's report window holds one retransmit, sampled at ppl 3: 1 packet / 1 sample.
+    # Seen on a real ppl 3 run (tests/test_alerts_sampled_kernel.py): K6 then said nothing.
+    s = Stream()
+    f = s.flow()
+    full = s.counters(f, packets_in=1500, packets_out=1500, samples=1000)  # 3 packets per sample
+    s.advance(0.5)
+    one = s.counters(f, packets_in=1500, packets_out=1501, samples=1001)  # this window: 1 / 1
+    alerts = only(feed_all(engine(), [full, one, *collapse(s, f)]), "K6")
+    assert [a.sampling_ratio for a in alerts] == [3.0]
+    assert "one SIFTR sample per 3.0 packets" in alerts[0].message
+    # the short window is not lost: it extends into the next report (63 packets / 16 samples)
+    s = Stream()
+    f = s.flow()
+    full = s.counters(f, packets_in=1500, packets_out=1500, samples=1000)
+    s.advance(0.5)
+    one = s.counters(f, packets_in=1500, packets_out=1501, samples=1001)
+    s.advance(0.5)
+    rest = s.counters(f, packets_in=1520, packets_out=1543, samples=1016)
+    alerts = only(feed_all(engine(), [full, one, rest, *collapse(s, f)]), "K6")
+    assert [a.sampling_ratio for a in alerts] == [3.94]
+
+
+def test_a_hosts_sampling_report_of_a_few_samples_leaves_its_ppl_in_force():
+    s, e = Stream(), engine()
+    f = s.flow()
+    s.seq += 1
+    sparse = SamplingReport(host_id=HOST, boot_id=BOOT, seq=s.seq, ts_ns=1, ts_wall=s.t, provider="nettrail",
+                            probe="sampling", event_type="siftr_sample", setting="ppl 4", window_s=0.5,
+                            observed=1, emitted=1, ratio=1.0)  # fmt: skip
+    alerts = only(feed_all(e, [status(s, ppl=4), sparse, *spike(s, f)]), "K7")
+    assert [a.sampling_ratio for a in alerts] == [4.0]
+
+
+def test_an_alerts_ratio_is_its_latest_firings_the_one_its_sentence_states():
+    s, e = Stream(), engine()
+    f = s.flow()
+    recs = [s.counters(f, packets_in=1600, packets_out=1600, samples=400), *spike(s, f)]  # fires at 8.0
+    s.advance(0.1)
+    recs.append(s.counters(f, packets_in=1700, packets_out=1700, samples=450))  # this window: 200 / 50
+    for _ in range(3):  # the spike goes on: fired again, now at 4.0
+        s.advance(0.1)
+        recs.append(s.siftr(f, srtt=40_000))
+    out = only(feed_all(e, recs), "K7")
+    assert out[0].sampling_ratio == 8.0
+    last = only(feed_all(e, [], tick_every=None) + e.finish(), "K7")[-1]
+    assert (last.count, last.sampling_ratio) == (4, 4.0)  # the last spike sample of spike(), then 3 more
+    assert "one SIFTR sample per 4.0 packets" in last.message
+
+
 def test_k7_uses_the_hosts_ppl_before_the_flows_first_counters():
     s, e = Stream(), engine()
     f = s.flow()

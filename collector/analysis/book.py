@@ -180,8 +180,7 @@ class AlertBook:
         entry.message = message
         entry.metric = metric
         entry.clear_after = clear_after
-        if sampling is not None:
-            entry.sampling = max(sampling, entry.sampling or 0.0)
+        entry.sampling = sampling  # the latest firing's, like the message whose sentence states it
         self._merge_subject(entry.subject, subject)
         self._add_evidence(entry, evidence)
         if rose:

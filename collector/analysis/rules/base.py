@@ -66,9 +66,15 @@ class Sampling:
     """H2: how sampled the SIFTR samples behind a rule are, so K6/K7 can say so.
 
     Per flow, the latest window of its ``flow_counters`` (Δpackets / Δsamples, the kernel's
-    exact counts); before a flow's first report, the host's ratio from its last
-    ``sampling_report`` or the ``collector_status`` ppl.
+    exact counts); before a flow's first full window, the host's ratio from its last
+    ``sampling_report`` or the ``collector_status`` ppl. A window counts once it holds
+    ``MIN_WINDOW_SAMPLES`` samples: at ppl N a window of s samples is off by up to N/s (the
+    phase of the flow's packet counter), so a report of one retransmit that happened to be
+    sampled (1 packet / 1 sample) would read as unsampled data. Shorter windows extend into
+    the next report instead.
     """
+
+    MIN_WINDOW_SAMPLES = 16
 
     def __init__(self, max_flows: int) -> None:
         self.flows: LruMap[FlowKey, tuple[int, int, float | None]] = LruMap(max_flows)
@@ -79,12 +85,14 @@ class Sampling:
             if rec.proto != "tcp" or rec.samples <= 0:
                 return
             key, packets = flow_key(rec), rec.packets_in + rec.packets_out
-            before = self.flows.peek(key)
-            moved = (packets - before[0], rec.samples - before[1]) if before else (packets, rec.samples)
-            ratio = moved[0] / moved[1] if moved[1] > 0 else (before[2] if before else None)
-            self.flows.put(key, (packets, rec.samples, ratio))
+            start = self.flows.peek(key) or (0, 0, None)  # where the open window began, the last ratio
+            moved = (packets - start[0], rec.samples - start[1])
+            if moved[0] < 0 or moved[1] < 0:  # counts restarted (a new collector): a window from zero
+                moved = (packets, rec.samples)
+            if moved[1] >= self.MIN_WINDOW_SAMPLES:
+                self.flows.put(key, (packets, rec.samples, moved[0] / moved[1]))
         elif isinstance(rec, SamplingReport):
-            if rec.event_type == "siftr_sample" and rec.ratio is not None:
+            if rec.event_type == "siftr_sample" and rec.ratio is not None and rec.emitted >= self.MIN_WINDOW_SAMPLES:
                 self.hosts[rec.host_id] = rec.ratio
         elif isinstance(rec, CollectorStatus) and rec.ppl is not None:
             self.hosts[rec.host_id] = float(rec.ppl)

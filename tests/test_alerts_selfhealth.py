@@ -101,6 +101,17 @@ def test_a_hosts_sampling_report_of_a_few_samples_leaves_its_ppl_in_force():
     assert [a.sampling_ratio for a in alerts] == [4.0]
 
 
+def test_k6_fired_by_a_congestion_state_change_still_says_its_cwnd_series_was_sampled():
+    s, e = Stream(), engine()
+    f = s.flow()
+    recs = [s.counters(f, packets_in=4000, packets_out=4000, samples=1000), *collapse(s, f)[:24]]  # held 0.75 s
+    s.advance(0.25)
+    recs.append(s.cong(f, "Loss", snd_cwnd=1 * MSS))  # exact, but it extends a collapse seen in samples
+    alerts = only(feed_all(e, recs), "K6")
+    assert [(a.evidence[-1], a.sampling_ratio) for a in alerts] == [(recs[-1].seq, 8.0)]
+    assert "one SIFTR sample per 8.0 packets" in alerts[0].message
+
+
 def test_an_alerts_ratio_is_its_latest_firings_the_one_its_sentence_states():
     s, e = Stream(), engine()
     f = s.flow()

@@ -101,6 +101,11 @@ class Sampling:
         """Packets per sample behind this record; None when every packet was recorded."""
         if not isinstance(rec, SiftrSample):
             return None  # tcpdebug snapshots and the other kinds are not sampled
+        return self.flow_ratio(rec)
+
+    def flow_ratio(self, rec: Record) -> float | None:
+        """Packets per SIFTR sample of the record's flow, whatever its kind: for an exact record
+        (a congestion-state change) that extends a judgment made on the flow's samples."""
         known = self.flows.peek(flow_key(rec))
         ratio = known[2] if known is not None and known[2] is not None else self.hosts.get(rec.host_id)
         return round(ratio, 2) if ratio is not None and ratio > 1.0 else None

@@ -48,6 +48,7 @@ class _Cwnd:
     starts: list[float] | None = None
     evidence: list[int] | None = None
     ca_state: str | None = None
+    siftr: bool = False  # its cwnd series comes from SIFTR samples: sampled at --ppl (H2)
 
 
 class CwndCollapse(Rule):
@@ -73,6 +74,7 @@ class CwndCollapse(Rule):
             f = self.flows.get_or_create(flow_key(rec), _Cwnd)
         if isinstance(rec, SiftrSample | TcpDebugSnapshot):
             f.mss = rec.mss or f.mss
+            f.siftr = f.siftr or isinstance(rec, SiftrSample)
             outstanding = _outstanding(rec)
         elif isinstance(rec, TcpCongState):
             outstanding = True  # a congestion-state change happens with data in flight
@@ -129,7 +131,10 @@ class CwndCollapse(Rule):
             )
             + " with data outstanding: a retransmission timeout or severe loss, and throughput drops to a trickle."
         )
-        sampled = self.ctx.sampling.ratio(rec)  # H2: say when only every Nth packet was seen
+        # H2: say when only every Nth packet was seen. A congestion-state change is exact, but
+        # the collapse it extends was judged on the flow's cwnd series, sampled if from SIFTR.
+        exact_extends_sampled = f.siftr and isinstance(rec, TcpCongState)
+        sampled = self.ctx.sampling.flow_ratio(rec) if exact_extends_sampled else self.ctx.sampling.ratio(rec)
         message += self.ctx.sampling.note(sampled)
         self.fire(
             "collapse", flow_key(rec), now=t, severity="warning", subject=subject, message=message,

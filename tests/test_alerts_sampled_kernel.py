@@ -131,7 +131,10 @@ def test_the_kernel_takes_exactly_one_sample_per_3_packets_of_each_flow_and_repo
     assert {(r.event_type, r.setting) for r in reports} == {("siftr_sample", f"ppl {PPL}")}
     assert sum(r.observed for r in reports) == sum(f.packets_in + f.packets_out for f in finals.values())
     assert sum(r.emitted for r in reports) == sum(f.samples for f in finals.values())
-    assert sum(1 for r in recs if r.kind == "siftr_sample") == sum(f.samples for f in finals.values())  # none lost
+    # a sample the kernel took but could not reserve in the ring is H1's loss, not a record
+    written = sum(1 for r in recs if r.kind == "siftr_sample")
+    lost = max((r.lost_total for r in recs if r.kind == "loss_report" and r.event_type == "siftr_sample"), default=0)
+    assert written <= sum(f.samples for f in finals.values()) <= written + lost
 
 
 def test_a_blackout_raises_k6_on_sampled_data_and_says_at_which_ratio(recorded):
@@ -150,12 +153,15 @@ def test_a_blackout_raises_k6_on_sampled_data_and_says_at_which_ratio(recorded):
 def test_queueing_behind_a_token_bucket_raises_k7_on_sampled_data_and_says_at_which_ratio(recorded):
     recs, alerts, _ = recorded
     [a] = pick(alerts, "K7", "spike", dport=QUEUE_PORT)
-    assert a.severity == "critical" and a.metric is not None and a.metric > 200_000
     limit_ms = float(re.search(r"over the limit of ([0-9.]+) ms", a.message).group(1))
-    by_seq = {r.seq: r for r in recs}
-    assert all(by_seq[s].srtt > (limit_ms - 0.005) * 1000 for s in a.evidence)  # every piece of evidence spiked
     baseline_ms = float(re.search(r"against the baseline of ([0-9.]+) ms", a.message).group(1))
     assert baseline_ms < 5  # seeded from the sampled ping-pong: loopback round trips
+    by_seq = {r.seq: r for r in recs}
+    assert all(by_seq[s].srtt > (limit_ms - 0.005) * 1000 for s in a.evidence)  # every piece of evidence spiked
+    # the metric is the last firing's srtt; the severity rose at the sample 200 ms above the baseline
+    srtts = [r.srtt for r in fed(recs, a, ("siftr_sample",)) if r.srtt]
+    assert a.severity == "critical" and max(srtts) > (baseline_ms + 200) * 1000
+    assert a.metric is not None and a.metric > (limit_ms - 0.005) * 1000
     assert_says_it_ran_on_sampled_data(recs, a, ("siftr_sample",))
 
 

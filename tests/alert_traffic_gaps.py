@@ -171,7 +171,7 @@ def inject_out_of_window(port: int, rounds: int, bad: int, overwindow: int = 0) 
         conn.recv(10)
         conn.sendall(b"r" * 10)
         cli.recv(10)
-    time.sleep(1.5)  # the periodic flow_counters report (every second) has the ping-pong
+    time.sleep(3.0)  # a periodic flow_counters report (every second; later on a busy host) has the ping-pong
     conn.setsockopt(socket.IPPROTO_TCP, TCP_REPAIR, 1)
     rcv_nxt, snd_nxt = queue_seq(conn, TCP_RECV_QUEUE), queue_seq(conn, TCP_SEND_QUEUE)
     _, _, _, rcv_wnd, rcv_wup = struct.unpack("5I", conn.getsockopt(socket.IPPROTO_TCP, TCP_REPAIR_WINDOW, 20))

@@ -118,10 +118,20 @@ def recorded(lab, tmp_path_factory):
 def test_time_wait_sockets_toward_one_destination_past_half_the_narrowed_port_range_raise_k10(recorded):
     recs, alerts, did, _ = recorded
     entered = [r for r in recs if r.kind == "tcp_state" and r.state == "TIME_WAIT" and r.dport == traffic.TW_PORT]
-    # all 280 as a rule; under load, loopback can deliver a peer's late ACK on another CPU
-    # after a client entered TIME_WAIT, and the RST exchange that follows may cost one
+    # all 280 as a rule. Under load, loopback may deliver segments out of order across
+    # CPUs (a late ACK to a client already in TIME_WAIT draws a listener RST, seen): a
+    # client reset before its TIME_WAIT closes without one. Every connection is accounted for.
+    clients = {r.sock_cookie: r for r in recs if r.kind == "tcp_state" and r.dport == traffic.TW_PORT
+               and (r.prev_state, r.state) == ("SYN_SENT", "ESTABLISHED")}  # fmt: skip
+    reset = {r.sock_cookie for r in recs if r.kind == "tcp_reset" and r.sender == "peer" and r.sock_cookie in clients}
+    waited = {r.sock_cookie for r in entered}
     n = len(entered)
-    assert traffic.TW_CONNECTS - 10 <= n <= traffic.TW_CONNECTS and all(r.inferred for r in entered)
+    assert len(clients) == traffic.TW_CONNECTS and all(r.inferred for r in entered)
+    assert waited | reset == set(clients), [
+        [(r.kind, getattr(r, "prev_state", None), getattr(r, "state", None)) for r in recs if r.sock_cookie == c]
+        for c in set(clients) - waited - reset
+    ][:3]
+    assert n > 250  # the alert needs more than half of the range
     [a] = pick(alerts, "K10", "time-wait")  # not for TW_CLEAN_PORT: its 150 stay under 250
     assert (a.severity, a.src, a.sport, a.dst, a.dport, a.proto) == ("warning", None, None, "127.0.0.1", 7210, "tcp")
     assert (a.thresholds["ephemeral_ports"], a.thresholds["time_wait_share"]) == (500, 0.5)  # read inside B
@@ -130,7 +140,7 @@ def test_time_wait_sockets_toward_one_destination_past_half_the_narrowed_port_ra
     assert f"{n} connections to 127.0.0.1:7210 entered TIME_WAIT" in a.message
     assert "more than 50% of the 500-port ephemeral range" in a.message
     clean = [r for r in recs if r.kind == "tcp_state" and r.state == "TIME_WAIT" and r.dport == traffic.TW_CLEAN_PORT]
-    assert traffic.TW_CLEAN_CONNECTS - 20 <= len(clean) <= traffic.TW_CLEAN_CONNECTS
+    assert 0 < len(clean) <= traffic.TW_CLEAN_CONNECTS < 250
 
 
 def test_a_process_whose_close_wait_count_keeps_growing_raises_k10_growth_and_a_level_one_does_not(recorded):
@@ -228,6 +238,7 @@ def test_out_of_window_segments_over_one_percent_of_a_flows_segments_raise_a_k12
         # periodic report may fall between two drops; packets_in counts dropped segments too)
         last = recs.index(drops[-1])
         counters = [r for r in recs[:last] if r.kind == "flow_counters" and (r.sport, r.dport) == (port, client)]
+        assert counters, "no flow_counters report came before the drops (the traffic waits 3 s for one)"
         received = counters[-1].packets_in
         assert received > 100  # the ping-pong: 150 requests and the handshake's ACK
         [a] = pick(alerts, "K12", "tcp_invalid_sequence", dport=port)

@@ -34,6 +34,19 @@ pytestmark = KERNEL_ALERTS
 
 PPL = 3
 MIN_WINDOW_SAMPLES = 16  # collector/analysis/rules/base.py Sampling: a window counts from 16 samples
+# The thresholds the scenarios are built around, pinned (an explicit --rules file also keeps
+# $NETTRAIL_RULES out): the blackout's first sampled RTO and the samples after it are at
+# least 1.6 s apart (K6 hold 1 s); the sampled ping-pong seeds K7's baseline (40 pings give
+# over 16 samples at ppl 3) and the queue holds for more than 5 samples over half a second.
+RULES_TOML = """
+[K6]
+hold_s = 1.0
+min_segments = 2
+[K7]
+seed_samples = 16
+consecutive = 5
+min_hold_s = 0.5
+"""
 NFT_TABLE = f"""
 table inet {TABLE} {{
   set blackout {{ type inet_service; }}
@@ -55,10 +68,13 @@ def netns():
 def recorded(netns, tmp_path_factory) -> tuple[list[Record], list[Alert], dict[str, Any]]:
     """(the collector's records in its output order, the final alert versions, the traffic's facts)."""
     name, inode = netns
-    out = tmp_path_factory.mktemp("sampled") / "out.jsonl"
+    tmp = tmp_path_factory.mktemp("sampled")
+    rules, out = tmp / "rules.toml", tmp / "out.jsonl"
+    rules.write_text(RULES_TOML)
     col = Collector(
         "--providers", "tcp,siftr", "--ppl", str(PPL), "--filter", f"netns={inode}", "--alerts",
-        "--flow-interval", "0.5", "--out", str(out), "--ringbuf-size", str(1 << 24), "--no-stack-counters",
+        "--rules", str(rules), "--flow-interval", "0.5", "--out", str(out), "--ringbuf-size", str(1 << 24),
+        "--no-stack-counters",
     )  # fmt: skip
     try:
         col.wait_attached(timeout=120)
@@ -141,6 +157,7 @@ def test_a_blackout_raises_k6_on_sampled_data_and_says_at_which_ratio(recorded):
     recs, alerts, _ = recorded
     [a] = pick(alerts, "K6", "collapse", dport=BLACKOUT_PORT)
     assert (a.severity, a.src, a.dst, a.comm) == ("warning", "127.0.0.1", "127.0.0.1", "python")
+    assert (a.thresholds["hold_s"], a.thresholds["min_segments"]) == (1.0, 2)
     peak = float(re.search(r"collapsed to \d+ segments? from a peak of (\d+)", a.message).group(1))
     assert a.metric is not None and (a.metric <= 2 or a.metric <= 0.1 * peak)
     timeouts = [r for r in recs if r.kind == "tcp_cong_state" and r.conn_uuid == a.conn_uuid and r.ca_state == "Loss"]
@@ -156,6 +173,7 @@ def test_queueing_behind_a_token_bucket_raises_k7_on_sampled_data_and_says_at_wh
     limit_ms = float(re.search(r"over the limit of ([0-9.]+) ms", a.message).group(1))
     baseline_ms = float(re.search(r"against the baseline of ([0-9.]+) ms", a.message).group(1))
     assert baseline_ms < 5  # seeded from the sampled ping-pong: loopback round trips
+    assert (a.thresholds["seed_samples"], a.thresholds["consecutive"]) == (16, 5)
     by_seq = {r.seq: r for r in recs}
     assert all(by_seq[s].srtt > (limit_ms - 0.005) * 1000 for s in a.evidence)  # every piece of evidence spiked
     # the metric is the last firing's srtt; the severity rose at the sample 200 ms above the baseline

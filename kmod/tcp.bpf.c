@@ -114,11 +114,14 @@ struct {
  * only while no owner changed anywhere. */
 __u64 owner_epoch = 0;
 
-/* Per CPU: the last TCP socket (by address) a send/recv found its caller owning, and
- * owner_epoch then. The same thread on the same socket with nothing changed since is
- * the steady state of every busy connection; the hint answers it without the hash
- * lookup, whose cache misses (after each bulk copy to or from user space) made the
- * receive hook one of the dearest of all. */
+/* Per CPU, in slots by socket address: the last TCP socket of that slot a send/recv
+ * found its caller owning, and owner_epoch then. The same thread on the same socket
+ * with nothing changed since is the steady state of every busy connection; the hint
+ * answers it without the hash lookup, whose cache misses (after each bulk copy to or
+ * from user space) made the receive hook one of the dearest of all. Slots, not one
+ * entry: both ends of a loopback connection often share a CPU and would evict each
+ * other's hint on every call. */
+#define NT_OWNER_HINTS 64
 struct nt_owner_hint {
 	__u64 sk;
 	__u64 pid_tgid;
@@ -127,7 +130,7 @@ struct nt_owner_hint {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, NT_OWNER_HINTS);
 	__type(key, __u32);
 	__type(value, struct nt_owner_hint);
 } owner_hints SEC(".maps");
@@ -1447,8 +1450,8 @@ static __always_inline __u64 ptr_value(const void *p);
 static __always_inline void user_call(const struct sock *sk, int ret, int flags, __u8 req, __u8 oob_req, void *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid(), skv = ptr_value(sk), epoch = owner_epoch;
-	__u32 zero = 0;
-	struct nt_owner_hint *hint = bpf_map_lookup_elem(&owner_hints, &zero);
+	__u32 slot = (skv >> 10) % NT_OWNER_HINTS; /* struct sock is over 1 KiB: the low bits say little */
+	struct nt_owner_hint *hint = bpf_map_lookup_elem(&owner_hints, &slot);
 	struct nt_owner cur = {};
 	__u16 proto;
 	bool task;

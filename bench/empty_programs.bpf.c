@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: GPL-2.0
+/* empty_programs.bpf.c: one empty tp_btf program on each tracepoint nettrail's busy
+ * programs use. bench/bench_collect.py attaches them next to a collector: what they
+ * cost per run under bpf_stats, at the same hooks in the same transfer, is the floor
+ * (the statistics' clock reads, the tracepoint dispatch, cold caches) to set nettrail's
+ * own per-run cost against. Names: e_ + the tracepoint (the kernel keeps 15 characters). */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+char LICENSE[] SEC("license") = "GPL";
+
+SEC("tp_btf/tcp_probe") int e_tcp_probe(void *ctx) { return 0; }
+SEC("tp_btf/net_dev_queue") int e_net_dev_queue(void *ctx) { return 0; }
+SEC("tp_btf/netif_receive_skb") int e_netif_receive_skb(void *ctx) { return 0; }
+SEC("tp_btf/sock_send_length") int e_sock_send_length(void *ctx) { return 0; }
+SEC("tp_btf/sock_recv_length") int e_sock_recv_length(void *ctx) { return 0; }
+SEC("tp_btf/inet_sock_set_state") int e_inet_sock_set_state(void *ctx) { return 0; }
+SEC("tp_btf/kfree_skb") int e_kfree_skb(void *ctx) { return 0; }

@@ -242,7 +242,7 @@ struct {
 static __always_inline bool in_task(void *ctx)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
-	__u64 base = (__u64)BPF_CORE_READ(t, stack);
+	__u64 base = (__u64)t->stack; /* direct loads: current is a trusted BTF pointer */
 	void *args = ctx;
 	__u64 here = 0;
 	char comm[10];
@@ -251,10 +251,10 @@ static __always_inline bool in_task(void *ctx)
 	bpf_probe_read_kernel(&here, sizeof(here), &args);
 	if (here - base >= NT_THREAD_SIZE)
 		return false;
-	if (!(BPF_CORE_READ(t, flags) & PF_KTHREAD)) {
+	if (!(t->flags & PF_KTHREAD)) {
 		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
 
-		return regs && (long)BPF_CORE_READ(regs, orig_ax) >= 0;
+		return regs && (long)regs->orig_ax >= 0;
 	}
 	bpf_get_current_comm(comm, sizeof(comm));
 	return !(comm[0] == 'k' && comm[1] == 's' && comm[2] == 'o' && comm[3] == 'f' && comm[4] == 't' &&
@@ -395,13 +395,16 @@ static __always_inline void attribute(struct nt_header *h, __u16 type, __u8 how)
 	if (h->cookie)
 		o = bpf_map_lookup_elem(&owners, &h->cookie);
 	if (how & NT_HOOK_TASK) {
-		owner_from_current(&cur);
-		if ((how & NT_HOOK_USER) && ((how & NT_HOOK_CALL) || !o || o->tgid == cur.tgid)) {
-			copy_owner(h, &cur, NT_ATTR_CURRENT);
-			owner_note(h->cookie, &cur);
-			return;
-		}
-		if (!o) {
+		/* current's identity only where it is used: four helper calls per event otherwise */
+		if (how & NT_HOOK_USER) {
+			owner_from_current(&cur);
+			if ((how & NT_HOOK_CALL) || !o || o->tgid == cur.tgid) {
+				copy_owner(h, &cur, NT_ATTR_CURRENT);
+				owner_note(h->cookie, &cur);
+				return;
+			}
+		} else if (!o) {
+			owner_from_current(&cur);
 			copy_owner(h, &cur, NT_ATTR_CURRENT); /* best guess; not recorded as the owner */
 			return;
 		}

@@ -180,7 +180,9 @@ def check_attribution(run: Run) -> None:
     for cookie in run.lossy:  # both ends retransmitted from their timer, in softirq
         rto = [r for r in ours if r.kind == "tcp_retransmit" and r.sock_cookie == cookie and r.retrans_kind == "rto"]  # type: ignore[attr-defined]
         assert len(rto) >= 2, (cookie, rto)
-        assert {r.ctx for r in rto} == {"softirq"}
+        # A timer that expires while the owner holds the socket lock is deferred to its
+        # release_sock(), in the owner's own system call: task context, rarely.
+        assert "softirq" in {r.ctx for r in rto}, rto
         loss = [r for r in ours if r.kind == "tcp_cong_state" and r.sock_cookie == cookie and r.ca_state == "Loss"]  # type: ignore[attr-defined]
         assert loss
     # The peer's FIN and RST are processed where the kernel happens to run them (on

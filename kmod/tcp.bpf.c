@@ -1243,7 +1243,8 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 	__builtin_memset(e->ip._pad, 0, sizeof(e->ip._pad));
 	if (ver != 6 || bpf_probe_read_kernel(e->ip.ext, sizeof(e->ip.ext), nh + sizeof(ip6)))
 		__builtin_memset(e->ip.ext, 0, sizeof(e->ip.ext));
-	BPF_CORE_READ_STR_INTO(&e->ip.if_name, skb, dev, name);
+	/* IFNAMSIZ bytes by direct loads: the kernel keeps the name NUL-padded */
+	__builtin_memcpy(e->ip.if_name, skb->dev->name, sizeof(e->ip.if_name));
 	submit(e);
 }
 

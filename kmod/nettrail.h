@@ -307,7 +307,8 @@ struct nt_ip_flow {
 	__u64 bytes;    /* IP bytes: from the network header to the end of the skb */
 	__u64 samples;  /* ip records emitted for this entry (cfg.ip_sample) */
 	__u64 first_ns; /* creation: a new value here means the entry was evicted and recreated */
-	__u64 last_ns;
+	__u64 last_ns;  /* first_ns + whole jiffies since: the last packet to a jiffy (no clock read per packet) */
+	__u64 first_jiffies;
 };
 
 /* ---- udp provider -------------------------------------------------------- */

@@ -285,3 +285,25 @@ def test_tcp_over_ipv6_counts_match_the_full_mode_and_tcpdump_big_tcp_included()
     assert data_in.bytes - len(payload) > 0 and data_out.bytes - len(payload) > 0
     assert data_in.packets >= data_out.packets  # BIG TCP skbs (where the kernel sends them) split after the hook
     assert not cap.of("loss_report")
+
+
+def test_an_entrys_times_span_its_first_to_its_last_packet_to_a_jiffy() -> None:
+    """start_ts_ns is the first packet's exact kernel time, end_ts_ns the last packet's to
+    a jiffy (the kernel adds whole jiffies, not a clock read, per packet)."""
+    rx, tx, port = udp_pair()
+    try:
+        with ip_tracing(("ip-flows",), port) as cap:
+            before = time.monotonic_ns()  # CLOCK_MONOTONIC, the kernel's ktime
+            exchange(rx, tx, [5], [])
+            time.sleep(0.5)
+            exchange(rx, tx, [5], [])
+            after = time.monotonic_ns()
+            flows = final_counters(cap)
+    finally:
+        rx.close()
+        tx.close()
+    jiffy = 10_000_000  # at most 10 ms (CONFIG_HZ >= 100)
+    [send] = [f for f in flows if f.direction == "send"]
+    assert send.packets == 2
+    assert before <= send.start_ts_ns <= after - 500_000_000
+    assert 500_000_000 - jiffy <= send.end_ts_ns - send.start_ts_ns <= after - before + jiffy

@@ -315,7 +315,7 @@ IP_FLOW_KEY: Fields = [
     ("saddr", f"V{ADDR_LEN}"),
     ("daddr", f"V{ADDR_LEN}"),
 ]
-IP_FLOW: Fields = [(name, "<u8") for name in ("packets", "bytes", "samples", "first_ns", "last_ns")]
+IP_FLOW: Fields = [(name, "<u8") for name in ("packets", "bytes", "samples", "first_ns", "last_ns", "first_jiffies")]
 
 # C struct name -> fields, for the layout test (nested snapshot checked through its parents).
 STRUCTS: dict[str, Fields] = {

@@ -198,8 +198,10 @@ def keepalive(port: int = 8000, seconds: float = 4.0) -> None:
 
 
 def queueing(port: int = 7200, pings: int = 40, seconds: float = 2.0) -> None:
-    """Ping-pong first (a low srtt baseline), then a bulk send through a 8 Mbit/s token
-    bucket on lo (tc tbf, not netem): the queue it builds raises the srtt far above it."""
+    """Ping-pong first (a low srtt baseline), then a bulk send through a 4 Mbit/s token
+    bucket on lo (tc tbf, not netem): the queue it builds raises the srtt far above it
+    (200 ms of queue is 100 KB at this rate, well inside the 2 s; at 8 Mbit/s a CI run
+    once peaked at 114 ms)."""
     srv = listener(port)
     cli = socket.create_connection((HOST, port))
     cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -210,7 +212,7 @@ def queueing(port: int = 7200, pings: int = 40, seconds: float = 2.0) -> None:
         conn.recv(16)
         conn.sendall(b"q")
         cli.recv(16)
-    subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "8mbit", "burst", "256kb",
+    subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "4mbit", "burst", "256kb",
                     "latency", "400ms"], check=True)  # fmt: skip
     try:
         stop = threading.Event()

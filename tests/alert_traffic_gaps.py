@@ -28,7 +28,11 @@ import threading
 import time
 from collections.abc import Callable
 
+from tests.packets import checksum, pseudo_header
+
 HOST = "127.0.0.1"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SELF = [sys.executable, "-m", "tests.alert_traffic_gaps"]  # from ROOT: it imports tests.packets
 ADDR_A, ADDR_B, SPOOFED_A = "10.205.0.1", "10.205.0.2", "10.205.0.3"
 TW_PORT, TW_CLEAN_PORT, TW_CONNECTS, TW_CLEAN_CONNECTS = 7210, 7211, 280, 150
 LEAK_PORT, STEADY_PORT = 7220, 7221
@@ -47,19 +51,6 @@ def listener(host: str, port: int, backlog: int = 256) -> socket.socket:
     s.bind((host, port))
     s.listen(backlog)
     return s
-
-
-def checksum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
-
-
-def pseudo(src: str, dst: str, proto: int, length: int) -> bytes:
-    return socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!BBH", 0, proto, length)
 
 
 # --- K10 -------------------------------------------------------------------------------
@@ -94,8 +85,7 @@ def time_wait(port: int, connects: int) -> None:
 
 def close_wait_children(seconds: float) -> list[subprocess.Popen[bytes]]:
     """Two processes: one leaks a CLOSE_WAIT socket every 0.4 s, one holds three, level."""
-    script = os.path.abspath(__file__)
-    return [subprocess.Popen([sys.executable, script, which, str(seconds)]) for which in ("leak", "steady")]
+    return [subprocess.Popen([*SELF, which, str(seconds)], cwd=ROOT) for which in ("leak", "steady")]
 
 
 def hold_close_waits(port: int, count: int, every: float, seconds: float) -> None:
@@ -183,7 +173,7 @@ def inject_out_of_window(port: int, rounds: int, bad: int, overwindow: int = 0) 
     for seq in seqs:
         seq &= 0xFFFFFFFF
         header = struct.pack("!HHIIBBHHH", cport, port, seq, snd_nxt, 5 << 4, 0x10, 65535, 0, 0)
-        csum = checksum(pseudo(HOST, HOST, socket.IPPROTO_TCP, len(header) + len(payload)) + header + payload)
+        csum = checksum(pseudo_header(HOST, HOST, socket.IPPROTO_TCP, len(header) + len(payload)) + header + payload)
         raw.sendto(header[:16] + struct.pack("!H", csum) + header[18:] + payload, (HOST, 0))
         time.sleep(0.02)
     raw.close()
@@ -200,7 +190,7 @@ def inject_out_of_window(port: int, rounds: int, bad: int, overwindow: int = 0) 
 def udp_datagram(src: str, dst: str, sport: int, dport: int, payload: bytes, good: bool) -> bytes:
     length = 8 + len(payload)
     udp = struct.pack("!HHHH", sport, dport, length, 0)
-    csum = checksum(pseudo(src, dst, socket.IPPROTO_UDP, length) + udp + payload) or 0xFFFF
+    csum = checksum(pseudo_header(src, dst, socket.IPPROTO_UDP, length) + udp + payload) or 0xFFFF
     if not good:
         csum = csum ^ 0x5A5A or 1  # wrong, and never 0 (0 means "no checksum" in IPv4)
     udp = udp[:6] + struct.pack("!H", csum)
@@ -223,8 +213,7 @@ def bad_checksums(ns_a: str) -> dict[str, object]:
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     rx.bind((ADDR_B, CSUM_PORT))
     rx.settimeout(0.5)
-    subprocess.run(["ip", "netns", "exec", ns_a, sys.executable, os.path.abspath(__file__), "csum"],
-                   check=True, timeout=30)  # fmt: skip
+    subprocess.run(["ip", "netns", "exec", ns_a, *SELF, "csum"], check=True, timeout=30, cwd=ROOT)
     received = 0
     for _ in range(CSUM_BAD + CSUM_GOOD + CSUM_SPOOFED_BAD):
         try:

@@ -26,9 +26,14 @@ def ipv4(proto: int, src: str, dst: str, body: bytes) -> bytes:
     return head[:10] + struct.pack("!H", checksum(head)) + head[12:] + body
 
 
+def pseudo_header(src: str, dst: str, proto: int, length: int) -> bytes:
+    """The IPv4 pseudo-header TCP and UDP checksums cover (RFC 793, 768)."""
+    return socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!BBH", 0, proto, length)
+
+
 def _with_l4_checksum(proto: int, src: str, dst: str, seg: bytes, at: int) -> bytes:
-    pseudo = socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!BBH", 0, proto, len(seg))
-    return seg[:at] + struct.pack("!H", checksum(pseudo + seg)) + seg[at + 2 :]
+    csum = checksum(pseudo_header(src, dst, proto, len(seg)) + seg)
+    return seg[:at] + struct.pack("!H", csum) + seg[at + 2 :]
 
 
 def udp(src: str, sport: int, dst: str, dport: int, payload: bytes) -> bytes:

@@ -100,7 +100,7 @@ def recorded(lab, tmp_path_factory):
         col.wait_attached(timeout=120)
         time.sleep(1.0)  # heartbeat sweeps before the traffic: the engine's clock runs
         run = subprocess.run(
-            ["ip", "netns", "exec", b, sys.executable, str(ROOT / "tests" / "alert_traffic_gaps.py"), "run", a],
+            ["ip", "netns", "exec", b, sys.executable, "-m", "tests.alert_traffic_gaps", "run", a],
             capture_output=True, text=True, timeout=90, cwd=ROOT,
         )  # fmt: skip
         assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr

@@ -15,6 +15,7 @@ import functools
 import ipaddress
 import itertools
 import os
+import time
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ Translator = Callable[[Raw, "KernelEnv"], list[KernelRecord]]
 
 AF_INET, AF_INET6 = 2, 10
 CTX = {0: "unknown", 1: "task", 2: "softirq"}
+_CTX_BY_VALUE = tuple(CTX.get(x, "unknown") for x in range(256))  # ctx is a u8: a list index per event
 ATTRIBUTION = {1: "current", 2: "owner-map"}
 CA_STATE_NAMES = ("Open", "Disorder", "CWR", "Recovery", "Loss")
 FREEBSD_STATE_NUMBER = {name: i for i, name in enumerate(TCP_STATES)}
@@ -174,6 +176,24 @@ def _product_error(a: Any, p: Any) -> Any:
     return ((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
 
 
+def event_columns(
+    a: Any, env: KernelEnv, provider: str, probe: str | list[str], hook: str | list[str]
+) -> dict[str, Any]:
+    """The envelope fields that vary per event (time, CPU, context) or not at all."""
+    return {
+        "host_id": env.host_id,
+        "boot_id": env.boot_id,
+        "seq": 0,
+        "ts_ns": a["ts_ns"].tolist(),
+        "ts_wall": wall_column(a["ts_ns"], env.wall_offset),
+        "provider": provider,
+        "probe": probe,
+        "hook": hook,
+        "cpu": a["cpu"].tolist(),
+        "ctx": list(map(_CTX_BY_VALUE.__getitem__, a["ctx"].tolist())),
+    }
+
+
 def envelope_columns(
     a: Any, env: KernelEnv, provider: str, probe: str | list[str], hook: str | list[str]
 ) -> dict[str, Any]:
@@ -181,23 +201,13 @@ def envelope_columns(
     owners = [ATTRIBUTION.get(x) for x in a["attribution"].tolist()]
     family = a["family"].tolist()
     cookies = a["cookie"].tolist()
-    off = env.wall_offset
 
     def owned(name: str) -> list[Any]:
         return [v if how else None for v, how in zip(a[name].tolist(), owners, strict=True)]
 
     return {
-        "host_id": env.host_id,
-        "boot_id": env.boot_id,
-        "seq": 0,
-        "ts_ns": a["ts_ns"].tolist(),
-        "ts_wall": wall_column(a["ts_ns"], off),
-        "provider": provider,
-        "probe": probe,
-        "hook": hook,
-        "cpu": a["cpu"].tolist(),
+        **event_columns(a, env, provider, probe, hook),
         "netns": [x or None for x in a["netns"].tolist()],
-        "ctx": [CTX.get(x, "unknown") for x in a["ctx"].tolist()],
         "conn_uuid": [env.conn_uuid(c) for c in cookies],
         "sock_cookie": [c or None for c in cookies],
         "pid": owned("pid"),
@@ -248,24 +258,7 @@ def envelope_columns_grouped(
 ) -> tuple[dict[str, Any], Groups]:
     """envelope_columns() split in two: the per-event columns and the per-connection groups
     (for rows_in_wire_order's `groups`); the same records, less work per event."""
-    groups = connection_groups(a, env)
-    off = env.wall_offset
-    columns = {
-        "host_id": env.host_id,
-        "boot_id": env.boot_id,
-        "seq": 0,
-        "ts_ns": a["ts_ns"].tolist(),
-        "ts_wall": wall_column(a["ts_ns"], off),
-        "provider": provider,
-        "probe": probe,
-        "hook": hook,
-        "cpu": a["cpu"].tolist(),
-        "ctx": list(map(_CTX_BY_VALUE.__getitem__, a["ctx"].tolist())),
-    }
-    return columns, groups
-
-
-_CTX_BY_VALUE = tuple(CTX.get(x, "unknown") for x in range(256))
+    return event_columns(a, env, provider, probe, hook), connection_groups(a, env)
 
 
 def row_by_row(a: Any, env: KernelEnv, translate: Translator) -> list[KernelRecord]:
@@ -351,6 +344,23 @@ def state_name(linux_state: int) -> str | None:
 
 def ca_state_name(value: int) -> str | None:
     return CA_STATE_NAMES[value] if 0 <= value < len(CA_STATE_NAMES) else None
+
+
+def collector_envelope(
+    env: KernelEnv, probe: str, hook: str, provider: str = "nettrail", ts_ns: int | None = None
+) -> dict[str, Any]:
+    """The envelope of a record the collector makes itself (status, stats, sampling, loss,
+    stack counters): stamped now (or at ts_ns, kernel monotonic time), about no socket."""
+    return {
+        "host_id": env.host_id,
+        "boot_id": env.boot_id,
+        "seq": 0,
+        "ts_ns": time.monotonic_ns() if ts_ns is None else ts_ns,
+        "ts_wall": round(time.time(), 6),
+        "provider": provider,
+        "probe": probe,
+        "hook": hook,
+    }
 
 
 def envelope(raw: Raw, env: KernelEnv, provider: str, probe: str, hook: str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
-from translators.kernel import KernelEnv, KernelRecord, as_struct
+from translators.kernel import KernelEnv, KernelRecord, as_struct, collector_envelope
 from translators.records import LossReport, Record, StackCounter
 
 from . import engine
@@ -103,21 +103,16 @@ class StackCounters:
         self.next = time.monotonic() + self.interval_s
         now = self._selected()
         out: list[KernelRecord] = []
-        ts_ns, wall = time.monotonic_ns(), round(time.time(), 6)
+        ts_ns = time.monotonic_ns()  # one read stamps the whole batch
         for (group, name), value in now.items():
             delta = value - self.seen.get((group, name), value)
             if delta <= 0:
                 continue
             out.append(
                 StackCounter(
-                    host_id=env.host_id,
-                    boot_id=env.boot_id,
-                    seq=0,
-                    ts_ns=ts_ns,
-                    ts_wall=wall,
-                    provider="linux",
-                    probe="stack-counter",
-                    hook=f"/proc/net/{'snmp' if group == 'Tcp' else 'netstat'}",
+                    **collector_envelope(
+                        env, "stack-counter", f"/proc/net/{'snmp' if group == 'Tcp' else 'netstat'}", "linux", ts_ns
+                    ),
                     netns=self.netns,
                     mib=group,
                     counter=name,
@@ -166,9 +161,7 @@ class Extras:
 
     def spool_loss(self, lost: int, total: int) -> LossReport:
         return LossReport(
-            host_id=self.env.host_id, boot_id=self.env.boot_id, seq=0, ts_ns=time.monotonic_ns(),
-            ts_wall=round(time.time(), 6), provider="nettrail", probe="loss", hook="sink/spool",
-            event_type="spool", lost=lost, lost_total=total,
+            **collector_envelope(self.env, "loss", "sink/spool"), event_type="spool", lost=lost, lost_total=total,
         )  # fmt: skip
 
 

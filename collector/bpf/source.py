@@ -23,7 +23,7 @@ from collector.bpf import layout
 from collector.bpf.loader import KernelSession
 from translators import kernel
 from translators.ip_flows import translate_ip_flow
-from translators.kernel import KernelEnv, KernelRecord, Raw
+from translators.kernel import KernelEnv, KernelRecord, Raw, collector_envelope
 from translators.records import LossReport
 from translators.registry import KERNEL_BATCH_TRANSLATORS, KERNEL_TRANSLATORS, PACKET_KINDS
 from translators.siftr import translate_flow
@@ -307,14 +307,7 @@ class KernelSource:
 
     def _ip_flow_loss(self, what: str, lost: int, total: int, created: int | None, now: int) -> LossReport:
         return LossReport(
-            host_id=self.env.host_id,
-            boot_id=self.env.boot_id,
-            seq=0,
-            ts_ns=now,
-            ts_wall=round(time.time(), 6),
-            provider="nettrail",
-            probe="evicted",
-            hook="map/ip_flows",
+            **collector_envelope(self.env, "evicted", "map/ip_flows", ts_ns=now),
             event_type=what,
             lost=lost,
             lost_total=total,
@@ -331,14 +324,7 @@ class KernelSource:
             name = layout.EVENT_NAMES.get(t, f"type {t}")
             out.append(
                 LossReport(
-                    host_id=self.env.host_id,
-                    boot_id=self.env.boot_id,
-                    seq=0,
-                    ts_ns=time.monotonic_ns(),
-                    ts_wall=round(time.time(), 6),
-                    provider="nettrail",
-                    probe="loss",
-                    hook="map/counters",
+                    **collector_envelope(self.env, "loss", "map/counters"),
                     event_type=name,
                     lost=int(lost[t] - self.lost_seen[t]),
                     lost_total=int(lost[t]),

@@ -12,12 +12,11 @@ collector/bpf/loader.PROGRAMS, collector/analysis/rules/ and docs/alerts.md.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from collector.health import process_comm
-from translators.kernel import KernelEnv
+from translators.kernel import KernelEnv, collector_envelope
 from translators.records import CollectorStatus
 
 TCP = frozenset({"tcp"})
@@ -180,8 +179,7 @@ def collector_status(
     unavailable, degraded = assess(have)
     pid = os.getpid()
     return CollectorStatus(
-        host_id=env.host_id, boot_id=env.boot_id, seq=0, ts_ns=time.monotonic_ns(), ts_wall=round(time.time(), 6),
-        provider="nettrail", probe="status", hook="collector/start", pid=pid, tgid=pid, comm=process_comm(),
+        **collector_envelope(env, "status", "collector/start"), pid=pid, tgid=pid, comm=process_comm(),
         providers=chosen, attached=dict(program_ids), absent=list(absent), failed=dict(failed),
         missing_drop_reasons=[r for r in WATCHED_DROP_REASONS if r not in reasons],
         rules_unavailable=unavailable, rules_degraded=degraded, kernel_release=os.uname().release,

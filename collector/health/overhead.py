@@ -20,7 +20,7 @@ import numpy as np
 
 from collector.bpf import layout
 from collector.health import process_comm
-from translators.kernel import KernelEnv, KernelRecord
+from translators.kernel import KernelEnv, KernelRecord, collector_envelope
 from translators.records import CollectorStats
 
 DEFAULT_INTERVAL_S = 10.0
@@ -69,8 +69,7 @@ class OverheadMeter:
         by_type = {layout.EVENT_NAMES.get(t, f"type {t}"): int(moved[t]) for t in np.flatnonzero(moved).tolist()}
         total = int(moved.sum())
         rec = CollectorStats(
-            host_id=env.host_id, boot_id=env.boot_id, seq=0, ts_ns=time.monotonic_ns(), ts_wall=round(time.time(), 6),
-            provider="nettrail", probe="stats", hook="collector/getrusage", pid=self.pid, tgid=self.pid,
+            **collector_envelope(env, "stats", "collector/getrusage"), pid=self.pid, tgid=self.pid,
             comm=self.comm, interval_s=round(wall, 6), cpu_time_s=round(used, 6), cpu_total_s=round(cpu, 6),
             cpu_percent=round(100.0 * used / wall, 3), events=total, events_per_s=round(total / wall, 3),
             records=self.records, events_by_type=by_type, rss_bytes=rss_bytes(),

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from translators.kernel import KernelEnv, KernelRecord
+from translators.kernel import KernelEnv, KernelRecord, collector_envelope
 from translators.records import SamplingReport
 
 MAX_FLOWS = 200_000  # per-flow totals kept; beyond, the oldest half is forgotten (one window's delta is lost)
@@ -98,14 +98,7 @@ class SamplingMeter:
                 continue
             out.append(
                 SamplingReport(
-                    host_id=env.host_id,
-                    boot_id=env.boot_id,
-                    seq=0,
-                    ts_ns=time.monotonic_ns(),
-                    ts_wall=round(time.time(), 6),
-                    provider="nettrail",
-                    probe="sampling",
-                    hook="collector/sampling",
+                    **collector_envelope(env, "sampling", "collector/sampling"),
                     event_type=event_type,
                     setting=setting,
                     window_s=round(window, 6),

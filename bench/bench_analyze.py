@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -28,7 +27,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "benchmarks.md"
+sys.path.insert(0, str(ROOT / "bench"))
+from doc_section import DOC, write_section  # noqa: E402
+
 SECTION = "## Capture analysis"
 SCAPY_PREFIX = 20_000
 
@@ -125,15 +126,13 @@ def measure(path: Path, rounds: int, total: int) -> dict[str, tuple[float, int, 
     return best
 
 
-def report(packets: int, size: int, best: dict[str, tuple[float, int, float]]) -> str:
+def report(packets: int, size: int, best: dict[str, tuple[float, int, float]]) -> list[str]:
     nt_wall, nt_rss, nt_cpu = best["nettrail"]
     ts_wall, ts_rss, ts_cpu = best["tshark"]
     sc_wall, sc_rss, sc_cpu = best["scapy"]
     load = os.getloadavg()[0]
     mib = 1 << 20
     lines = [
-        SECTION,
-        "",
         f"Measured {datetime.date.today().isoformat()} with `python bench/run.py analyze` on the 2-core development",
         f"machine (load average {load:.1f} at the end of the run, other engineers' tests running). Capture: {packets:,}",
         f"packets ({size / mib:.0f} MiB) of iperf3 traffic on a namespace loopback (4 streams, MTU 1500, offloads off),",
@@ -151,20 +150,12 @@ def report(packets: int, size: int, best: dict[str, tuple[float, int, float]]) -
         f"≥ 50x faster than the scapy loop (wall {verdict(sc_wall / nt_wall >= 50)}, CPU {verdict(sc_cpu / nt_cpu >= 50)}), "
         f"< 1 GB peak for 1M packets ({verdict(nt_rss < 1e9)}). The scapy figure is a linear extrapolation: the full loop",
         "would take minutes, so only its first packets are timed.",
-        "",
     ]  # fmt: skip
-    return "\n".join(lines)
+    return lines
 
 
 def verdict(ok: bool) -> str:
     return "met" if ok else "NOT met"
-
-
-def write_section(text: str) -> None:
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    doc = pattern.sub(text + "\n", doc) if pattern.search(doc) else doc.rstrip("\n") + "\n\n" + text
-    DOC.write_text(doc)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,10 +183,10 @@ def main(argv: list[str] | None = None) -> int:
             build_capture(path, args.packets)
         packets = count_packets(path)
         best = measure(path, args.rounds, packets)
-        text = report(packets, path.stat().st_size, best)
-    print(text)
+        body = report(packets, path.stat().st_size, best)
+    print("\n".join([SECTION, "", *body]))
     if not args.no_write:
-        write_section(text)
+        write_section(SECTION, body)
         print(f"written to {DOC.relative_to(ROOT)}")
     return 0
 

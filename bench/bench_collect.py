@@ -35,11 +35,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "bench"))
+from doc_section import DOC, write_section  # noqa: E402
+
 from collector.bpf.loader import Filters, KernelSession, Options  # noqa: E402
 from collector.bpf.source import KernelSource, wall_offset  # noqa: E402
 from translators.kernel import KernelEnv  # noqa: E402
 
-DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Kernel collector overhead"
 PORT = 52017
 # iperf3's client and server share one CPU, the tracer's user space gets the other: the
@@ -482,25 +484,9 @@ def ip_only(rounds: int, seconds: float, no_docs: bool) -> int:
     ]
     print("\n".join(body))
     if not no_docs:
-        write_doc(body, IP_SECTION)
+        write_section(IP_SECTION, body)
         print(f"\nwritten to {DOC.relative_to(ROOT)} ({IP_SECTION})")
     return 0
-
-
-def write_doc(body: list[str], title: str = SECTION) -> None:
-    text = (
-        DOC.read_text(encoding="utf-8")
-        if DOC.exists()
-        else "# Benchmarks\n\nEach section is owned by one benchmark in `bench/`.\n\n"
-    )
-    section = "\n".join([title, "", *body, ""])
-    if title in text:
-        head, rest = text.split(title, 1)
-        tail = rest.split("\n## ", 1)
-        text = head + section + ("\n## " + tail[1] if len(tail) > 1 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    DOC.write_text(text, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -564,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print("\n".join(body))
     if not args.no_docs:
-        write_doc(body)
+        write_section(SECTION, body)
         print(f"\nwritten to {DOC.relative_to(ROOT)} ({SECTION})")
     return 0
 

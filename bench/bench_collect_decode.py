@@ -31,13 +31,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_collect  # noqa: E402
+from doc_section import write_section  # noqa: E402
 
 from collector.bpf.loader import Filters, KernelSession, Options  # noqa: E402
 from collector.bpf.source import KernelSource, wall_offset  # noqa: E402
 from collector.sinks.file import FileSink  # noqa: E402
 from translators.kernel import KernelEnv  # noqa: E402
 
-DOC = bench_collect.DOC
 TRAFFIC_CPU = bench_collect.TRAFFIC_CPU
 SECTION = "## Collector decode rate"
 PORT = 52019  # not bench_collect's port: the two may run at the same time
@@ -226,21 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("\n".join(body))
     if not args.no_docs:
-        write_doc_section(body)
+        write_section(SECTION, body)
     return 0
-
-
-def write_doc_section(body: list[str]) -> None:
-    """Replace (or append) this benchmark's own section of docs/benchmarks.md."""
-    text = DOC.read_text(encoding="utf-8")
-    section = "\n".join([SECTION, "", *body, ""])
-    if SECTION in text:
-        head, rest = text.split(SECTION, 1)
-        tail = rest.split("\n## ", 1)
-        text = head + section + ("\n## " + tail[1] if len(tail) > 1 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    DOC.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":

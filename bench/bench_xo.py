@@ -29,13 +29,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import msgspec  # noqa: E402
+from doc_section import DOC, write_section  # noqa: E402
 
 from translators.records import SiftrSample, to_builtins  # noqa: E402
 from xo import parse_libxo, render_records  # noqa: E402
 
-DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## xo rendering"
 FULL = 1_000_000
 
@@ -175,32 +176,20 @@ def report(total: int, results: dict[str, tuple[float, int]]) -> list[str]:
     return lines
 
 
-def write_doc(lines: list[str], total: int, rounds: int) -> None:
-    body = [
+def write_doc(lines: list[str], rounds: int) -> None:
+    write_section(
         SECTION,
-        "",
-        f"`python bench/run.py xo` ({datetime.now(UTC):%Y-%m-%d}, {platform.python_implementation()} "
-        f"{platform.python_version()}, {os.cpu_count()} CPUs shared with other work; {rounds} interleaved rounds). "
-        "xo streams records from a generator into a counting sink through the per-kind jinja2 templates; "
-        "the peers build the same data with `msgspec.to_builtins` and serialise each record with `json.dumps` "
-        "or an `xml.etree` Element and `ET.tostring`. Peak RSS of the whole run: "
-        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB (records are never all in memory).",
-        "",
-        *lines,
-        "",
-    ]
-    text = (
-        DOC.read_text(encoding="utf-8")
-        if DOC.exists()
-        else "# Benchmarks\n\nEach section is owned by one benchmark in `bench/`.\n\n"
+        [
+            f"`python bench/run.py xo` ({datetime.now(UTC):%Y-%m-%d}, {platform.python_implementation()} "
+            f"{platform.python_version()}, {os.cpu_count()} CPUs shared with other work; {rounds} interleaved rounds). "
+            "xo streams records from a generator into a counting sink through the per-kind jinja2 templates; "
+            "the peers build the same data with `msgspec.to_builtins` and serialise each record with `json.dumps` "
+            "or an `xml.etree` Element and `ET.tostring`. Peak RSS of the whole run: "
+            f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB (records are never all in memory).",
+            "",
+            *lines,
+        ],
     )
-    if SECTION in text:
-        head, rest = text.split(SECTION, 1)
-        tail = rest.split("\n## ", 1)
-        text = head + "\n".join(body) + ("\n## " + tail[1] if len(tail) > 1 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + "\n".join(body)
-    DOC.write_text(text, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = report(total, results)
     print("\n".join(lines))
     if total >= FULL or args.write_docs:
-        write_doc(lines, total, args.rounds)
+        write_doc(lines, args.rounds)
         print(f"\nwritten to {DOC.relative_to(ROOT)} ({SECTION})")
     return 0
 

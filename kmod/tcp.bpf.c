@@ -117,8 +117,8 @@ __u64 owner_epoch = 0;
 /* Per CPU, in slots by socket address: the last TCP socket of that slot a send/recv
  * found its caller owning, and owner_epoch then. The same thread on the same socket
  * with nothing changed since is the steady state of every busy connection; the hint
- * answers it without the hash lookup, whose cache misses (after each bulk copy to or
- * from user space) made the receive hook one of the dearest of all. Slots, not one
+ * answers it without the owner-map lookup (a hash, its bucket and its element: cache
+ * misses after each bulk copy to or from user space). Slots, not one
  * entry: both ends of a loopback connection often share a CPU and would evict each
  * other's hint on every call. */
 #define NT_OWNER_HINTS 64

@@ -227,14 +227,15 @@ struct nt_siftr_body {
 	__u8 _pad_tail[3];
 };
 
-/* Map `flows` value and NT_EV_FLOW body: exact counters whatever ppl is. */
+/* Map `flow_slots` and `flows` value and NT_EV_FLOW body: exact counters whatever ppl
+ * is. 64 bytes: a flow's per-packet counting touches one cache line of flow_slots. */
 struct nt_flow {
+	__u64 flow_cookie; /* the socket cookie counted here; in flow_slots, 0: a free slot */
 	__u64 packets_in;
 	__u64 packets_out;
 	__u64 bytes_in;
 	__u64 bytes_out;
-	__u64 samples;
-	__u64 seen; /* packets considered for sampling */
+	__u64 samples; /* packet k of the flow (k = packets_in + packets_out) was sampled if k % ppl == 0 */
 	__u64 first_ns; /* admission (first packet) */
 	__u64 last_ns;  /* the last sample, not the last packet: no clock read per packet */
 };

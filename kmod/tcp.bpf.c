@@ -102,6 +102,20 @@ struct {
 	__type(value, struct nt_flow);
 } flows SEC(".maps");
 
+/* SIFTR flows' counters, one 64-byte slot per flow at its cookie's low bits: the
+ * per-packet path's one cache line (an array lookup is inlined; a hash lookup is a call,
+ * a hash, a bucket and an element over two lines). Cookies are handed out in sequence,
+ * so live flows rarely share a slot; a flow that finds its slot taken is counted in
+ * `flows` instead. The collector reads the slots through mmap. */
+#define NT_FLOW_SLOTS 32768
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NT_FLOW_SLOTS);
+	__uint(map_flags, BPF_F_MMAPABLE); /* and so page-aligned: a slot is a cache line */
+	__type(key, __u32);
+	__type(value, struct nt_flow);
+} flow_slots SEC(".maps");
+
 /* SIFTR flows the filters rejected (see flow_admit): cookie -> 1 */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -588,31 +602,82 @@ static __always_inline void read_tcphdr(struct seg *g, const struct tcphdr *th, 
 	g->ok = 1;
 }
 
+/* Where a segment's TCP header is (NULL: nowhere) and how many bytes run from it to the
+ * skb's end: the per-packet path needs only the payload length, a sample the header. */
+struct seg_ref {
+	const struct tcphdr *th;
+	__u32 hdr_to_end;
+};
+
+static __always_inline void read_seg(struct seg *g, const struct seg_ref *r)
+{
+	if (r->th)
+		read_tcphdr(g, r->th, r->hdr_to_end);
+}
+
+/* The payload length from the header's data offset: one direct load, no helper call. */
+static __always_inline __u32 seg_payload(const struct seg_ref *r)
+{
+	const __u8 *t;
+	__u32 doff;
+
+	if (!r->th)
+		return 0;
+	t = bpf_rdonly_cast(r->th, bpf_core_type_id_kernel(struct tcphdr));
+	doff = (t[12] >> 4) * 4;
+	return r->hdr_to_end > doff ? r->hdr_to_end - doff : 0;
+}
+
 /* Output side: header at head + transport_header; payload from skb->len. */
-static __always_inline void seg_at_transport(struct seg *g, const struct sk_buff *skb)
+static __always_inline struct seg_ref seg_ref_at_transport(const struct sk_buff *skb)
 {
 	unsigned char *head = skb->head;
 	__u16 th_off = skb->transport_header;
 	__u32 data_off = skb->data - head;
-	__u32 len = skb->len;
+	struct seg_ref r = {};
 
 	if (th_off == 0xffff || th_off < data_off)
-		return;
-	read_tcphdr(g, (const struct tcphdr *)(head + th_off), len - (th_off - data_off));
+		return r;
+	r.th = (const struct tcphdr *)(head + th_off);
+	r.hdr_to_end = skb->len - (th_off - data_off);
+	return r;
+}
+
+static __always_inline void seg_at_transport(struct seg *g, const struct sk_buff *skb)
+{
+	struct seg_ref r = seg_ref_at_transport(skb);
+
+	read_seg(g, &r);
 }
 
 /* ---- siftr flow state ---------------------------------------------------- */
 
+static __always_inline struct nt_flow *flow_slot(__u64 cookie)
+{
+	__u32 i = cookie & (NT_FLOW_SLOTS - 1);
+
+	return bpf_map_lookup_elem(&flow_slots, &i);
+}
+
+static __always_inline struct nt_flow *flow_find(__u64 cookie)
+{
+	struct nt_flow *f = flow_slot(cookie);
+
+	if (f && f->flow_cookie == cookie)
+		return f;
+	return bpf_map_lookup_elem(&flows, &cookie);
+}
+
 /* The per-packet cost is what tracing every segment costs the traffic (issue 4 wants
- * <= 3% at ppl=32), so a packet that is counted but not sampled does only this: one
- * lookup by cookie, the counters, and the sampling decision. The filters and the
+ * <= 3% at ppl=32), so a packet that is counted but not sampled does only this: its
+ * flow's slot, the counters, and the sampling decision. The filters and the
  * attribution run once per flow, when it is first seen (and again for each sample):
  * a flow the filters reject goes to `flows_out` and is not counted. The verdict is
  * kept only once the flow has an owner; until then a process filter cannot judge it. */
 static __noinline int flow_admit(const struct sock *sk, __u64 cookie, void *ctx)
 {
 	struct nt_header h = { .cookie = cookie };
-	struct nt_flow init = {};
+	struct nt_flow init = {}, *slot;
 	__u8 no = 1;
 
 	if (bpf_map_lookup_elem(&flows_out, &cookie))
@@ -624,38 +689,47 @@ static __noinline int flow_admit(const struct sock *sk, __u64 cookie, void *ctx)
 			bpf_map_update_elem(&flows_out, &cookie, &no, BPF_ANY);
 		return 0;
 	}
+	init.flow_cookie = cookie;
 	init.first_ns = init.last_ns = h.ts_ns;
+	slot = flow_slot(cookie);
+	if (slot && __sync_val_compare_and_swap(&slot->flow_cookie, 0, cookie) == 0) {
+		__builtin_memcpy(slot, &init, sizeof(init)); /* the slot's previous flow left its counts */
+		return 1;
+	}
 	bpf_map_update_elem(&flows, &cookie, &init, BPF_NOEXIST);
 	return 1;
 }
 
 /* Count the packet in the flow's exact counters; true if it is the flow's ppl-th.
- * No clock read here: last_ns is the last sample's time (see struct nt_flow). */
+ * Plain increments, not atomics: a socket's segments are handled under its lock
+ * (tcp_probe in tcp_rcv_established, net_dev_queue in tcp_transmit_skb), so one
+ * flow's counts never race. No clock read: last_ns is the last sample's time. */
 static __always_inline bool flow_count(struct nt_flow *f, bool out, __u32 payload)
 {
-	__u64 seen;
+	__u64 seen = f->packets_in + f->packets_out;
 
 	if (out) {
-		__sync_fetch_and_add(&f->packets_out, 1);
-		__sync_fetch_and_add(&f->bytes_out, payload);
+		f->packets_out++;
+		f->bytes_out += payload;
 	} else {
-		__sync_fetch_and_add(&f->packets_in, 1);
-		__sync_fetch_and_add(&f->bytes_in, payload);
+		f->packets_in++;
+		f->bytes_in += payload;
 	}
-	seen = __sync_fetch_and_add(&f->seen, 1);
 	if (seen % cfg.ppl)
 		return false;
-	__sync_fetch_and_add(&f->samples, 1);
+	f->samples++;
 	return true;
 }
 
 /* The sampled packet's record, out of line: the per-packet path stays short and its
  * code compact (on loopback every other segment copy evicts the caches, so what a
  * program costs is mostly the cache lines it touches, its own code included). */
-static __noinline void siftr_emit(const struct sock *sk, struct nt_flow *f, const struct seg *g, __u8 dir, void *ctx)
+static __noinline void siftr_emit(const struct sock *sk, struct nt_flow *f, const struct seg_ref *r, __u8 dir,
+				  void *ctx)
 {
 	struct nt_header h = {};
 	struct nt_event *e;
+	struct seg g = {};
 
 	h.cookie = sk->__sk_common.skc_cookie.counter;
 	fill_flow(&h, sk);
@@ -668,21 +742,23 @@ static __noinline void siftr_emit(const struct sock *sk, struct nt_flow *f, cons
 		return;
 	__builtin_memcpy(&e->hdr, &h, sizeof(h));
 	snapshot(&e->siftr.snap, sk);
-	e->siftr.th_seq = g->seq;
-	e->siftr.th_ack = g->ack;
-	e->siftr.data_sz = g->payload;
+	read_seg(&g, r);
+	e->siftr.th_seq = g.seq;
+	e->siftr.th_ack = g.ack;
+	e->siftr.data_sz = g.payload;
 	e->siftr.direction = dir;
 	submit(e);
 }
 
-static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, const struct seg *g, __u8 dir, void *ctx)
+static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, const struct seg_ref *r, __u8 dir,
+					 void *ctx)
 {
-	struct nt_flow *f = bpf_map_lookup_elem(&flows, &cookie);
+	struct nt_flow *f = flow_find(cookie);
 
-	if (!f && (!flow_admit(sk, cookie, ctx) || !(f = bpf_map_lookup_elem(&flows, &cookie))))
+	if (!f && (!flow_admit(sk, cookie, ctx) || !(f = flow_find(cookie))))
 		return;
-	if (flow_count(f, dir == 1, g->payload))
-		siftr_emit(sk, f, g, dir, ctx);
+	if (flow_count(f, dir == 1, seg_payload(r)))
+		siftr_emit(sk, f, r, dir, ctx);
 }
 
 /* ---- tcpdebug ----------------------------------------------------------- */
@@ -1016,17 +1092,22 @@ int BPF_PROG(tcp_destroy_sock, struct sock *sk)
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
 	struct nt_header h = {};
 	struct nt_event *e;
+	struct nt_flow *f, *slot = NULL;
 	struct nt_owner *o;
-	struct nt_flow *f;
 	bool task = in_task(ctx);
 
 	h.cookie = cookie_of(sk);
 	fill_flow(&h, sk);
 	attribute(&h, NT_EV_DESTROY, task);
 	o = bpf_map_lookup_elem(&owners, &h.cookie);
+	if (cfg.providers & NT_PROV_SIFTR) {
+		slot = flow_slot(h.cookie);
+		if (slot && slot->flow_cookie != h.cookie)
+			slot = NULL;
+	}
 	if (pass(&h)) {
 		if (cfg.providers & NT_PROV_SIFTR) {
-			f = bpf_map_lookup_elem(&flows, &h.cookie);
+			f = slot ?: bpf_map_lookup_elem(&flows, &h.cookie);
 			if (f)
 				emit_flow_final(&h, f);
 		}
@@ -1045,7 +1126,10 @@ int BPF_PROG(tcp_destroy_sock, struct sock *sk)
 			submit(e);
 		}
 	}
-	bpf_map_delete_elem(&flows, &h.cookie);
+	if (slot) /* after the final counts were copied out: free for the next flow */
+		__sync_val_compare_and_swap(&slot->flow_cookie, h.cookie, 0);
+	else
+		bpf_map_delete_elem(&flows, &h.cookie);
 	bpf_map_delete_elem(&flows_out, &h.cookie);
 	bpf_map_delete_elem(&owners, &h.cookie);
 	__sync_fetch_and_add(&owner_epoch, 1); /* also retires hints naming this socket's address */
@@ -1392,14 +1476,16 @@ SEC("tp_btf/tcp_probe")
 int BPF_PROG(tcp_probe, struct sock *sk, const struct sk_buff *skb)
 {
 	__u64 cookie = sk->__sk_common.skc_cookie.counter ?: bpf_get_socket_cookie(sk); /* set once, then a load */
+	/* tcp_rcv_established: skb->data is the TCP header (direct loads: skb is a trusted argument) */
+	struct seg_ref r = { (const struct tcphdr *)skb->data, skb->len };
 	struct seg g = {};
 
-	/* tcp_rcv_established: skb->data is the TCP header (direct loads: skb is a trusted argument) */
-	read_tcphdr(&g, (const struct tcphdr *)skb->data, skb->len);
 	if (cfg.providers & NT_PROV_SIFTR)
-		siftr_packet(sk, cookie, &g, 0, ctx);
-	if (cfg.providers & NT_PROV_TCPDEBUG)
+		siftr_packet(sk, cookie, &r, 0, ctx);
+	if (cfg.providers & NT_PROV_TCPDEBUG) {
+		read_seg(&g, &r);
 		debug_point(sk, cookie, &g, NT_TA_INPUT, PRU_NONE, 0, 0, NULL, in_task(ctx));
+	}
 	return 0;
 }
 
@@ -1415,6 +1501,7 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 	__u16 proto = bpf_ntohs(skb->protocol);
 	struct sock *sk;
 	__u64 cookie;
+	struct seg_ref r;
 	struct seg g = {};
 
 	if (proto != ETH_P_IP && proto != ETH_P_IPV6)
@@ -1434,11 +1521,13 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 	cookie = sk->__sk_common.skc_cookie.counter;
 	if (!cookie)
 		return 0; /* a socket nettrail has not seen yet: no identity to count it under */
-	seg_at_transport(&g, skb);
+	r = seg_ref_at_transport(skb);
 	if ((cfg.providers & NT_PROV_SIFTR) && siftr_out_state(sk->__sk_common.skc_state))
-		siftr_packet(sk, cookie, &g, 1, ctx);
-	if (cfg.providers & NT_PROV_TCPDEBUG)
+		siftr_packet(sk, cookie, &r, 1, ctx);
+	if (cfg.providers & NT_PROV_TCPDEBUG) {
+		read_seg(&g, &r);
 		debug_point(sk, cookie, &g, NT_TA_OUTPUT, PRU_NONE, 0, 0, NULL, in_task(ctx));
+	}
 	return 0;
 }
 
@@ -1456,9 +1545,17 @@ static __always_inline bool owner_is_current(__u64 cookie)
 
 static __always_inline __u64 ptr_value(const void *p);
 
+/* A number that names the socket while it lives: its distance from a fixed address
+ * (the difference of two pointers is a plain number to a privileged program), without
+ * ptr_value's helper call on the per-call path. */
+static __always_inline __u64 sock_key(const struct sock *sk)
+{
+	return (__u64)sk - (__u64)&owner_epoch;
+}
+
 static __always_inline void user_call(const struct sock *sk, int ret, int flags, __u8 req, __u8 oob_req, void *ctx)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid(), skv = ptr_value(sk), epoch = owner_epoch;
+	__u64 pid_tgid = bpf_get_current_pid_tgid(), skv = sock_key(sk), epoch = owner_epoch;
 	__u32 slot = (skv >> 10) % NT_OWNER_HINTS; /* struct sock is over 1 KiB: the low bits say little */
 	struct nt_owner_hint *hint = bpf_map_lookup_elem(&owner_hints, &slot);
 	struct nt_owner cur = {};

@@ -196,7 +196,7 @@ SIFTR_BODY: Fields = [
 ]
 FLOW: Fields = [
     (name, "<u8")
-    for name in ("packets_in", "packets_out", "bytes_in", "bytes_out", "samples", "seen", "first_ns", "last_ns")
+    for name in ("flow_cookie", "packets_in", "packets_out", "bytes_in", "bytes_out", "samples", "first_ns", "last_ns")
 ]
 DEBUG_BODY: Fields = [
     *SNAPSHOT,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import ipaddress
+import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,6 +169,7 @@ class KernelSession:
         self.obj = 0
         self.links: dict[str, int] = {}
         self.reader: RingReader | None = None
+        self.slots: mmap.mmap | None = None  # flow_slots, mapped on first read
         self.absent: list[str] = []  # tracepoints the chosen providers use that this kernel lacks: not loaded
         self.failed: dict[str, str] = {}  # tracepoint -> why its program did not attach
         self.drop_reasons = btf.drop_reasons()
@@ -236,6 +238,9 @@ class KernelSession:
         if self.reader is not None:
             self.reader.close()
             self.reader = None
+        if self.slots is not None:
+            self.slots.close()
+            self.slots = None
         if self.obj:
             self.lib.bpf_object__close(self.obj)
             self.obj = 0
@@ -286,9 +291,18 @@ class KernelSession:
         return value
 
     def flows(self) -> dict[int, np.void]:
-        """The exact per-flow counters: cookie -> struct nt_flow."""
-        entries = self._entries("flows", np.dtype("<u8"), layout.dtype_of(layout.FLOW))
-        return {int(k): v for k, v in entries}
+        """The exact per-flow counters: cookie -> struct nt_flow. Most flows are in the
+        flow_slots array (read through mmap, one copy), those whose slot was taken in `flows`."""
+        flow = layout.dtype_of(layout.FLOW)
+        if self.slots is None:
+            size = self.lib.bpf_map__max_entries(self._map("flow_slots")) * flow.itemsize
+            size = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+            self.slots = mmap.mmap(self._map_fd("flow_slots"), size, mmap.MAP_SHARED, mmap.PROT_READ)
+        slots = np.frombuffer(self.slots, dtype=flow).copy()
+        out = {int(f["flow_cookie"]): f for f in slots[slots["flow_cookie"] != 0]}
+        for key, value in self._entries("flows", np.dtype("<u8"), flow):
+            out.setdefault(int(key), value)
+        return out
 
     def drops(self) -> list[tuple[np.void, int]]:
         """The exact drop counts: (struct nt_drop_key, count)."""

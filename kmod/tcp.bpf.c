@@ -1213,34 +1213,37 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 	unsigned char *nh = dir ? head + skb->network_header : skb->data;
 	struct nt_header h = {};
 	struct nt_event *e;
-	__u16 ports[2];
 	__u8 proto, hlen, ver, l4;
 	__u32 l4_off;
 	struct iphdr ip = {};
 	struct ipv6hdr ip6 = {};
-	/* One read for the usual case, the header and the ports behind it (IPv4 without
-	 * options, IPv6 without extensions): a helper call per piece shows in the always-on cost. */
-	union {
-		struct iphdr ip;
-		struct ipv6hdr ip6;
-		__u8 raw[sizeof(struct ipv6hdr) + 4];
-	} hb;
-	bool whole = !bpf_probe_read_kernel(&hb, sizeof(hb), nh);
+	const struct udphdr *l4h;
 
-	if (!whole && bpf_probe_read_kernel(&hb, sizeof(struct iphdr), nh))
-		return;
-	ver = hb.raw[0] >> 4;
+	/* IPv4 (and the ports) by direct loads through read-only casts, field by field (a
+	 * load may not span two fields): the always-on mode parses every packet, and a
+	 * probe-read helper call per packet shows in its cost. IPv6 in one helper call. */
+	const struct iphdr *p4 = bpf_rdonly_cast(nh, bpf_core_type_id_kernel(struct iphdr));
+	__u8 first = *(const __u8 *)p4;
+
+	ver = first >> 4;
 	if (ver == 4) {
-		ip = hb.ip;
+		ip.tos = p4->tos;
+		ip.tot_len = p4->tot_len;
+		ip.id = p4->id;
+		ip.frag_off = p4->frag_off;
+		ip.ttl = p4->ttl;
+		ip.protocol = p4->protocol;
+		ip.check = p4->check;
+		ip.saddr = p4->saddr;
+		ip.daddr = p4->daddr;
 		h.family = AF_INET;
 		__builtin_memcpy(h.saddr, &ip.saddr, 4);
 		__builtin_memcpy(h.daddr, &ip.daddr, 4);
 		proto = ip.protocol;
-		hlen = ip.ihl * 4;
+		hlen = (first & 0xf) * 4;
 	} else if (ver == 6) {
-		if (!whole)
+		if (bpf_probe_read_kernel(&ip6, sizeof(ip6), nh))
 			return;
-		ip6 = hb.ip6;
 		h.family = AF_INET6;
 		__builtin_memcpy(h.saddr, &ip6.saddr, 16);
 		__builtin_memcpy(h.daddr, &ip6.daddr, 16);
@@ -1255,20 +1258,16 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 		/* hop-by-hop first (a BIG TCP packet over 64 KiB carries one): step over it so the
 		 * ports, the port filter and the ip-flows key are the upper layer's (the body keeps
 		 * the raw next header; user space walks the chain itself) */
-		__u8 hbh[2];
+		const struct ipv6_opt_hdr *hbh = bpf_rdonly_cast(nh + hlen, bpf_core_type_id_kernel(struct ipv6_opt_hdr));
 
-		if (!bpf_probe_read_kernel(hbh, sizeof(hbh), nh + hlen)) {
-			l4 = hbh[0];
-			l4_off = hlen + (hbh[1] + 1) * 8;
-		}
+		l4 = hbh->nexthdr;
+		l4_off = hlen + (hbh->hdrlen + 1) * 8;
 	}
 	if (l4 == IPPROTO_TCP || l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE) {
-		if (whole && l4_off == (ver == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr)))
-			__builtin_memcpy(ports, &hb.raw[ver == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr)], 4);
-		else if (bpf_probe_read_kernel(ports, sizeof(ports), nh + l4_off))
-			ports[0] = ports[1] = 0;
-		h.sport = bpf_ntohs(ports[0]);
-		h.dport = bpf_ntohs(ports[1]);
+		/* TCP's ports sit where UDP's do */
+		l4h = bpf_rdonly_cast(nh + l4_off, bpf_core_type_id_kernel(struct udphdr));
+		h.sport = bpf_ntohs(l4h->source);
+		h.dport = bpf_ntohs(l4h->dest);
 	}
 	h.netns = skb->dev->nd_net.net->ns.inum;
 	if (cfg.providers & NT_PROV_IP_FLOWS) {

@@ -213,6 +213,11 @@ class KernelSession:
             raise BpfError(f"failed to load {self.path.name}: {_why(-ret)}" + (f" [{detail}]" if detail else ""))
 
     def attach(self) -> None:
+        self.attach_programs()
+        self.reader = RingReader(self._map_fd("events"), self.opts.ringbuf_bytes, layout.EVENT_SIZE)
+
+    def attach_programs(self) -> None:
+        """Attach the loaded programs (again, after detach(): maps and ring are kept)."""
         for name in self.loaded_names():
             link = self.lib.bpf_program__attach(self._program(name))
             if not link:
@@ -224,7 +229,6 @@ class KernelSession:
                 self.failed[name] = _why(err)
                 continue
             self.links[name] = link
-        self.reader = RingReader(self._map_fd("events"), self.opts.ringbuf_bytes, layout.EVENT_SIZE)
 
     def detach(self) -> None:
         """Stop the programs firing; maps and the ring stay readable until close()."""

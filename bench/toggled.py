@@ -1,0 +1,70 @@
+"""Throughput with nettrail's programs attached and detached in turn inside one transfer.
+
+Separate runs are seconds to minutes apart, and this VM's loopback throughput drifts by
+more than the 3% to be measured over that time. Phases of one iperf3 transfer share the
+drift: one session is loaded, its programs attach for a phase and detach for the next
+(untraced, traced, untraced, ..., untraced), and a thread drains the ring (raw batches,
+no translation: user space runs on the other CPU) meanwhile. iperf3 reports every
+second; a phase's first second, in which the switch falls, is left out.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+
+from collector.bpf.loader import KernelSession, Options
+
+PHASE = 3  # seconds: the switch's second, then two clean ones
+
+
+def toggled(opts: Options, cycles: int, port: int, traffic_cpu: str) -> list[float]:
+    """One ratio per traced phase: its throughput over the mean of the untraced phases
+    either side of it (each phase's clean seconds averaged)."""
+    phases = 2 * cycles + 1
+    with KernelSession(opts) as session:
+        session.detach()  # the first phase is untraced
+        stop = threading.Event()
+        drainer = threading.Thread(target=_drain, args=(session, stop), daemon=True)
+        drainer.start()
+        server = subprocess.Popen(
+            ["taskset", "-c", traffic_cpu, "iperf3", "-s", "-1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            time.sleep(0.5)  # the server's socket
+            client = subprocess.Popen(
+                ["taskset", "-c", traffic_cpu, "iperf3", "-c", "127.0.0.1", "-p", str(port)]
+                + ["-t", str(phases * PHASE), "-i", "1", "-J"],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            start = time.monotonic()
+            for phase in range(1, phases):
+                # the switch early in the phase's first second, never in a second that counts
+                time.sleep(max(0.0, start + phase * PHASE + 0.2 - time.monotonic()))
+                if phase % 2:
+                    session.attach_programs()
+                else:
+                    session.detach()
+            out, _ = client.communicate(timeout=phases * PHASE + 60)
+        finally:
+            stop.set()
+            drainer.join()
+            server.kill()
+            server.wait()
+    seconds = [i["sum"]["bits_per_second"] for i in json.loads(out)["intervals"]]
+    means = [sum(seconds[p * PHASE + 1 : (p + 1) * PHASE]) / (PHASE - 1) for p in range(phases)]
+    return [means[p] / ((means[p - 1] + means[p + 1]) / 2) for p in range(1, phases, 2)]
+
+
+def _drain(session: KernelSession, stop: threading.Event) -> None:
+    reader = session.reader
+    assert reader is not None
+    while not stop.is_set():
+        reader.wait(0.1)
+        while reader.read().size:
+            pass

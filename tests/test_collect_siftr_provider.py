@@ -128,3 +128,43 @@ def test_flows_a_filter_rejects_are_neither_sampled_nor_counted_while_the_kept_f
     for cookie in (sender, receiver):
         packets = flows[cookie].packets_in + flows[cookie].packets_out
         assert flows[cookie].samples == math.ceil(packets / 4)
+
+
+def socket_sharing_slot(cookie: int, slots: int) -> socket.socket:
+    """A fresh TCP socket whose cookie falls in `cookie`'s flow slot. A cookie is given out
+    when first asked for, in sequence (per CPU, in batches): ask until one lands there."""
+    for _ in range(16 * slots):  # bounded: every residue comes round within a few batches
+        s = socket.socket()
+        if cookie_of(s) % slots == cookie % slots:
+            return s
+        s.close()
+    raise AssertionError(f"no cookie in slot {cookie % slots} after {16 * slots} sockets")
+
+
+def test_a_flow_whose_slot_is_taken_is_counted_and_sampled_exactly_in_the_overflow_map() -> None:
+    """Two live flows in one flow_slots slot: the first holds it, the second is counted in
+    the `flows` hash map; both count every byte and sample packet 0, 4, 8, ... exactly."""
+    total = 1 << 20
+    lst = bound_listener()
+    port = lst.getsockname()[1]
+    with tracing(("siftr",), ppl=4, port=port) as cap, one_cpu():
+        lst.listen()
+        first = socket.create_connection(("127.0.0.1", port))
+        first_peer, _ = lst.accept()
+        assert transfer(first, first_peer, total) == total  # `first` now holds its slot
+        second = socket_sharing_slot(cookie_of(first), cap.session.map_size("flow_slots"))
+        second.connect(("127.0.0.1", port))
+        second_peer, _ = lst.accept()
+        assert transfer(second, second_peer, total) == total
+        senders = cookie_of(first), cookie_of(second)
+        for s in (first, first_peer, second, second_peer, lst):
+            s.close()
+        records = cap.wait_for(lambda recs: set(senders) <= {r.sock_cookie for r in recs if r.kind == "flow_counters"})
+    flows = {r.sock_cookie: r for r in records if isinstance(r, FlowCounters)}
+    for cookie in senders:
+        flow = flows[cookie]
+        packets = flow.packets_in + flow.packets_out
+        samples = [r for r in records if isinstance(r, SiftrSample) and r.sock_cookie == cookie]
+        assert flow.bytes_out == total
+        assert flow.samples == math.ceil(packets / 4) == len(samples)
+        assert packets > 10

@@ -294,12 +294,16 @@ class KernelSession:
             raise BpfError(f"failed to read counters: {os.strerror(ctypes.get_errno())}")
         return value
 
+    def map_size(self, name: str) -> int:
+        """max_entries of one of the object's maps."""
+        return int(self.lib.bpf_map__max_entries(self._map(name)))
+
     def flows(self) -> dict[int, np.void]:
         """The exact per-flow counters: cookie -> struct nt_flow. Most flows are in the
         flow_slots array (read through mmap, one copy), those whose slot was taken in `flows`."""
         flow = layout.dtype_of(layout.FLOW)
         if self.slots is None:
-            size = self.lib.bpf_map__max_entries(self._map("flow_slots")) * flow.itemsize
+            size = self.map_size("flow_slots") * flow.itemsize
             size = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
             self.slots = mmap.mmap(self._map_fd("flow_slots"), size, mmap.MAP_SHARED, mmap.PROT_READ)
         slots = np.frombuffer(self.slots, dtype=flow).copy()

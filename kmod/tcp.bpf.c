@@ -104,9 +104,9 @@ struct {
 
 /* SIFTR flows' counters, one 64-byte slot per flow at its cookie's low bits: the
  * per-packet path's one cache line (an array lookup is inlined; a hash lookup is a call,
- * a hash, a bucket and an element over two lines). Cookies are handed out in sequence,
- * so live flows rarely share a slot; a flow that finds its slot taken is counted in
- * `flows` instead. The collector reads the slots through mmap. */
+ * a hash, a bucket and an element over two lines). Cookies are handed out in sequence
+ * (per CPU, in batches), so live flows rarely share a slot; a flow that finds its slot
+ * taken is counted in `flows` instead. The collector reads the slots through mmap. */
 #define NT_FLOW_SLOTS 32768
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

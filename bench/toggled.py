@@ -40,6 +40,7 @@ def toggled(opts: Options, cycles: int, port: int, traffic_cpu: str) -> list[flo
                 ["taskset", "-c", traffic_cpu, "iperf3", "-c", "127.0.0.1", "-p", str(port)]
                 + ["-t", str(phases * PHASE), "-i", "1", "-J"],
                 stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 text=True,
             )
             start = time.monotonic()
@@ -50,7 +51,9 @@ def toggled(opts: Options, cycles: int, port: int, traffic_cpu: str) -> list[flo
                     session.attach_programs()
                 else:
                     session.detach()
-            out, _ = client.communicate(timeout=phases * PHASE + 60)
+            out, err = client.communicate(timeout=phases * PHASE + 60)
+            if client.returncode:
+                raise RuntimeError(f"iperf3 client failed ({client.returncode}): {err.strip() or out.strip()}")
         finally:
             stop.set()
             drainer.join()

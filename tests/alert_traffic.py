@@ -197,13 +197,17 @@ def keepalive(port: int = 8000, seconds: float = 4.0) -> None:
     srv.close()
 
 
-def queueing(port: int = 7200, pings: int = 40, seconds: float = 2.0) -> None:
+def queueing(port: int = 7200, pings: int = 40, seconds: float = 2.0, mss: int | None = None) -> None:
     """Ping-pong first (a low srtt baseline), then a bulk send through a 4 Mbit/s token
     bucket on lo (tc tbf, not netem): the queue it builds raises the srtt far above it
     (200 ms of queue is 100 KB at this rate, well inside the 2 s; at 8 Mbit/s a CI run
-    once peaked at 114 ms)."""
+    once peaked at 114 ms). mss: the client's TCP_MAXSEG (lo's is about 64 KB, so a few
+    segments a second at this rate)."""
     srv = listener(port)
-    cli = socket.create_connection((HOST, port))
+    cli = socket.socket()
+    if mss is not None:
+        cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, mss)
+    cli.connect((HOST, port))
     cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     conn, _ = srv.accept()
     conn.settimeout(20)

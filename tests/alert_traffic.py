@@ -197,16 +197,16 @@ def keepalive(port: int = 8000, seconds: float = 4.0) -> None:
     srv.close()
 
 
-def queueing(port: int = 7200, pings: int = 40, seconds: float = 2.0, mss: int | None = None) -> None:
+def queueing(port: int = 7200, pings: int = 40, seconds: float = 2.0) -> None:
     """Ping-pong first (a low srtt baseline), then a bulk send through a 4 Mbit/s token
     bucket on lo (tc tbf, not netem): the queue it builds raises the srtt far above it
     (200 ms of queue is 100 KB at this rate, well inside the 2 s; at 8 Mbit/s a CI run
-    once peaked at 114 ms). mss: the client's TCP_MAXSEG (lo's is about 64 KB, so a few
-    segments a second at this rate)."""
+    once peaked at 114 ms). Segments of 1448 bytes (TCP_MAXSEG), not lo's 64 KB: at this
+    rate those are a few a second, and the srtt samples then peaked anywhere from 160 to
+    600 ms (a run under 200 ms missed K7's critical line); small ones peak at 560-610 ms."""
     srv = listener(port)
     cli = socket.socket()
-    if mss is not None:
-        cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, mss)
+    cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 1448)
     cli.connect((HOST, port))
     cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     conn, _ = srv.accept()

@@ -37,6 +37,14 @@ def status(s: Stream, ppl: int) -> CollectorStatus:
                            probe="status", providers=["tcp", "siftr"], attached={"tcp_probe": 1}, ppl=ppl)  # fmt: skip
 
 
+def report(s: Stream, window_s: float, observed: int, emitted: int) -> SamplingReport:
+    """The host's measured siftr sampling (configured ppl 4) over the last window."""
+    s.seq += 1
+    return SamplingReport(host_id=HOST, boot_id=BOOT, seq=s.seq, ts_ns=1, ts_wall=s.t, provider="nettrail",
+                          probe="sampling", event_type="siftr_sample", setting="ppl 4", window_s=window_s,
+                          observed=observed, emitted=emitted, ratio=round(observed / emitted, 3))  # fmt: skip
+
+
 def stats(s: Stream, cpu_percent: float, by_type: dict[str, int], interval_s: float = 10.0) -> CollectorStats:
     s.seq += 1
     events = sum(by_type.values())
@@ -93,10 +101,7 @@ def test_a_window_of_a_few_samples_extends_into_the_next_instead_of_reading_as_u
 def test_a_hosts_sampling_report_of_a_few_samples_leaves_its_ppl_in_force():
     s, e = Stream(), engine()
     f = s.flow()
-    s.seq += 1
-    sparse = SamplingReport(host_id=HOST, boot_id=BOOT, seq=s.seq, ts_ns=1, ts_wall=s.t, provider="nettrail",
-                            probe="sampling", event_type="siftr_sample", setting="ppl 4", window_s=0.5,
-                            observed=1, emitted=1, ratio=1.0)  # fmt: skip
+    sparse = report(s, window_s=0.5, observed=1, emitted=1)
     alerts = only(feed_all(e, [status(s, ppl=4), sparse, *spike(s, f)]), "K7")
     assert [a.sampling_ratio for a in alerts] == [4.0]
 
@@ -139,11 +144,8 @@ def test_k7_uses_the_hosts_ppl_before_the_flows_first_counters():
 def test_a_hosts_measured_sampling_report_overrides_its_configured_ppl():
     s, e = Stream(), engine()
     f = s.flow()
-    s.seq += 1
-    report = SamplingReport(host_id=HOST, boot_id=BOOT, seq=s.seq, ts_ns=1, ts_wall=s.t, provider="nettrail",
-                            probe="sampling", event_type="siftr_sample", setting="ppl 4", window_s=1.0,
-                            observed=3999, emitted=1000, ratio=3.999)  # fmt: skip
-    alerts = only(feed_all(e, [status(s, ppl=4), report, *spike(s, f)]), "K7")
+    measured = report(s, window_s=1.0, observed=3999, emitted=1000)
+    alerts = only(feed_all(e, [status(s, ppl=4), measured, *spike(s, f)]), "K7")
     assert [a.sampling_ratio for a in alerts] == [4.0]  # rounded to 2 decimals
 
 

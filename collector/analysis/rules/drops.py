@@ -91,9 +91,8 @@ class _Counts:
         if start is None or t - start <= 0:
             self.add(t, delta)
             return
-        start = max(start, t - cadence)
-        rate = delta / (t - start)
-        at = start
+        at = max(start, t - cadence)
+        rate = delta / (t - at)
         while at < t:
             nxt = min(t, float(int(at) + 1))
             self.add(at, rate * (nxt - at))  # the piece (at, nxt] belongs to second int(at)

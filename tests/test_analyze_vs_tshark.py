@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.capture_lab import CLIENT_IP, CLIENT_IP6, PORTS, SERVER_IP, SERVER_IP6, record_scenarios
-from tests.tshark_ref import tshark_streams
+from tests.tshark_ref import first_letters, once_order, tshark_streams
 
 pytestmark = [
     pytest.mark.kernel,
@@ -106,16 +106,19 @@ def test_the_scenarios_really_happened(results: dict[str, Any]) -> None:
     )
 
 
-def test_it_derives_zeek_states_for_each_scenario(results: dict[str, Any]) -> None:
+def test_it_derives_zeek_states_for_each_scenario(captures: dict[str, Path], results: dict[str, Any]) -> None:
     for view in ("client", "server"):
         conns = by_port(results[view])
+        ref = first_letters(captures[view])
         assert conns[PORTS["refused"]]["conn_state"] == "REJ"
         assert conns[PORTS["refused"]]["history"] == "Sr"
         assert conns[PORTS["abort"]]["conn_state"] == "RSTO"
         assert conns[PORTS["abort"]]["history"].endswith("R")
         for port in ("bulk", "loss", "slow", "keepalive", "bulk6", "loss6"):
             assert conns[PORTS[port]]["conn_state"] == "SF", port
-            assert conns[PORTS[port]]["history"].startswith("ShAD"), port
+            # mostly ShAD, but a loaded machine may show the server's bare ACK before the data
+            history = conns[PORTS[port]]["history"]
+            assert history.startswith("ShA") and once_order(history) == ref[conns[PORTS[port]]["stream"]], port
             v6 = port.endswith("6")
             assert conns[PORTS[port]]["src"] == (CLIENT_IP6 if v6 else CLIENT_IP)
             assert conns[PORTS[port]]["dst"] == (SERVER_IP6 if v6 else SERVER_IP)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
@@ -56,6 +57,20 @@ def netstat(ns: str, name: str) -> int:
     ).stdout.splitlines()
     names, values = text[0].split(), text[1].split()
     return int(values[names.index(name)])
+
+
+def wait_for_closes(ns: str, timeout: float = 20) -> str:
+    """Wait until no TCP socket of the namespace is still closing (FIN_WAIT_1/2, CLOSING,
+    LAST_ACK): on a loaded machine a close handshake may outlast a fixed pause. -> what `ss`
+    still lists at the timeout ('' once all are done), for the failure output."""
+    cmd = ["ip", "netns", "exec", ns, "ss", "-Htan", "state", "fin-wait-1", "state", "fin-wait-2"]
+    cmd += ["state", "closing", "state", "last-ack"]
+    deadline = time.monotonic() + timeout
+    while True:
+        left = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
 
 
 def stop(col: Collector, timeout: float = 120) -> tuple[int, bytes, str]:

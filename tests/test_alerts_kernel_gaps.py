@@ -25,7 +25,7 @@ import time
 import pytest
 
 from tests import alert_traffic_gaps as traffic
-from tests.alert_kernel_support import KERNEL_ALERTS, namespace, nft_list, pick, split_alerts, stop
+from tests.alert_kernel_support import KERNEL_ALERTS, namespace, nft_list, pick, split_alerts, stop, wait_for_closes
 from tests.collect_process import ROOT, Collector
 from translators.records import Record, from_json
 
@@ -104,13 +104,14 @@ def recorded(lab, tmp_path_factory):
             capture_output=True, text=True, timeout=90, cwd=ROOT,
         )  # fmt: skip
         assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+        closing = wait_for_closes(b)
         time.sleep(2.5)  # the last events reach the ring buffer; heartbeat sweeps after the last close
     finally:
         code, _, err = stop(col, timeout=60)
     assert code == 0 and "events received" in err, err
     qdisc = inside(b, "tc", "-s", "qdisc", "show", "dev", dev_b)
     tc_dropped = int(re.search(r"dropped (\d+)", qdisc).group(1))
-    print(qdisc, nft_list(b, "ntgaps"))  # shown on failure
+    print(qdisc, nft_list(b, "ntgaps"), "still closing:", closing or "none")  # shown on failure
     recs: list[Record] = [from_json(line) for line in out.read_bytes().splitlines() if line.strip()]
     return (*split_alerts(recs), json.loads(run.stdout), tc_dropped)
 

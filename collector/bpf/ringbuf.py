@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import mmap
 import select
-import struct
 
 import numpy as np
 
 BUSY_BIT = 1 << 31
 DISCARD_BIT = 1 << 30
 HDR_SIZE = 8
-_U64 = struct.Struct("<Q")
 
 
 class RingFormatError(RuntimeError):
@@ -34,6 +32,13 @@ class RingReader:
         self.record_size = record_size
         self.consumer = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
         self.producer = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
+        # The positions are read and written as whole aligned u64s (one load, one store on
+        # x86-64, whose ordering also keeps the record copy before the consumer store).
+        # struct.pack_into writes a u64 a byte at a time: the kernel could read a torn
+        # consumer position far behind the real one, find the ring "full" and fail a
+        # reservation while the ring was nearly empty.
+        self.consumer_pos = np.frombuffer(self.consumer, np.uint64, count=1)
+        self.producer_pos = np.frombuffer(self.producer, np.uint64, count=1)
         self.data_offset = page
         self.dtype = np.dtype([("len", "<u4"), ("pg_off", "<u4"), ("rec", f"V{self.stride - HDR_SIZE}")])
         self.epoll = select.epoll()
@@ -41,14 +46,12 @@ class RingReader:
 
     def pending(self) -> int:
         """Bytes committed or reserved by producers and not yet consumed."""
-        produced: int = _U64.unpack_from(self.producer, 0)[0]
-        consumed: int = _U64.unpack_from(self.consumer, 0)[0]
-        return produced - consumed
+        return int(self.producer_pos[0]) - int(self.consumer_pos[0])
 
     def read(self, max_records: int = 65536) -> np.ndarray:
         """Copy out up to max_records complete records (as raw bytes, one row each) and consume them."""
-        cons = _U64.unpack_from(self.consumer, 0)[0]
-        prod = _U64.unpack_from(self.producer, 0)[0]
+        cons = int(self.consumer_pos[0])
+        prod = int(self.producer_pos[0])
         n = min((prod - cons) // self.stride, max_records)
         if n <= 0:
             return np.empty(0, dtype=f"V{self.stride - HDR_SIZE}")
@@ -65,7 +68,7 @@ class RingReader:
         discarded = (lens & DISCARD_BIT) != 0
         # boolean indexing already copies; without discards (the usual case) one plain copy
         keep: np.ndarray = view["rec"][~discarded] if discarded.any() else view["rec"].copy()
-        _U64.pack_into(self.consumer, 0, cons + n * self.stride)
+        self.consumer_pos[0] = cons + n * self.stride
         return keep
 
     def wait(self, timeout: float) -> bool:
@@ -74,5 +77,6 @@ class RingReader:
 
     def close(self) -> None:
         self.epoll.close()
+        del self.consumer_pos, self.producer_pos  # views pin the maps: release them first
         self.consumer.close()
         self.producer.close()

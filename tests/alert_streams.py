@@ -129,6 +129,11 @@ class Stream:
         return LossReport(**self._env("nettrail", "loss"), event_type=event_type, lost=lost, lost_total=lost_total,
                           received_total=received_total)  # fmt: skip
 
+    def skipped(self, program: str, skipped: int, skipped_total: int) -> LossReport:
+        """Runs of a program the kernel skipped (recursion), as KernelSource reports them."""
+        return LossReport(**self._env("nettrail", "skipped", hook=f"prog/{program}"), event_type=f"{program} runs",
+                          lost=skipped, lost_total=skipped_total)  # fmt: skip
+
 
 def engine(**overrides: Any) -> RuleEngine:
     """An engine with default thresholds plus the given section overrides, deterministic seqs."""

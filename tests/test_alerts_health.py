@@ -23,6 +23,27 @@ def test_it_warns_on_any_lost_event_and_turns_critical_above_1_percent():
     assert "lost 5 tcp_probe events" in alerts[0].message
 
 
+def test_it_warns_when_the_kernel_skipped_runs_of_a_program_and_marks_the_window_incomplete():
+    s, e = Stream(), engine()
+    d1 = s.drop("TCP_ZEROWINDOW", "10.0.0.9", 5001, "10.0.0.2", 7000)
+    s.advance(1)
+    runs = [s.skipped("tcp_probe", 0, 0), s.skipped("tcp_probe", 240, 240)]
+    s.advance(1)
+    runs.append(s.skipped("tcp_probe", 60, 300))
+    alerts = feed_all(e, [d1, *runs])
+    h1 = only(alerts, "H1")
+    assert [(a.condition, a.severity, a.count, a.metric, a.incomplete) for a in h1] == [
+        ("skipped-runs", "warning", 1, 240.0, True)
+    ]
+    assert "skipped 240 runs of nettrail's tcp_probe program in 10 s, 240 since the collector started" in h1[0].message
+    closed = e.tick(s.t + 25)
+    # no count of all runs to weigh them against: a warning however many, never critical
+    [last] = [a for a in closed if a.rule_id == "H1"]
+    assert (last.status, last.severity, last.count, last.metric) == ("closed", "warning", 2, 300.0)
+    assert last.evidence == [runs[1].seq, runs[2].seq]
+    assert [(a.status, a.incomplete) for a in closed if a.rule_id == "K5"] == [("closed", True)]
+
+
 def test_it_stays_quiet_when_the_collector_reports_no_loss():
     s, e = Stream(), engine()
     recs = [s.loss("tcp_probe", 0, 0, n * 1000) for n in range(10)]

@@ -7,6 +7,7 @@ fails too).
 
 from __future__ import annotations
 
+import ctypes
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 from collector.bpf import layout
+from collector.bpf.libbpf import BpfProgInfo
 
 HEADER = Path(__file__).resolve().parents[1] / "kmod" / "nettrail.h"
 NESTED = {"nt_siftr_body", "nt_debug_body"}  # their first member is `struct nt_tcp_snapshot snap`
@@ -90,3 +92,22 @@ def test_decode_event_rejects_a_wrong_size_and_an_unknown_type() -> None:
     raw["type"] = 99
     with pytest.raises(ValueError, match="unknown nt_event type 99"):
         layout.decode_event(raw.tobytes())
+
+
+def test_the_prog_info_prefix_matches_the_system_uapi_header(tmp_path: Path) -> None:
+    """libbpf.BpfProgInfo (read for program ids and skipped runs) against <linux/bpf.h>."""
+    cc = shutil.which("clang") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("needs a C compiler (clang) to compile <linux/bpf.h>")
+    fields = [f[0] for f in BpfProgInfo._fields_ if len(f) == 2]  # a bitfield has no offsetof
+    prints = [f'printf("{n} %zu %zu\\n", offsetof(struct bpf_prog_info, {n}), sizeof(((struct bpf_prog_info *)0)->{n}));'
+              for n in fields]  # fmt: skip
+    (tmp_path / "info.c").write_text(
+        "\n".join(["#include <stdio.h>", "#include <stddef.h>", "#include <linux/bpf.h>", "int main(void) {"])
+        + "\n".join(prints) + "return 0; }"
+    )  # fmt: skip
+    subprocess.run([cc, "-o", str(tmp_path / "info"), str(tmp_path / "info.c")], check=True, capture_output=True)
+    out = subprocess.run([str(tmp_path / "info")], check=True, capture_output=True, text=True).stdout
+    c = {name: (int(offset), int(size)) for name, offset, size in (line.split() for line in out.splitlines())}
+    assert c == {n: (getattr(BpfProgInfo, n).offset, getattr(BpfProgInfo, n).size) for n in fields}
+    assert ctypes.sizeof(BpfProgInfo) == c["recursion_misses"][0] + 8  # nothing after it is read

@@ -579,9 +579,10 @@ class IpFlowCounters(FlowRecord, tag="ip_flow_counters", kw_only=True):
 
 
 class LossReport(Record, tag="loss_report", kw_only=True):
-    """Tracing blind spots: ring-buffer reservation failures (or malformed input) by event type."""
+    """Tracing blind spots: ring-buffer reservation failures (or malformed input) by event type,
+    and (probe `skipped`) runs of a program the kernel skipped because it was already running on that CPU."""
 
-    event_type: Annotated[str, doc("event type that was lost", key=True, brief=True)]
+    event_type: Annotated[str, doc("event type that was lost, or '<program> runs' for skipped runs", key=True, brief=True)]
     lost: Annotated[int, doc("events lost since the previous report", brief=True)]
     lost_total: Annotated[int, doc("events lost since the collector started", brief=True)]
     received_total: Annotated[Int, doc("events received since the collector started")] = None

@@ -24,6 +24,26 @@ c_size_t = ctypes.c_size_t
 
 PRINT_FN = ctypes.CFUNCTYPE(c_int, c_int, c_char_p, c_void_p)
 
+u32, u64 = ctypes.c_uint32, ctypes.c_uint64
+
+
+class BpfProgInfo(ctypes.Structure):
+    """struct bpf_prog_info (include/uapi/linux/bpf.h) up to recursion_misses: the kernel
+    fills what the caller's size covers and the struct only ever grows at its end."""
+
+    _fields_ = [
+        ("type", u32), ("id", u32), ("tag", ctypes.c_uint8 * 8), ("jited_prog_len", u32), ("xlated_prog_len", u32),
+        ("jited_prog_insns", u64), ("xlated_prog_insns", u64), ("load_time", u64), ("created_by_uid", u32),
+        ("nr_map_ids", u32), ("map_ids", u64), ("name", ctypes.c_char * 16), ("ifindex", u32),
+        ("gpl_compatible", u32, 1), ("netns_dev", u64), ("netns_ino", u64), ("nr_jited_ksyms", u32),
+        ("nr_jited_func_lens", u32), ("jited_ksyms", u64), ("jited_func_lens", u64), ("btf_id", u32),
+        ("func_info_rec_size", u32), ("func_info", u64), ("nr_func_info", u32), ("nr_line_info", u32),
+        ("line_info", u64), ("jited_line_info", u64), ("nr_jited_line_info", u32), ("line_info_rec_size", u32),
+        ("jited_line_info_rec_size", u32), ("nr_prog_tags", u32), ("prog_tags", u64), ("run_time_ns", u64),
+        ("run_cnt", u64), ("recursion_misses", u64),
+    ]  # fmt: skip
+
+
 # name: (restype, argtypes)
 _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "bpf_object__open_file": (c_void_p, [c_char_p, c_void_p]),

@@ -272,18 +272,28 @@ class KernelSession:
         """The programs loaded: those the providers need on tracepoints this kernel has."""
         return [name for name in self.program_names() if name not in self.absent]
 
-    def program_ids(self) -> dict[str, int]:
-        """Kernel program id of every attached program (bpftool prog list shows them)."""
-        ids = {}
+    def program_infos(self) -> dict[str, libbpf.BpfProgInfo]:
+        """The kernel's bpf_prog_info of every attached program."""
+        infos = {}
         for name in self.loaded_names():
             if name in self.failed:
                 continue
             fd = self.lib.bpf_program__fd(self._program(name))
-            info = ctypes.create_string_buffer(256)
-            size = ctypes.c_uint32(len(info))
-            if fd >= 0 and self.lib.bpf_obj_get_info_by_fd(fd, info, ctypes.byref(size)) == 0:
-                ids[name] = int.from_bytes(info.raw[4:8], "little")  # struct bpf_prog_info.id
-        return ids
+            info = libbpf.BpfProgInfo()
+            size = ctypes.c_uint32(ctypes.sizeof(info))
+            if fd >= 0 and self.lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)) == 0:
+                infos[name] = info
+        return infos
+
+    def program_ids(self) -> dict[str, int]:
+        """Kernel program id of every attached program (bpftool prog list shows them)."""
+        return {name: int(info.id) for name, info in self.program_infos().items()}
+
+    def recursion_misses(self) -> dict[str, int]:
+        """Per attached program, the runs the kernel skipped because the program was already
+        running on that CPU (an interrupt hit its tracepoint again inside it): those runs made
+        no event and counted nothing, so even the exact counters miss them."""
+        return {name: int(info.recursion_misses) for name, info in self.program_infos().items()}
 
     def counters(self) -> np.ndarray:
         """Per-CPU counters: array (ncpus, 2, EV_MAX) of [generated, lost] by event type."""

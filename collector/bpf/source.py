@@ -51,6 +51,7 @@ class Totals:
     lost: dict[str, int] = field(default_factory=dict)
     generated: dict[str, int] = field(default_factory=dict)
     malformed: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)  # program -> runs the kernel skipped (recursion)
 
     def summary(self) -> str:
         received = sum(self.received.values())
@@ -60,7 +61,12 @@ class Totals:
         if parts:
             line += " (" + ", ".join(parts) + ")"
         malformed = sum(self.malformed.values())
-        return line + (f", malformed {malformed}" if malformed else "")
+        line += f", malformed {malformed}" if malformed else ""
+        skipped = {name: n for name, n in sorted(self.skipped.items()) if n}
+        if skipped:
+            each = ", ".join(f"{name} {n}" for name, n in skipped.items())
+            line += f", program runs the kernel skipped {sum(skipped.values())} ({each})"
+        return line
 
 
 class KernelSource:
@@ -72,6 +78,7 @@ class KernelSource:
         self.totals = Totals()
         self.received = np.zeros(layout.EV_MAX, dtype=np.int64)
         self.lost_seen = np.zeros(layout.EV_MAX, dtype=np.int64)
+        self.skipped_seen: dict[str, int] = {}  # program -> recursion misses at the last report
         self.flow_meta: dict[int, dict[str, Any]] = {}  # cookie -> header of a sample, for map reads
         self.flow_seen: dict[int, int] = {}  # cookie -> packets at the last FlowCounters
         self.drop_seen: dict[tuple[int, int, int], int] = {}  # (location, reason, protocol) -> last count
@@ -333,10 +340,31 @@ class KernelSource:
                 )
             )
         self.lost_seen = lost
+        out += self._skipped_runs()
         for t, name in layout.EVENT_NAMES.items():
             self.totals.received[name] = int(self.received[t])
             self.totals.lost[name] = int(lost[t])
             self.totals.generated[name] = int(generated[t])
+        return out
+
+    def _skipped_runs(self) -> list[KernelRecord]:
+        """A LossReport per program whose count of skipped runs moved: the kernel does not
+        nest a program inside itself on one CPU, so a tracepoint an interrupt hits while the
+        program runs there is dropped before the program sees it (bpf_prog_info)."""
+        out: list[KernelRecord] = []
+        for prog, total in self.session.recursion_misses().items():
+            before = self.skipped_seen.get(prog, 0)
+            if total != before:
+                out.append(
+                    LossReport(
+                        **collector_envelope(self.env, "skipped", f"prog/{prog}"),
+                        event_type=f"{prog} runs",
+                        lost=total - before,
+                        lost_total=total,
+                    )
+                )
+            self.skipped_seen[prog] = total
+            self.totals.skipped[prog] = total
         return out
 
 

@@ -53,6 +53,9 @@ class CollectorLoss(Rule):
         s.lost.add(t, rec.lost)
         if len(s.evidence) < 32:
             s.evidence.append(rec.seq)
+        if rec.probe == "skipped":
+            self._skipped(rec, s)
+            return
         lost, received = s.lost.total(t), s.received.total(t)
         share = lost / (lost + received)
         critical = share > self.num("critical_share")
@@ -65,6 +68,20 @@ class CollectorLoss(Rule):
         self.fire(
             "lost-events", ("event", rec.event_type), now=t, severity="critical" if critical else "warning",
             subject=host_subject(rec), message=message, clear_after=2 * w, metric=share, evidence=s.evidence,
+        )  # fmt: skip
+
+    def _skipped(self, rec: LossReport, s: _Loss) -> None:
+        """Program runs the kernel skipped: no count of all runs to weigh them against, so a warning."""
+        t, w = rec.ts_wall, self.window
+        skipped, program = int(s.lost.total(t)), (rec.hook or "").removeprefix("prog/")
+        message = (
+            f"The kernel skipped {skipped} runs of nettrail's {program} program in {w:g} s, {rec.lost_total} since "
+            f"the collector started (an interrupt hit its tracepoint while it ran on that CPU): their events and "
+            f"exact counts are missing, so alerts for this window are built on incomplete data."
+        )
+        self.fire(
+            "skipped-runs", ("event", rec.event_type), now=t, severity="warning", subject=host_subject(rec),
+            message=message, clear_after=2 * w, metric=float(skipped), evidence=s.evidence,
         )  # fmt: skip
 
 

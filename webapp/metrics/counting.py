@@ -28,7 +28,10 @@ METRICS: dict[str, tuple[str, str]] = {
     "tcp_resets": ("sender", "TCP resets, by who sent them (local or peer)"),
     "drops": ("reason", "Packets the kernel dropped, by drop reason (exact in-kernel counts)"),
     "drop_events": ("reason", "Traced skb drop events, by drop reason (may be sampled)"),
-    "collector_lost_events": ("event_type", "Events the collector lost (ring buffer full, malformed input)"),
+    "collector_lost_events": (
+        "event_type",
+        "Events the collector lost (ring buffer full, malformed input, program runs the kernel skipped)",
+    ),
 }
 OPEN_FROM = frozenset({"SYN_SENT", "SYN_RECEIVED"})
 CLOSED_STATES = frozenset({"CLOSED", "TIME_WAIT"})

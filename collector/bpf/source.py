@@ -117,6 +117,7 @@ class KernelSource:
             periodic = [*self.flow_counters(), *self.drop_counts(), *self.udp_flow_counters(), *self.ip_flow_counters()]
             out.extend(periodic)
             self.counter_records.extend(periodic)
+            out.extend(self.skipped_runs())  # a syscall per program: read with the maps, not every poll
             self.next_flow = now + self.flow_interval
         out.extend(self.loss_reports())
         return self.number(out)
@@ -340,14 +341,13 @@ class KernelSource:
                 )
             )
         self.lost_seen = lost
-        out += self._skipped_runs()
         for t, name in layout.EVENT_NAMES.items():
             self.totals.received[name] = int(self.received[t])
             self.totals.lost[name] = int(lost[t])
             self.totals.generated[name] = int(generated[t])
         return out
 
-    def _skipped_runs(self) -> list[KernelRecord]:
+    def skipped_runs(self) -> list[KernelRecord]:
         """A LossReport per program whose count of skipped runs moved: the kernel does not
         nest a program inside itself on one CPU, so a tracepoint an interrupt hits while the
         program runs there is dropped before the program sees it (bpf_prog_info)."""

@@ -10,6 +10,8 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,14 +24,22 @@ pytestmark = kernel
 NEEDS_IPERF3 = pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs iperf3 (apt-get install iperf3)")
 
 
-def iperf3_server(port: int) -> subprocess.Popen[bytes]:
-    """`iperf3 -s -1` (one test, then exit), returned once it listens."""
+@contextmanager
+def iperf3_server(port: int) -> Iterator[None]:
+    """`iperf3 -s -1` (one test, then it exits), entered once it listens; killed by its PID
+    if a failure leaves it waiting."""
     server = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(port)], stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while not subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True).stdout.strip():
-        assert time.monotonic() < deadline and server.poll() is None, "iperf3 -s did not listen"
-        time.sleep(0.05)
-    return server
+    try:
+        deadline = time.monotonic() + 10
+        while not subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True).stdout.strip():
+            assert time.monotonic() < deadline and server.poll() is None, "iperf3 -s did not listen"
+            time.sleep(0.05)
+        yield
+        server.wait(timeout=10)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
 
 
 def kernel_recursion_misses(prog_id: int) -> int:
@@ -75,19 +85,15 @@ def test_a_collector_that_keeps_up_with_a_bulk_storm_loses_nothing(tmp_path: Pat
     dozen a run) came from the reader storing its consumer position a byte at a time: the
     kernel could read a torn value far behind and find the ring full."""
     port = free_port()
-    server = iperf3_server(port)
-    try:
-        with Collector(
-            "--providers", "tcp,siftr", "--filter", f"port={port}", "--out", str(tmp_path / "o.jsonl")
-        ) as col:
-            col.wait_attached(timeout=60)
-            subprocess.run(
-                ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", "3"],
-                check=True, stdout=subprocess.DEVNULL, timeout=60,
-            )  # fmt: skip
-            code, _, err = col.stop(timeout=60)
-    finally:
-        server.wait(timeout=10)
+    out = tmp_path / "o.jsonl"
+    with (
+        iperf3_server(port),
+        Collector("--providers", "tcp,siftr", "--filter", f"port={port}", "--out", str(out)) as col,
+    ):
+        col.wait_attached(timeout=60)
+        client = ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", "3"]
+        subprocess.run(client, check=True, stdout=subprocess.DEVNULL, timeout=60)
+        code, _, err = col.stop(timeout=60)
     found = re.search(r"events received (\d+), lost (\d+)", err)
     assert code == 0 and found, err
     received, lost = int(found.group(1)), int(found.group(2))
@@ -106,10 +112,9 @@ def test_program_runs_the_kernel_skipped_are_reported_as_the_kernel_counts_them(
     with Collector("--providers", "tcp,siftr", "--filter", f"port={port}", "--out", str(out)) as col:
         prog_id = col.wait_attached(timeout=60)["tcp_probe"]
         for _ in range(5):  # nesting is up to the interrupts' timing: a few hundred a run as a rule
-            server = iperf3_server(port)
-            client = ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", "2", "-P", "4"]
-            subprocess.run(client, check=True, stdout=subprocess.DEVNULL, timeout=60)
-            server.wait(timeout=10)
+            with iperf3_server(port):
+                client = ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", "2", "-P", "4"]
+                subprocess.run(client, check=True, stdout=subprocess.DEVNULL, timeout=60)
             if kernel_recursion_misses(prog_id) > 0:
                 break
         time.sleep(1.5)  # a loss report (once a second) after the last skipped run

@@ -1,8 +1,10 @@
 """The connections search box: filtering by port keeps exactly the matching rows; a bad
-expression shows the parser's message and no rows; sorting by a column header works."""
+expression shows the parser's message and no rows, even when an earlier response lands
+after it; sorting by a column header works."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -45,6 +47,32 @@ def test_a_bad_expression_shows_where_it_is_wrong(server: Server, page: Any, two
     assert error.inner_text() == "port needs a whole number, got 'abc' (at character 6)"
     assert page.locator("#q").get_attribute("aria-invalid") == "true"
     assert page.locator("#conns tbody tr").count() == 0
+
+
+def test_a_slow_earlier_response_cannot_overwrite_a_newer_filters_error(
+    server: Server, page: Any, two_more: list[Any]
+) -> None:
+    """The unfiltered first load is held back until the bad expression's error is shown
+    (CI once saw it land last: it hid the error and filled the table)."""
+    held: list[Any] = []
+    page.route(re.compile(r"/api/dash/connections\?q=&"), lambda route: held.append(route))
+    page.goto(f"{server.url}/connections/")
+    for _ in range(100):  # the route handler runs when Playwright next hears from the browser
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert len(held) == 1
+    page.fill("#q", "port abc")
+    page.click("#search button[type=submit]")
+    error = page.locator("#q-error")
+    error.wait_for(state="visible")
+    with page.expect_response(re.compile(r"/api/dash/connections\?q=&")) as late:
+        held[0].continue_()
+    assert late.value.ok and late.value.finished() is None
+    page.evaluate("() => new Promise((done) => setTimeout(done, 200))")  # its handler has had its turn
+    assert error.is_visible() and error.inner_text() == "port needs a whole number, got 'abc' (at character 6)"
+    assert page.locator("#conns tbody tr").count() == 0
+    assert "q=port+abc" in page.url
 
 
 def test_sorting_by_local_port_orders_the_rows(server: Server, page: Any, two_more: list[Any]) -> None:

@@ -36,12 +36,14 @@
     panel.focus();
   }
 
+  const fetchAlerts = NT.latest();
+
   async function load() {
     const p = new URLSearchParams();
     for (const k of ["severity", "rule", "host", "acked"]) { const v = form.elements[k].value; if (v) p.set(k, v); }
     history.replaceState(null, "", location.pathname + (p.toString() ? "?" + p : ""));
     let d;
-    try { d = await NT.fetchJSON("/api/dash/alerts?" + p); } catch (e) { NT.showError(e.message); return; }
+    try { d = await fetchAlerts("/api/dash/alerts?" + p); } catch (e) { NT.showError(e.message); return; }
     options(form.elements.rule, d.rules, pd.rule);
     options(form.elements.host, d.hosts, pd.host);
     document.getElementById("count").textContent = num(d.alerts.length);

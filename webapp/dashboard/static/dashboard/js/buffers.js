@@ -76,11 +76,13 @@
     panel.focus();
   }
 
+  const fetchBuffers = NT.latest();
+
   async function load() {
     const p = params();
     history.replaceState(null, "", location.pathname + (p.toString() ? "?" + p : ""));
     let d;
-    try { d = await NT.fetchJSON("/api/dash/buffers?" + p); } catch (e) { NT.showError(e.message); return; }
+    try { d = await fetchBuffers("/api/dash/buffers?" + p); } catch (e) { NT.showError(e.message); return; }
     const reason = form.elements.reason;
     const chosen = reason.value || pd.reason;
     reason.replaceChildren(el("option", { value: "", text: "any" }), ...d.reasons.map((r) => el("option", { value: r, text: r, selected: r === chosen })));

@@ -31,6 +31,24 @@ const NT = (() => {
     return body;
   }
 
+  /* A fetchJSON for a page's reloads: once a newer call of the same fetcher has started,
+     an older call's response (or error) is dropped, its promise left pending. Otherwise a
+     slow earlier response (say the unfiltered first load) could land last and overwrite
+     the newer filter's table or its error. */
+  function latest() {
+    let newest = 0;
+    return async (url, options) => {
+      const mine = ++newest;
+      try {
+        const body = await fetchJSON(url, options);
+        if (mine === newest) return body;
+      } catch (e) {
+        if (mine === newest) throw e;
+      }
+      return new Promise(() => {});
+    };
+  }
+
   /* el("td", {class: "num", text: "3"}, child...) */
   function el(tag, attrs = {}, ...children) {
     const node = document.createElement(tag);
@@ -166,5 +184,5 @@ const NT = (() => {
 
   function sevBadge(sev) { return el("span", { class: `badge sev-${sev}`, text: sev }); }
 
-  return { pageData, fetchJSON, el, num, bytes, duration, time, datetime, endpoint, live, chart, linkRow, sevBadge, showError };
+  return { pageData, fetchJSON, latest, el, num, bytes, duration, time, datetime, endpoint, live, chart, linkRow, sevBadge, showError };
 })();

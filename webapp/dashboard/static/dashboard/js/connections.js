@@ -17,6 +17,7 @@
   const tbody = document.querySelector("#conns tbody");
   const input = document.getElementById("q");
   const errorBox = document.getElementById("q-error");
+  const fetchPage = NT.latest();
   const liveKinds = ["tcp_state", "connection", "tcp_retransmit", "tcp_reset", "flow_counters", "alert"];
 
   function row(c) {
@@ -66,7 +67,7 @@
     const cursor = state.cursors[state.cursors.length - 1];
     let data;
     try {
-      data = await NT.fetchJSON(query({ cursor }));
+      data = await fetchPage(query({ cursor }));
     } catch (e) {
       if (e.status === 400) {
         errorBox.textContent = e.message;

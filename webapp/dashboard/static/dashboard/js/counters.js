@@ -39,10 +39,13 @@
       el("td", { text: time(f.first) }), el("td", { text: time(f.last) }));
   }
 
+  const fetchFlows = NT.latest();
+  const fetchStack = NT.latest();
+
   async function loadFlows() {
     const p = params();
     p.set("sort", state.sort);
-    const d = await NT.fetchJSON("/api/dash/ip-flows?" + p);
+    const d = await fetchFlows("/api/dash/ip-flows?" + p);
     const tbody = document.querySelector("#ip-flows tbody");
     tbody.replaceChildren(...d.flows.map(flowRow));
     if (!d.flows.length) tbody.append(el("tr", {}, el("td", { colspan: 10, class: "muted", text: "No IP flow counters recorded." })));
@@ -71,7 +74,7 @@
   }
 
   async function loadStack() {
-    const d = await NT.fetchJSON("/api/dash/stack-counters?" + params());
+    const d = await fetchStack("/api/dash/stack-counters?" + params());
     lines(d.timeline);
     document.querySelector("#stack tbody").replaceChildren(...d.latest.map((c) => el("tr", { dataset: { counter: c.counter } },
       el("td", { text: c.host_id }), el("td", { class: "num", text: c.netns === null ? "–" : String(c.netns) }),

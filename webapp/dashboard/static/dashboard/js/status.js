@@ -115,12 +115,14 @@
       table("alerts", [["Start"], ["Severity"], ["Rule"], ["Status"], ["Count", true], ["Message"]], alerts, "None."));
   }
 
+  const fetchStatus = NT.latest();
+
   async function load() {
     const host = form.elements.host.value;
     const p = new URLSearchParams(host ? { host } : {});
     history.replaceState(null, "", location.pathname + (host ? "?" + p : ""));
     let d;
-    try { d = await NT.fetchJSON("/api/dash/status?" + p); } catch (e) { NT.showError(e.message); return; }
+    try { d = await fetchStatus("/api/dash/status?" + p); } catch (e) { NT.showError(e.message); return; }
     for (const c of Object.values(charts)) c.destroy();
     for (const k of Object.keys(charts)) delete charts[k];
     const box = document.getElementById("hosts");

@@ -6,12 +6,14 @@
   const { el, num, bytes, time, endpoint } = NT;
   const form = document.getElementById("select");
 
+  const fetchFlows = NT.latest();
+
   async function load() {
     const host = form.elements.host.value;
     const p = new URLSearchParams(host ? { host } : {});
     history.replaceState(null, "", location.pathname + (host ? "?" + p : ""));
     let d;
-    try { d = await NT.fetchJSON("/api/dash/udp?" + p); } catch (e) { NT.showError(e.message); return; }
+    try { d = await fetchFlows("/api/dash/udp?" + p); } catch (e) { NT.showError(e.message); return; }
     const tbody = document.querySelector("#flows tbody");
     tbody.replaceChildren(...d.flows.map((f) => {
       const tr = el("tr", {},

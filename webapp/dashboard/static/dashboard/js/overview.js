@@ -42,12 +42,13 @@
 
   const kinds = ["connection", "tcp_state", "tcp_retransmit", "skb_drop", "drop_count", "loss_report", "alert"];
   let feed = null;
+  const fetchOverview = NT.latest(); // a slow refresh must not land after a newer one
 
   async function refresh() {
     pending = false;
     last = performance.now();
     try {
-      const data = await NT.fetchJSON("/api/dash/overview");
+      const data = await fetchOverview("/api/dash/overview");
       render(data);
       for (const h of data.hosts) feed.add({ host: h.host_id, kind: kinds });
     } catch (e) { NT.showError(e.message); }

@@ -59,15 +59,6 @@ def netstat(ns: str, name: str) -> int:
     return int(values[names.index(name)])
 
 
-def snmp_tcp(ns: str, name: str) -> int:
-    """A counter of the namespace's Tcp: line of /proc/net/snmp (e.g. RetransSegs)."""
-    text = subprocess.run(
-        ["ip", "netns", "exec", ns, "cat", "/proc/net/snmp"], capture_output=True, text=True, check=True
-    ).stdout.splitlines()
-    names, values = (line.split() for line in text if line.startswith("Tcp:"))
-    return int(values[names.index(name)])
-
-
 def wait_for_closes(ns: str, timeout: float = 20) -> str:
     """Wait until no TCP socket of the namespace is still closing (FIN_WAIT_1/2, CLOSING,
     LAST_ACK): on a loaded machine a close handshake may outlast a fixed pause. -> what `ss`

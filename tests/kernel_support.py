@@ -104,10 +104,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def snmp_tcp(name: str) -> int:
-    """A counter of the Tcp: line of /proc/net/snmp (e.g. RetransSegs)."""
-    lines = [ln.split() for ln in open("/proc/net/snmp") if ln.startswith("Tcp:")]
-    return int(lines[1][lines[0].index(name)])
+def snmp_tcp(name: str, netns: str | None = None) -> int:
+    """A counter of the Tcp: line of /proc/net/snmp (e.g. RetransSegs), of the named
+    network namespace if given."""
+    if netns is None:
+        text = open("/proc/net/snmp").read()
+    else:
+        cmd = ["ip", "netns", "exec", netns, "cat", "/proc/net/snmp"]
+        text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    names, values = (ln.split() for ln in text.splitlines() if ln.startswith("Tcp:"))
+    return int(values[names.index(name)])
 
 
 def bpftool_prog_ids() -> set[int]:

@@ -28,9 +28,10 @@ import pytest
 
 from collector.analysis.config import config_from_mapping
 from collector.analysis.engine import run
-from tests.alert_kernel_support import KERNEL_ALERTS, final, namespace, nft_list, pick, snmp_tcp, stop
+from tests.alert_kernel_support import KERNEL_ALERTS, final, namespace, nft_list, pick, stop
 from tests.alert_kernel_support import netstat as ns_netstat
 from tests.collect_process import ROOT, Collector
+from tests.kernel_support import snmp_tcp
 from translators.records import Alert, Record, from_json
 
 pytestmark = KERNEL_ALERTS
@@ -265,9 +266,9 @@ def test_a_collector_with_a_tiny_ring_buffer_reports_its_loss_as_a_critical_h1(n
 
 
 def test_clean_bulk_request_response_and_keepalive_traffic_raises_no_alert(netns, tmp_path):
-    timeouts, retrans = tcp_timeouts(netns), snmp_tcp(netns[0], "RetransSegs")
+    timeouts, retrans = tcp_timeouts(netns), snmp_tcp("RetransSegs", netns[0])
     recs = record(netns, "clean", tmp_path / "clean.jsonl")
-    timeouts, retrans = tcp_timeouts(netns) - timeouts, snmp_tcp(netns[0], "RetransSegs") - retrans
+    timeouts, retrans = tcp_timeouts(netns) - timeouts, snmp_tcp("RetransSegs", netns[0]) - retrans
     kinds = {r.kind for r in recs}
     assert {"tcp_state", "siftr_sample"} <= kinds
     established = [r for r in recs if r.kind == "tcp_state" and r.state == "ESTABLISHED" and r.dport == 7900]

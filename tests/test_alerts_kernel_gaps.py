@@ -121,20 +121,28 @@ def test_time_wait_sockets_toward_one_destination_past_half_the_narrowed_port_ra
     entered = [r for r in recs if r.kind == "tcp_state" and r.state == "TIME_WAIT" and r.dport == traffic.TW_PORT]
     # all 280 as a rule. Under load, loopback may deliver segments out of order across
     # CPUs (a late ACK to a client already in TIME_WAIT draws a listener RST, seen): a
-    # client reset before its TIME_WAIT closes without one. Every connection is accounted for.
+    # client reset before its TIME_WAIT closes without one. And the kernel may skip the
+    # program: the softirq delivering the server's FIN can interrupt inet_sock_set_state
+    # while it runs for the client's own close on that CPU (seen: 12 clients, 24 runs),
+    # so FIN_WAIT_1 -> FIN_WAIT_2 -> CLOSE go unseen, and the collector reports those runs.
+    # Every connection is accounted for.
     clients = {r.sock_cookie: r for r in recs if r.kind == "tcp_state" and r.dport == traffic.TW_PORT
                and (r.prev_state, r.state) == ("SYN_SENT", "ESTABLISHED")}  # fmt: skip
     reset = {r.sock_cookie for r in recs if r.kind == "tcp_reset" and r.sender == "peer" and r.sock_cookie in clients}
     waited = {r.sock_cookie for r in entered}
     n = len(entered)
     assert len(clients) == traffic.TW_CONNECTS and all(r.inferred for r in entered)
-    missing = sorted(set(clients) - waited - reset)
-    assert not missing, "\n".join(  # on failure (a string: pytest cuts reprs): two clients in full, ring loss
-        [f"{len(missing)} clients without TIME_WAIT or a reset; ring loss: "
+    skipped = sum(r.lost for r in recs if r.kind == "loss_report" and r.event_type == "inet_sock_set_state runs")
+    unseen = sorted(set(clients) - waited - reset)
+    last_state = {c: [r for r in recs if r.kind == "tcp_state" and r.sock_cookie == c][-1] for c in unseen}
+    destroyed = {r.sock_cookie for r in recs if r.kind == "connection" and r.probe == "destroy"}
+    explained = all((r.prev_state, r.state) == ("ESTABLISHED", "FIN_WAIT_1") for r in last_state.values())
+    assert 2 * len(unseen) <= skipped and explained and set(unseen) <= destroyed, "\n".join(
+        # on failure (a string: pytest cuts reprs): two clients in full, the loss reports
+        [f"{len(unseen)} clients without TIME_WAIT or a reset, {skipped} skipped inet_sock_set_state runs; loss: "
          f"{[(r.event_type, r.lost_total) for r in recs if r.kind == 'loss_report']}"]
-        + [repr(r) for c in missing[:2] for r in recs if r.sock_cookie == c and r.kind != "siftr_sample"]
+        + [repr(r) for c in unseen[:2] for r in recs if r.sock_cookie == c and r.kind != "siftr_sample"]
     )  # fmt: skip
-    assert waited | reset == set(clients)
     assert n > 250  # the alert needs more than half of the range
     [a] = pick(alerts, "K10", "time-wait")  # not for TW_CLEAN_PORT: its 150 stay under 250
     assert (a.severity, a.src, a.sport, a.dst, a.dport, a.proto) == ("warning", None, None, "127.0.0.1", 7210, "tcp")

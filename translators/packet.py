@@ -14,7 +14,7 @@ Lengths follow the IP header, not the captured length, so snaplen-cut captures k
 their sizes; a header that claims more than the frame carries, or is cut before its
 fixed part, is malformed.
 
-Keep in sync with: collector/sources/pcap.py (Batch) and translators/records.py
+Keep in sync with: translators/packet_batch.py (Batch) and translators/records.py
 (IpPacket, UdpDatagram, TcpSegment fields).
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from collector.sources.pcap import Batch
+from translators.packet_batch import Batch
 from translators.records import IpPacket, Record, TcpSegment, UdpDatagram, tcp_flags_str
 
 IntArray = npt.NDArray[np.int64]

@@ -13,8 +13,8 @@ PB. Damaged records are skipped and counted (``malformed``) when the reader can 
 the next record; a file whose header cannot be parsed raises :class:`CaptureError`
 naming the byte offset.
 
-Keep in sync with: translators/packet.py (the Batch columns it reads) and the link-type
-numbers it understands.
+Keep in sync with: translators/packet_batch.py (Batch, the columns it fills),
+translators/packet.py (the columns it reads) and the link-type numbers it understands.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from typing import BinaryIO
 import numpy as np
 import numpy.typing as npt
 
+from translators.packet_batch import PAD, Batch
+
 PCAP_MAGIC_US = 0xA1B2C3D4
 PCAP_MAGIC_NS = 0xA1B23C4D
 PCAPNG_SHB = 0x0A0D0D0A
@@ -39,7 +41,6 @@ GZIP_MAGIC = b"\x1f\x8b"
 # A record claiming more than this is damage, not data (Wireshark's limit for most link types).
 MAX_RECORD = 262144 * 4
 CHUNK = 8 << 20
-PAD = 64  # zero bytes after the data of every batch buffer (translators/packet.py reads header blocks)
 TS_LIMIT = (1 << 62) - 1
 # Keep the first few damaged-record offsets for warnings; count the rest.
 MAX_REPORTED = 10
@@ -67,24 +68,6 @@ class Interface:
     ts_offset_s: int = 0
     name: str | None = None
     snaplen: int = 0
-
-
-@dataclass
-class Batch:
-    """Packets of one chunk: ``buf`` plus one array entry per packet."""
-
-    buf: bytes | bytearray  # packet data, followed by at least PAD zero bytes
-    data_off: IntArray
-    caplen: IntArray
-    wirelen: IntArray
-    ts_ns: IntArray
-    linktype: IntArray
-    iface: IntArray
-    file_off: IntArray
-    first_frame: int
-
-    def __len__(self) -> int:
-        return len(self.data_off)
 
 
 @dataclass

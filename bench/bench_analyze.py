@@ -101,7 +101,7 @@ def build_capture(path: Path, packets: int) -> None:
 
 def count_packets(path: Path) -> int:
     sys.path.insert(0, str(ROOT))
-    from collector.sources.pcap import CaptureReader
+    from analysis.capture.pcap import CaptureReader
 
     with CaptureReader(str(path)) as r:
         return sum(len(b) for b in r.batches())

@@ -13,8 +13,8 @@ import time
 import msgspec
 import pytest
 
-from collector.analysis.config import config_from_mapping
-from collector.analysis.engine import run
+from analysis.alerts.config import config_from_mapping
+from analysis.alerts.engine import run
 from tests.collect_process import ROOT
 from translators.records import Alert, AnyRecord
 

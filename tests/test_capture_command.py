@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.sources.pcap import CaptureReader
+from analysis.capture.pcap import CaptureReader
 
 pytestmark = [
     pytest.mark.kernel,

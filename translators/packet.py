@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from collector.sources.pcap import Batch
+from analysis.capture.pcap import Batch
 from translators.records import IpPacket, Record, TcpSegment, UdpDatagram, tcp_flags_str
 
 IntArray = npt.NDArray[np.int64]

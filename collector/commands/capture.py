@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from collector.analysis.capture_flows import CapturePipeline
+from analysis.flows.capture_flows import CapturePipeline
 from collector.commands.analyze import write_results
 from collector.sources.live import CaptureUnavailable, LiveCapture
 from translators.packet import decode_batch

@@ -23,7 +23,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
-from collector.export.filters import FilterError, ReportFilter, build_filter
+from analysis.export.filters import FilterError, ReportFilter, build_filter
 from webapp.http import json_error
 from webapp.reports.exports import SIFTR_VERSIONS, ExportUnavailable, pcap_steps, siftr_steps
 from webapp.reports.render import ReportNotFound, check, report_steps

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from analysis.capture.pcap import CaptureError, CaptureReader
 from analysis.flows.capture_flows import CapturePipeline
-from collector.commands.analyze import write_results
+from nettrail.commands.analyze import write_results
 from tests import capwriter as cw
 from tests.tcpbuild import A, B, Conv
 from translators.packet import decode_batch

@@ -7,7 +7,7 @@ become LossReport records, so a report shows the blind spots next to the samples
 `analyze_siftr` is what `nettrail analyze` runs for such a file: flow summaries,
 loss records, the samples with --packets; the CLI's --store wraps the stream (the
 database half lives in webapp/traces/capture_store.py).
-Keep in sync with: translators/siftr_log.py (the format), collector/commands/analyze.py
+Keep in sync with: translators/siftr_log.py (the format), nettrail/commands/analyze.py
 (detection by the ``enable_time_secs=`` header), docs/reports.md.
 """
 

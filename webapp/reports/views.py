@@ -9,7 +9,7 @@ generators, handed out in ~64 KiB chunks; under ASGI each chunk is produced in t
 request's sync thread, so the ORM cursor never changes threads. Errors before the
 first byte are JSON ``{"error": ...}``: 400 bad filter/style, 404 unknown
 connection/host, 409 nothing to export.
-Keep in sync with: docs/reports.md, collector/commands/report.py (same filters).
+Keep in sync with: docs/reports.md, nettrail/commands/report.py (same filters).
 """
 
 from __future__ import annotations

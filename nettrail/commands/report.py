@@ -18,7 +18,7 @@ from typing import IO, Any, BinaryIO, TextIO, cast
 
 from analysis.export.atomic import atomic_output
 from analysis.export.filters import FilterError, ReportFilter, build_filter
-from collector.commands._django import setup_django
+from nettrail.commands._django import setup_django
 from xo import add_libxo_argument, libxo_from_args
 
 PROG = "nettrail report"

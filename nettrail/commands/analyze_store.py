@@ -4,7 +4,7 @@ The records are the capture's (analysis/capture/file_records.py); --store writes
 into the local database through webapp/traces/capture_store.py (the ingest endpoint's
 own storage steps), --server sends them through the agent's HTTP sink. Django is
 imported only when --store runs, so `nettrail analyze` alone starts without it.
-Keep in sync with: collector/commands/analyze.py (the flags), webapp/api/upload.py (the
+Keep in sync with: nettrail/commands/analyze.py (the flags), webapp/api/upload.py (the
 browser's upload), docs/collector-sinks.md.
 """
 
@@ -60,7 +60,7 @@ def ship(args: argparse.Namespace) -> int:
         )
         return 2
     if args.store:
-        from collector.commands._django import migrate, setup_django
+        from nettrail.commands._django import migrate, setup_django
 
         setup_django()
         migrate()
@@ -78,7 +78,7 @@ def ship(args: argparse.Namespace) -> int:
 def store_passing(records: Iterator[Record], host_id: str) -> Iterator[Record]:
     """`analyze FILE.siftr --store`: the records pass on to the printout and go to the local
     database in atomic chunks as they pass; the count is printed at the end."""
-    from collector.commands._django import migrate, setup_django
+    from nettrail.commands._django import migrate, setup_django
 
     setup_django()
     migrate()

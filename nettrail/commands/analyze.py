@@ -32,7 +32,7 @@ from analysis.capture.pcap import CaptureError, CaptureReader, Damage
 from analysis.capture.pcap_worker import DecodedStream
 from analysis.capture.siftr import analyze_siftr, looks_like_siftr
 from analysis.flows.capture_flows import CapturePipeline, Totals
-from collector.commands import analyze_store as store
+from nettrail.commands import analyze_store as store
 from translators.packet import decode_batch
 from translators.records import Record
 from xo import Writer, add_libxo_argument, libxo_from_args

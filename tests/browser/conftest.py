@@ -143,9 +143,9 @@ def server() -> Iterator[Server]:
             if proc.poll() is not None:
                 raise RuntimeError(f"webapp exited: {(data_dir / 'server.log').read_text()[-2000:]}")
             try:
-                requests.get(f"{url}/accounts/login/", timeout=1)
+                requests.get(f"{url}/accounts/login/", timeout=5)
                 break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not listening, or a slow first answer
                 time.sleep(0.1)
         else:
             raise RuntimeError("webapp did not start listening within 30 s")

@@ -21,6 +21,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
 from translators.records import BY_KIND, Record, describe
 from webapp.http import json_error
+from webapp.traces import owner
 from webapp.traces.models import KIND_MODELS, Connection
 from webapp.traces.schema import CONNECTIONLESS_KINDS
 from xo import Writer, XoOptionError, command_options
@@ -64,12 +65,12 @@ def to_record(kind: str, row: dict[str, Any]) -> Record:
     return msgspec.convert(values, cls)
 
 
-def records_of(uuid: str) -> Iterator[Record]:
+def records_of(host: str, uuid: str) -> Iterator[Record]:
     for kind, model in KIND_MODELS.items():
         if kind in CONNECTIONLESS_KINDS:
             continue
         names = [f.name for f in describe(BY_KIND[kind])]
-        rows = model.objects.filter(conn_uuid=uuid).order_by("ts_ns", "seq").values(*names)
+        rows = model.objects.filter(host_id=host, conn_uuid=uuid).order_by("ts_ns", "seq").values(*names)
         for row in rows.iterator(chunk_size=ROW_BATCH):
             yield to_record(kind, row)
 
@@ -79,7 +80,7 @@ def _render(conn: Connection, spec: str) -> Iterator[str]:
     w = Writer(stream, command_options(spec))  # type: ignore[arg-type]
     w.open_container("nettrail")
     _identity(w, conn)
-    for count, rec in enumerate(records_of(conn.conn_uuid), start=1):
+    for count, rec in enumerate(records_of(conn.host_id, conn.conn_uuid), start=1):
         w.record(rec)
         if count % CHUNK_RECORDS == 0:
             yield stream.take()
@@ -120,7 +121,10 @@ def export(request: HttpRequest, uuid: str) -> HttpResponse:
     fmt = request.GET.get("format", "json")
     if fmt not in FORMATS:
         return json_error(400, f"format must be one of {', '.join(FORMATS)}")
-    conn = Connection.objects.filter(conn_uuid=uuid).first()
+    try:
+        conn = owner.connection_of(uuid, request.GET.get("host") or None)
+    except owner.Ambiguous as exc:
+        return json_error(409, str(exc))
     if conn is None:
         return json_error(404, "no such connection")
     spec, content_type, ext = FORMATS[fmt]

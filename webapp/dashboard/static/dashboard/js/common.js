@@ -194,6 +194,13 @@ const NT = (() => {
     return plot;
   }
 
+  /* A connection page's URL: a connection is its host's, so the host goes along
+     (needed when two hosts report the same conn_uuid; docs/webapp.md). */
+  function connHref(row) {
+    const uuid = row.conn_uuid;
+    return row.host_id ? `/connections/${uuid}/?host=${encodeURIComponent(row.host_id)}` : `/connections/${uuid}/`;
+  }
+
   /* Makes a table row a keyboard-reachable link. */
   function linkRow(tr, href) {
     tr.tabIndex = 0;
@@ -205,5 +212,5 @@ const NT = (() => {
 
   function sevBadge(sev) { return el("span", { class: `badge sev-${sev}`, text: sev }); }
 
-  return { pageData, fetchJSON, latest, el, num, bytes, duration, time, datetime, endpoint, live, chart, linkRow, sevBadge, showError };
+  return { pageData, fetchJSON, latest, el, num, bytes, duration, time, datetime, endpoint, live, chart, linkRow, connHref, sevBadge, showError };
 })();

@@ -187,7 +187,7 @@
     if (loading) { again = true; return; }
     loading = true;
     try {
-      const d = await NT.fetchJSON(`/api/dash/connections/${uuid}`);
+      const d = await NT.fetchJSON(`/api/dash/connections/${uuid}?host=${encodeURIComponent(NT.pageData.host || "")}`);
       summary(d.conn);
       timeline(d.timeline);
       sampling(d.sampling);

@@ -76,10 +76,14 @@ def store_records(records: Iterable[Record], host_name: str) -> StoreTotals:
 
 
 def _store_chunk(chunk: list[Record], totals: StoreTotals, store_batch: Any, push: Any) -> None:
+    from django.db import transaction
+
     result = store_batch(chunk)
     totals.stored += result.stored
     totals.duplicates += result.duplicates
-    push(result.new)
+    # Inside a caller's transaction (the upload page) browsers hear of the records only
+    # once they are committed; otherwise on_commit runs at once.
+    transaction.on_commit(lambda: push(result.new))
 
 
 # --- `nettrail analyze FILE --store | --server URL --token T` ---------------------------------

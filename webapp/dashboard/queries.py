@@ -194,6 +194,11 @@ def row_json(c: Connection, rules: dict[RuleKey, list[str]]) -> dict[str, Any]:
         "bytes": (c.bytes_orig or 0) + (c.bytes_resp or 0),
         "bytes_orig": c.bytes_orig,
         "bytes_resp": c.bytes_resp,
+        # The local socket's view: what this host sent (out) and received (in).
+        "bytes_out": c.bytes_out,
+        "bytes_in": c.bytes_in,
+        "packets_out": c.packets_out,
+        "packets_in": c.packets_in,
         "retrans": c.retransmits,
         "resets": c.resets,
         "alerts": c.alerts,

@@ -233,6 +233,22 @@ def _fold_counters(conn: Any, rec: Any) -> None:
     orig, resp = (rec.bytes_in, rec.bytes_out) if conn.active is False else (rec.bytes_out, rec.bytes_in)
     conn.bytes_orig = orig if conn.bytes_orig is None else max(conn.bytes_orig, orig)
     conn.bytes_resp = resp if conn.bytes_resp is None else max(conn.bytes_resp, resp)
+    _local(conn, rec.bytes_out, rec.bytes_in, rec.packets_out, rec.packets_in)
+
+
+def _local(
+    conn: Any, bytes_out: int | None, bytes_in: int | None, packets_out: int | None, packets_in: int | None
+) -> None:
+    """The local socket's totals: the largest report wins (they only grow), never swapped."""
+    for name, value in (
+        ("bytes_out", bytes_out),
+        ("bytes_in", bytes_in),
+        ("packets_out", packets_out),
+        ("packets_in", packets_in),
+    ):
+        if value is not None:
+            current = getattr(conn, name)
+            setattr(conn, name, value if current is None else max(current, value))
 
 
 def _fold_retransmit(conn: Any, rec: Any) -> None:
@@ -268,6 +284,11 @@ def _fold_summary(conn: Any, rec: Any) -> None:
     _set_state(conn, rec.state, rec.ts_ns)
     if rec.source == "kernel":
         conn.closed = True  # live summaries are emitted when the socket is destroyed
+        # The local totals come from flow_counters only (the tcp provider reports them at
+        # destroy too): the summary's segs count every segment, flow_counters' packets do
+        # not, and one column must not mix the two.
+    else:  # a capture: no local socket, the originator's view
+        _local(conn, rec.bytes_orig, rec.bytes_resp, rec.packets_orig, rec.packets_resp)
 
 
 _FOLDERS: dict[str, Any] = {

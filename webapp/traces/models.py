@@ -112,6 +112,13 @@ class Connection(models.Model):
     bytes_resp = models.BigIntegerField(null=True)
     bytes_acked = models.BigIntegerField(null=True)
     bytes_received = models.BigIntegerField(null=True)
+    # The local socket's own view (this host sent = out), whichever side opened it: the
+    # kernel's flow_counters totals. A capture has no local socket: there they are the
+    # originator's (out = orig), from its connection summaries.
+    bytes_out = models.BigIntegerField(null=True)
+    bytes_in = models.BigIntegerField(null=True)
+    packets_out = models.BigIntegerField(null=True)
+    packets_in = models.BigIntegerField(null=True)
     retransmits = models.IntegerField(default=0)  # tcp_retransmit records, or the summary's total
     resets = models.IntegerField(default=0)
     alerts = models.IntegerField(default=0)

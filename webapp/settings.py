@@ -116,6 +116,11 @@ NETTRAIL_TRIM_BATCH = env_int("NETTRAIL_TRIM_BATCH", 2000, minimum=1)  # rows pe
 # Seconds between the server's background WAL checkpoints (SQLite; 0: requests checkpoint
 # as SQLite does by default). webapp/traces/checkpoint.py.
 NETTRAIL_CHECKPOINT_INTERVAL = env_int("NETTRAIL_CHECKPOINT_INTERVAL", 1)
+# Live websocket flow control (webapp/traces/consumers.py, docs/api.md): unacknowledged
+# messages per client, records buffered per client, seconds an overflowed client may stay silent.
+NETTRAIL_LIVE_WINDOW = env_int("NETTRAIL_LIVE_WINDOW", 4, minimum=1)
+NETTRAIL_LIVE_MAX_BUFFER = env_int("NETTRAIL_LIVE_MAX_BUFFER", 50_000, minimum=1000)
+NETTRAIL_LIVE_STALL_SECONDS = env_int("NETTRAIL_LIVE_STALL_SECONDS", 30, minimum=1)
 
 # --- security: everything below passes `check --deploy` except the HTTPS-only items,
 # which NETTRAIL_HTTPS=1 turns on when a TLS proxy is in front (docs/webapp.md).

@@ -143,9 +143,9 @@ def server() -> Iterator[Server]:
             if proc.poll() is not None:
                 raise RuntimeError(f"webapp exited: {(data_dir / 'server.log').read_text()[-2000:]}")
             try:
-                requests.get(f"{url}/accounts/login/", timeout=1)
+                requests.get(f"{url}/accounts/login/", timeout=5)
                 break
-            except (requests.ConnectionError, requests.ReadTimeout):
+            except (requests.ConnectionError, requests.Timeout):
                 # ReadTimeout: listening, but the first request (Django loading its URLconf)
                 # took over a second on a loaded machine; ask again within the same 30 s.
                 time.sleep(0.1)

@@ -22,6 +22,7 @@ from webapp.dashboard.filterlang import FilterError
 from webapp.dashboard.models import AlertAck
 from webapp.dashboard.tables import Alert, LossReport, SockEvent, UdpDatagram
 from webapp.http import json_error
+from webapp.traces import owner
 from webapp.traces.models import KIND_MODELS, Connection, Host
 
 View = Callable[..., HttpResponse]
@@ -78,7 +79,7 @@ def connections(request: HttpRequest) -> HttpResponse:
         page = queries.Page(rows, None, len(rows))
     else:
         page = queries.page(qs, request.GET.get("sort") or queries.DEFAULT_SORT, request.GET.get("cursor"), limit)
-    rules = queries.alert_rules([c.conn_uuid for c in page.rows if c.alerts])
+    rules = queries.alert_rules([c for c in page.rows if c.alerts])
     return JsonResponse(
         {
             "rows": [queries.row_json(c, rules) for c in page.rows],
@@ -92,23 +93,29 @@ def connections(request: HttpRequest) -> HttpResponse:
 
 @api("GET")
 def connection(request: HttpRequest, uuid: str) -> HttpResponse:
-    conn = queries.annotated().filter(conn_uuid=uuid).first()
+    """?host= names the connection's host (needed only when two hosts have the uuid)."""
+    try:
+        row = owner.connection_of(uuid, request.GET.get("host") or None)
+    except owner.Ambiguous as exc:
+        return json_error(409, str(exc))
+    conn = queries.annotated().filter(pk=row.pk).first() if row is not None else None
     if conn is None:
         return json_error(404, "no such connection")
-    rules = queries.alert_rules([uuid])
+    host = conn.host_id
+    rules = queries.alert_rules([conn])
     body = queries.row_json(conn, rules)
-    summary = detail.summary_fields(uuid)
+    summary = detail.summary_fields(host, uuid)
     return JsonResponse(
         {
             "conn": {**summary, **body},
             "timeline": detail.timeline(conn),
-            "siftr": detail.siftr(uuid),
-            "sampling": selfhealth.connection_sampling(uuid),
+            "siftr": detail.siftr(host, uuid),
+            "sampling": selfhealth.connection_sampling(host, uuid),
             "tseq": detail.tseq(conn),
-            "tcpdebug": detail.tcpdebug(uuid),
-            "skbs": detail.skbs(uuid),
-            "drops": detail.drops(uuid),
-            "alerts": detail.alerts(uuid),
+            "tcpdebug": detail.tcpdebug(host, uuid),
+            "skbs": detail.skbs(host, uuid),
+            "drops": detail.drops(host, uuid),
+            "alerts": detail.alerts(host, uuid),
         }
     )
 
@@ -174,11 +181,15 @@ def buffers_view(request: HttpRequest) -> HttpResponse:
 
 @api("GET")
 def skb(request: HttpRequest, uid: int) -> HttpResponse:
-    found = detail.lifecycles([uid])
+    found = detail.lifecycles([uid], request.GET.get("host") or None)
     if not found:
         return json_error(404, "no such buffer")
     life = found[0]
-    conn = Connection.objects.filter(conn_uuid=life["conn_uuid"]).first() if life["conn_uuid"] else None
+    conn = (
+        Connection.objects.filter(host_id=life["host_id"], conn_uuid=life["conn_uuid"]).first()
+        if life["conn_uuid"]
+        else None
+    )
     return JsonResponse({"skb": life, "conn": queries.row_json(conn, {}) if conn else None})
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, cast
+from urllib.parse import quote
 
 from django.contrib.auth.decorators import login_not_required, login_required
 from django.contrib.staticfiles.views import serve
@@ -20,7 +21,7 @@ from webapp.dashboard import queries
 from webapp.dashboard.api import host_names
 from webapp.dashboard.counters import DEFAULT_FLOW_SORT
 from webapp.dashboard.filterlang import FIELDS
-from webapp.traces.models import Connection
+from webapp.traces import owner
 
 View = Callable[..., HttpResponse]
 
@@ -84,19 +85,25 @@ def connections(request: HttpRequest) -> HttpResponse:
     return _page(request, "connections.html", data, fields=FIELDS, columns=columns, page_sizes=queries.PAGE_SIZES)
 
 
-def _exports(uuid: str) -> list[dict[str, str]]:
+def _exports(uuid: str, host: str) -> list[dict[str, str]]:
     try:
         base = reverse("connection-export", args=[uuid])
     except NoReverseMatch:
         return []
-    return [{"format": f, "label": label, "url": f"{base}?format={f}"} for f, label in EXPORTS]
+    on_host = f"&host={quote(host)}"  # a connection is its host's: exports name it
+    return [{"format": f, "label": label, "url": f"{base}?format={f}{on_host}"} for f, label in EXPORTS]
 
 
 @page
 def connection(request: HttpRequest, uuid: str) -> HttpResponse:
-    if not Connection.objects.filter(conn_uuid=uuid).exists():
+    try:
+        conn = owner.connection_of(uuid, request.GET.get("host") or None)
+    except owner.Ambiguous as exc:
+        raise Http404(str(exc)) from exc
+    if conn is None:
         raise Http404("no such connection")
-    return _page(request, "connection.html", {"conn_uuid": uuid}, exports=_exports(uuid))
+    data = {"conn_uuid": uuid, "host": conn.host_id}
+    return _page(request, "connection.html", data, exports=_exports(uuid, conn.host_id))
 
 
 @page

@@ -27,7 +27,7 @@
       el("td", { text: c.comm || "–" }),
       el("td", { class: "num", text: c.pid ?? "–" }),
       el("td", { class: "num", text: c.uid ?? "–" }),
-      el("td", {}, el("a", { href: `/connections/${c.conn_uuid}/`, text: endpoint(c.src, c.sport) })),
+      el("td", {}, el("a", { href: NT.connHref(c), text: endpoint(c.src, c.sport) })),
       el("td", { text: endpoint(c.dst, c.dport) }),
       el("td", { dataset: { col: "state" } }, el("span", { class: `state-${c.state}`, text: c.state || "–" })),
       el("td", { text: NT.time(c.start) }),
@@ -37,7 +37,7 @@
       el("td", { class: "num", dataset: { col: "retrans" }, text: num(c.retrans) }),
       el("td", { dataset: { col: "alerts" } }, c.alerts ? el("span", { class: "badge sev-warning", text: `${c.alerts} (${c.alert_rules.join(",")})` }) : "–"),
     );
-    return NT.linkRow(tr, `/connections/${c.conn_uuid}/`);
+    return NT.linkRow(tr, NT.connHref(c));
   }
 
   function query(extra = {}) {

@@ -9,7 +9,7 @@
   let last = 0;
 
   function connCell(c) {
-    const a = el("a", { href: `/connections/${c.conn_uuid}/`, text: `${endpoint(c.src, c.sport)} → ${endpoint(c.dst, c.dport)}` });
+    const a = el("a", { href: NT.connHref(c), text: `${endpoint(c.src, c.sport)} → ${endpoint(c.dst, c.dport)}` });
     return el("td", { class: "wrap" }, a, el("span", { class: "muted", text: ` ${c.host_id}` }));
   }
   function proc(c) { return c.comm ? `${c.comm} (${c.pid ?? "?"})` : "–"; }
@@ -32,7 +32,7 @@
     document.querySelector("#latest-alerts tbody").replaceChildren(...data.alerts.map((a) => el("tr", {},
       el("td", { text: time(a.start) }), el("td", {}, NT.sevBadge(a.severity)), el("td", { text: a.rule_id }),
       el("td", { text: a.host_id }),
-      el("td", { class: "wrap" }, a.conn_uuid ? el("a", { href: `/connections/${a.conn_uuid}/`, text: a.message }) : a.message),
+      el("td", { class: "wrap" }, a.conn_uuid ? el("a", { href: NT.connHref(a), text: a.message }) : a.message),
     )));
     document.querySelector("#top-bytes tbody").replaceChildren(...data.top_bytes.map((c) => el("tr", {},
       connCell(c), el("td", { text: proc(c) }), el("td", { class: "num", text: bytes(c.bytes) }))));

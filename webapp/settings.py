@@ -109,6 +109,9 @@ CHANNEL_LAYERS = {"default": env_channel_layer("CHANNEL_LAYER")}
 
 # --- nettrail ---
 NETTRAIL_INGEST_MAX_BYTES = env_int("NETTRAIL_INGEST_MAX_BYTES", 16 * 1024 * 1024, minimum=1024)
+# Largest body of any other request (login and other forms, dashboard actions); the
+# capture upload has its own limit. webapp/gate.py refuses more before reading it.
+NETTRAIL_REQUEST_MAX_BYTES = env_int("NETTRAIL_REQUEST_MAX_BYTES", 1024 * 1024, minimum=1024)
 NETTRAIL_RETENTION_DAYS = env_int("NETTRAIL_RETENTION_DAYS", 30)  # 0: keep forever
 NETTRAIL_RETENTION_ROWS = env_int("NETTRAIL_RETENTION_ROWS", 5_000_000)  # per table; 0: no limit
 NETTRAIL_TRIM_INTERVAL = env_int("NETTRAIL_TRIM_INTERVAL", 300)  # seconds between trims; 0: never

@@ -84,8 +84,10 @@ def admin_state(server: Server, browser: Any) -> dict[str, Any]:
 
 @pytest.fixture()
 def page(server: Server, browser: Any, admin_state: dict[str, Any]) -> Iterator[Any]:
+    # bypass_csp: Playwright's wait_for_function evaluates a string in the page, which the
+    # webapp's CSP (no eval) blocks. test_dashboard_csp.py checks the CSP without it.
     context = browser.new_context(
-        storage_state=admin_state, viewport={"width": 1366, "height": 900}, accept_downloads=True
+        storage_state=admin_state, viewport={"width": 1366, "height": 900}, accept_downloads=True, bypass_csp=True
     )
     pg = context.new_page()
     errors: list[str] = []

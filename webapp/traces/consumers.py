@@ -32,6 +32,7 @@ from django.conf import settings
 
 from translators.records import BY_KIND
 from webapp.traces.push import group_name
+from webapp.traces.session_close import SessionBound
 
 PUSH_HZ = 10
 MAX_RECORDS_PER_MESSAGE = 25_000
@@ -123,7 +124,7 @@ class Outbox:
     last_push: float = 0.0
 
 
-class LiveConsumer(AsyncWebsocketConsumer):
+class LiveConsumer(SessionBound, AsyncWebsocketConsumer):
     """One browser tab's live feed."""
 
     async def connect(self) -> None:
@@ -138,11 +139,13 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.flush_task: asyncio.Task[None] | None = None
         self.dropped = False
         await self.accept()
+        await self.bind_session()  # logout or session expiry closes this socket
 
     async def disconnect(self, code: int) -> None:
         task = getattr(self, "flush_task", None)  # absent when connect() refused the handshake
         if task is not None:
             task.cancel()
+        await self.unbind_session()
         await self._leave_all()
 
     # --- client -> server ----------------------------------------------------------------

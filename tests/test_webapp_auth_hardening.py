@@ -73,7 +73,16 @@ def test_no_template_has_inline_script_or_style() -> None:
     offenders = []
     for template in root.glob("**/templates/**/*.html"):
         text = template.read_text()
-        for needle in ("<script>", "<style", " style=", " onclick=", " onload=", " onchange=", " onsubmit=", "javascript:"):
+        for needle in (
+            "<script>",
+            "<style",
+            " style=",
+            " onclick=",
+            " onload=",
+            " onchange=",
+            " onsubmit=",
+            "javascript:",
+        ):
             if needle in text:
                 offenders.append(f"{template.relative_to(root)}: {needle.strip()}")
     assert offenders == []

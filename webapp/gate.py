@@ -114,6 +114,9 @@ def decide_head(scope: dict[str, Any]) -> Verdict | Credential:
     """What the request head alone decides; a Credential still needs `verify`."""
     path: str = scope["path"]
     headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
+    if "\x00" in path or b"%00" in bytes(scope.get("query_string", b"")):
+        # Text columns of PostgreSQL cannot hold NUL: no URL may carry one to a query.
+        return Refusal(400, "NUL character in the URL")
     limit = body_limit(path)
     length = header(headers, b"content-length")
     chunked = header(headers, b"transfer-encoding") is not None

@@ -24,6 +24,7 @@ from translators.records import Record, decode_batch
 from webapp.http import json_error
 from webapp.traces import alert_mail, push, tokens
 from webapp.traces.store import UnstorableRecord, store_batch
+from webapp.traces.values import first_bad_value
 
 CONTENT_TYPES: dict[str, Literal["json", "msgpack"]] = {
     "application/json": "json",
@@ -60,6 +61,9 @@ def _ingest(request: HttpRequest) -> JsonResponse:
     foreign = _foreign_record(records, row.host.name)
     if foreign is not None:
         return foreign
+    bad = first_bad_value(records)  # never stored: inf, NUL, beyond 64 bits, overlong text
+    if bad is not None:
+        return json_error(400, str(bad), index=bad.index, field=bad.field)
     try:
         result = store_batch(records)
     except UnstorableRecord as exc:

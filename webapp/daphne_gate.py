@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote
 
 import daphne.server
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 LINGER_S = 2.0
 
 
-class GatedRequest(WebRequest):  # type: ignore[misc]  # daphne is untyped
+class GatedRequest(WebRequest):  # daphne is untyped: WebRequest is Any
     _gate_limit: int | None = None
     _gate_seen = 0
     _gate_refused = False
@@ -106,7 +106,7 @@ class GatedRequest(WebRequest):  # type: ignore[misc]  # daphne is untyped
             from twisted.internet import reactor  # daphne.server installed the asyncio reactor
 
             lose_write()
-            reactor.callLater(LINGER_S, transport.abortConnection)
+            cast(Any, reactor).callLater(LINGER_S, transport.abortConnection)  # typed as the interface
         else:
             transport.loseConnection()
 
@@ -123,7 +123,7 @@ def _head_scope(request: GatedRequest) -> dict[str, Any]:
     }
 
 
-class GatedHTTPFactory(HTTPFactory):  # type: ignore[misc]  # daphne is untyped
+class GatedHTTPFactory(HTTPFactory):  # daphne is untyped: HTTPFactory is Any
     def buildProtocol(self, addr: Any) -> Any:
         protocol = super().buildProtocol(addr)
         protocol.requestFactory = GatedRequest
@@ -136,4 +136,4 @@ def install() -> None:
     ``daphne.server.Server.run`` builds ``HTTPFactory(self)`` by that global name and
     has no other hook, so the name is pointed at the subclass.
     """
-    daphne.server.HTTPFactory = GatedHTTPFactory  # type: ignore[misc]
+    daphne.server.HTTPFactory = GatedHTTPFactory

@@ -98,7 +98,7 @@ def body_limit(path: str) -> int:
 
 def _upload_path() -> str | None:
     try:
-        return reverse("capture-upload")
+        return str(reverse("capture-upload"))
     except NoReverseMatch:  # the read API app is optional
         return None
 
@@ -106,7 +106,7 @@ def _upload_path() -> str | None:
 def header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
     for key, value in headers:
         if key.lower() == name:
-            return value.decode("latin-1")
+            return str(value.decode("latin-1"))
     return None
 
 
@@ -179,4 +179,4 @@ def session_is_logged_in(key: str) -> bool:
     # Django's own check (session exists, user active, password hash unchanged), as the
     # authentication middleware would run it on the same cookie.
     store = import_module(settings.SESSION_ENGINE).SessionStore(key)
-    return bool(get_user(SimpleNamespace(session=store)).is_authenticated)  # type: ignore[arg-type]
+    return bool(get_user(SimpleNamespace(session=store)).is_authenticated)

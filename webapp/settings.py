@@ -207,7 +207,8 @@ LOGGING: dict[str, Any] = {
     "root": {"handlers": ["console"], "level": "INFO"},
     # Request bodies and headers (tokens, passwords) are never logged: django.request
     # logs only the path and status of failed requests.
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # axes: failures and lockouts (WARNING) are logged, not every successful login (INFO).
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }
 
 # Alert e-mail (webapp/traces/alert_mail.py mails to NETTRAIL_ALERT_EMAILS): Django's

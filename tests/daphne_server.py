@@ -48,7 +48,7 @@ class Server:
     url: str
     token: str
     data_dir: Path
-    pid: int
+    pid: int = 0  # the daphne process (0: a copy naming another host's token on the same server)
 
     def ingest(self, records: list[Any]) -> dict[str, Any]:
         from translators.records import to_builtins
@@ -65,6 +65,7 @@ class Server:
 
     def rchar(self) -> int:
         """Bytes the server process has read so far (files and sockets), from /proc/PID/io."""
+        assert self.pid, "no server process"
         for line in Path(f"/proc/{self.pid}/io").read_text().splitlines():
             if line.startswith("rchar:"):
                 return int(line.split()[1])

@@ -92,6 +92,26 @@ def test_no_generated_api_request_gets_a_5xx_or_an_answer_that_is_not_json(cast:
     assert count >= 1000
 
 
+# Values random generation rarely reaches: past 64 bits, past the largest float, NaN.
+BOUNDARY = {"integer": ("99999999999999999999999", "-99999999999999999999999"), "number": ("1e999", "nan", "-inf")}
+
+
+def test_every_numeric_query_parameter_refuses_values_past_its_column_with_400(logged_in: Client) -> None:
+    schema = logged_in.get("/api/schema").json()
+    tried = []
+    for path, methods in schema["paths"].items():
+        for spec in (m for m in methods.values() if isinstance(m, dict)):  # internal paths: no operations
+            for param in spec.get("parameters", []):
+                for value in BOUNDARY.get(param["schema"]["type"], ()) if param["in"] == "query" else ():
+                    url = path.replace("{conn_uuid}", "00000000-0000-0000-0000-000000000001").replace(
+                        "{name}", "host-a"
+                    )
+                    resp = logged_in.get(url, {param["name"]: value})
+                    tried.append((url, param["name"], value, resp.status_code))
+    assert [t for t in tried if t[3] != 400] == []
+    assert len(tried) >= 20  # pid, uid, port, limit, since, until... of several operations
+
+
 def _problem(path: str, resp: Any) -> str | None:
     """What is wrong with an answer (a schemathesis Response: lower-case header names, list values)."""
     if resp.status_code >= 500:

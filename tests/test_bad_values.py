@@ -20,7 +20,7 @@ from webapp_cast import Cast, cast, post, retransmit  # noqa: F401 (cast is a fi
 from webapp.traces.models import Connection, TcpRetransmit
 from webapp.traces.values import MAX_TEXT
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]  # NUL and 64-bit limits matter most there
 NINES = "9" * 400
 
 

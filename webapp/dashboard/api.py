@@ -18,7 +18,7 @@ from django.db.models import Count, Max, Min, Q, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from webapp.dashboard import alert_versions, buffers, counters, detail, queries, selfhealth
-from webapp.dashboard.filterlang import FilterError
+from webapp.dashboard.filterlang import INT64_MAX, FilterError
 from webapp.dashboard.models import AlertAck
 from webapp.dashboard.tables import Alert, LossReport, SockEvent, UdpDatagram
 from webapp.http import json_error
@@ -42,6 +42,9 @@ def api(*methods: str) -> Callable[[View], View]:
                 return json_error(401, "login required")
             if request.method not in methods:
                 return json_error(405, f"method {request.method} not allowed; use {', '.join(methods)}")
+            for name, value in kwargs.items():  # <int:...> path parts: the columns are signed 64-bit
+                if isinstance(value, int) and not 0 <= value <= INT64_MAX:
+                    return json_error(400, f"{name} is out of range (at most {INT64_MAX})")
             try:
                 return view(request, *args, **kwargs)
             except FilterError as exc:

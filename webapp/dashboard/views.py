@@ -10,8 +10,7 @@ from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import quote
 
-from django.contrib.auth.decorators import login_not_required, login_required
-from django.contrib.staticfiles.views import serve
+from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
@@ -29,11 +28,6 @@ View = Callable[..., HttpResponse]
 def page(view: View) -> View:
     """A dashboard page: anonymous users are redirected to the login page."""
     return cast(View, login_required(view))
-
-
-def public(view: View) -> View:
-    """Served without a login (LoginRequiredMiddleware lets it through)."""
-    return cast(View, login_not_required(view))
 
 
 # (sort key, heading, numeric) of the connections table; keys are queries.SORTS keys.
@@ -132,12 +126,3 @@ def alerts(request: HttpRequest) -> HttpResponse:
 @page
 def status(request: HttpRequest) -> HttpResponse:
     return _page(request, "status.html", {"hosts": host_names(), "host": request.GET.get("host", "")})
-
-
-@public  # CSS/JS are public code; the login page uses the stylesheet too
-def static_file(request: HttpRequest, path: str) -> HttpResponse:
-    """Static files through the staticfiles finders (app static dirs, js-env's vendor copy).
-
-    ``nettrail up`` runs daphne alone, with no web server in front to serve STATIC_ROOT.
-    """
-    return serve(request, path, insecure=True)

@@ -45,6 +45,7 @@ from django.conf import settings
 
 from translators.records import BY_KIND
 from webapp.traces.push import group_name
+from webapp.traces.session_close import SessionBound
 
 PUSH_HZ = 10
 # Daphne (autobahn) refuses outgoing frames over 1 MiB; the envelope and a margin fit in the rest.
@@ -147,7 +148,7 @@ class Outbox:
     offsets: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
-class LiveConsumer(AsyncWebsocketConsumer):
+class LiveConsumer(SessionBound, AsyncWebsocketConsumer):
     """One browser tab's live feed."""
 
     async def connect(self) -> None:
@@ -167,12 +168,14 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.stall_timer: asyncio.Task[None] | None = None
         self.dropping = False  # left its groups; counting what was queued before, then closing
         await self.accept()
+        await self.bind_session()  # logout or session expiry closes this socket
 
     async def disconnect(self, code: int) -> None:
         for name in ("flush_task", "stall_timer"):
             task = getattr(self, name, None)  # absent when connect() refused the handshake
             if task is not None:
                 task.cancel()
+        await self.unbind_session()
         await self._leave_all()
 
     # --- client -> server ----------------------------------------------------------------

@@ -25,6 +25,7 @@ from translators.records import Record, decode_batch
 from webapp.http import json_error
 from webapp.traces import alert_mail, owner, push, tokens
 from webapp.traces.store import UnstorableRecord, store_batch
+from webapp.traces.values import first_bad_value
 
 CONTENT_TYPES: dict[str, Literal["json", "msgpack"]] = {
     "application/json": "json",
@@ -61,6 +62,9 @@ def _ingest(request: HttpRequest) -> JsonResponse:
     foreign = _foreign_record(records, row.host.name)
     if foreign is not None:
         return foreign
+    bad = first_bad_value(records)  # never stored: inf, NUL, beyond 64 bits, overlong text
+    if bad is not None:
+        return json_error(400, str(bad), index=bad.index, field=bad.field)
     stranger = owner.foreign_connection(records, row.host.name)
     if stranger is not None:
         return json_error(403, stranger.message, index=stranger.index, field="conn_uuid")

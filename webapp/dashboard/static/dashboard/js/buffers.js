@@ -45,7 +45,7 @@
   function stageBar(stages) {
     const total = stages.reduce((s, x) => s + (x.since_prev_ns || 0), 0) || 1;
     return el("div", { class: "bar", role: "img", "aria-label": stages.map((s) => `${s.stage} after ${duration((s.since_prev_ns || 0) / 1e9)}`).join(", ") },
-      ...stages.map((s, i) => el("span", { title: `${s.stage}: ${duration((s.since_prev_ns || 0) / 1e9)}`, style: `width:${Math.max(2, 100 * (s.since_prev_ns || 0) / total)}%;background:${COLORS[i % COLORS.length]}` })));
+      ...stages.map((s, i) => el("span", { title: `${s.stage}: ${duration((s.since_prev_ns || 0) / 1e9)}`, style: { width: `${Math.max(2, 100 * (s.since_prev_ns || 0) / total)}%`, background: COLORS[i % COLORS.length] } })));
   }
   function stagesText(stages) { return stages.map((s) => `${s.stage} +${duration((s.since_prev_ns || 0) / 1e9)}`).join(" → "); }
 

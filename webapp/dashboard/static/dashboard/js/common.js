@@ -59,6 +59,8 @@ const NT = (() => {
       else if (k === "class") node.className = v;
       else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
       else if (k === "dataset") Object.assign(node.dataset, v);
+      // Through the CSSOM: a style attribute would be inline style, which the CSP blocks.
+      else if (k === "style") Object.assign(node.style, v);
       else node.setAttribute(k, v === true ? "" : v);
     }
     for (const c of children) if (c !== null && c !== undefined) node.append(c);

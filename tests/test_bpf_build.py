@@ -20,7 +20,7 @@ from collector.bpf import build
 KMOD = Path(__file__).resolve().parents[1] / "kmod"
 HINT = "apt-get install clang llvm libbpf-dev bpftool"
 # What the Makefile's recipes call besides the compiler and bpftool.
-BASE_TOOLS = ("make", "sh", "uname", "test", "mkdir", "mv")
+BASE_TOOLS = ("make", "sh", "uname", "sed", "echo", "test", "mkdir", "mv")
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 
@@ -102,3 +102,41 @@ def test_the_object_is_stale_when_any_file_it_is_linked_from_changes(
         assert build.is_stale(obj), name
         os.utime(kmod / name, (newer - 30, newer - 30))
     assert not build.is_stale(obj)
+
+
+@pytest.mark.parametrize(
+    ("machine", "arch"),
+    [("x86_64", "x86"), ("aarch64", "arm64"), ("ppc64le", "powerpc"), ("s390x", "s390"), ("riscv64", "riscv")]
+    + [("armv7l", "arm"), ("loongarch64", "loongarch"), ("i686", "x86")],
+)
+def test_the_target_arch_is_the_machine_s_as_bpf_tracing_h_names_it(machine: str, arch: str) -> None:
+    proc = subprocess.run(
+        [
+            "make",
+            "-s",
+            "-C",
+            str(KMOD),
+            "--eval",
+            "print-cflags: ; @echo $(CFLAGS)",
+            "print-cflags",
+            f"MACHINE={machine}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    defines = [word for word in proc.stdout.split() if word.startswith("-D__TARGET_ARCH_")]
+    assert defines == [f"-D__TARGET_ARCH_{arch}"]
+
+
+def test_the_build_targets_the_machine_it_runs_on() -> None:
+    proc = subprocess.run(
+        ["make", "-s", "-C", str(KMOD), "--eval", "print-cflags: ; @echo $(CFLAGS)", "print-cflags"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    expected = {"x86_64": "x86", "aarch64": "arm64"}.get(os.uname().machine)
+    if expected is None:
+        pytest.skip(f"no expectation written for {os.uname().machine}")
+    assert f"-D__TARGET_ARCH_{expected}" in proc.stdout.split()

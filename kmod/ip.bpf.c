@@ -29,7 +29,7 @@ static __always_inline bool ip_flow_count(const struct nt_header *h, const struc
 	struct nt_ip_flow_key k = {};
 	struct nt_ip_flow *f;
 	__u32 zero = 0;
-	__u64 seen, bytes;
+	__u64 seen, bytes, nh_off;
 
 	k.netns = h->netns;
 	k.if_index = skb->dev->ifindex;
@@ -40,7 +40,11 @@ static __always_inline bool ip_flow_count(const struct nt_header *h, const struc
 	k.direction = dir;
 	__builtin_memcpy(k.saddr, h->saddr, NT_ADDR_LEN);
 	__builtin_memcpy(k.daddr, h->daddr, NT_ADDR_LEN);
-	bytes = skb->len - (nh - skb->data);
+	/* The header's offset first, as a number (a pointer difference): clang may otherwise
+	 * compute len - nh + data, and the verifier refuses pointer + pointer. */
+	nh_off = nh - skb->data;
+	barrier_var(nh_off);
+	bytes = skb->len - nh_off;
 	f = bpf_map_lookup_elem(&ip_flows, &k);
 	if (!f) {
 		struct nt_ip_flow init = { .first_ns = bpf_ktime_get_ns(), .first_jiffies = bpf_jiffies64() };

@@ -18,7 +18,9 @@ extern unsigned int CONFIG_HZ __kconfig __weak;
  * of underlying type"), and Debian 12's bpftool links with libbpf 1.1. So only the
  * first object of the link, attribution.bpf.c (NT_MAPS_DEFINE; first in the
  * Makefile's SRCS, and it must call the kfunc), declares it a ksym; the others
- * declare a plain extern function, which the linker binds to that declaration. */
+ * declare a plain extern function, which the linker binds to that declaration.
+ * Both may be made __weak (tried: links with bpftool 7.1, loads on 6.18); libbpf 1.1's
+ * bpf_helpers.h has no bpf_ksym_exists(), so test the address: if (bpf_rdonly_cast). */
 #ifdef NT_MAPS_DEFINE
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 #else

@@ -1,0 +1,74 @@
+"""One network namespace with its loopback up, for kernel tests that compare records with
+the namespace's own counters (nstat: /proc/net/snmp and /proc/net/netstat read inside it):
+no other traffic on this machine moves them. Loss comes from an nftables table made in the
+namespace and deleted with it. Sockets are made inside it through `in_netns`
+(tests/veth_lab.py), so the test process never moves. Used by the record-truth tests
+(issue 16 item 3): retransmit kinds, aborted connections, tcpdebug drops."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from tests.veth_lab import in_netns
+
+
+def _run(*args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(args, input=stdin, capture_output=True, text=True, check=True, timeout=10)
+    return done.stdout
+
+
+@dataclass(frozen=True)
+class Netns:
+    name: str
+    inode: int  # the collector's --filter netns=
+
+    def run(self, *args: str, stdin: str | None = None) -> str:
+        return _run("ip", "netns", "exec", self.name, *args, stdin=stdin)
+
+    def sysctl(self, key: str, value: str) -> None:
+        self.run("sysctl", "-qw", f"{key}={value}")
+
+    def socket(self, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
+        return in_netns(self.name, lambda: socket.socket(family, kind))
+
+    def nft(self, ruleset: str) -> None:
+        """Load nftables rules (nft -f syntax) into this namespace; they go with it."""
+        self.run("nft", "-f", "-", stdin=ruleset)
+
+    def counters(self) -> dict[str, int]:
+        """Every counter of the namespace's /proc/net/snmp and /proc/net/netstat, named
+        as nstat names them (TcpRetransSegs, TcpExtTCPLossProbes, ...)."""
+        out: dict[str, int] = {}
+        for path in ("/proc/net/snmp", "/proc/net/netstat"):
+            lines = self.run("cat", path).splitlines()
+            for names, values in zip(lines[::2], lines[1::2], strict=True):
+                mib, _, keys = names.partition(": ")
+                for key, value in zip(keys.split(), values.split(": ", 1)[1].split(), strict=True):
+                    out[mib + key] = int(value)
+        return out
+
+
+def delta(before: dict[str, int], after: dict[str, int], *names: str) -> dict[str, int]:
+    return {n: after[n] - before[n] for n in names}
+
+
+@contextmanager
+def netns_lab(**sysctls: str) -> Iterator[Netns]:
+    """A namespace named after this process and thread; sysctls: key=value pairs applied
+    inside it (dots as double underscores: net__ipv4__tcp_sack='0')."""
+    name = f"ntkr{os.getpid() % 100000}{threading.get_ident() % 1000}"
+    _run("ip", "netns", "add", name)
+    try:
+        _run("ip", "-n", name, "link", "set", "lo", "up")
+        ns = Netns(name, os.stat(f"/run/netns/{name}").st_ino)
+        for key, value in sysctls.items():
+            ns.sysctl(key.replace("__", "."), value)
+        yield ns
+    finally:
+        _run("ip", "netns", "del", name)  # takes its sockets' routes and nft tables along

@@ -1,9 +1,9 @@
-"""Load kmod/tcp.bpf.o with libbpf and attach the programs the chosen providers need.
+"""Load kmod/nettrail.bpf.o with libbpf and attach the programs the chosen providers need.
 
 The steps are always the same (open, configure, load, attach, poll, clean up) and
 each failure says which step failed on what and why, e.g.
 "failed to attach tcp_probe: Operation not permitted (needs CAP_BPF)".
-Keep PROGRAMS in sync with the SEC("tp_btf/...") programs of kmod/tcp.bpf.c and the
+Keep PROGRAMS in sync with the SEC("tp_btf/...") programs of kmod/*.bpf.c and the
 config writer with struct nt_config (kmod/nettrail.h, collector/bpf/layout.py).
 """
 

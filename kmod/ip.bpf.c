@@ -23,13 +23,13 @@
 
 /* Count the packet in its ip_flows entry (exact, whatever the sampling); true if it is
  * the entry's ip_sample-th packet, whose full ip record is then emitted. */
-static __always_inline bool ip_flow_count(const struct nt_header *h, const struct sk_buff *skb, unsigned char *nh,
+static __always_inline bool ip_flow_count(const struct nt_header *h, const struct sk_buff *skb, __u32 bytes,
 					  __u8 ver, __u8 proto, __u8 dir)
 {
 	struct nt_ip_flow_key k = {};
 	struct nt_ip_flow *f;
 	__u32 zero = 0;
-	__u64 seen, bytes;
+	__u64 seen;
 
 	k.netns = h->netns;
 	k.if_index = skb->dev->ifindex;
@@ -40,7 +40,6 @@ static __always_inline bool ip_flow_count(const struct nt_header *h, const struc
 	k.direction = dir;
 	__builtin_memcpy(k.saddr, h->saddr, NT_ADDR_LEN);
 	__builtin_memcpy(k.daddr, h->daddr, NT_ADDR_LEN);
-	bytes = skb->len - (nh - skb->data);
 	f = bpf_map_lookup_elem(&ip_flows, &k);
 	if (!f) {
 		struct nt_ip_flow init = { .first_ns = bpf_ktime_get_ns(), .first_jiffies = bpf_jiffies64() };
@@ -76,6 +75,10 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 {
 	unsigned char *head = skb->head;
 	unsigned char *nh = dir ? head + skb->network_header : skb->data;
+	/* the IP packet's bytes, from the network header (send: after the link header) to the
+	 * end: the real length of a GSO/BIG TCP skb, whose header may not hold it. As numbers:
+	 * the verifier refuses arithmetic mixing nh (read-only cast below) and skb->data */
+	__u32 ip_len = skb->len - (dir ? skb->network_header - (__u32)(skb->data - head) : 0);
 	struct nt_header h = {};
 	struct nt_event *e;
 	__u8 proto, hlen, ver, l4;
@@ -143,7 +146,7 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 		}
 		if (!pass(&h))
 			return;
-		if (!ip_flow_count(&h, skb, nh, ver, l4, dir) && !(cfg.providers & NT_PROV_IP))
+		if (!ip_flow_count(&h, skb, ip_len, ver, l4, dir) && !(cfg.providers & NT_PROV_IP))
 			return;
 	}
 	h.cookie = cookie_read(sk);
@@ -152,7 +155,7 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 		return;
 	__builtin_memcpy(&e->hdr, &h, sizeof(h));
 	e->ip.if_index = skb->dev->ifindex;
-	e->ip.skb_len = skb->len;
+	e->ip.skb_len = ip_len;
 	e->ip.dev_flags = skb->dev->flags;
 	e->ip.direction = dir;
 	e->ip.version = ver;

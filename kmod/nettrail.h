@@ -268,8 +268,8 @@ struct nt_debug_body {
 struct nt_ip_body {
 	__u32 if_index;
 	__u32 flow_label; /* IPv6 */
-	__u32 skb_len;
-	__u16 length;    /* IPv4 total length; IPv6 payload length + 40 */
+	__u32 skb_len;   /* bytes from the network header to the skb's end: the length of a GSO/BIG TCP skb */
+	__u16 length;    /* IPv4 total length (0 above 64 KiB); IPv6 payload length + 40, modulo 2^16 */
 	__u16 ident;     /* IPv4 */
 	__u16 frag_off;  /* IPv4 flags and offset, host order */
 	__u16 checksum;  /* IPv4 header checksum */

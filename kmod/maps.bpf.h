@@ -141,6 +141,15 @@ NT_MAP struct {
 	__type(value, struct nt_udp_flow);
 } udp_flows SEC(".maps");
 
+/* Ports of IPv4 datagrams whose first fragment was seen, for their later fragments
+ * (ip.bpf.c); the last fragment deletes the entry, the LRU drops those never completed. */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct nt_frag_key);
+	__type(value, __u32);
+} frag_ports SEC(".maps");
+
 /* skb lifecycles: identity by address (providers.md 9.2) */
 NT_MAP struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

@@ -312,6 +312,18 @@ struct nt_ip_flow {
 	__u64 first_jiffies;
 };
 
+/* Map `frag_ports` key: an IPv4 datagram being fragmented or reassembled. The value is its
+ * ports (sport << 16 | dport) from its first fragment, for the later ones, which have none
+ * in their headers: filters and ip-flows keep them with their datagram. */
+struct nt_frag_key {
+	__u32 netns;
+	__u32 saddr;
+	__u32 daddr;
+	__u16 ident;
+	__u8 protocol;
+	__u8 _pad;
+};
+
 /* ---- udp provider -------------------------------------------------------- */
 
 struct nt_udp_fail_body {

@@ -97,6 +97,8 @@ def translate_packet(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
         gso_size=raw["gso_size"] or None,
         approx=["length", "payload_length"] if segs > 1 else [],
     )
+    if v4 and frag_off & 0x1FFF:  # a later fragment has no transport header, hence no ports
+        kwargs.update(sport=None, dport=None)
     if not v4 and has_ext(raw):
         kwargs.update(ext_fields({**raw, "length": length}))
     return [make(IpPacket, kwargs, env)]
@@ -150,6 +152,15 @@ def translate_packet_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[Kern
             "ecn": (tos & 3).tolist(),
             "ident": v4_only(a["ident"]),
             "frag_flags": v4_only(frag >> 13),
+            # a later IPv4 fragment has no transport header, hence no ports
+            "sport": [
+                None if is4 and f & 0x1FFF else p
+                for p, f, is4 in zip(columns["sport"], frag.tolist(), v4l, strict=True)
+            ],
+            "dport": [
+                None if is4 and f & 0x1FFF else p
+                for p, f, is4 in zip(columns["dport"], frag.tolist(), v4l, strict=True)
+            ],
             "frag_offset": v4_only((frag & 0x1FFF) * 8),
             "is_fragment": [
                 bool(f & 0x2000 or f & 0x1FFF) if is4 else p == IPV6_FRAGMENT

@@ -136,7 +136,8 @@ struct nt_retransmit_body {
 	__u8 state;     /* Linux enum tcp_state */
 	__u8 ca_state;
 	__u8 synack;    /* 1: tcp_retransmit_synack */
-	__u8 _pad[2];
+	__u8 timer;     /* icsk_pending then: ICSK_TIME_LOSS_PROBE (5) inside tcp_send_loss_probe (a TLP) */
+	__u8 _pad;
 };
 
 struct nt_reset_body {

@@ -126,6 +126,9 @@ int BPF_PROG(tcp_retransmit_skb, const struct sock *sk, const struct sk_buff *sk
 	e->retransmit.err = err;
 	e->retransmit.state = BPF_CORE_READ(sk, __sk_common.skc_state);
 	e->retransmit.ca_state = BPF_CORE_READ_BITFIELD_PROBED((const struct inet_connection_sock *)sk, icsk_ca_state);
+	/* the timer behind it: tcp_write_timer_handler() clears icsk_pending before an RTO's
+	 * retransmission but only after a loss probe's, so it tells a TLP (user space names it) */
+	e->retransmit.timer = BPF_CORE_READ((const struct inet_connection_sock *)sk, icsk_pending);
 	submit(e);
 	return 0;
 }

@@ -34,6 +34,12 @@ class Netns:
     def sysctl(self, key: str, value: str) -> None:
         self.run("sysctl", "-qw", f"{key}={value}")
 
+    def wire_like(self) -> None:
+        """Loopback cut to Ethernet's 1,500-byte MTU without segmentation offload: every skb is
+        one wire segment, so a loss rule drops single segments, not 64 KiB GSO super-packets."""
+        self.run("ip", "link", "set", "lo", "mtu", "1500")
+        self.run("ethtool", "-K", "lo", "tso", "off", "gso", "off")
+
     def socket(self, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
         return in_netns(self.name, lambda: socket.socket(family, kind))
 

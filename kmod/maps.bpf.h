@@ -118,6 +118,15 @@ NT_MAP struct {
 	__type(value, struct nt_drop_budget);
 } drop_budget SEC(".maps");
 
+/* What a TCP socket held at its change to CLOSE (struct nt_closed), for the records that
+ * follow a tcp_disconnect(), which zeroes it. Deleted at tcp_destroy_sock. */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct nt_closed);
+} closed SEC(".maps");
+
 /* UDP senders by (netns, local port): a datagram dropped at the receiver has no
  * socket, but its source port names the sending socket on this host. */
 NT_MAP struct {

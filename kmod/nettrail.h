@@ -168,6 +168,24 @@ struct nt_destroy_body {
 	__u8 _pad[3];
 };
 
+/* Map `closed` value (by cookie): the 4-tuple and counters of a socket at its change to
+ * CLOSE. tcp_disconnect() (an abort: SO_LINGER 0, or a reset) zeroes the peer port, the
+ * local address and the counters right after that change, before the congestion-state
+ * reset, the DETACH and the destroy report on the socket. */
+struct nt_closed {
+	__u64 bytes_acked;
+	__u64 bytes_received;
+	__u32 segs_in;
+	__u32 segs_out;
+	__u32 total_retrans;
+	__u16 sport;
+	__u16 dport;
+	__u8 family;
+	__u8 _pad[7];
+	__u8 saddr[NT_ADDR_LEN];
+	__u8 daddr[NT_ADDR_LEN];
+};
+
 /* ---- siftr provider ----------------------------------------------------- */
 
 #define NT_SNAP_SACK 0x01

@@ -45,6 +45,8 @@ def ext_fields(raw: Raw) -> dict[str, Any]:
         out["sport"], out["dport"] = chain.ports
     if chain.fragment_offset is not None:
         out.update(is_fragment=True, frag_offset=chain.fragment_offset, frag_flags=int(bool(chain.more_fragments)))
+    if chain.fragment_offset:  # a later fragment has no transport header, hence no ports
+        out.update(sport=None, dport=None)
     if not chain.complete:
         out["approx"] = ["protocol", "header_length", "payload_length"]
     return out

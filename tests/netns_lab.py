@@ -47,6 +47,15 @@ class Netns:
         """Load nftables rules (nft -f syntax) into this namespace; they go with it."""
         self.run("nft", "-f", "-", stdin=ruleset)
 
+    def drop(self, port: int, match: str) -> None:
+        """An nftables table `loss` dropping the TCP segments to `port` that `match` selects,
+        on input (a segment dropped on its way in is lost, as on a wire)."""
+        chain = f"chain inp {{\n type filter hook input priority 0;\n tcp dport {port} {match} drop\n }}"
+        self.nft(f"table inet loss {{\n {chain}\n}}\n")
+
+    def stop_dropping(self) -> None:
+        self.run("nft", "delete", "table", "inet", "loss")
+
     def counters(self) -> dict[str, int]:
         """Every counter of the namespace's /proc/net/snmp and /proc/net/netstat, named
         as nstat names them (TcpRetransSegs, TcpExtTCPLossProbes, ...)."""
@@ -62,6 +71,27 @@ class Netns:
 
 def delta(before: dict[str, int], after: dict[str, int], *names: str) -> dict[str, int]:
     return {n: after[n] - before[n] for n in names}
+
+
+def connected(ns: Netns) -> tuple[socket.socket, socket.socket, socket.socket]:
+    """(listener, client, server) of a loopback TCP connection inside the namespace."""
+    lst = ns.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen()
+    client = ns.socket()
+    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # one skb per send
+    client.connect(lst.getsockname())
+    server, _ = lst.accept()
+    return lst, client, server
+
+
+def receive(server: socket.socket, total: int) -> None:
+    """Read until `total` bytes came (bounded by a 5 s timeout per read)."""
+    got = 0
+    server.settimeout(5)
+    while got < total and (chunk := server.recv(1 << 20)):
+        got += len(chunk)
+    assert got == total
 
 
 @contextmanager

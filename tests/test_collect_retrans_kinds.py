@@ -13,13 +13,12 @@ translators/tcp.py (_retrans_kind) and kmod (tcp_retransmit_skb)."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections import Counter
 
 from tests.kernel_support import kernel, tracing
-from tests.netns_lab import Netns, netns_lab
+from tests.netns_lab import connected, netns_lab, receive
 from translators.records import LossReport, Record, TcpRetransmit
 
 pytestmark = kernel
@@ -30,21 +29,12 @@ COUNTERS = (
 )  # fmt: skip
 
 
-def drop_rule(ns: Netns, port: int, match: str) -> None:
-    chain = f"chain inp {{\n type filter hook input priority 0;\n tcp dport {port} {match} drop\n }}"
-    ns.nft(f"table inet loss {{\n {chain}\n}}\n")
-
-
-def stop_dropping(ns: Netns) -> None:
-    ns.run("nft", "delete", "table", "inet", "loss")
-
-
 def by_cause(records: list[Record], before: dict[str, int], after: dict[str, int]) -> tuple[Counter[str], Counter[str]]:
     """(segs per retrans_kind of the records, what the kernel's counters say per kind)."""
     retrans = [r for r in records if isinstance(r, TcpRetransmit) and r.err in (0, None)]
     ours: Counter[str] = Counter()
-    for r in retrans:
-        ours[r.retrans_kind or "none"] += r.segs or 0
+    for r in retrans:  # TCPSynRetrans counts SYNs and SYN-ACKs alike
+        ours["syn" if r.retrans_kind == "synack" else r.retrans_kind or "none"] += r.segs or 0
     d = {n: after[n] - before[n] for n in COUNTERS}
     # SYN_SENT's retransmission timer counts in TCPTimeouts too
     syn_timeouts = sum(r.segs or 0 for r in retrans if r.retrans_kind == "syn")
@@ -61,30 +51,11 @@ def by_cause(records: list[Record], before: dict[str, int], after: dict[str, int
     return +ours, +kernel_says
 
 
-def connected(ns: Netns) -> tuple[socket.socket, socket.socket, socket.socket]:
-    lst = ns.socket()
-    lst.bind(("127.0.0.1", 0))
-    lst.listen()
-    client = ns.socket()
-    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # one skb per send
-    client.connect(lst.getsockname())
-    server, _ = lst.accept()
-    return lst, client, server
-
-
-def receive(server: socket.socket, total: int) -> None:
-    got = 0
-    server.settimeout(5)
-    while got < total and (chunk := server.recv(1 << 20)):
-        got += len(chunk)
-    assert got == total
-
-
 def test_a_lost_tail_segment_gives_one_tlp_retransmit_per_loss_probe() -> None:
     with netns_lab() as ns, tracing(("tcp",), netns=ns.inode) as cap:
         lst, client, server = connected(ns)
         port = lst.getsockname()[1]
-        drop_rule(ns, port, "meta length 780-900 numgen inc mod 1000000 < 1")  # the first 777-byte segment only
+        ns.drop(port, "meta length 780-900 numgen inc mod 1000000 < 1")  # the first 777-byte segment only
         before = ns.counters()
         for _ in range(5):
             client.sendall(b"a" * 4000)
@@ -100,11 +71,11 @@ def test_a_lost_tail_segment_gives_one_tlp_retransmit_per_loss_probe() -> None:
 def test_a_black_holed_path_gives_rto_retransmits_matching_the_timeouts() -> None:
     with netns_lab() as ns, tracing(("tcp",), netns=ns.inode) as cap:
         lst, client, server = connected(ns)
-        drop_rule(ns, lst.getsockname()[1], "meta length > 100")  # every data segment, not the ACKs
+        ns.drop(lst.getsockname()[1], "meta length > 100")  # every data segment, not the ACKs
         before = ns.counters()
         client.sendall(b"r" * 20000)
         time.sleep(1.0)  # the probe at ~2 srtt, then RTOs at ~0.2, 0.6 s
-        stop_dropping(ns)
+        ns.stop_dropping()
         receive(server, 20000)
         after = ns.counters()
         records = cap.wait_for(lambda recs: False, timeout=0.3)
@@ -120,7 +91,7 @@ def test_a_dropped_syn_gives_a_syn_retransmit() -> None:
         lst = ns.socket()
         lst.bind(("127.0.0.1", 0))
         lst.listen()
-        drop_rule(ns, lst.getsockname()[1], "tcp flags syn / syn,ack numgen inc mod 1000000 < 1")  # the first SYN
+        ns.drop(lst.getsockname()[1], "tcp flags syn / syn,ack numgen inc mod 1000000 < 1")  # the first SYN
         before = ns.counters()
         client = ns.socket()
         client.settimeout(5)
@@ -138,13 +109,13 @@ def test_random_loss_gives_fast_retransmits_and_segs_adding_up_to_the_kernels_co
     with netns_lab() as ns, tracing(("tcp",), netns=ns.inode, ringbuf=1 << 24) as cap:
         ns.wire_like()
         lst, client, server = connected(ns)
-        drop_rule(ns, lst.getsockname()[1], "meta length > 200 numgen random mod 100 < 5")
+        ns.drop(lst.getsockname()[1], "meta length > 200 numgen random mod 100 < 5")
         before = ns.counters()
         sender = threading.Thread(target=client.sendall, args=(b"l" * total,))
         sender.start()
         receive(server, total)
         sender.join(10)
-        stop_dropping(ns)
+        ns.stop_dropping()
         after = ns.counters()
         records = cap.wait_for(lambda recs: False, timeout=0.3)
         for s in (client, server, lst):

@@ -12,8 +12,7 @@ import time
 from collections import Counter
 
 from tests.kernel_support import cookie_of, kernel, tracing
-from tests.netns_lab import netns_lab
-from tests.test_collect_retrans_kinds import connected, drop_rule, receive, stop_dropping
+from tests.netns_lab import connected, netns_lab, receive
 from translators.records import TcpDebugSnapshot, TcpRetransmit
 
 pytestmark = kernel
@@ -22,11 +21,11 @@ pytestmark = kernel
 def test_data_dropped_as_old_carries_the_sequence_and_length_of_the_retransmission_it_was() -> None:
     with netns_lab() as ns, tracing(("tcp", "tcpdebug"), netns=ns.inode) as cap:
         lst, client, server = connected(ns)
-        drop_rule(ns, client.getsockname()[1], "meta length >= 0")  # everything to the client: its ACKs
+        ns.drop(client.getsockname()[1], "meta length >= 0")  # everything to the client: its ACKs
         client.sendall(b"o" * 20000)
         receive(server, 20000)
         time.sleep(1.0)  # the client's probe and RTOs resend what the server holds
-        stop_dropping(ns)
+        ns.stop_dropping()
         time.sleep(0.3)
         server_cookie = cookie_of(server)
         records = cap.wait_for(lambda recs: False, timeout=0.3)

@@ -29,8 +29,14 @@ COUNTERS = (
 )  # fmt: skip
 
 
+RETRANSMIT_LOSS = ("tcp_retransmit", "tcp_retransmit_skb runs", "tcp_retransmit_synack runs")
+
+
 def by_cause(records: list[Record], before: dict[str, int], after: dict[str, int]) -> tuple[Counter[str], Counter[str]]:
-    """(segs per retrans_kind of the records, what the kernel's counters say per kind)."""
+    """(segs per retrans_kind of the records, what the kernel's counters say per kind). Every
+    segment the records miss must be counted as loss: a ring reservation that failed or a
+    program run the kernel skipped (the latter may also be another socket's, on this busy
+    machine, so a reported loss allows a shortfall but does not require one)."""
     retrans = [r for r in records if isinstance(r, TcpRetransmit) and r.err in (0, None)]
     ours: Counter[str] = Counter()
     for r in retrans:  # TCPSynRetrans counts SYNs and SYN-ACKs alike
@@ -46,8 +52,12 @@ def by_cause(records: list[Record], before: dict[str, int], after: dict[str, int
             "syn": d["TcpExtTCPSynRetrans"],
         }
     )
-    assert sum(ours.values()) == d["TcpRetransSegs"], (ours, d)
-    assert not [r for r in records if isinstance(r, LossReport)]  # nothing lost on the way to user space
+    lost = sum(r.lost for r in records if isinstance(r, LossReport) and r.event_type in RETRANSMIT_LOSS)
+    missing = d["TcpRetransSegs"] - sum(ours.values())
+    assert 0 <= missing <= lost, (ours, d, lost)
+    if lost:  # some went unrecorded, counted as loss: the causes can only be checked from above
+        assert all(ours[k] <= kernel_says[k] for k in ours), (ours, kernel_says)
+        return +ours, +ours
     return +ours, +kernel_says
 
 

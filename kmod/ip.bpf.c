@@ -21,18 +21,18 @@
 #include "udp.bpf.h"
 #include "skb.bpf.h"
 
-static __always_inline struct nt_frag_key frag_key(const struct nt_header *h, const struct iphdr *ip)
+static __always_inline struct nt_frag_key frag_key(const struct nt_header *h, const struct iphdr *ip, __u8 dir)
 {
 	struct nt_frag_key k = { .netns = h->netns, .saddr = ip->saddr, .daddr = ip->daddr, .ident = ip->id,
-				 .protocol = ip->protocol };
+				 .protocol = ip->protocol, .direction = dir };
 
 	return k;
 }
 
 /* The first fragment of an IPv4 datagram: keep its ports for the fragments that follow. */
-static __always_inline void frag_ports_note(const struct nt_header *h, const struct iphdr *ip)
+static __always_inline void frag_ports_note(const struct nt_header *h, const struct iphdr *ip, __u8 dir)
 {
-	struct nt_frag_key k = frag_key(h, ip);
+	struct nt_frag_key k = frag_key(h, ip, dir);
 	__u32 ports = (__u32)h->sport << 16 | h->dport;
 
 	bpf_map_update_elem(&frag_ports, &k, &ports, BPF_ANY);
@@ -40,9 +40,9 @@ static __always_inline void frag_ports_note(const struct nt_header *h, const str
 
 /* A later fragment: its datagram's ports (none if the first fragment was not seen); the
  * last one (MF clear) ends the entry. The record itself shows no ports (translators/ip.py). */
-static __always_inline void frag_ports_of(struct nt_header *h, const struct iphdr *ip, __u16 frag)
+static __always_inline void frag_ports_of(struct nt_header *h, const struct iphdr *ip, __u16 frag, __u8 dir)
 {
-	struct nt_frag_key k = frag_key(h, ip);
+	struct nt_frag_key k = frag_key(h, ip, dir);
 	__u32 *ports = bpf_map_lookup_elem(&frag_ports, &k);
 
 	if (!ports)
@@ -168,14 +168,14 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 	h.netns = skb->dev->nd_net.net->ns.inum;
 	if ((frag & 0x1fff) && (l4 == IPPROTO_TCP || l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE)) {
 		/* a later fragment: no ports of its own; its datagram's if the first was seen */
-		frag_ports_of(&h, &ip, frag);
+		frag_ports_of(&h, &ip, frag, dir);
 	} else if (l4 == IPPROTO_TCP || l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE) {
 		/* TCP's ports sit where UDP's do */
 		l4h = bpf_rdonly_cast(nh + l4_off, bpf_core_type_id_kernel(struct udphdr));
 		h.sport = bpf_ntohs(l4h->source);
 		h.dport = bpf_ntohs(l4h->dest);
 		if (frag) /* a first fragment (MF set): its ports for the later ones */
-			frag_ports_note(&h, &ip);
+			frag_ports_note(&h, &ip, dir);
 	}
 	if (cfg.providers & NT_PROV_IP_FLOWS) {
 		/* the counters need an owner only to filter by process; pass() skips unattributed exclusion */

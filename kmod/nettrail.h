@@ -340,7 +340,7 @@ struct nt_frag_key {
 	__u32 daddr;
 	__u16 ident;
 	__u8 protocol;
-	__u8 _pad;
+	__u8 direction; /* 0 receive, 1 send: loopback sees each fragment leave and arrive in turn */
 };
 
 /* ---- udp provider -------------------------------------------------------- */

@@ -12,6 +12,7 @@ import socket
 import pytest
 
 from tests.kernel_support import kernel, tracing
+from tests.netns_lab import netns_lab
 from tests.veth_lab import veth_lab
 from translators.records import FlowCounters, IpFlowCounters, IpPacket, Record, UdpDatagram
 
@@ -102,3 +103,30 @@ def test_an_ipv6_datagram_in_fragments_is_one_udp_receive_and_only_its_first_fra
         (1448, None, None),
         (2896, None, None),
     ]
+
+
+def test_on_loopback_each_fragment_counts_in_its_datagrams_flow_when_sent_and_when_received() -> None:
+    """Loopback delivers each fragment as it is sent, so the sent and received fragments of one
+    datagram interleave: the kernel keeps their ports apart by direction."""
+    with netns_lab() as ns:
+        ns.wire_like()  # a 1,500-byte MTU: 64 KiB loopback would not fragment
+        rx = ns.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        tx = ns.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        with rx, tx:
+            rx.bind(("127.0.0.1", 0))
+            tx.bind(("127.0.0.1", 0))
+            port, sport = rx.getsockname()[1], tx.getsockname()[1]
+            with tracing(("udp", "ip-flows"), port=port, counts_every=0.1) as cap:
+                tx.sendto(b"f" * PAYLOAD, ("127.0.0.1", port))
+                rx.settimeout(2.0)
+                assert len(rx.recv(65536)) == PAYLOAD
+                done = lambda recs: len([r for r in recs if isinstance(r, IpFlowCounters)]) >= 2  # noqa: E731
+                records = cap.wait_for(done)
+                records = cap.wait_for(lambda recs: False, timeout=0.3)
+    ipflows = [r for r in records if isinstance(r, IpFlowCounters)]
+    assert sorted((r.direction, r.sport, r.dport, r.packets, r.bytes) for r in ipflows) == [
+        ("receive", sport, port, 3, PAYLOAD + 8 + 3 * 20),
+        ("send", sport, port, 3, PAYLOAD + 8 + 3 * 20),
+    ]
+    flows = [r for r in records if isinstance(r, FlowCounters)]
+    assert [(r.packets_out, r.bytes_out, r.packets_in, r.bytes_in) for r in flows] == [(1, PAYLOAD, 1, PAYLOAD)]

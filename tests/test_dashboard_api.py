@@ -1,11 +1,10 @@
 """The dashboard's JSON views (/api/dash/): login, the filter language on real rows, keyset
-pages that neither skip nor repeat, the export styles, alert acknowledgement."""
+pages that neither skip nor repeat, alert acknowledgement. The export downloads are the
+report documents: tests/test_dashboard_export.py."""
 
 from __future__ import annotations
 
 import itertools
-import json
-import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
@@ -212,25 +211,6 @@ def test_the_timeline_marks_a_reset_between_the_states(client: Client, cast: dic
     kinds = [i["type"] for i in body["timeline"]]
     assert kinds == ["state", "state", "retransmit", "reset"]
     assert body["timeline"][3]["text"] == "RST received from the peer in ESTABLISHED (NOT_SPECIFIED)"
-
-
-def test_xml_text_and_html_exports_carry_the_records(client: Client, cast: dict[str, str]) -> None:
-    uuid = cast["nginx_retrans"]
-    resp = client.get(f"/api/dash/connections/{uuid}/export", {"format": "xml"})
-    assert resp.status_code == 200 and resp["Content-Type"] == "application/xml"
-    assert resp["Content-Disposition"] == f'attachment; filename="nettrail-{uuid[:8]}.xml"'
-    root = ET.fromstring(b"".join(resp.streaming_content))  # type: ignore[attr-defined]
-    assert root.tag == "nettrail" and root.findtext("conn-uuid") == uuid
-    assert [e.findtext("state") for e in root.iter("tcp-state")] == ["SYN_SENT", "ESTABLISHED"]
-    assert len(list(root.iter("tcp-retransmit"))) == 2
-    text = b"".join(client.get(f"/api/dash/connections/{uuid}/export", {"format": "text"}).streaming_content).decode()  # type: ignore[attr-defined]
-    assert uuid in text and "ESTABLISHED" in text
-    html = b"".join(client.get(f"/api/dash/connections/{uuid}/export", {"format": "html"}).streaming_content).decode()  # type: ignore[attr-defined]
-    assert 'class="line"' in html and "K1" in html
-    doc = json.loads(b"".join(client.get(f"/api/dash/connections/{uuid}/export").streaming_content))  # type: ignore[attr-defined]
-    assert doc["nettrail"]["alert"][0]["rule_id"] == "K1"
-    bad = client.get(f"/api/dash/connections/{uuid}/export", {"format": "pdf"})
-    assert bad.status_code == 400 and bad.json() == {"error": "format must be one of json, xml, text, html"}
 
 
 def test_acknowledging_an_alert_records_who_and_is_idempotent(client: Client, cast: dict[str, str]) -> None:

@@ -9,16 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
-import xmlschema
 from report_cast import CONN_A, CONN_B, CONN_C, K1, store_cast
+from report_schemas import validate_json, validate_xml
 
-from collector.cli import main
+from nettrail.cli import main
 from translators.siftr_log import read_log
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
-SCHEMA_DIR = Path(__file__).resolve().parents[1] / "docs" / "schema"
 
 
 @pytest.fixture
@@ -36,7 +34,7 @@ def report_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any
     status, out, err = run(capsys, "--libxo", "json", *args)
     assert status == 0, err
     doc = json.loads(out)
-    jsonschema.validate(doc, json.loads((SCHEMA_DIR / "report.schema.json").read_text()))
+    validate_json(doc)
     return doc["nettrail_report"]  # type: ignore[no-any-return]
 
 
@@ -97,7 +95,7 @@ def test_filters_narrow_the_report_by_host_connection_time_and_kind(
 def test_the_xml_report_validates_against_the_xsd(stored: None, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = run(capsys, "--libxo", "xml,pretty")
     assert status == 0, err
-    xmlschema.XMLSchema(str(SCHEMA_DIR / "report.xsd")).validate(out)
+    validate_xml(out)
     root = ET.fromstring(out)
     assert [c.findtext("conn-uuid") for c in root.findall("connection")] == [CONN_A, CONN_B, CONN_C]
     assert [s.findtext("snd-cwnd") for s in root.findall("connection")[0].findall("siftr-sample")] == [
@@ -203,7 +201,7 @@ def test_an_unset_database_is_an_error_before_any_output(tmp_path: Path) -> None
 
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
     env["NETTRAIL_DATA"] = str(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "collector.cli", "report"], capture_output=True, text=True, env=env,
+    proc = subprocess.run([sys.executable, "-m", "nettrail.cli", "report"], capture_output=True, text=True, env=env,
                           cwd=Path(__file__).resolve().parents[1], timeout=120)  # fmt: skip
     assert (proc.returncode, proc.stdout) == (1, "")
     assert proc.stderr.startswith("nettrail report: cannot read the database: ")

@@ -1,7 +1,7 @@
 """docs/schema/report.schema.json and report.xsd: in sync with the record schema, and strict.
 
 Real reports are validated in tests/test_report_command.py and test_report_endpoints.py;
-here the schemas must match what collector/export/schema.py generates from describe(),
+here the schemas must match what analysis/export/schema.py generates from describe(),
 and must reject reports that break the shape (wrong enum, unknown member, bad order).
 """
 
@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
-from typing import Any
 
 import jsonschema
 import pytest
 import xmlschema
+from report_schemas import SCHEMA_DIR, validate_json, validate_xml
 
-from collector.export.schema import json_text, main, xsd
+from analysis.export.schema import json_text, main, xsd
 from translators import records as r
 from xo import Writer, command_options
-
-SCHEMA_DIR = Path(__file__).resolve().parents[1] / "docs" / "schema"
 
 
 def test_the_committed_schemas_are_the_generated_ones() -> None:
@@ -62,28 +59,23 @@ def minimal_report(style: str) -> str:
     return out.getvalue()
 
 
-def json_schema() -> dict[str, Any]:
-    return json.loads((SCHEMA_DIR / "report.schema.json").read_text())  # type: ignore[no-any-return]
-
-
 def test_the_json_schema_accepts_a_minimal_report_and_rejects_broken_ones() -> None:
     doc = json.loads(minimal_report("json"))
-    jsonschema.validate(doc, json_schema())
+    validate_json(doc)
     record = doc["nettrail_report"]["connection"][0]["tcp_state"][0]
     for field, bad in (("state", "BOGUS"), ("seq", "1"), ("surprise", 1)):
         broken = json.loads(json.dumps(doc))
         broken["nettrail_report"]["connection"][0]["tcp_state"][0] = {**record, field: bad}
         with pytest.raises(jsonschema.ValidationError):
-            jsonschema.validate(broken, json_schema())
+            validate_json(broken)
     del doc["nettrail_report"]["header"]["loss"]
     with pytest.raises(jsonschema.ValidationError, match="'loss' is a required property"):
-        jsonschema.validate(doc, json_schema())
+        validate_json(doc)
 
 
 def test_the_xsd_accepts_a_minimal_report_and_rejects_broken_ones() -> None:
-    schema = xmlschema.XMLSchema(str(SCHEMA_DIR / "report.xsd"))
     text = minimal_report("xml")
-    schema.validate(text)
+    validate_xml(text)
     for old, new in (
         ("<state>SYN_SENT</state>", "<state>BOGUS</state>"),
         ("<seq>1</seq>", "<seq>one</seq>"),
@@ -92,4 +84,4 @@ def test_the_xsd_accepts_a_minimal_report_and_rejects_broken_ones() -> None:
     ):
         assert old in text
         with pytest.raises(xmlschema.XMLSchemaValidationError):
-            schema.validate(text.replace(old, new))
+            validate_xml(text.replace(old, new))

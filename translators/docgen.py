@@ -4,9 +4,9 @@
     python -m translators.docgen --check    # exit 1 if the committed docs are stale
 
 The tables (field, type, unit, meaning) come only from describe(); never edit the
-generated files by hand. Keep in sync with: translators/records.py (the source),
-../shared/docs/providers.md (the grouping below follows its sections) and
-tests/test_records_docs.py (fails when the committed docs differ from this output).
+generated files by hand. Keep in sync with: translators/records.py and its records_*
+family modules (the source), ../shared/docs/providers.md (the grouping below follows
+its sections) and tests/test_records_docs.py (fails when the committed docs differ from this output).
 """
 
 from __future__ import annotations

@@ -14,236 +14,58 @@ Lengths follow the IP header, not the captured length, so snaplen-cut captures k
 their sizes; a header that claims more than the frame carries, or is cut before its
 fixed part, is malformed.
 
-Keep in sync with: collector/sources/pcap.py (Batch) and translators/records.py
+The decoder is four modules: this one (link layers, then the IP and TCP/UDP headers of a
+whole batch at once), packet_layers (vocabularies and the rare packets decoded one at a
+time), packet_decoded (the resulting columns) and packet_records (records from them).
+Callers import from here.
+
+Keep in sync with: translators/packet_batch.py (Batch) and translators/records_packets.py
 (IpPacket, UdpDatagram, TcpSegment fields).
 """
 
 from __future__ import annotations
 
-import ipaddress
-import struct
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 import numpy.typing as npt
 
-from collector.sources.pcap import Batch
-from translators.records import IpPacket, Record, TcpSegment, UdpDatagram, tcp_flags_str
+from translators.packet_batch import Batch
+from translators.packet_decoded import Decoded
+from translators.packet_layers import (
+    IPV6_NONE,
+    K_ICMP,
+    K_IP,
+    K_MALFORMED,
+    K_OTHER,
+    K_TCP,
+    K_UDP,
+    V6_MARK,
+    VLAN_TYPES,
+    IcmpQuote,
+    IntArray,
+    TcpOptions,
+    addr_str,
+    icmp_quote,
+    parse_tcp_options,
+    walk_ipv6,
+)
+from translators.packet_records import packet_records, tcp_record
 
-IntArray = npt.NDArray[np.int64]
-
-# per-packet kind codes (column `kind`)
-K_MALFORMED, K_OTHER, K_IP, K_TCP, K_UDP, K_ICMP = -1, 0, 1, 6, 17, 58
-VLAN_TYPES = (0x8100, 0x88A8, 0x9100)
-IPV6_EXT = (0, 43, 60, 135, 139, 140, 253, 254)  # hop-by-hop, routing, dest opts, mobility, HIP, shim6, tests
-IPV6_FRAG, IPV6_AH, IPV6_NONE = 44, 51, 59
-PROTO_NAMES = {
-    1: "ICMP",
-    2: "IGMP",
-    6: "TCP",
-    17: "UDP",
-    41: "IPV6",
-    47: "GRE",
-    50: "ESP",
-    51: "AH",
-    58: "ICMPV6",
-    132: "SCTP",
-    136: "UDPLITE",
-}
-ICMP4_UNREACH = {
-    0: "net-unreachable",
-    1: "host-unreachable",
-    2: "protocol-unreachable",
-    3: "port-unreachable",
-    4: "fragmentation-needed",
-    9: "net-prohibited",
-    10: "host-prohibited",
-    13: "admin-prohibited",
-}
-ICMP6_UNREACH = {
-    0: "no-route",
-    1: "admin-prohibited",
-    3: "address-unreachable",
-    4: "port-unreachable",
-    5: "policy-failed",
-    6: "reject-route",
-}
-V6_MARK = 1 << 128  # keeps IPv6 address ints apart from IPv4 ones in flow keys
-
-
-@dataclass
-class TcpOptions:
-    mss: int | None = None
-    wscale: int | None = None
-    sack_permitted: bool = False
-    sack: list[tuple[int, int]] | None = None
-    ts_val: int | None = None
-    ts_ecr: int | None = None
-
-
-@dataclass
-class IcmpQuote:
-    """The flow quoted by an ICMP destination-unreachable message."""
-
-    error: str
-    ip_ver: int
-    proto: int
-    src: int
-    dst: int
-    sport: int
-    dport: int
-
-
-class Decoded:
-    """One decoded batch: numpy columns per packet, Python lists on demand.
-
-    The TCP fast path reads :meth:`tcp_columns` (lists for the TCP packets only); the
-    ordered per-packet path (UDP, ICMP, --packets) reads the per-packet list properties.
-    """
-
-    LIST_COLUMNS = (
-        "kind",
-        "ip_ver",
-        "sport",
-        "dport",
-        "seq",
-        "ack",
-        "flags",
-        "window",
-        "payload",
-        "ip_len",
-        "fragment",
-    )
-
-    def __init__(
-        self, batch: Batch, arrays: dict[str, IntArray], v6: dict[int, tuple[int, int]], options: dict[int, TcpOptions],
-        icmp: dict[int, IcmpQuote], reasons: dict[int, str],
-    ) -> None:  # fmt: skip
-        self.batch = batch
-        self.n = len(batch)
-        self.cols = arrays
-        self.v6 = v6
-        self.option_map = options
-        self.icmp = icmp
-        self.reasons = reasons
-        self._lists: dict[str, list[Any]] = {}
-
-    # columns the analysis reads without --packets, with the narrowest dtype that holds them
-    PORTABLE = {
-        "kind": np.int8, "ip_ver": np.int8, "src": np.int64, "dst": np.int64, "sport": np.int32, "dport": np.int32,
-        "seq": np.uint32, "ack": np.uint32, "flags": np.int16, "window": np.int32, "payload": np.int32,
-        "ip_len": np.int32, "fragment": np.int8, "proto": np.int16,
-    }  # fmt: skip
-
-    def portable(self) -> Decoded:
-        """A compact copy for another process: no packet bytes, only what the analysis reads
-        when it does not emit per-packet records (about 45 bytes per packet)."""
-        b = self.batch
-        empty = np.zeros(0, np.int64)
-        lean = Batch(
-            buf=b"", data_off=empty, caplen=b.caplen.astype(np.int32), wirelen=b.wirelen.astype(np.int32),
-            ts_ns=b.ts_ns, linktype=empty, iface=empty, file_off=b.file_off, first_frame=b.first_frame,
-        )  # fmt: skip
-        cols = {name: self.cols[name].astype(dtype) for name, dtype in self.PORTABLE.items()}
-        out = Decoded(lean, cols, self.v6, self.option_map, self.icmp, self.reasons)
-        out.n = self.n
-        return out
-
-    def _list(self, name: str) -> list[Any]:
-        got = self._lists.get(name)
-        if got is None:
-            got = self._lists[name] = self.cols[name].tolist()
-        return got
-
-    @property
-    def frame(self) -> list[int]:
-        got = self._lists.get("frame")
-        if got is None:
-            first = self.batch.first_frame
-            got = self._lists["frame"] = list(range(first, first + self.n))
-        return got
-
-    @property
-    def ts_ns(self) -> list[int]:
-        got = self._lists.get("ts_ns")
-        if got is None:
-            got = self._lists["ts_ns"] = self.batch.ts_ns.tolist()
-        return got
-
-    @property
-    def wire_len(self) -> list[int]:
-        got = self._lists.get("wire_len")
-        if got is None:
-            got = self._lists["wire_len"] = self.batch.wirelen.tolist()
-        return got
-
-    def _addr(self, name: str, which: int) -> list[int]:
-        got = self._lists.get(name)
-        if got is None:
-            got = self._lists[name] = self.cols[name].tolist()
-            for i, pair in self.v6.items():
-                got[i] = pair[which]
-        return got
-
-    @property
-    def src(self) -> list[int]:
-        return self._addr("src", 0)
-
-    @property
-    def dst(self) -> list[int]:
-        return self._addr("dst", 1)
-
-    @property
-    def options(self) -> list[TcpOptions | None]:
-        got = self._lists.get("options")
-        if got is None:
-            got = self._lists["options"] = [None] * self.n
-            for i, opts in self.option_map.items():
-                got[i] = opts
-        return got
-
-    kind = property(lambda self: self._list("kind"))
-    ip_ver = property(lambda self: self._list("ip_ver"))
-    sport = property(lambda self: self._list("sport"))
-    dport = property(lambda self: self._list("dport"))
-    seq = property(lambda self: self._list("seq"))
-    ack = property(lambda self: self._list("ack"))
-    flags = property(lambda self: self._list("flags"))
-    window = property(lambda self: self._list("window"))
-    payload = property(lambda self: self._list("payload"))
-    ip_len = property(lambda self: self._list("ip_len"))
-    fragment = property(lambda self: self._list("fragment"))
-
-    def tcp_columns(self) -> tuple[list[Any], ...]:
-        """Per-TCP-packet lists: frame, ts, ip_ver, src, sport, dst, dport, seq, ack, flags, window, payload, ip_len, options."""
-        c = self.cols
-        mask = c["kind"] == K_TCP
-        idx = np.flatnonzero(mask)
-        src = c["src"][idx].tolist()
-        dst = c["dst"][idx].tolist()
-        opts: list[TcpOptions | None] = [None] * len(idx)
-        if self.v6 or self.option_map:
-            pos = np.cumsum(mask) - 1
-            for i, pair in self.v6.items():
-                if mask[i]:
-                    src[pos[i]], dst[pos[i]] = pair
-            for i, o in self.option_map.items():
-                opts[pos[i]] = o
-        frames = (idx + self.batch.first_frame).tolist()
-        cols = [
-            c[name][idx].tolist()
-            for name in ("ip_ver", "sport", "dport", "seq", "ack", "flags", "window", "payload", "ip_len")
-        ]
-        ver, sport, dport, seq, ack, flags, win, payload, ip_len = cols
-        ts = self.batch.ts_ns[idx].tolist()
-        return frames, ts, ver, src, sport, dst, dport, seq, ack, flags, win, payload, ip_len, opts
-
-
-def addr_str(value: int) -> str:
-    if value >= V6_MARK:
-        return str(ipaddress.IPv6Address(value - V6_MARK))
-    return str(ipaddress.IPv4Address(value))
+__all__ = [
+    "K_ICMP",
+    "K_IP",
+    "K_MALFORMED",
+    "K_OTHER",
+    "K_TCP",
+    "K_UDP",
+    "Decoded",
+    "IcmpQuote",
+    "TcpOptions",
+    "addr_str",
+    "decode_batch",
+    "packet_records",
+    "parse_tcp_options",
+    "tcp_record",
+]
 
 
 # --- bulk helpers -------------------------------------------------------------------
@@ -378,7 +200,7 @@ def decode_batch(bt: Batch, want_options: bool = False) -> Decoded:
     proto[p6] = v.b(l3 + 6)[p6]
     ext = p6 & ~np.isin(proto, (6, 17, 58, 1, IPV6_NONE, 50))
     for i in np.flatnonzero(ext).tolist():
-        res = _walk_ipv6(bt.buf, int(l3[i]), int(end_cap[i]), int(tot[i]))
+        res = walk_ipv6(bt.buf, int(l3[i]), int(end_cap[i]), int(tot[i]))
         if isinstance(res, str):
             kind[i] = K_MALFORMED
             reasons[i] = res
@@ -442,7 +264,7 @@ def decode_batch(bt: Batch, want_options: bool = False) -> Decoded:
 
     icmp_q: dict[int, IcmpQuote] = {}
     for i in np.flatnonzero(icmp).tolist():
-        q = _icmp_quote(buf, int(l4[i]), int(end_cap[i]), int(ver[i]))
+        q = icmp_quote(buf, int(l4[i]), int(end_cap[i]), int(ver[i]))
         if q is not None:
             icmp_q[i] = q
 
@@ -452,207 +274,3 @@ def decode_batch(bt: Batch, want_options: bool = False) -> Decoded:
         "l3": l3, "l4": l4, "hlen": hlen, "thl": thl, "proto": proto, "ulen": ulen, "frag_off": fo,
     }  # fmt: skip
     return Decoded(bt, arrays, v6, options, icmp_q, reasons)
-
-
-# --- per-packet helpers (rare packets) -------------------------------------------------
-
-
-def parse_tcp_options(buf: bytes | bytearray, start: int, stop: int) -> TcpOptions:
-    """TCP options between start and stop (already clipped to the captured bytes)."""
-    opts = TcpOptions()
-    i = start
-    while i < stop:
-        kind = buf[i]
-        if kind == 0:
-            break
-        if kind == 1:
-            i += 1
-            continue
-        if i + 1 >= stop:
-            break
-        length = buf[i + 1]
-        if length < 2 or i + length > stop:
-            break
-        body = i + 2
-        if kind == 2 and length == 4:
-            opts.mss = (buf[body] << 8) | buf[body + 1]
-        elif kind == 3 and length == 3:
-            opts.wscale = buf[body]
-        elif kind == 4 and length == 2:
-            opts.sack_permitted = True
-        elif kind == 5 and length >= 10 and (length - 2) % 8 == 0:
-            blocks = []
-            for j in range(body, i + length, 8):
-                left, right = struct.unpack_from(">II", buf, j)
-                blocks.append((left, right))
-            opts.sack = blocks
-        elif kind == 8 and length == 10:
-            opts.ts_val, opts.ts_ecr = struct.unpack_from(">II", buf, body)
-        i += length
-    return opts
-
-
-def _walk_ipv6(buf: bytes | bytearray, l3: int, end_cap: int, tot: int) -> tuple[int, int, int] | str:
-    """Follow the extension-header chain -> (upper protocol, header bytes, fragment code) or a reason."""
-    nh = buf[l3 + 6]
-    off = l3 + 40
-    frag = 0
-    for _ in range(16):  # a bounded chain: more than 16 headers is not a real packet
-        if nh in IPV6_EXT or nh == IPV6_AH:
-            if off + 2 > end_cap:
-                return "IPv6 extension header cut short"
-            size = (buf[off + 1] + 2) * 4 if nh == IPV6_AH else (buf[off + 1] + 1) * 8
-            nh = buf[off]
-            off += size
-        elif nh == IPV6_FRAG:
-            if off + 8 > end_cap:
-                return "IPv6 fragment header cut short"
-            fo = (buf[off + 2] << 8) | buf[off + 3]
-            frag = 2 if fo & 0xFFF8 else (1 if fo & 1 else frag)
-            nh = buf[off]
-            off += 8
-        else:
-            break
-        if off - l3 > tot:
-            return "IPv6 extension headers run past the payload length"
-    else:
-        return "IPv6 extension header chain too long"
-    return nh, off - l3, frag
-
-
-def _icmp_quote(buf: bytes | bytearray, l4: int, end_cap: int, ver: int) -> IcmpQuote | None:
-    typ, code = buf[l4], buf[l4 + 1]
-    if (ver == 4 and typ != 3) or (ver == 6 and typ != 1):
-        return None
-    names = ICMP4_UNREACH if ver == 4 else ICMP6_UNREACH
-    error = names.get(code, f"unreachable-code-{code}")
-    q = l4 + 8
-    if ver == 4:
-        if q + 20 > end_cap or buf[q] >> 4 != 4:
-            return None
-        ihl = (buf[q] & 15) * 4
-        proto = buf[q + 9]
-        src = int.from_bytes(buf[q + 12 : q + 16], "big")
-        dst = int.from_bytes(buf[q + 16 : q + 20], "big")
-        p = q + ihl
-    else:
-        if q + 40 > end_cap or buf[q] >> 4 != 6:
-            return None
-        proto = buf[q + 6]
-        src = int.from_bytes(buf[q + 8 : q + 24], "big") | V6_MARK
-        dst = int.from_bytes(buf[q + 24 : q + 40], "big") | V6_MARK
-        p = q + 40
-    if proto not in (6, 17) or p + 4 > end_cap:
-        return None
-    sport, dport = struct.unpack_from(">HH", buf, p)
-    return IcmpQuote(error=error, ip_ver=ver, proto=proto, src=src, dst=dst, sport=sport, dport=dport)
-
-
-# --- records (the --packets view and translator tests) ------------------------------------
-
-
-def ip_record(d: Decoded, i: int, env: dict[str, Any]) -> IpPacket:
-    """The ip:::receive-style record of packet i (IPv4 or IPv6 header fields)."""
-    buf, c = d.batch.buf, d.cols
-    l3 = int(c["l3"][i])
-    ver = d.ip_ver[i]
-    fields: dict[str, Any] = {}
-    if ver == 4:
-        tos = buf[l3 + 1]
-        fo = int(c["frag_off"][i])
-        fields = dict(
-            ttl=buf[l3 + 8], tos=tos, dscp=tos >> 2, ecn=tos & 3, ident=(buf[l3 + 4] << 8) | buf[l3 + 5],
-            frag_flags=fo >> 13, frag_offset=(fo & 0x1FFF) * 8, checksum=(buf[l3 + 10] << 8) | buf[l3 + 11],
-        )  # fmt: skip
-    else:
-        word = struct.unpack_from(">I", buf, l3)[0]
-        tclass = (word >> 20) & 0xFF
-        fields = dict(ttl=buf[l3 + 7], tos=tclass, dscp=tclass >> 2, ecn=tclass & 3, flow_label=word & 0xFFFFF)
-    proto = int(c["proto"][i])
-    return IpPacket(
-        **env,
-        probe="receive",
-        provider="ip",
-        ip_ver=ver,
-        src=addr_str(d.src[i]),
-        dst=addr_str(d.dst[i]),
-        protocol=proto,
-        protocol_name=PROTO_NAMES.get(proto, str(proto)),
-        header_length=int(c["hlen"][i]),
-        length=d.ip_len[i],
-        payload_length=d.ip_len[i] - int(c["hlen"][i]),
-        is_fragment=d.fragment[i] > 0,
-        frame=d.frame[i],
-        wire_length=d.wire_len[i],
-        **fields,
-    )
-
-
-def udp_record(d: Decoded, i: int, env: dict[str, Any]) -> UdpDatagram:
-    buf = d.batch.buf
-    l4 = int(d.cols["l4"][i])
-    return UdpDatagram(
-        **env,
-        probe="receive",
-        provider="udp" if int(d.cols["proto"][i]) == 17 else "udplite",
-        ip_ver=d.ip_ver[i],
-        src=addr_str(d.src[i]),
-        sport=d.sport[i],
-        dst=addr_str(d.dst[i]),
-        dport=d.dport[i],
-        length=(buf[l4 + 4] << 8) | buf[l4 + 5],
-        payload_length=d.payload[i],
-        checksum=(buf[l4 + 6] << 8) | buf[l4 + 7],
-        frame=d.frame[i],
-        wire_length=d.wire_len[i],
-    )
-
-
-def tcp_record(d: Decoded, i: int, env: dict[str, Any]) -> TcpSegment:
-    """The header view of packet i; analysis fields are filled in by the caller."""
-    buf = d.batch.buf
-    l4 = int(d.cols["l4"][i])
-    thl = int(d.cols["thl"][i])
-    end_cap = int(d.batch.data_off[i] + d.batch.caplen[i])
-    opts = d.option_map.get(i) or parse_tcp_options(buf, l4 + 20, min(l4 + thl, end_cap))
-    flags = d.flags[i]
-    return TcpSegment(
-        **env,
-        probe="receive",
-        provider="tcp",
-        ip_ver=d.ip_ver[i],
-        src=addr_str(d.src[i]),
-        sport=d.sport[i],
-        dst=addr_str(d.dst[i]),
-        dport=d.dport[i],
-        tcp_seq=d.seq[i],
-        tcp_ack=d.ack[i],
-        tcp_flags=flags & 0xFF,
-        tcp_flags_str=tcp_flags_str(flags & 0xFF),
-        tcp_offset=thl,
-        tcp_window=d.window[i],
-        tcp_checksum=(buf[l4 + 16] << 8) | buf[l4 + 17],
-        tcp_urgent=(buf[l4 + 18] << 8) | buf[l4 + 19],
-        tcp_payload_len=d.payload[i],
-        opt_mss=opts.mss,
-        opt_wscale=opts.wscale,
-        opt_sack_permitted=opts.sack_permitted or None,
-        opt_sack_blocks=[list(b) for b in opts.sack] if opts.sack else None,
-        opt_ts_val=opts.ts_val,
-        opt_ts_ecr=opts.ts_ecr,
-        frame=d.frame[i],
-        wire_length=d.wire_len[i],
-    )
-
-
-def packet_records(d: Decoded, i: int, env: dict[str, Any]) -> list[Record]:
-    """IP record plus the transport record of packet i (empty for non-IP or malformed packets)."""
-    kind = d.kind[i]
-    if kind in (K_MALFORMED, K_OTHER):
-        return []
-    out: list[Record] = [ip_record(d, i, env)]
-    if kind == K_TCP:
-        out.append(tcp_record(d, i, env))
-    elif kind == K_UDP:
-        out.append(udp_record(d, i, env))
-    return out

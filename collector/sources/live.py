@@ -1,12 +1,12 @@
 """Live capture: scapy's AF_PACKET listen socket -> the same packet batches as capture files.
 
 Frames are read raw (no scapy dissection per packet) with their kernel receive
-timestamps (SO_TIMESTAMPNS), grouped into :class:`collector.sources.pcap.Batch` objects
+timestamps (SO_TIMESTAMPNS), grouped into :class:`translators.packet_batch.Batch` objects
 every ``flush_s`` seconds or ``max_batch`` frames, and optionally written to a classic
 pcap file (nanosecond magic) as they arrive. Like libpcap, outgoing copies on a loopback
 interface are dropped, so each loopback packet is seen once.
 
-Keep in sync with: collector/sources/pcap.py (Batch), collector/commands/capture.py.
+Keep in sync with: translators/packet_batch.py (Batch), nettrail/commands/capture.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from collector.sources.pcap import PAD, Batch
+from translators.packet_batch import PAD, Batch
 
 SO_TIMESTAMPNS = 35
 SO_RCVBUFFORCE = 33

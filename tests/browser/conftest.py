@@ -128,7 +128,7 @@ def server() -> Iterator[Server]:
             os.chown(path, drop["user"], drop["group"])
     server_py = py
     if drop:  # the webapp user may not reach a venv built on a Python under /root
-        from collector.commands.up import _python_for_others
+        from nettrail.commands.up import _python_for_others
 
         server_py = _python_for_others(env)
     port = _free_port()
@@ -145,7 +145,9 @@ def server() -> Iterator[Server]:
             try:
                 requests.get(f"{url}/accounts/login/", timeout=1)
                 break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.ReadTimeout):
+                # ReadTimeout: listening, but the first request (Django loading its URLconf)
+                # took over a second on a loaded machine; ask again within the same 30 s.
                 time.sleep(0.1)
         else:
             raise RuntimeError("webapp did not start listening within 30 s")

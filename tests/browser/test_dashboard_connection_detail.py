@@ -1,6 +1,6 @@
 """The connection detail page: the state timeline in order with causes, the SIFTR and
 time-sequence charts drawn (canvas pixels), tcpdebug/skb/drop/alert tables, and the
-JSON export downloaded and checked. Also measures a 100,000-point uPlot draw."""
+JSON export downloaded (the report document) and validated against docs/schema. Also measures a 100,000-point uPlot draw."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from report_schemas import validate_json
 
 from .conftest import PAINTED, Server, screenshot
 from .dashboard_batch import DROP_REASON, MSS, RETRANSMITTED, SIFTR_SAMPLES, STATES
@@ -96,16 +97,18 @@ def test_the_json_export_downloads_the_connections_records(
         page.click("#exports a[data-format=json]")
     target = tmp_path / "export.json"
     info.value.save_as(target)
-    doc = json.loads(target.read_text())["nettrail"]
-    assert doc["conn_uuid"] == ingested.uuid
-    assert (doc["src"], doc["sport"], doc["dst"], doc["dport"]) == ("127.0.0.1", 40100, "127.0.0.1", 8443)
-    assert [r["state"] for r in doc["tcp_state"]] == list(STATES)
-    assert len(doc["siftr_sample"]) == SIFTR_SAMPLES
-    assert len(doc["tcp_retransmit"]) == len(RETRANSMITTED)
-    assert doc["tcp_retransmit"][0]["tcp_payload_len"] == MSS
-    assert doc["skb_drop"][0]["drop_reason_str"] == DROP_REASON
-    assert doc["alert"][0]["rule_id"] == "K1"
-    assert doc["connection"][0]["bytes_orig"] == 60 * MSS
+    doc = json.loads(target.read_text())
+    validate_json(doc)  # the report document (webapp/reports), as /api/report writes it
+    [conn] = doc["nettrail_report"]["connection"]
+    assert conn["conn_uuid"] == ingested.uuid
+    assert (conn["src"], conn["sport"], conn["dst"], conn["dport"]) == ("127.0.0.1", 40100, "127.0.0.1", 8443)
+    assert [r["state"] for r in conn["tcp_state"]] == list(STATES)
+    assert len(conn["siftr_sample"]) == SIFTR_SAMPLES
+    assert len(conn["tcp_retransmit"]) == len(RETRANSMITTED)
+    assert conn["tcp_retransmit"][0]["tcp_payload_len"] == MSS
+    assert conn["skb_drop"][0]["drop_reason_str"] == DROP_REASON
+    assert conn["alert"][0]["rule_id"] == "K1"
+    assert conn["bytes_orig"] == 60 * MSS  # the Connection row, which the summary record filled
 
 
 def test_a_100000_point_chart_draws_and_reports_its_time(server: Server, page: Any, ingested: Any) -> None:

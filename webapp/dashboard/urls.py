@@ -6,8 +6,9 @@ Keep in sync with: views.py, api.py, the fetch() URLs in static/dashboard/js/.
 from __future__ import annotations
 
 from django.urls import URLPattern, path, re_path
+from django.views.generic import RedirectView
 
-from webapp.dashboard import api, export, views
+from webapp.dashboard import api, views
 
 app_name = "dashboard"
 
@@ -24,7 +25,13 @@ urlpatterns: list[URLPattern] = [
     path("api/dash/overview", api.overview, name="api-overview"),
     path("api/dash/connections", api.connections, name="api-connections"),
     path("api/dash/connections/<str:uuid>", api.connection, name="api-connection"),
-    path("api/dash/connections/<str:uuid>/export", api.api("GET")(export.export), name="api-export"),
+    # The connection's downloads are the report documents of webapp/reports (one exporter,
+    # issue 14); the dashboard's old export URL redirects there with its query string.
+    path(
+        "api/dash/connections/<str:conn_uuid>/export",
+        api.api("GET")(RedirectView.as_view(pattern_name="connection-export", query_string=True, permanent=True)),
+        name="api-export",
+    ),
     path("api/dash/buffers", api.buffers_view, name="api-buffers"),
     path("api/dash/skb/<int:uid>", api.skb, name="api-skb"),
     path("api/dash/udp", api.udp, name="api-udp"),

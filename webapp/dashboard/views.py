@@ -13,7 +13,7 @@ from django.contrib.auth.decorators import login_not_required, login_required
 from django.contrib.staticfiles.views import serve
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.urls import Resolver404, resolve, reverse
+from django.urls import NoReverseMatch, reverse
 
 from translators.records import SEVERITIES
 from webapp.dashboard import queries
@@ -52,8 +52,16 @@ CONNECTION_COLUMNS = (
     ("retrans", "Retrans", True),
     ("alerts", "Anomaly", False),
 )
-# Exports served by another part of the webapp, shown only when their URL exists.
-EXTERNAL_EXPORTS = (("pcap", "pcap"), ("siftr", "SIFTR log"))
+# The connection's downloads, all served by webapp/reports (the one exporter: the same
+# documents as `nettrail report` and /api/report); shown only when that app is installed.
+EXPORTS = (
+    ("json", "JSON"),
+    ("xml", "XML"),
+    ("text", "Text"),
+    ("html", "HTML"),
+    ("pcap", "pcap"),
+    ("siftr", "SIFTR log"),
+)
 
 
 def _page(request: HttpRequest, template: str, page_data: dict[str, Any], **context: Any) -> HttpResponse:
@@ -77,17 +85,11 @@ def connections(request: HttpRequest) -> HttpResponse:
 
 
 def _exports(uuid: str) -> list[dict[str, str]]:
-    base = reverse("dashboard:api-export", args=[uuid])
-    out = [
-        {"format": f, "label": f.upper() if f != "text" else "Text", "url": f"{base}?format={f}"}
-        for f in ("json", "xml", "text", "html")
-    ]
-    external = f"/api/connections/{uuid}/export"
     try:
-        resolve(external)
-    except Resolver404:
-        return out
-    return out + [{"format": f, "label": label, "url": f"{external}?format={f}"} for f, label in EXTERNAL_EXPORTS]
+        base = reverse("connection-export", args=[uuid])
+    except NoReverseMatch:
+        return []
+    return [{"format": f, "label": label, "url": f"{base}?format={f}"} for f, label in EXPORTS]
 
 
 @page

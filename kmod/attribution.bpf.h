@@ -49,6 +49,19 @@ static __always_inline void fill_flow(struct nt_header *h, const struct sock *sk
 		bpf_core_read(h->saddr, NT_ADDR_LEN, &sk->__sk_common.skc_v6_rcv_saddr);
 		bpf_core_read(h->daddr, NT_ADDR_LEN, &sk->__sk_common.skc_v6_daddr);
 	}
+	if (!h->dport && h->cookie && sk->__sk_common.skc_state == TCP_CLOSE && sk->sk_protocol == IPPROTO_TCP) {
+		/* disconnected (tcp_disconnect() zeroed the peer port and the local address):
+		 * the tuple it had at its change to CLOSE (map `closed`, tcp.bpf.c) */
+		struct nt_closed *c = bpf_map_lookup_elem(&closed, &h->cookie);
+
+		if (c) {
+			h->family = c->family;
+			h->sport = c->sport;
+			h->dport = c->dport;
+			__builtin_memcpy(h->saddr, c->saddr, NT_ADDR_LEN);
+			__builtin_memcpy(h->daddr, c->daddr, NT_ADDR_LEN);
+		}
+	}
 }
 
 static __always_inline void owner_from_current(struct nt_owner *o)

@@ -125,6 +125,8 @@ static __always_inline __u8 flow_from_packet(struct nt_header *h, const struct s
 		__builtin_memcpy(reverse ? h->daddr : h->saddr, &ip.saddr, 4);
 		__builtin_memcpy(reverse ? h->saddr : h->daddr, &ip.daddr, 4);
 		proto = ip.protocol;
+		if (bpf_ntohs(ip.frag_off) & 0x1fff)
+			return proto; /* a later fragment: no transport header, no ports */
 		if (th == 0xffff || th <= nh)
 			th = nh + ip.ihl * 4; /* not set yet on this path */
 	} else if (ver == 6) {

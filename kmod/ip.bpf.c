@@ -21,15 +21,47 @@
 #include "udp.bpf.h"
 #include "skb.bpf.h"
 
+static __always_inline struct nt_frag_key frag_key(const struct nt_header *h, const struct iphdr *ip, __u8 dir)
+{
+	struct nt_frag_key k = { .netns = h->netns, .saddr = ip->saddr, .daddr = ip->daddr, .ident = ip->id,
+				 .protocol = ip->protocol, .direction = dir };
+
+	return k;
+}
+
+/* The first fragment of an IPv4 datagram: keep its ports for the fragments that follow. */
+static __always_inline void frag_ports_note(const struct nt_header *h, const struct iphdr *ip, __u8 dir)
+{
+	struct nt_frag_key k = frag_key(h, ip, dir);
+	__u32 ports = (__u32)h->sport << 16 | h->dport;
+
+	bpf_map_update_elem(&frag_ports, &k, &ports, BPF_ANY);
+}
+
+/* A later fragment: its datagram's ports (none if the first fragment was not seen); the
+ * last one (MF clear) ends the entry. The record itself shows no ports (translators/ip.py). */
+static __always_inline void frag_ports_of(struct nt_header *h, const struct iphdr *ip, __u16 frag, __u8 dir)
+{
+	struct nt_frag_key k = frag_key(h, ip, dir);
+	__u32 *ports = bpf_map_lookup_elem(&frag_ports, &k);
+
+	if (!ports)
+		return;
+	h->sport = *ports >> 16;
+	h->dport = *ports & 0xffff;
+	if (!(frag & 0x2000))
+		bpf_map_delete_elem(&frag_ports, &k);
+}
+
 /* Count the packet in its ip_flows entry (exact, whatever the sampling); true if it is
  * the entry's ip_sample-th packet, whose full ip record is then emitted. */
-static __always_inline bool ip_flow_count(const struct nt_header *h, const struct sk_buff *skb, unsigned char *nh,
+static __always_inline bool ip_flow_count(const struct nt_header *h, const struct sk_buff *skb, __u32 bytes,
 					  __u8 ver, __u8 proto, __u8 dir)
 {
 	struct nt_ip_flow_key k = {};
 	struct nt_ip_flow *f;
 	__u32 zero = 0;
-	__u64 seen, bytes, nh_off;
+	__u64 seen;
 
 	k.netns = h->netns;
 	k.if_index = skb->dev->ifindex;
@@ -40,11 +72,6 @@ static __always_inline bool ip_flow_count(const struct nt_header *h, const struc
 	k.direction = dir;
 	__builtin_memcpy(k.saddr, h->saddr, NT_ADDR_LEN);
 	__builtin_memcpy(k.daddr, h->daddr, NT_ADDR_LEN);
-	/* The header's offset first, as a number (a pointer difference): clang may otherwise
-	 * compute len - nh + data, and the verifier refuses pointer + pointer. */
-	nh_off = nh - skb->data;
-	barrier_var(nh_off);
-	bytes = skb->len - nh_off;
 	f = bpf_map_lookup_elem(&ip_flows, &k);
 	if (!f) {
 		struct nt_ip_flow init = { .first_ns = bpf_ktime_get_ns(), .first_jiffies = bpf_jiffies64() };
@@ -80,10 +107,15 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 {
 	unsigned char *head = skb->head;
 	unsigned char *nh = dir ? head + skb->network_header : skb->data;
+	/* the IP packet's bytes, from the network header (send: after the link header) to the
+	 * end: the real length of a GSO/BIG TCP skb, whose header may not hold it. As numbers:
+	 * the verifier refuses arithmetic mixing nh (read-only cast below) and skb->data */
+	__u32 ip_len = skb->len - (dir ? skb->network_header - (__u32)(skb->data - head) : 0);
 	struct nt_header h = {};
 	struct nt_event *e;
 	__u8 proto, hlen, ver, l4;
 	__u32 l4_off;
+	__u16 frag = 0; /* IPv4 MF flag and fragment offset, host order */
 	struct iphdr ip = {};
 	struct ipv6hdr ip6 = {};
 	const struct udphdr *l4h;
@@ -110,6 +142,7 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 		__builtin_memcpy(h.daddr, &ip.daddr, 4);
 		proto = ip.protocol;
 		hlen = (first & 0xf) * 4;
+		frag = bpf_ntohs(ip.frag_off) & 0x3fff;
 	} else if (ver == 6) {
 		if (bpf_probe_read_kernel(&ip6, sizeof(ip6), nh))
 			return;
@@ -132,13 +165,18 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 		l4 = hbh->nexthdr;
 		l4_off = hlen + (hbh->hdrlen + 1) * 8;
 	}
-	if (l4 == IPPROTO_TCP || l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE) {
+	h.netns = skb->dev->nd_net.net->ns.inum;
+	if ((frag & 0x1fff) && (l4 == IPPROTO_TCP || l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE)) {
+		/* a later fragment: no ports of its own; its datagram's if the first was seen */
+		frag_ports_of(&h, &ip, frag, dir);
+	} else if (l4 == IPPROTO_TCP || l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE) {
 		/* TCP's ports sit where UDP's do */
 		l4h = bpf_rdonly_cast(nh + l4_off, bpf_core_type_id_kernel(struct udphdr));
 		h.sport = bpf_ntohs(l4h->source);
 		h.dport = bpf_ntohs(l4h->dest);
+		if (frag) /* a first fragment (MF set): its ports for the later ones */
+			frag_ports_note(&h, &ip, dir);
 	}
-	h.netns = skb->dev->nd_net.net->ns.inum;
 	if (cfg.providers & NT_PROV_IP_FLOWS) {
 		/* the counters need an owner only to filter by process; pass() skips unattributed exclusion */
 		if (cfg.tgid || cfg.cgroup_id) {
@@ -147,7 +185,7 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 		}
 		if (!pass(&h))
 			return;
-		if (!ip_flow_count(&h, skb, nh, ver, l4, dir) && !(cfg.providers & NT_PROV_IP))
+		if (!ip_flow_count(&h, skb, ip_len, ver, l4, dir) && !(cfg.providers & NT_PROV_IP))
 			return;
 	}
 	h.cookie = cookie_read(sk);
@@ -156,7 +194,7 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 		return;
 	__builtin_memcpy(&e->hdr, &h, sizeof(h));
 	e->ip.if_index = skb->dev->ifindex;
-	e->ip.skb_len = skb->len;
+	e->ip.skb_len = ip_len;
 	e->ip.dev_flags = skb->dev->flags;
 	e->ip.direction = dir;
 	e->ip.version = ver;

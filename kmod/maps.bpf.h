@@ -127,6 +127,15 @@ NT_MAP struct {
 	__type(value, struct nt_drop_budget);
 } drop_budget SEC(".maps");
 
+/* What a TCP socket held at its change to CLOSE (struct nt_closed), for the records that
+ * follow a tcp_disconnect(), which zeroes it. Deleted at tcp_destroy_sock. */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct nt_closed);
+} closed SEC(".maps");
+
 /* UDP senders by (netns, local port): a datagram dropped at the receiver has no
  * socket, but its source port names the sending socket on this host. */
 NT_MAP struct {
@@ -149,6 +158,15 @@ NT_MAP struct {
 	__type(key, struct nt_udp_flow_key);
 	__type(value, struct nt_udp_flow);
 } udp_flows SEC(".maps");
+
+/* Ports of IPv4 datagrams whose first fragment was seen, for their later fragments
+ * (ip.bpf.c); the last fragment deletes the entry, the LRU drops those never completed. */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct nt_frag_key);
+	__type(value, __u32);
+} frag_ports SEC(".maps");
 
 /* skb lifecycles: identity by address (providers.md 9.2) */
 NT_MAP struct {

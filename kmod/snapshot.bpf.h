@@ -135,11 +135,20 @@ static __always_inline struct seg_ref seg_ref_at_transport(const struct sk_buff 
 	return r;
 }
 
-static __always_inline void seg_at_transport(struct seg *g, const struct sk_buff *skb)
+/* A dropped segment (tcpdebug's debug-drop): tcp_data_queue() pulls the TCP header before
+ * its drops (TCP_OLD_DATA, TCP_OFOMERGE, TCP_ZEROWINDOW, ...), so skb->data may be past the
+ * header, which stays in the buffer at the transport offset: the bytes from the header to
+ * the skb's end count from there, before or after skb->data. */
+static __always_inline void seg_at_drop(struct seg *g, const struct sk_buff *skb)
 {
-	struct seg_ref r = seg_ref_at_transport(skb);
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	__u16 th_off = BPF_CORE_READ(skb, transport_header);
+	__u32 data_off = BPF_CORE_READ(skb, data) - head;
+	__u32 len = BPF_CORE_READ(skb, len);
 
-	read_seg(g, &r);
+	if (th_off == 0xffff || th_off > data_off + len)
+		return;
+	read_tcphdr(g, (const struct tcphdr *)(head + th_off), len + data_off - th_off);
 }
 
 #endif /* __NT_SNAPSHOT_BPF_H */

@@ -56,6 +56,25 @@ static __always_inline void child_inherit(__u64 cookie, __u32 netns, __u16 port)
 	__sync_fetch_and_add(&owner_epoch, 1);
 }
 
+/* X -> CLOSE: keep the tuple and counters, which a tcp_disconnect() zeroes right after. */
+static __always_inline void closed_note(const struct sock *sk, const struct nt_header *h)
+{
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+	struct nt_closed c = {};
+
+	c.family = h->family;
+	c.sport = h->sport;
+	c.dport = h->dport;
+	__builtin_memcpy(c.saddr, h->saddr, NT_ADDR_LEN);
+	__builtin_memcpy(c.daddr, h->daddr, NT_ADDR_LEN);
+	c.bytes_acked = BPF_CORE_READ(tp, bytes_acked);
+	c.bytes_received = BPF_CORE_READ(tp, bytes_received);
+	c.segs_in = BPF_CORE_READ(tp, segs_in);
+	c.segs_out = BPF_CORE_READ(tp, segs_out);
+	c.total_retrans = BPF_CORE_READ(tp, total_retrans);
+	bpf_map_update_elem(&closed, &h->cookie, &c, BPF_ANY);
+}
+
 /* Transitions that only a system call of the socket's user makes (connect, listen,
  * close/shutdown); ambiguous ones (X -> CLOSE after a reset or a timeout) are not. */
 static __always_inline bool user_transition(int oldstate, int newstate)
@@ -78,6 +97,8 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 		return 0;
 	h.cookie = cookie_of(sk);
 	fill_flow(&h, sk);
+	if (newstate == TCP_CLOSE && oldstate != TCP_LISTEN && oldstate != TCP_SYN_SENT)
+		closed_note(sk, &h);
 	if (oldstate == TCP_LISTEN && newstate == TCP_SYN_RECV)
 		child_inherit(h.cookie, h.netns, h.sport);
 	how = user_transition(oldstate, newstate) ? hook_user(task) : task;
@@ -126,6 +147,9 @@ int BPF_PROG(tcp_retransmit_skb, const struct sock *sk, const struct sk_buff *sk
 	e->retransmit.err = err;
 	e->retransmit.state = BPF_CORE_READ(sk, __sk_common.skc_state);
 	e->retransmit.ca_state = BPF_CORE_READ_BITFIELD_PROBED((const struct inet_connection_sock *)sk, icsk_ca_state);
+	/* the timer behind it: tcp_write_timer_handler() clears icsk_pending before an RTO's
+	 * retransmission but only after a loss probe's, so it tells a TLP (user space names it) */
+	e->retransmit.timer = BPF_CORE_READ((const struct inet_connection_sock *)sk, icsk_pending);
 	submit(e);
 	return 0;
 }
@@ -232,11 +256,14 @@ int BPF_PROG(tcp_destroy_sock, struct sock *sk)
 	struct nt_event *e;
 	struct nt_flow *f, *slot = NULL;
 	struct nt_owner *o;
+	struct nt_closed *c;
 	bool task = in_task(ctx);
 
 	h.cookie = cookie_of(sk);
 	fill_flow(&h, sk);
 	attribute(&h, NT_EV_DESTROY, task);
+	/* disconnected: tcp_disconnect() zeroed the counters; those it closed with */
+	c = BPF_CORE_READ(sk, __sk_common.skc_dport) ? NULL : bpf_map_lookup_elem(&closed, &h.cookie);
 	o = bpf_map_lookup_elem(&owners, &h.cookie);
 	if (cfg.providers & NT_PROV_SIFTR) {
 		slot = flow_slot(h.cookie);
@@ -253,12 +280,12 @@ int BPF_PROG(tcp_destroy_sock, struct sock *sk)
 			debug_point(sk, h.cookie, NULL, NT_TA_USER, PRU_DETACH, 0, 0, NULL, task);
 		if ((cfg.providers & NT_PROV_TCP) && (e = reserve(NT_EV_DESTROY))) {
 			__builtin_memcpy(&e->hdr, &h, sizeof(h));
-			e->destroy.bytes_acked = BPF_CORE_READ(tp, bytes_acked);
-			e->destroy.bytes_received = BPF_CORE_READ(tp, bytes_received);
+			e->destroy.bytes_acked = c ? c->bytes_acked : BPF_CORE_READ(tp, bytes_acked);
+			e->destroy.bytes_received = c ? c->bytes_received : BPF_CORE_READ(tp, bytes_received);
 			e->destroy.first_ns = o ? o->first_ns : 0;
-			e->destroy.segs_in = BPF_CORE_READ(tp, segs_in);
-			e->destroy.segs_out = BPF_CORE_READ(tp, segs_out);
-			e->destroy.total_retrans = BPF_CORE_READ(tp, total_retrans);
+			e->destroy.segs_in = c ? c->segs_in : BPF_CORE_READ(tp, segs_in);
+			e->destroy.segs_out = c ? c->segs_out : BPF_CORE_READ(tp, segs_out);
+			e->destroy.total_retrans = c ? c->total_retrans : BPF_CORE_READ(tp, total_retrans);
 			e->destroy.state = BPF_CORE_READ(sk, __sk_common.skc_state);
 			e->destroy._pad[0] = e->destroy._pad[1] = e->destroy._pad[2] = 0;
 			submit(e);
@@ -270,6 +297,7 @@ int BPF_PROG(tcp_destroy_sock, struct sock *sk)
 		bpf_map_delete_elem(&flows, &h.cookie);
 	bpf_map_delete_elem(&flows_out, &h.cookie);
 	bpf_map_delete_elem(&owners, &h.cookie);
+	bpf_map_delete_elem(&closed, &h.cookie);
 	__sync_fetch_and_add(&owner_epoch, 1); /* also retires hints naming this socket's address */
 	return 0;
 }

@@ -89,7 +89,7 @@ static __always_inline void debug_drop(const struct sk_buff *skb, __u32 r, struc
 		sk = skb->sk; /* a BTF pointer, as full_tcp's direct loads need */
 	if (sk && !full_tcp(sk))
 		sk = NULL; /* e.g. a timewait socket: describe the segment instead */
-	seg_at_transport(&g, skb);
+	seg_at_drop(&g, skb);
 	debug_point(sk, cookie_read(sk), &g, NT_TA_DROP, PRU_NONE, 0, r, skb, task);
 }
 

@@ -66,6 +66,14 @@ static __always_inline void udp_packet(const struct sk_buff *skb, const struct s
 	}
 	if (proto != IPPROTO_UDP && proto != IPPROTO_UDPLITE)
 		return;
+	if ((first >> 4) == 4) {
+		__be16 fo;
+
+		/* a later fragment is no datagram: the first carries the UDP header, whose length
+		 * covers them all, so a datagram is one record and one count however it is cut */
+		if (bpf_probe_read_kernel(&fo, sizeof(fo), nh + 6) || (bpf_ntohs(fo) & 0x1fff))
+			return;
+	}
 	hlen = (first >> 4) == 4 ? (first & 0xf) * 4 : 40;
 	if (bpf_probe_read_kernel(&uh, sizeof(uh), nh + hlen))
 		return;

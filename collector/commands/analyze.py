@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import os
 import sys
 import threading
@@ -36,6 +37,7 @@ from collector.sources.siftr import analyze_siftr, looks_like_siftr
 from translators.packet import decode_batch
 from translators.records import Record
 from xo import Writer, add_libxo_argument, libxo_from_args
+from xo.zeek import write_conn_log
 
 PROGRESS_MIN_BYTES = 4 << 20
 
@@ -79,6 +81,7 @@ def register(subparsers: Any) -> None:
         default=None,
         help="rules TOML file for the kernel-agnostic alert rules (K9, K14; default $NETTRAIL_RULES or none)",
     )
+    p.add_argument("--zeek", action="store_true", help="write Zeek's conn.log (TSV) instead of the xo document")
     add_libxo_argument(p)
     store.add_arguments(p)  # --store / --server URL --token T
     p.set_defaults(func=run)
@@ -96,6 +99,9 @@ def capture_id(path: str) -> str:
 def run(args: argparse.Namespace) -> int:
     options = libxo_from_args(args)
     path: str = args.file
+    if args.zeek and (args.packets or args.libxo is not None):
+        print("nettrail: analyze: --zeek writes conn.log only: it takes no --packets or --libxo", file=sys.stderr)
+        return 2
     if looks_like_siftr(path):  # a siftr(4) log: starts with enable_time_secs= (issue 9)
         return analyze_siftr(args)
     try:
@@ -115,8 +121,17 @@ def run(args: argparse.Namespace) -> int:
     # hashlib and file reads release the GIL, and nothing is printed before it is needed.
     hashing = CaptureIdThread(path)
     pipeline = CapturePipeline(os.path.basename(path), "", packets=args.packets, compat=args.wireshark)
-    writer = Writer(sys.stdout, options)
+    writer = Writer(io.StringIO() if args.zeek else sys.stdout, options)
     with reader:
+        if args.zeek:  # conn.log instead of the xo document (xo/zeek.py)
+            try:
+                consume(reader, pipeline, writer, False)
+            except CaptureError as exc:
+                print(f"nettrail: analyze: {exc}", file=sys.stderr)
+                return 1
+            pipeline.boot_id = hashing.result()
+            write_conn_log(sys.stdout, pipeline.connections(), pipeline.totals.first_ts, pipeline.totals.last_ts)
+            return store.ship(args) if store.wanted(args) else 0
         writer.open_container("analyze")
         if args.packets:  # packet records stream out as they come and carry the id
             write_header(writer, reader, pipeline, hashing.result())

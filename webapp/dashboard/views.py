@@ -53,7 +53,7 @@ CONNECTION_COLUMNS = (
     ("alerts", "Anomaly", False),
 )
 # Exports served by another part of the webapp, shown only when their URL exists.
-EXTERNAL_EXPORTS = (("pcap", "pcap"), ("siftr", "SIFTR log"))
+EXTERNAL_EXPORTS = (("pcap", "pcap"), ("siftr", "SIFTR log"), ("zeek", "Zeek conn.log"))
 
 
 def _page(request: HttpRequest, template: str, page_data: dict[str, Any], **context: Any) -> HttpResponse:

@@ -170,3 +170,17 @@ def test_json_xml_and_html_do_not_change_with_the_text_tables() -> None:
 
 def with_relative(spec: str) -> XoOptions:
     return dataclasses.replace(parse_libxo(spec), relative=True)
+
+
+def test_a_live_connection_shows_the_kernel_counters_and_state() -> None:
+    live = Connection(
+        host_id="h", boot_id="b", seq=1, ts_ns=1, ts_wall=1764403201.0, provider="tcp", probe="destroy", proto="tcp",
+        source="kernel", src="127.0.0.1", sport=8080, dst="127.0.0.1", dport=51000, start=1764403200.25,
+        end=1764403201.0, duration=0.75, state="CLOSED", bytes_acked=1200, bytes_received=3000, segs_in=5, segs_out=4,
+        total_retrans=2, pid=7, comm="nginx",
+    )  # fmt: skip
+    assert render([live]).splitlines() == [
+        "PROTO  LOCAL/ORIG      REMOTE/RESP      STATE   PKTS>   BYTES>  PKTS<   BYTES<  DURATION  RETX  FINDINGS",
+        "tcp    127.0.0.1:8080  127.0.0.1:51000  CLOSED      4  1.2 KiB      5  2.9 KiB    750 ms     2  -",
+        "    start 2025-11-29T08:00:00.250000Z  process nginx[7]",
+    ]

@@ -60,6 +60,10 @@ PROBLEM_FLAGS = (
     ("window_full", "window full"),
     ("reused_ports", "reused ports"),
 )
+# A live connection's local side is LOCAL/ORIG: its kernel counters fill the wire counts
+# columns (as in the Zeek conn.log, xo/zeek.py).
+LIVE_COUNTERS = {"packets_orig": "segs_out", "packets_resp": "segs_in", "bytes_orig": "bytes_acked",
+                 "bytes_resp": "bytes_received"}  # fmt: skip
 STATE_WORDS = {
     "REJ": "refused",
     "RSTO": "reset by orig",
@@ -211,7 +215,15 @@ def connection_layout() -> Layout:
     d = {x.name: x for x in describe(Connection)}
 
     def count(name: str) -> Callable[[Any, Clock], str]:
-        return lambda r, c: cell_text(d[name], getattr(r, name), c)
+        live = LIVE_COUNTERS.get(name)  # kernel connections: the socket's own counters
+
+        def cell(r: Any, c: Clock) -> str:
+            value = getattr(r, name)
+            if value is None and live is not None and r.source == "kernel":
+                value = getattr(r, live)
+            return cell_text(d[name], value, c)
+
+        return cell
 
     columns = (
         Column("PROTO", lambda r, c: r.proto),

@@ -249,3 +249,11 @@ def test_collect_zeek_writes_the_live_connections_as_conn_log() -> None:
     assert (srv["resp_bytes"], srv["orig_bytes"]) == (3001, 1)
     assert srv["conn_state"] is None and srv["history"] is None  # not derived from the kernel yet (issue 17 item 5)
     assert srv["orig_pkts"] >= 2 and srv["resp_pkts"] >= 3
+
+
+def test_a_siftr_log_has_no_conn_log(tmp_path: Path) -> None:
+    path = tmp_path / "log.siftr"
+    path.write_text("enable_time_secs=1764403200\tenable_time_usecs=0\tsiftrver=1.3.0\n")
+    proc = analyze(path, "--zeek")
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == f"nettrail: analyze: {path}: a SIFTR log has no connection summaries for conn.log\n"

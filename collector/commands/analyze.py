@@ -109,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
         print("nettrail: analyze: --zeek writes conn.log only: it takes no --packets or --libxo", file=sys.stderr)
         return 2
     if looks_like_siftr(path):  # a siftr(4) log: starts with enable_time_secs= (issue 9)
+        if args.zeek:
+            print(f"nettrail: analyze: {path}: a SIFTR log has no connection summaries for conn.log", file=sys.stderr)
+            return 2
         return analyze_siftr(args)
     try:
         rules = CaptureRules(load_config(args.rules))

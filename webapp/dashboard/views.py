@@ -56,6 +56,7 @@ EXPORTS = (
     ("html", "HTML"),
     ("pcap", "pcap"),
     ("siftr", "SIFTR log"),
+    ("zeek", "Zeek conn.log"),
 )
 
 

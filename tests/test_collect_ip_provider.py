@@ -55,6 +55,7 @@ def start_tcpdump(path: Path, port: int) -> subprocess.Popen[bytes]:
     return proc
 
 
+@pytest.mark.matrix
 @pytest.mark.skipif(
     not os.path.exists("/usr/bin/tcpdump") and not os.path.exists("/usr/sbin/tcpdump"), reason="needs tcpdump"
 )

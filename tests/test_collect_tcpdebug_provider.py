@@ -6,6 +6,8 @@ import os
 import socket
 import struct
 
+import pytest
+
 from tests.kernel_support import bound_listener, cookie_of, kernel, tracing
 from tests.packets import checksum
 from translators.records import TcpDebugSnapshot
@@ -24,6 +26,7 @@ def out_of_window_segment(sport: int, dport: int, seq: int) -> bytes:
     return ip + tcp
 
 
+@pytest.mark.matrix
 def test_a_connection_gives_input_output_user_and_drop_snapshots() -> None:
     lst = bound_listener()
     port = lst.getsockname()[1]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import socket
 
+import pytest
+
 from tests.kernel_support import kernel, tracing
 from translators.records import DropCount, FlowCounters, SkbDrop, SockEvent, UdpDatagram
 
@@ -51,6 +53,7 @@ def test_a_full_receive_buffer_gives_udp_fail_queue_records_and_socket_rcvbuff_d
     )
 
 
+@pytest.mark.matrix
 def test_datagrams_give_send_and_receive_records_calls_with_bytes_and_exact_flow_counters() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
         rx.bind(("127.0.0.1", 0))

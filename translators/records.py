@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
-SCHEMA = "netprov/1"
+SCHEMA = "netprov/2"  # 2: collector_status.degraded (UPGRADES has the fix-up from 1)
 
 # --- vocabularies -------------------------------------------------------------
 
@@ -621,6 +621,7 @@ class CollectorStatus(Record, tag="collector_status", kw_only=True):
     missing_drop_reasons: Annotated[list[str], doc("skb drop reasons the rules look for that this kernel's BTF does not define")] = msgspec.field(default_factory=list)
     rules_unavailable: Annotated[dict[str, str], doc("rule id -> why it cannot fire with these providers on this kernel", brief=True)] = msgspec.field(default_factory=dict)
     rules_degraded: Annotated[dict[str, str], doc("rule id -> the conditions it loses, or the fallback it uses")] = msgspec.field(default_factory=dict)
+    degraded: Annotated[dict[str, dict[str, str]], doc("provider -> {field or record: why this kernel cannot give it} (older tracepoint prototypes, absent optional tracepoints)", brief=True)] = msgspec.field(default_factory=dict)
     kernel_release: Annotated[Str, doc("release of the traced kernel (uname -r)")] = None
     ppl: Annotated[Int, doc("siftr: one sample per this many packets of a flow (--ppl)")] = None
     ip_sample: Annotated[Int, doc("ip-flows: one ip_packet record per this many packets of a flow (--ip-sample; 0: none)")] = None
@@ -850,8 +851,18 @@ def _checks(cls: type[Record]) -> tuple[tuple[str, tuple[type, ...], tuple[str, 
 # --- wire forms ------------------------------------------------------------------------------------
 
 # Fix-ups applied to decoded dicts of older schema versions, oldest first:
-# {"netprov/0": [fn(dict) -> dict, ...]}. Empty while netprov/1 is the only version.
-UPGRADES: dict[str, list[typing.Callable[[dict[str, Any]], dict[str, Any]]]] = {}
+# {"netprov/0": [fn(dict) -> dict, ...]}.
+
+
+def _v1_to_v2(record: dict[str, Any]) -> dict[str, Any]:
+    """netprov/2 added collector_status.degraded: a netprov/1 collector named no degradations."""
+    if record.get("kind") == "collector_status":
+        record.setdefault("degraded", {})
+    record["schema"] = "netprov/2"
+    return record
+
+
+UPGRADES: dict[str, list[typing.Callable[[dict[str, Any]], dict[str, Any]]]] = {"netprov/1": [_v1_to_v2]}
 
 _json_encoder = msgspec.json.Encoder()
 _msgpack_encoder = msgspec.msgpack.Encoder()

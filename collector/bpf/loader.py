@@ -1,4 +1,4 @@
-"""Load kmod/tcp.bpf.o with libbpf and attach the programs the chosen providers need.
+"""Load kmod/nettrail.bpf.o with libbpf and attach the programs the chosen providers need.
 
 The steps are always the same (open, configure, load, attach, poll, clean up) and
 each failure says which step failed on what and why, e.g.
@@ -6,7 +6,7 @@ each failure says which step failed on what and why, e.g.
 Before opening the object it reads the running kernel's BTF (collector/bpf/variants.py):
 the tracepoints it lacks are left out, each tracepoint gets the program variant for its
 prototype there, and what that costs is kept in ``degraded`` (provider, field, why).
-Keep PROGRAMS in sync with the SEC("tp_btf/...") programs of kmod/ and the config writer
+Keep PROGRAMS in sync with the SEC("tp_btf/...") programs of kmod/*.bpf.c and the config writer
 with struct nt_config (kmod/nettrail.h, collector/bpf/layout.py).
 """
 

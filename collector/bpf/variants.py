@@ -40,8 +40,8 @@ RDONLY_CAST = "bpf_rdonly_cast"
 # Without the bpf_rdonly_cast kfunc (before 6.2) no program may even contain a call to it:
 # the verifier rejects an unresolved kfunc call before it prunes dead code (until 6.4).
 # kmod/ builds a second object with probe reads in place of the cast's direct loads.
-COMPAT_OBJECT = "tcp-compat.bpf.o"
-OBJECT = "tcp.bpf.o"
+COMPAT_OBJECT = "nettrail-compat.bpf.o"
+OBJECT = "nettrail.bpf.o"
 
 
 @dataclass(frozen=True)

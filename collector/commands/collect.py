@@ -1,6 +1,6 @@
 """``nettrail collect``: live kernel tracing with the tcp, siftr and tcpdebug providers.
 
-Loads kmod/tcp.bpf.o (building it if needed), streams records to stdout (xo
+Loads kmod/nettrail.bpf.o (building it if needed), streams records to stdout (xo
 styles), to a file (--out FILE.jsonl|.msgpack, or - for JSON lines on stdout) or to
 the webapp (--server URL --token T, through collector/sinks/http.py), until
 --duration ends or SIGINT/SIGTERM arrives; then drains the ring, detaches every

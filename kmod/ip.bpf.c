@@ -40,7 +40,15 @@ static __always_inline bool ip_flow_count(const struct nt_header *h, const struc
 	k.direction = dir;
 	__builtin_memcpy(k.saddr, h->saddr, NT_ADDR_LEN);
 	__builtin_memcpy(k.daddr, h->daddr, NT_ADDR_LEN);
-	bytes = skb->len - (nh - skb->data);
+	/* from the network header on, as integers: the difference of two pointers loaded from
+	 * the skb is refused by this host's 6.18 verifier (both untrusted memory) */
+	if (dir) {
+		__u64 data = (__u64)BPF_CORE_READ(skb, data), head = (__u64)BPF_CORE_READ(skb, head);
+
+		bytes = skb->len - (skb->network_header - (data - head));
+	} else {
+		bytes = skb->len; /* netif_receive_skb: skb->data is the network header */
+	}
 	f = bpf_map_lookup_elem(&ip_flows, &k);
 	if (!f) {
 		struct nt_ip_flow init = { .first_ns = bpf_ktime_get_ns(), .first_jiffies = bpf_jiffies64() };
@@ -87,7 +95,17 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 	/* IPv4 (and the ports) by direct loads through read-only casts, field by field (a
 	 * load may not span two fields): the always-on mode parses every packet, and a
 	 * probe-read helper call per packet shows in its cost. IPv6 in one helper call. */
-	const struct iphdr *p4 = bpf_rdonly_cast(nh, bpf_core_type_id_kernel(struct iphdr));
+#ifdef NT_COMPAT
+	/* no bpf_rdonly_cast (before 6.2): the IPv4 header in one probe read */
+	__u8 first = 0;
+
+	bpf_probe_read_kernel(&first, 1, nh);
+	ver = first >> 4;
+	if (ver == 4) {
+		if (bpf_probe_read_kernel(&ip, sizeof(ip), nh))
+			return;
+#else
+	const struct iphdr *p4 = NT_CAST(nh, struct iphdr);
 	__u8 first = *(const __u8 *)p4;
 
 	ver = first >> 4;
@@ -101,6 +119,7 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 		ip.check = p4->check;
 		ip.saddr = p4->saddr;
 		ip.daddr = p4->daddr;
+#endif
 		h.family = AF_INET;
 		__builtin_memcpy(h.saddr, &ip.saddr, 4);
 		__builtin_memcpy(h.daddr, &ip.daddr, 4);
@@ -123,16 +142,16 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 		/* hop-by-hop first (a BIG TCP packet over 64 KiB carries one): step over it so the
 		 * ports, the port filter and the ip-flows key are the upper layer's (the body keeps
 		 * the raw next header; user space walks the chain itself) */
-		const struct ipv6_opt_hdr *hbh = bpf_rdonly_cast(nh + hlen, bpf_core_type_id_kernel(struct ipv6_opt_hdr));
+		const struct ipv6_opt_hdr *hbh = NT_CAST(nh + hlen, struct ipv6_opt_hdr);
 
-		l4 = hbh->nexthdr;
-		l4_off = hlen + (hbh->hdrlen + 1) * 8;
+		l4 = NT_RD(hbh, nexthdr);
+		l4_off = hlen + (NT_RD(hbh, hdrlen) + 1) * 8;
 	}
 	if (l4 == IPPROTO_TCP || l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE) {
 		/* TCP's ports sit where UDP's do */
-		l4h = bpf_rdonly_cast(nh + l4_off, bpf_core_type_id_kernel(struct udphdr));
-		h.sport = bpf_ntohs(l4h->source);
-		h.dport = bpf_ntohs(l4h->dest);
+		l4h = NT_CAST(nh + l4_off, struct udphdr);
+		h.sport = bpf_ntohs(NT_RD(l4h, source));
+		h.dport = bpf_ntohs(NT_RD(l4h, dest));
 	}
 	h.netns = skb->dev->nd_net.net->ns.inum;
 	if (cfg.providers & NT_PROV_IP_FLOWS) {

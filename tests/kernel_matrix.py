@@ -61,7 +61,9 @@ class Kernel:
             dep = re.search(r"Depends: (linux-image-\S+)", out)
             if dep:
                 return dep.group(1) + "-unsigned"
-        out = _run(["apt-cache", "search", "--names-only", self.pattern])
+        # apt-cache's regex is POSIX (no \d): search by the fixed prefix, match here
+        prefix = re.match(r"[\w-]+", self.pattern.replace("\\.", "."))
+        out = _run(["apt-cache", "search", "--names-only", f"^{prefix.group(0) if prefix else self.pattern}"])
         names = [line.split()[0] for line in out.splitlines() if re.fullmatch(self.pattern, line.split()[0])]
         if not names:
             raise HarnessError(f"no Debian package matches {self.pattern} (apt-get update?)")
@@ -173,7 +175,23 @@ def matrix_test_files() -> list[str]:
     return out
 
 
-def guest_script(tree: Path, rwdir: Path, tests: list[str]) -> str:
+def snapshot() -> Path:
+    """A copy of the checkout (tracked and new files, and the built kmod objects) for the
+    guests: what they run does not change under them while someone edits the worktree.
+    The host's .venv is used as it is (its editable install is shadowed: the guest runs
+    from the copy's directory, first on sys.path)."""
+    listed = _run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT)
+    files = [f for f in listed.split("\0") if f and (ROOT / f).is_file()]
+    files += [str(p.relative_to(ROOT)) for p in (ROOT / "kmod").glob("*.bpf.o")]
+    dest = RESULTS / "checkout"
+    shutil.rmtree(dest, ignore_errors=True)
+    for name in files:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, dest / name)  # keeps mtimes: the objects stay newer than their sources
+    return dest
+
+
+def guest_script(tree: Path, rwdir: Path, tests: list[str], checkout: Path) -> str:
     boot = tree / "boot"
     py = ROOT / ".venv" / "bin" / "python"
     pytest_cmd = [str(py), "-m", "pytest", "-p", "no:cacheprovider", "-m", "matrix", "-q", "-rfE"]
@@ -187,7 +205,7 @@ ip link set lo up
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 [ -d /sys/kernel/tracing/events ] || mount -t tracefs nodev /sys/kernel/tracing
 mount --bind {boot} /boot
-cd {ROOT}
+cd {checkout}
 export PYTHONDONTWRITEBYTECODE=1 NETTRAIL_IN_MATRIX=1 HOME=/tmp
 set +x
 start=$(date +%s)
@@ -199,27 +217,34 @@ echo "guest total: $(( $(date +%s) - start )) s"
 """
 
 
-def start(kernel: Kernel, out: Path | None = None) -> tuple[subprocess.Popen[str], Path, float]:
+def prepare() -> Path:
+    """Build both kmod objects on the host (against its BTF: CO-RE relocates them on each
+    kernel; the guest's checkout is read-only) and snapshot the checkout."""
+    from collector.bpf import build, variants
+
+    for name in (variants.OBJECT, variants.COMPAT_OBJECT):
+        build.ensure_built(name)
+    return snapshot()
+
+
+def start(kernel: Kernel, checkout: Path) -> tuple[subprocess.Popen[str], Path, float]:
     """Boot this kernel's guest in the background: (vng process, results directory, start time)."""
     why = missing_tools()
     if why:
         raise HarnessError(why)
     tree = fetch(kernel)
     vmlinuz = sorted(tree.glob("boot/vmlinuz-*"))[-1]
-    from collector.bpf import build
-
-    build.ensure_built()  # on the host, against its BTF: CO-RE relocates it on each kernel
-    rwdir = (out or RESULTS) / kernel.name
+    rwdir = RESULTS / kernel.name
     shutil.rmtree(rwdir, ignore_errors=True)
     rwdir.mkdir(parents=True)
     script = rwdir / "guest.sh"
-    script.write_text(guest_script(tree, rwdir, matrix_test_files()))
+    script.write_text(guest_script(tree, rwdir, matrix_test_files(), checkout))
     script.chmod(0o755)
     cmd = ["vng", "--run", str(vmlinuz), "--disable-kvm", "--force-9p", "--memory", GUEST_MEMORY]
     cmd += ["--cpus", str(GUEST_CPUS), "--rwdir", str(rwdir), "--exec", str(script)]
     env = dict(os.environ, PATH=_path())
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd, cwd=checkout, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     return proc, rwdir, time.monotonic()
 
@@ -257,10 +282,26 @@ def finish(kernel: Kernel, proc: subprocess.Popen[str], rwdir: Path, started: fl
 def run_all(kernels: tuple[Kernel, ...] = KERNELS, concurrent: bool = True) -> list[GuestRun]:
     """Run every guest, all at once when concurrent (each has its own results directory and
     only reads the shared checkout)."""
+    checkout = prepare()
     if not concurrent:
-        return [finish(k, *start(k)) for k in kernels]
-    started = [(k, *start(k)) for k in kernels]
-    return [finish(k, proc, rwdir, t0) for k, proc, rwdir, t0 in started]
+        return [finish(k, *start(k, checkout)) for k in kernels]
+    started = start_all(kernels, checkout)
+    return [finish(k, *started[k.name]) for k in kernels]
+
+
+def start_all(kernels: tuple[Kernel, ...], checkout: Path) -> dict[str, tuple[subprocess.Popen[str], Path, float]]:
+    """Boot every guest at once; if one cannot start, the others are killed (no guest
+    outlives a harness that failed)."""
+    started: dict[str, tuple[subprocess.Popen[str], Path, float]] = {}
+    try:
+        for k in kernels:
+            started[k.name] = start(k, checkout)
+    except BaseException:
+        for proc, _, _ in started.values():
+            proc.kill()
+            proc.communicate()
+        raise
+    return started
 
 
 def selected(names: str | None = None) -> tuple[Kernel, ...]:

@@ -79,9 +79,10 @@ def test_datagrams_give_send_and_receive_records_calls_with_bytes_and_exact_flow
     ]
     assert [r.probe for r in wire].count("send") == 30 and [r.probe for r in wire].count("receive") == 30
     assert {r.pid for r in wire if r.probe == "send"} == {os.getpid()}  # the sending socket's owner
-    assert sorted((r.probe, r.bytes, r.pid) for r in calls) == sorted(
-        [("send", 100, os.getpid())] * 30 + [("receive", 100, os.getpid())] * 30
-    )
+    # before 6.3 there are no sock_send_length/sock_recv_length tracepoints, so no call records
+    expected = [] if cap.lost("udp", "udp_call.send") else [("send", 100, os.getpid())] * 30
+    expected += [] if cap.lost("udp", "udp_call.receive") else [("receive", 100, os.getpid())] * 30
+    assert sorted((r.probe, r.bytes, r.pid) for r in calls) == sorted(expected)
     [flow] = flows(records)
     assert (flow.proto, flow.src, flow.sport, flow.dport) == ("udp", "127.0.0.1", sport, port)
     assert (flow.packets_out, flow.bytes_out, flow.packets_in, flow.bytes_in) == (30, 3000, 30, 3000)

@@ -23,7 +23,7 @@ SKIP = km.missing_tools()
 @functools.cache
 def _started() -> dict[str, tuple[subprocess.Popen[str], Path, float]]:
     """Every selected guest, booted once per session."""
-    return {k.name: km.start(k) for k in km.selected()}
+    return km.start_all(km.selected(), km.prepare())
 
 
 @functools.cache

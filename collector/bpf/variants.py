@@ -103,12 +103,12 @@ VARIANTS: dict[str, tuple[Variant, ...]] = {
 # Optional tracepoints whose absence costs named fields (the loader leaves their programs out).
 ABSENT_LOSES: dict[str, tuple[tuple[str, str, str], ...]] = {
     "sock_send_length": (
-        ("udp", "udp_call", "no sock_send_length tracepoint (Linux 6.3+): no send call records"),
+        ("udp", "udp_call.send", "no sock_send_length tracepoint (Linux 6.3+): no send call records"),
         ("tcpdebug", "tcp_debug.user_send", "no sock_send_length tracepoint (Linux 6.3+): no SEND user requests"),
         ("tcp", "attribution", "no sock_send_length tracepoint: sockets attributed at connect/listen/close only"),
     ),
     "sock_recv_length": (
-        ("udp", "udp_call", "no sock_recv_length tracepoint (Linux 6.3+): no receive call records"),
+        ("udp", "udp_call.receive", "no sock_recv_length tracepoint (Linux 6.3+): no receive call records"),
         ("tcpdebug", "tcp_debug.user_rcvd", "no sock_recv_length tracepoint (Linux 6.3+): no RCVD user requests"),
         ("skb-lifecycle", "skb_lifecycle.read", "no sock_recv_length tracepoint: reads end at skb_copy_datagram_iovec"),
     ),
@@ -128,10 +128,14 @@ def choose(
     tracepoints: Iterable[str],
     absent: Iterable[str],
     providers: Iterable[str],
-    args_of: Callable[[str], int | None] = btf.tracepoint_args,
-    has_kfunc: Callable[[str], bool] = btf.kfunc_exists,
+    args_of: Callable[[str], int | None] | None = None,
+    has_kfunc: Callable[[str], bool] | None = None,
 ) -> Choice:
-    """Pick the variant of each present tracepoint and collect what the chosen providers lose."""
+    """Pick the variant of each present tracepoint and collect what the chosen providers lose.
+    args_of and has_kfunc default to the running kernel's BTF (another kernel's answers
+    can be given: tests/test_bpf_variants.py)."""
+    args_of = args_of or btf.tracepoint_args
+    has_kfunc = has_kfunc or btf.kfunc_exists
     chosen = set(providers)
     gone = set(absent)
     programs: dict[str, str] = {}

@@ -244,7 +244,13 @@ def start(kernel: Kernel, checkout: Path) -> tuple[subprocess.Popen[str], Path, 
     cmd += ["--cpus", str(GUEST_CPUS), "--rwdir", str(rwdir), "--exec", str(script)]
     env = dict(os.environ, PATH=_path())
     proc = subprocess.Popen(
-        cmd, cwd=checkout, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd,
+        cwd=checkout,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     return proc, rwdir, time.monotonic()
 

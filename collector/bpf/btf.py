@@ -31,14 +31,8 @@ class _BtfType(ctypes.Structure):
 @functools.cache
 def enum_values(name: str, strip_prefix: str = "") -> dict[int, str]:
     """value -> name of a kernel enum; empty when BTF or the enum is unavailable."""
-    lib = libbpf.get()
-    btf = lib.btf__load_vmlinux_btf()
-    if not btf:
-        return {}
-    try:
-        return _read_enum(lib, btf, name, strip_prefix)
-    finally:
-        lib.btf__free(btf)
+    btf = _vmlinux()
+    return _read_enum(libbpf.get(), btf, name, strip_prefix) if btf else {}
 
 
 def _read_enum(lib: libbpf.Libbpf, btf: int, name: str, strip_prefix: str) -> dict[int, str]:

@@ -238,8 +238,8 @@ static __always_inline void skb_drop(const struct sk_buff *skb, void *location, 
 
 #define SKB_CONSUMED 1
 
-/* Drops: reason since 5.17, rx_sk (the receiving socket, before skb->sk is set) since
- * 6.11. One program per prototype, the loader enables the one the kernel passes
+/* Drops: reason since 5.17 (6.1 passes it), rx_sk (the receiving socket, before skb->sk
+ * is set) on 6.12 but not 6.1. One program per prototype, the loader enables the one the kernel passes
  * (collector/bpf/variants.py): __3 leaves rx_sk NULL (skb->sk is used), __2 (5.15) has
  * no reason at all and reports SKB_DROP_REASON_NOT_SPECIFIED (2) for every drop. */
 static __always_inline void drop(void *ctx, struct sk_buff *skb, void *location, __u32 r, struct sock *rx_sk)

@@ -109,8 +109,8 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	return 0;
 }
 
-/* err: the attempt's result, passed from 6.13 on; older kernels have the 2-argument
- * prototype and get tcp_retransmit_skb__2 (err 0: only attempts that went out fire there). */
+/* err: the attempt's result, passed by newer kernels (6.18 here; 6.12 does not); older
+ * ones have the 2-argument prototype and get tcp_retransmit_skb__2, err 0. */
 static __always_inline void retransmit(void *ctx, const struct sock *sk, const struct sk_buff *skb, int err)
 {
 	const struct tcp_skb_cb *cb = (const struct tcp_skb_cb *)&skb->cb[0];
@@ -173,7 +173,7 @@ int BPF_PROG(tcp_retransmit_synack, const struct sock *sk, const struct request_
 	return 0;
 }
 
-/* reason (enum sk_rst_reason) came with 6.10; before, tcp_send_reset__2 passes 0. */
+/* reason (enum sk_rst_reason): 6.12 passes it, 6.1 does not (tcp_send_reset__2: 0). */
 static __always_inline void send_reset(void *ctx, const struct sock *sk, const struct sk_buff *skb, __u32 reason)
 {
 	struct nt_header h = {};

@@ -12,7 +12,7 @@
 #include "nettrail.h"
 #include "attribution.bpf.h"
 
-/* skb may be NULL: the 2-argument prototype (before 6.10) does not pass it. */
+/* skb may be NULL: the 2-argument prototype (6.1; 6.12 passes skb) does not pass it. */
 static __always_inline void udp_fail(void *ctx, int rc, struct sock *sk, struct sk_buff *skb)
 {
 	struct nt_header h = {};
@@ -30,7 +30,7 @@ static __always_inline void udp_fail(void *ctx, int rc, struct sock *sk, struct 
 }
 
 /* One program per prototype; the loader enables the one the kernel's btf_trace_ passes
- * (collector/bpf/variants.py): (rc, sk, skb) on 6.10+, (rc, sk) before. */
+ * (collector/bpf/variants.py): (rc, sk, skb) on 6.12, (rc, sk) on 6.1. */
 SEC("tp_btf/udp_fail_queue_rcv_skb")
 int BPF_PROG(udp_fail_queue_rcv_skb, int rc, struct sock *sk, struct sk_buff *skb)
 {

@@ -68,6 +68,7 @@ def test_what_is_lost_is_named_per_chosen_provider_only() -> None:
             "tcp_reset.reason": "tracepoint tcp_send_reset passes no reset reason on this kernel",
         },
         "skb": {"skb_drop.sock": "kfree_skb passes no rx_sk: a drop is tied to skb->sk only"},
+        "skb-lifecycle": {"skb_drop.sock": "kfree_skb passes no rx_sk: a drop is tied to skb->sk only"},
         "udp": {"udp_fail.truesize": "udp_fail_queue_rcv_skb passes no skb on this kernel"},
     }
     # sock_* are not in TPS here: only tracepoints the providers use are looked at

@@ -14,7 +14,7 @@ named as degradations (provider, field, why): in collector_status and on stderr.
 choices on the kernels nettrail is meant for (docs/collector.md, "Kernel support"):
 
 ============================  ======  ======  ======  ======  =========
-tracepoint                    5.15    6.1     6.8     6.12    6.13+
+tracepoint                    5.15    6.1     6.8     6.12    6.18
 ============================  ======  ======  ======  ======  =========
 tcp_retransmit_skb            __2     __2     __2     __2     3 (err)
 tcp_send_reset                __2     __2     __2     3       3
@@ -24,8 +24,9 @@ sock_send/recv_length         absent  absent  yes     yes     yes
 bpf_rdonly_cast (kfunc)       no      no      yes     yes     yes
 ============================  ======  ======  ======  ======  =========
 
-5.15 (Ubuntu 22.04) and 6.8 (Ubuntu 24.04) are read from their prototypes, not booted
-here; 6.1 and 6.12 are measured by the kernel matrix (tests/kernel_matrix.py). Keep the
+5.15 (Ubuntu 22.04) and 6.8 (Ubuntu 24.04) are read from their sources' prototypes, not
+booted here; 6.1 and 6.12 are measured by the kernel matrix (tests/kernel_matrix.py) and
+6.18 on this machine. Keep the
 program names in sync with the SEC("tp_btf/...") programs of kmod/.
 """
 
@@ -82,11 +83,13 @@ VARIANTS: dict[str, tuple[Variant, ...]] = {
             "kfree_skb",
             3,
             ("skb", "skb_drop.sock", "kfree_skb passes no rx_sk: a drop is tied to skb->sk only"),
+            ("skb-lifecycle", "skb_drop.sock", "kfree_skb passes no rx_sk: a drop is tied to skb->sk only"),
         ),
         _older(
             "kfree_skb",
             2,
             ("skb", "skb_drop.drop_reason", "kfree_skb passes no drop reason on this kernel"),
+            ("skb-lifecycle", "skb_drop.drop_reason", "kfree_skb passes no drop reason on this kernel"),
             ("tcpdebug", "tcp_debug.drop", "kfree_skb passes no drop reason: TCP drop points cannot be told"),
         ),
     ),

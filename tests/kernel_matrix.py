@@ -156,7 +156,13 @@ def fetch(kernel: Kernel) -> Path:
     debs = CACHE / "debs"
     debs.mkdir(parents=True, exist_ok=True)
     # apt drops privileges to _apt for downloads; a directory it cannot write only warns.
-    _run(["apt-get", "download", "-q", package], cwd=debs)
+    try:
+        _run(["apt-get", "download", "-q", package], cwd=debs)
+    except HarnessError:  # lists older than the archive (the file moved on): refresh once
+        _run(["apt-get", "update", "-qq"])
+        package = kernel.package()
+        tree = CACHE / f"{kernel.name}-{package}"
+        _run(["apt-get", "download", "-q", package], cwd=debs)
     deb = sorted(debs.glob(f"{package}_*.deb"))[-1]
     partial = tree.with_name(tree.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
@@ -237,6 +243,7 @@ def start(kernel: Kernel, checkout: Path) -> tuple[subprocess.Popen[str], Path, 
     rwdir = RESULTS / kernel.name
     shutil.rmtree(rwdir, ignore_errors=True)
     rwdir.mkdir(parents=True)
+    (rwdir / "checkout").write_text(str(checkout))  # for a second boot (finish)
     script = rwdir / "guest.sh"
     # NETTRAIL_MATRIX_PROBE_ONLY=1: only the coverage test (does everything load?)
     probe_only = os.environ.get("NETTRAIL_MATRIX_PROBE_ONLY")
@@ -258,14 +265,18 @@ def start(kernel: Kernel, checkout: Path) -> tuple[subprocess.Popen[str], Path, 
     return proc, rwdir, time.monotonic()
 
 
-def finish(kernel: Kernel, proc: subprocess.Popen[str], rwdir: Path, started: float) -> GuestRun:
-    """Wait for the guest (killed after GUEST_TIMEOUT_S) and read what it left."""
+def finish(kernel: Kernel, proc: subprocess.Popen[str], rwdir: Path, started: float, retry: bool = True) -> GuestRun:
+    """Wait for the guest (killed after GUEST_TIMEOUT_S) and read what it left. A guest that
+    never reached its script (QEMU gone at once, nothing on the console: seen once with two
+    guests starting together) is booted once more, alone."""
     try:
         console, _ = proc.communicate(timeout=max(1.0, GUEST_TIMEOUT_S - (time.monotonic() - started)))
     except subprocess.TimeoutExpired:
         proc.kill()
         console, _ = proc.communicate()
         console += f"\n[harness: guest killed after {GUEST_TIMEOUT_S:.0f} s]"
+    if retry and not (rwdir / "guest.log").exists() and not console.strip():
+        return finish(kernel, *start(kernel, Path((rwdir / "checkout").read_text())), retry=False)
     seconds = time.monotonic() - started
     (rwdir / "console.log").write_text(console or "")
     rc_file, junit_file, cov_file = rwdir / "rc", rwdir / "junit.xml", rwdir / "coverage.json"

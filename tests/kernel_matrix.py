@@ -201,7 +201,7 @@ def snapshot() -> Path:
 def guest_script(tree: Path, rwdir: Path, tests: list[str], checkout: Path) -> str:
     boot = tree / "boot"
     py = ROOT / ".venv" / "bin" / "python"
-    pytest_cmd = [str(py), "-m", "pytest", "-p", "no:cacheprovider", "-m", "matrix", "-q", "-rfE"]
+    pytest_cmd = [str(py), "-u", "-m", "pytest", "-p", "no:cacheprovider", "-m", "matrix", "-q", "-rfE"]
     pytest_cmd += [f"--junitxml={rwdir}/junit.xml", *tests]
     return f"""#!/bin/bash
 # Runs inside the guest (as root); everything it leaves is in {rwdir}.

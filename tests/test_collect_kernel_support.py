@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from collector.bpf import btf, loader, variants
+from collector.commands.collect import status_record
 from tests.kernel_matrix_probe import describe
 from tests.kernel_support import kernel
+from translators.kernel import KernelEnv
 
 pytestmark = kernel
 
@@ -26,6 +28,9 @@ def test_every_provider_loads_with_the_variant_of_this_kernels_prototypes_and_na
     t0 = time.monotonic()
     with loader.KernelSession(loader.Options()) as s:
         coverage = describe(s, time.monotonic() - t0)
+        status = status_record(
+            s, KernelEnv(host_id="test-host", boot_id="test-boot", wall_offset=0.0), stack_counters=True
+        )
     out = os.environ.get("NETTRAIL_MATRIX_OUT")
     if out:
         Path(out, "coverage.json").write_text(json.dumps(coverage, indent=1))
@@ -41,4 +46,6 @@ def test_every_provider_loads_with_the_variant_of_this_kernels_prototypes_and_na
             assert (provider, what, why) in s.degraded
     for tp in s.absent:
         assert set(variants.ABSENT_LOSES[tp]) <= set(s.degraded)
+    # what `nettrail collect` sends first and prints on stderr
+    assert status.degraded == variants.by_provider(s.degraded)  # type: ignore[attr-defined]
     assert s.path.name == (variants.OBJECT if btf.kfunc_exists("bpf_rdonly_cast") else variants.COMPAT_OBJECT)

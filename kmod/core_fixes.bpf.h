@@ -8,9 +8,7 @@
 #ifndef __NT_CORE_FIXES_BPF_H
 #define __NT_CORE_FIXES_BPF_H
 
-/* arch/x86/include/asm/page_64_types.h: THREAD_SIZE without KASAN (16 KiB) */
-#define NT_THREAD_SIZE 16384
-#define PF_KTHREAD 0x00200000
+#include "maps.bpf.h"
 
 extern unsigned int CONFIG_HZ __kconfig __weak;
 
@@ -20,7 +18,9 @@ extern unsigned int CONFIG_HZ __kconfig __weak;
  * of underlying type"), and Debian 12's bpftool links with libbpf 1.1. So only the
  * first object of the link, attribution.bpf.c (NT_MAPS_DEFINE; first in the
  * Makefile's SRCS, and it must call the kfunc), declares it a ksym; the others
- * declare a plain extern function, which the linker binds to that declaration. */
+ * declare a plain extern function, which the linker binds to that declaration.
+ * Both may be made __weak (tried: links with bpftool 7.1, loads on 6.18) and tested by
+ * address, but a kernel before 6.4 refuses the unresolved call even then (below). */
 #ifndef NT_COMPAT
 #ifdef NT_MAPS_DEFINE
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
@@ -47,39 +47,49 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id);
 #endif
 
 
-/* Task or softirq context? preempt_count is a per-CPU variable that is not in
- * kallsyms without CONFIG_KALLSYMS_ALL, so it cannot be read as a typed ksym.
- * Instead: x86-64 runs softirqs on the per-CPU IRQ stack (do_softirq_own_stack,
- * CONFIG_HAVE_SOFTIRQ_ON_OWN_STACK), and a tp_btf program's ctx is the argument
- * array bpf_trace_runN() keeps on the kernel stack in use. (The program's own
- * frame is no guide: since 6.14 tracing programs may run on a private per-CPU
- * stack.) So ctx outside the task's stack means softirq (or hardirq). ksoftirqd
- * runs softirqs on its own task stack: caught by name. An interrupt that hits
- * user mode does not switch stacks (the task stack is empty), and irq_exit runs
- * the pending softirqs right there, on the task stack: that task entered the
- * kernel by an interrupt, not a system call, so its entry frame's orig_ax is -1
- * (a system call keeps its number there, >= 0). Timer-fired retransmissions
- * that interrupt a user process are softirq by that test. */
+/* Task context or not, as the kernel's own in_task() says (include/linux/preempt.h):
+ * !(preempt_count() & (NMI_MASK | HARDIRQ_MASK | SOFTIRQ_OFFSET)), i.e. neither an NMI,
+ * nor a hard interrupt, nor serving a softirq (a task that merely disabled bottom halves
+ * is a task). The masks as include/linux/preempt.h lays the count out: 8 preemption
+ * bits, 8 softirq bits, 4 hardirq bits, 4 NMI bits. */
+#define NT_SOFTIRQ_OFFSET (1U << 8)
+#define NT_HARDIRQ_MASK (0xfU << 16)
+#define NT_NMI_MASK (0xfU << 20)
+
+/* arm64, RISC-V, PowerPC and LoongArch keep preempt_count in struct thread_info, which
+ * is inside task_struct (CONFIG_THREAD_INFO_IN_TASK): current's is read through CO-RE,
+ * no symbol needed. x86 keeps it per CPU instead (__preempt_count; pcpu_hot.preempt_count
+ * from 6.2, commit 64701838bf05 "x86/percpu: Move preempt_count next to current_task",
+ * until 6.15 made it __preempt_count again), and reading a per-CPU variable takes a
+ * typed ksym and bpf_this_cpu_ptr(). The kernel resolves a typed ksym's address through
+ * kallsyms (check_pseudo_btf_id, commit 4976b718c355 "bpf: Introduce pseudo_btf_id"),
+ * and per-CPU data is in kallsyms only with CONFIG_KALLSYMS_ALL; libbpf finds the
+ * symbol in BTF either way and cannot tell, so on a kernel without it (this project's
+ * 6.18 VMs) every program would fail to load. So x86 (and any kernel whose thread_info
+ * has no preempt_count) uses the kernel's softirq transitions instead: the programs in
+ * context.bpf.c set this CPU's word in `softirq_cpus` at softirq_entry and clear it at
+ * softirq_exit, the tracepoints handle_softirqs() (kernel/softirq.c) fires around each
+ * softirq handler while SOFTIRQ_OFFSET is set, whether it runs at irq_exit, from
+ * local_bh_enable() in a task or in ksoftirqd. What that cannot see: a hard interrupt
+ * taken in a task (counted as the task's). None of nettrail's hooks run in one with NAPI
+ * drivers; only a legacy driver's netif_rx() would, at netif_rx_entry. */
+struct thread_info___nt {
+	int preempt_count;
+} __attribute__((preserve_access_index));
+
+/* ctx: unused (the test no longer looks at the stack); every program passes its own. */
 static __always_inline bool in_task(void *ctx)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
-	__u64 base = (__u64)t->stack; /* direct loads: current is a trusted BTF pointer */
-	void *args = ctx;
-	__u64 here = 0;
-	char comm[10];
+	__u32 zero = 0, *serving;
 
-	/* copy the address out as a plain number (the verifier forbids math on ctx) */
-	bpf_probe_read_kernel(&here, sizeof(here), &args);
-	if (here - base >= NT_THREAD_SIZE)
-		return false;
-	if (!(t->flags & PF_KTHREAD)) {
-		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+	if (bpf_core_field_exists(struct thread_info___nt, preempt_count)) {
+		struct task_struct *t = bpf_get_current_task_btf();
+		struct thread_info___nt *ti = (struct thread_info___nt *)&t->thread_info;
 
-		return regs && (long)regs->orig_ax >= 0;
+		return !(BPF_CORE_READ(ti, preempt_count) & (NT_NMI_MASK | NT_HARDIRQ_MASK | NT_SOFTIRQ_OFFSET));
 	}
-	bpf_get_current_comm(comm, sizeof(comm));
-	return !(comm[0] == 'k' && comm[1] == 's' && comm[2] == 'o' && comm[3] == 'f' && comm[4] == 't' &&
-		 comm[5] == 'i' && comm[6] == 'r' && comm[7] == 'q' && comm[8] == 'd');
+	serving = bpf_map_lookup_elem(&softirq_cpus, &zero);
+	return !(serving && *serving);
 }
 
 #endif /* __NT_CORE_FIXES_BPF_H */

@@ -29,7 +29,7 @@ static __always_inline bool ip_flow_count(const struct nt_header *h, const struc
 	struct nt_ip_flow_key k = {};
 	struct nt_ip_flow *f;
 	__u32 zero = 0;
-	__u64 seen, bytes;
+	__u64 seen, bytes, nh_off;
 
 	k.netns = h->netns;
 	k.if_index = skb->dev->ifindex;
@@ -40,15 +40,11 @@ static __always_inline bool ip_flow_count(const struct nt_header *h, const struc
 	k.direction = dir;
 	__builtin_memcpy(k.saddr, h->saddr, NT_ADDR_LEN);
 	__builtin_memcpy(k.daddr, h->daddr, NT_ADDR_LEN);
-	/* from the network header on, as integers: the difference of two pointers loaded from
-	 * the skb is refused by this host's 6.18 verifier (both untrusted memory) */
-	if (dir) {
-		__u64 data = (__u64)BPF_CORE_READ(skb, data), head = (__u64)BPF_CORE_READ(skb, head);
-
-		bytes = skb->len - (skb->network_header - (data - head));
-	} else {
-		bytes = skb->len; /* netif_receive_skb: skb->data is the network header */
-	}
+	/* The header's offset first, as a number (a pointer difference): clang may otherwise
+	 * compute len - nh + data, and the verifier refuses pointer + pointer. */
+	nh_off = nh - skb->data;
+	barrier_var(nh_off);
+	bytes = skb->len - nh_off;
 	f = bpf_map_lookup_elem(&ip_flows, &k);
 	if (!f) {
 		struct nt_ip_flow init = { .first_ns = bpf_ktime_get_ns(), .first_jiffies = bpf_jiffies64() };

@@ -36,6 +36,15 @@ NT_MAP struct {
 	__type(value, struct nt_counters);
 } counters SEC(".maps");
 
+/* Per CPU: 1 while the CPU serves a softirq (softirq_entry .. softirq_exit, context.bpf.c),
+ * for in_task() (core_fixes.bpf.h) */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} softirq_cpus SEC(".maps");
+
 NT_MAP struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);

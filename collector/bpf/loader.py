@@ -42,12 +42,16 @@ PROVIDER_BITS = {
 }
 ALWAYS: frozenset[str] = frozenset(PROVIDERS)
 # program (= tracepoint) -> providers that need it. The attribution programs are
-# needed by every provider: they fill the socket-owner map (providers.md 9.3).
+# needed by every provider: they fill the socket-owner map (providers.md 9.3), and
+# attribution asks whether an event fired in task context, which softirq_entry and
+# softirq_exit tell (kmod/context.bpf.c).
 PROGRAMS: dict[str, frozenset[str]] = {
     "inet_sock_set_state": ALWAYS,
     "sock_send_length": ALWAYS,
     "sock_recv_length": ALWAYS,
     "tcp_destroy_sock": ALWAYS,
+    "softirq_entry": ALWAYS,
+    "softirq_exit": ALWAYS,
     "tcp_retransmit_skb": frozenset({"tcp"}),
     "tcp_retransmit_synack": frozenset({"tcp"}),
     "tcp_send_reset": frozenset({"tcp"}),

@@ -43,7 +43,7 @@ RESULTS = ROOT / "var" / "kernel-matrix"
 GUEST_MEMORY = "1G"
 GUEST_CPUS = 2
 # A guest that has not finished by then is killed: a hung boot must not eat CI's 60 minutes.
-GUEST_TIMEOUT_S = float(os.environ.get("NETTRAIL_MATRIX_TIMEOUT", 15 * 60))
+GUEST_TIMEOUT_S = float(os.environ.get("NETTRAIL_MATRIX_TIMEOUT", 20 * 60))
 SYSTEM_TOOLS = {"qemu-system-x86_64": "qemu-system-x86", "busybox": "busybox-static", "depmod": "kmod"}
 
 

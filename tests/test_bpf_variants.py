@@ -69,6 +69,9 @@ def test_what_is_lost_is_named_per_chosen_provider_only() -> None:
         },
         "skb": {"skb_drop.sock": "kfree_skb passes no rx_sk: a drop is tied to skb->sk only"},
         "skb-lifecycle": {"skb_drop.sock": "kfree_skb passes no rx_sk: a drop is tied to skb->sk only"},
+        "tcpdebug": {
+            "tcp_debug.drop_sock": "kfree_skb passes no rx_sk: an incoming segment's drop point has no socket"
+        },
         "udp": {"udp_fail.truesize": "udp_fail_queue_rcv_skb passes no skb on this kernel"},
     }
     # sock_* are not in TPS here: only tracepoints the providers use are looked at

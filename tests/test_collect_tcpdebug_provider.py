@@ -63,9 +63,12 @@ def test_a_connection_gives_input_output_user_and_drop_snapshots() -> None:
     )
     assert any(r.prureq_str == "LISTEN" for r in snaps)
     drops = [r for r in snaps if r.direction == "drop"]
-    assert [(r.sock_cookie, r.tcp_seq, r.tcp_payload_len) for r in drops] == [(server_cookie, 0x12345678, 4)]
+    # before rx_sk (6.1's 3-argument kfree_skb) an incoming segment's drop has no socket
+    no_sock = cap.lost("tcpdebug", "tcp_debug.drop_sock")
+    expected = (None if no_sock else server_cookie, 0x12345678, 4)
+    assert [(r.sock_cookie, r.tcp_seq, r.tcp_payload_len) for r in drops] == [expected]
     assert drops[0].drop_reason is not None and drops[0].drop_reason.startswith("TCP_")
-    assert drops[0].hook == "tp_btf/kfree_skb" and drops[0].state == "ESTABLISHED"
+    assert drops[0].hook == "tp_btf/kfree_skb" and (no_sock or drops[0].state == "ESTABLISHED")
     data_in = [r for r in snaps if r.direction == "input" and r.sock_cookie == server_cookie and r.tcp_payload_len]
     # the injected segment is seen at input (tcp_probe fires before validation), then dropped
     assert [r.tcp_seq for r in data_in if r.tcp_seq == 0x12345678] == [0x12345678]

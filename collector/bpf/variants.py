@@ -84,6 +84,11 @@ VARIANTS: dict[str, tuple[Variant, ...]] = {
             3,
             ("skb", "skb_drop.sock", "kfree_skb passes no rx_sk: a drop is tied to skb->sk only"),
             ("skb-lifecycle", "skb_drop.sock", "kfree_skb passes no rx_sk: a drop is tied to skb->sk only"),
+            (
+                "tcpdebug",
+                "tcp_debug.drop_sock",
+                "kfree_skb passes no rx_sk: an incoming segment's drop point has no socket",
+            ),
         ),
         _older(
             "kfree_skb",

@@ -19,13 +19,33 @@ extern unsigned int CONFIG_HZ __kconfig __weak;
  * first object of the link, attribution.bpf.c (NT_MAPS_DEFINE; first in the
  * Makefile's SRCS, and it must call the kfunc), declares it a ksym; the others
  * declare a plain extern function, which the linker binds to that declaration.
- * Both may be made __weak (tried: links with bpftool 7.1, loads on 6.18); libbpf 1.1's
- * bpf_helpers.h has no bpf_ksym_exists(), so test the address: if (bpf_rdonly_cast). */
+ * Both may be made __weak (tried: links with bpftool 7.1, loads on 6.18) and tested by
+ * address, but a kernel before 6.4 refuses the unresolved call even then (below). */
+#ifndef NT_COMPAT
 #ifdef NT_MAPS_DEFINE
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 #else
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id);
 #endif
+#endif
+
+/* Kernels before 6.2 have no bpf_rdonly_cast, and until 6.4 the verifier rejects a call
+ * to an unresolved kfunc even on a path it would prune, so no __weak declaration with
+ * bpf_ksym_exists() can serve both: the Makefile builds a second object,
+ * nettrail-compat.bpf.o, with NT_COMPAT, where the cast is a plain C cast and every load
+ * through it a probe read. The loader opens that one when the kernel's BTF has no
+ * bpf_rdonly_cast (collector/bpf/variants.py). NT_RD(p, field) and NT_RD_BITFIELD read
+ * a field of a pointer that NT_CAST made. */
+#ifdef NT_COMPAT
+#define NT_CAST(p, type) ((const type *)(p))
+#define NT_RD(p, field) BPF_CORE_READ(p, field)
+#define NT_RD_BITFIELD(p, field) BPF_CORE_READ_BITFIELD_PROBED(p, field)
+#else
+#define NT_CAST(p, type) ((const type *)bpf_rdonly_cast(p, bpf_core_type_id_kernel(type)))
+#define NT_RD(p, field) ((p)->field)
+#define NT_RD_BITFIELD(p, field) BPF_CORE_READ_BITFIELD(p, field)
+#endif
+
 
 /* Task context or not, as the kernel's own in_task() says (include/linux/preempt.h):
  * !(preempt_count() & (NMI_MASK | HARDIRQ_MASK | SOFTIRQ_OFFSET)), i.e. neither an NMI,

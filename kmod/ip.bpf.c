@@ -103,7 +103,9 @@ static __always_inline bool ip_flow_count(const struct nt_header *h, const struc
 /* One IP packet: send (net_dev_queue, header at network_header, socket from skb->sk)
  * or receive (netif_receive_skb, header at skb->data, no socket yet). ip-flows counts
  * it; a record follows in full mode (NT_PROV_IP) or when it is sampled. */
-static __always_inline void ip_packet(const struct sk_buff *skb, const struct sock *sk, __u8 dir, void *ctx)
+/* Out of line: inlined, its ~330 bytes of stack sat in net_dev_queue's frame above the
+ * siftr calls (see net_dev_queue). A static subprogram's frame is there only while it runs. */
+static __noinline void ip_packet(const struct sk_buff *skb, const struct sock *sk, __u8 dir, void *ctx)
 {
 	unsigned char *head = skb->head;
 	unsigned char *nh = dir ? head + skb->network_header : skb->data;
@@ -123,7 +125,17 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 	/* IPv4 (and the ports) by direct loads through read-only casts, field by field (a
 	 * load may not span two fields): the always-on mode parses every packet, and a
 	 * probe-read helper call per packet shows in its cost. IPv6 in one helper call. */
-	const struct iphdr *p4 = bpf_rdonly_cast(nh, bpf_core_type_id_kernel(struct iphdr));
+#ifdef NT_COMPAT
+	/* no bpf_rdonly_cast (before 6.2): the IPv4 header in one probe read */
+	__u8 first = 0;
+
+	bpf_probe_read_kernel(&first, 1, nh);
+	ver = first >> 4;
+	if (ver == 4) {
+		if (bpf_probe_read_kernel(&ip, sizeof(ip), nh))
+			return;
+#else
+	const struct iphdr *p4 = NT_CAST(nh, struct iphdr);
 	__u8 first = *(const __u8 *)p4;
 
 	ver = first >> 4;
@@ -137,6 +149,7 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 		ip.check = p4->check;
 		ip.saddr = p4->saddr;
 		ip.daddr = p4->daddr;
+#endif
 		h.family = AF_INET;
 		__builtin_memcpy(h.saddr, &ip.saddr, 4);
 		__builtin_memcpy(h.daddr, &ip.daddr, 4);
@@ -160,10 +173,10 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 		/* hop-by-hop first (a BIG TCP packet over 64 KiB carries one): step over it so the
 		 * ports, the port filter and the ip-flows key are the upper layer's (the body keeps
 		 * the raw next header; user space walks the chain itself) */
-		const struct ipv6_opt_hdr *hbh = bpf_rdonly_cast(nh + hlen, bpf_core_type_id_kernel(struct ipv6_opt_hdr));
+		const struct ipv6_opt_hdr *hbh = NT_CAST(nh + hlen, struct ipv6_opt_hdr);
 
-		l4 = hbh->nexthdr;
-		l4_off = hlen + (hbh->hdrlen + 1) * 8;
+		l4 = NT_RD(hbh, nexthdr);
+		l4_off = hlen + (NT_RD(hbh, hdrlen) + 1) * 8;
 	}
 	h.netns = skb->dev->nd_net.net->ns.inum;
 	if ((frag & 0x1fff) && (l4 == IPPROTO_TCP || l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE)) {
@@ -171,9 +184,9 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 		frag_ports_of(&h, &ip, frag, dir);
 	} else if (l4 == IPPROTO_TCP || l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE) {
 		/* TCP's ports sit where UDP's do */
-		l4h = bpf_rdonly_cast(nh + l4_off, bpf_core_type_id_kernel(struct udphdr));
-		h.sport = bpf_ntohs(l4h->source);
-		h.dport = bpf_ntohs(l4h->dest);
+		l4h = NT_CAST(nh + l4_off, struct udphdr);
+		h.sport = bpf_ntohs(NT_RD(l4h, source));
+		h.dport = bpf_ntohs(NT_RD(l4h, dest));
 		if (frag) /* a first fragment (MF set): its ports for the later ones */
 			frag_ports_note(&h, &ip, dir);
 	}
@@ -243,20 +256,26 @@ static __always_inline void ip_packet(const struct sk_buff *skb, const struct so
 	submit(e);
 }
 
-SEC("tp_btf/netif_receive_skb")
-int BPF_PROG(netif_receive_skb, struct sk_buff *skb)
+/* The packet hooks' work in subprograms of their own, so that their frames stay small: a
+ * verifier before 6.14 adds up the frames of a call chain (rounded to 32 bytes) against
+ * 512 bytes, and siftr_packet's out-of-line flow_admit/siftr_emit sit under it (6.12
+ * refused the inlined version: "combined stack size of 2 calls is 608"). */
+static __noinline void udp_packet_sub(struct sk_buff *skb, struct sock *sk, __u8 dir, void *ctx)
 {
-	__u16 proto = bpf_ntohs(skb->protocol);
+	udp_packet(skb, sk, dir, in_task(ctx));
+}
 
-	if ((cfg.providers & (NT_PROV_IP | NT_PROV_IP_FLOWS)) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
-		ip_packet(skb, NULL, 0, ctx);
-	if (cfg.providers & NT_PROV_SKB_LIFE) {
-		skb_first(skb, NULL, true, in_task(ctx));
-		udp_rxq_push(skb);
-	}
-	if ((cfg.providers & NT_PROV_UDP) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
-		udp_packet(skb, NULL, 0, in_task(ctx));
-	return 0;
+static __noinline void skb_first_sub(struct sk_buff *skb, struct sock *sk, bool rx, void *ctx)
+{
+	skb_first(skb, sk, rx, in_task(ctx));
+}
+
+static __noinline void debug_out_sub(const struct sock *sk, __u64 cookie, const struct seg_ref *r, void *ctx)
+{
+	struct seg g = {};
+
+	read_seg(&g, r);
+	debug_point(sk, cookie, &g, NT_TA_OUTPUT, PRU_NONE, 0, 0, NULL, in_task(ctx));
 }
 
 SEC("tp_btf/net_dev_queue")
@@ -266,7 +285,6 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 	struct sock *sk;
 	__u64 cookie;
 	struct seg_ref r;
-	struct seg g = {};
 
 	if (proto != ETH_P_IP && proto != ETH_P_IPV6)
 		return 0;
@@ -274,9 +292,9 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 	if (cfg.providers & (NT_PROV_IP | NT_PROV_IP_FLOWS))
 		ip_packet(skb, sk, 1, ctx);
 	if (cfg.providers & NT_PROV_SKB_LIFE)
-		skb_first(skb, sk, false, in_task(ctx));
+		skb_first_sub(skb, sk, false, ctx);
 	if (cfg.providers & NT_PROV_UDP)
-		udp_packet(skb, sk, 1, in_task(ctx));
+		udp_packet_sub(skb, sk, 1, ctx);
 	if ((cfg.providers & (NT_PROV_SKB | NT_PROV_SKB_LIFE)) && sk &&
 	    (sk->sk_protocol == IPPROTO_UDP || sk->sk_protocol == IPPROTO_UDPLITE) && in_task(ctx))
 		port_owner_note(sk); /* the sender, before loopback can drop its datagram inside this very call */
@@ -288,9 +306,23 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 	r = seg_ref_at_transport(skb);
 	if ((cfg.providers & NT_PROV_SIFTR) && siftr_out_state(sk->__sk_common.skc_state))
 		siftr_packet(sk, cookie, &r, 1, ctx);
-	if (cfg.providers & NT_PROV_TCPDEBUG) {
-		read_seg(&g, &r);
-		debug_point(sk, cookie, &g, NT_TA_OUTPUT, PRU_NONE, 0, 0, NULL, in_task(ctx));
+	if (cfg.providers & NT_PROV_TCPDEBUG)
+		debug_out_sub(sk, cookie, &r, ctx);
+	return 0;
+}
+
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(netif_receive_skb, struct sk_buff *skb)
+{
+	__u16 proto = bpf_ntohs(skb->protocol);
+
+	if ((cfg.providers & (NT_PROV_IP | NT_PROV_IP_FLOWS)) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
+		ip_packet(skb, NULL, 0, ctx);
+	if (cfg.providers & NT_PROV_SKB_LIFE) {
+		skb_first_sub(skb, NULL, true, ctx);
+		udp_rxq_push(skb);
 	}
+	if ((cfg.providers & NT_PROV_UDP) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
+		udp_packet_sub(skb, NULL, 0, ctx);
 	return 0;
 }

@@ -238,19 +238,41 @@ static __always_inline void skb_drop(const struct sk_buff *skb, void *location, 
 
 #define SKB_CONSUMED 1
 
-SEC("tp_btf/kfree_skb")
-int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reason reason, struct sock *rx_sk)
+/* Drops: reason since 5.17 (6.1 passes it), rx_sk (the receiving socket, before skb->sk
+ * is set) on 6.12 but not 6.1. One program per prototype, the loader enables the one the kernel passes
+ * (collector/bpf/variants.py): __3 leaves rx_sk NULL (skb->sk is used), __2 (5.15) has
+ * no reason at all and reports SKB_DROP_REASON_NOT_SPECIFIED (2) for every drop. */
+static __always_inline void drop(void *ctx, struct sk_buff *skb, void *location, __u32 r, struct sock *rx_sk)
 {
-	__u32 r = reason;
 	bool task;
 
 	if (r <= SKB_CONSUMED)
-		return 0;
+		return;
 	task = in_task(ctx);
 	if (cfg.providers & (NT_PROV_SKB | NT_PROV_SKB_LIFE))
 		skb_drop(skb, location, r, rx_sk ? rx_sk : BPF_CORE_READ(skb, sk), task);
 	if (cfg.providers & NT_PROV_TCPDEBUG)
 		debug_drop(skb, r, rx_sk, task);
+}
+
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reason reason, struct sock *rx_sk)
+{
+	drop(ctx, skb, location, reason, rx_sk);
+	return 0;
+}
+
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(kfree_skb__3, struct sk_buff *skb, void *location, enum skb_drop_reason reason)
+{
+	drop(ctx, skb, location, reason, NULL);
+	return 0;
+}
+
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(kfree_skb__2, struct sk_buff *skb, void *location)
+{
+	drop(ctx, skb, location, 2, NULL);
 	return 0;
 }
 

@@ -11,58 +11,59 @@
 
 /* Direct loads (not a probe-read helper call per field: the snapshot is the per-sample
  * cost of siftr and tcpdebug) through a read-only cast, which takes any socket pointer
- * (skb->sk included). The callers pass full TCP sockets only. */
+ * (skb->sk included); a probe read per field in the compat object (NT_RD,
+ * core_fixes.bpf.h). The callers pass full TCP sockets only. */
 static __always_inline void snapshot(struct nt_tcp_snapshot *s, const struct sock *sk)
 {
-	const struct tcp_sock *tp = bpf_rdonly_cast(sk, bpf_core_type_id_kernel(struct tcp_sock));
+	const struct tcp_sock *tp = NT_CAST(sk, struct tcp_sock);
 	const struct inet_connection_sock *icsk = &tp->inet_conn;
 	__u8 flags = NT_SNAP_VALID;
 
-	s->bytes_acked = tp->bytes_acked;
-	s->bytes_received = tp->bytes_received;
-	s->snd_cwnd = tp->snd_cwnd;
-	s->snd_ssthresh = tp->snd_ssthresh;
-	s->snd_wnd = tp->snd_wnd;
-	s->rcv_wnd = tp->rcv_wnd;
-	s->srtt_us = tp->srtt_us;
-	s->mdev_us = tp->mdev_us;
-	s->rto_us = CONFIG_HZ ? icsk->icsk_rto * (1000000 / CONFIG_HZ) : 0;
-	s->mss_cache = tp->mss_cache;
-	s->snd_una = tp->snd_una;
-	s->snd_nxt = tp->snd_nxt;
-	s->rcv_nxt = tp->rcv_nxt;
-	s->rcv_wup = tp->rcv_wup;
-	s->snd_wl1 = tp->snd_wl1;
-	s->write_seq = tp->write_seq;
-	s->copied_seq = tp->copied_seq;
-	s->sndbuf = tp->inet_conn.icsk_inet.sk.sk_sndbuf;
-	s->rcvbuf = tp->inet_conn.icsk_inet.sk.sk_rcvbuf;
-	s->packets_out = tp->packets_out;
-	s->sacked_out = tp->sacked_out;
-	s->lost_out = tp->lost_out;
-	s->retrans_out = tp->retrans_out;
-	s->total_retrans = tp->total_retrans;
-	s->delivered = tp->delivered;
-	s->app_limited = tp->app_limited;
-	s->ts_recent = tp->rx_opt.ts_recent;
-	s->rxhash = tp->inet_conn.icsk_inet.sk.__sk_common.skc_rxhash;
-	s->state = tp->inet_conn.icsk_inet.sk.__sk_common.skc_state;
-	s->ca_state = BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state);
-	s->retransmits = icsk->icsk_retransmits;
-	s->backoff = icsk->icsk_backoff;
-	s->snd_wscale = BPF_CORE_READ_BITFIELD(tp, rx_opt.snd_wscale);
-	s->rcv_wscale = BPF_CORE_READ_BITFIELD(tp, rx_opt.rcv_wscale);
-	if (BPF_CORE_READ_BITFIELD(tp, rx_opt.sack_ok))
+	s->bytes_acked = NT_RD(tp, bytes_acked);
+	s->bytes_received = NT_RD(tp, bytes_received);
+	s->snd_cwnd = NT_RD(tp, snd_cwnd);
+	s->snd_ssthresh = NT_RD(tp, snd_ssthresh);
+	s->snd_wnd = NT_RD(tp, snd_wnd);
+	s->rcv_wnd = NT_RD(tp, rcv_wnd);
+	s->srtt_us = NT_RD(tp, srtt_us);
+	s->mdev_us = NT_RD(tp, mdev_us);
+	s->rto_us = CONFIG_HZ ? NT_RD(icsk, icsk_rto) * (1000000 / CONFIG_HZ) : 0;
+	s->mss_cache = NT_RD(tp, mss_cache);
+	s->snd_una = NT_RD(tp, snd_una);
+	s->snd_nxt = NT_RD(tp, snd_nxt);
+	s->rcv_nxt = NT_RD(tp, rcv_nxt);
+	s->rcv_wup = NT_RD(tp, rcv_wup);
+	s->snd_wl1 = NT_RD(tp, snd_wl1);
+	s->write_seq = NT_RD(tp, write_seq);
+	s->copied_seq = NT_RD(tp, copied_seq);
+	s->sndbuf = NT_RD(tp, inet_conn.icsk_inet.sk.sk_sndbuf);
+	s->rcvbuf = NT_RD(tp, inet_conn.icsk_inet.sk.sk_rcvbuf);
+	s->packets_out = NT_RD(tp, packets_out);
+	s->sacked_out = NT_RD(tp, sacked_out);
+	s->lost_out = NT_RD(tp, lost_out);
+	s->retrans_out = NT_RD(tp, retrans_out);
+	s->total_retrans = NT_RD(tp, total_retrans);
+	s->delivered = NT_RD(tp, delivered);
+	s->app_limited = NT_RD(tp, app_limited);
+	s->ts_recent = NT_RD(tp, rx_opt.ts_recent);
+	s->rxhash = NT_RD(tp, inet_conn.icsk_inet.sk.__sk_common.skc_rxhash);
+	s->state = NT_RD(tp, inet_conn.icsk_inet.sk.__sk_common.skc_state);
+	s->ca_state = NT_RD_BITFIELD(icsk, icsk_ca_state);
+	s->retransmits = NT_RD(icsk, icsk_retransmits);
+	s->backoff = NT_RD(icsk, icsk_backoff);
+	s->snd_wscale = NT_RD_BITFIELD(tp, rx_opt.snd_wscale);
+	s->rcv_wscale = NT_RD_BITFIELD(tp, rx_opt.rcv_wscale);
+	if (NT_RD_BITFIELD(tp, rx_opt.sack_ok))
 		flags |= NT_SNAP_SACK;
-	if (BPF_CORE_READ_BITFIELD(tp, rx_opt.wscale_ok))
+	if (NT_RD_BITFIELD(tp, rx_opt.wscale_ok))
 		flags |= NT_SNAP_WSCALE;
-	if (BPF_CORE_READ_BITFIELD(tp, rx_opt.tstamp_ok))
+	if (NT_RD_BITFIELD(tp, rx_opt.tstamp_ok))
 		flags |= NT_SNAP_TSTAMP;
-	if (BPF_CORE_READ_BITFIELD(tp, nonagle) & 1)
+	if (NT_RD_BITFIELD(tp, nonagle) & 1)
 		flags |= NT_SNAP_NODELAY;
-	if (BPF_CORE_READ_BITFIELD(tp, syn_fastopen) || tp->fastopen_rsk)
+	if (NT_RD_BITFIELD(tp, syn_fastopen) || NT_RD(tp, fastopen_rsk))
 		flags |= NT_SNAP_FASTOPEN;
-	if (tp->ecn_flags & 1)
+	if (NT_RD(tp, ecn_flags) & 1)
 		flags |= NT_SNAP_ECN;
 	s->flags = flags;
 	BPF_CORE_READ_STR_INTO(&s->cc_algo, icsk, icsk_ca_ops, name);
@@ -110,13 +111,18 @@ static __always_inline void read_seg(struct seg *g, const struct seg_ref *r)
 /* The payload length from the header's data offset: one direct load, no helper call. */
 static __always_inline __u32 seg_payload(const struct seg_ref *r)
 {
-	const __u8 *t;
 	__u32 doff;
 
 	if (!r->th)
 		return 0;
-	t = bpf_rdonly_cast(r->th, bpf_core_type_id_kernel(struct tcphdr));
-	doff = (t[12] >> 4) * 4;
+#ifdef NT_COMPAT
+	__u8 b12 = 0;
+
+	bpf_probe_read_kernel(&b12, 1, (const __u8 *)r->th + 12);
+	doff = (b12 >> 4) * 4;
+#else
+	doff = (((const __u8 *)NT_CAST(r->th, struct tcphdr))[12] >> 4) * 4;
+#endif
 	return r->hdr_to_end > doff ? r->hdr_to_end - doff : 0;
 }
 

@@ -130,15 +130,16 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	return 0;
 }
 
-SEC("tp_btf/tcp_retransmit_skb")
-int BPF_PROG(tcp_retransmit_skb, const struct sock *sk, const struct sk_buff *skb, int err)
+/* err: the attempt's result, passed by newer kernels (6.18 here; 6.12 does not); older
+ * ones have the 2-argument prototype and get tcp_retransmit_skb__2, err 0. */
+static __always_inline void retransmit(void *ctx, const struct sock *sk, const struct sk_buff *skb, int err)
 {
 	const struct tcp_skb_cb *cb = (const struct tcp_skb_cb *)&skb->cb[0];
 	struct nt_header h = {};
 	struct nt_event *e = start(&h, sk, NT_EV_RETRANSMIT, in_task(ctx));
 
 	if (!e)
-		return 0;
+		return;
 	__builtin_memset(&e->retransmit, 0, sizeof(e->retransmit));
 	e->retransmit.seq = BPF_CORE_READ(cb, seq);
 	e->retransmit.end_seq = BPF_CORE_READ(cb, end_seq);
@@ -151,6 +152,19 @@ int BPF_PROG(tcp_retransmit_skb, const struct sock *sk, const struct sk_buff *sk
 	 * retransmission but only after a loss probe's, so it tells a TLP (user space names it) */
 	e->retransmit.timer = BPF_CORE_READ((const struct inet_connection_sock *)sk, icsk_pending);
 	submit(e);
+}
+
+SEC("tp_btf/tcp_retransmit_skb")
+int BPF_PROG(tcp_retransmit_skb, const struct sock *sk, const struct sk_buff *skb, int err)
+{
+	retransmit(ctx, sk, skb, err);
+	return 0;
+}
+
+SEC("tp_btf/tcp_retransmit_skb")
+int BPF_PROG(tcp_retransmit_skb__2, const struct sock *sk, const struct sk_buff *skb)
+{
+	retransmit(ctx, sk, skb, 0);
 	return 0;
 }
 
@@ -183,8 +197,8 @@ int BPF_PROG(tcp_retransmit_synack, const struct sock *sk, const struct request_
 	return 0;
 }
 
-SEC("tp_btf/tcp_send_reset")
-int BPF_PROG(tcp_send_reset, const struct sock *sk, const struct sk_buff *skb, const enum sk_rst_reason reason)
+/* reason (enum sk_rst_reason): 6.12 passes it, 6.1 does not (tcp_send_reset__2: 0). */
+static __always_inline void send_reset(void *ctx, const struct sock *sk, const struct sk_buff *skb, __u32 reason)
 {
 	struct nt_header h = {};
 	struct nt_event *e;
@@ -197,10 +211,10 @@ int BPF_PROG(tcp_send_reset, const struct sock *sk, const struct sk_buff *skb, c
 		flow_from_segment(&h, skb);
 	attribute(&h, NT_EV_RESET, task);
 	if (!pass(&h))
-		return 0;
+		return;
 	e = reserve(NT_EV_RESET);
 	if (!e)
-		return 0;
+		return;
 	__builtin_memcpy(&e->hdr, &h, sizeof(h));
 	e->reset.reason = reason;
 	e->reset.state = sk ? BPF_CORE_READ(sk, __sk_common.skc_state) : 0;
@@ -208,6 +222,19 @@ int BPF_PROG(tcp_send_reset, const struct sock *sk, const struct sk_buff *skb, c
 	e->reset.active = skb ? 0 : 1;
 	e->reset.has_sock = sk ? 1 : 0;
 	submit(e);
+}
+
+SEC("tp_btf/tcp_send_reset")
+int BPF_PROG(tcp_send_reset, const struct sock *sk, const struct sk_buff *skb, const enum sk_rst_reason reason)
+{
+	send_reset(ctx, sk, skb, reason);
+	return 0;
+}
+
+SEC("tp_btf/tcp_send_reset")
+int BPF_PROG(tcp_send_reset__2, const struct sock *sk, const struct sk_buff *skb)
+{
+	send_reset(ctx, sk, skb, 0);
 	return 0;
 }
 

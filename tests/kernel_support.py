@@ -59,6 +59,11 @@ class Capture:
                 break
         return self.records
 
+    def lost(self, provider: str, what: str) -> bool:
+        """Whether the loader named (provider, what) as something this kernel cannot give
+        (collector/bpf/variants.py): the kernel matrix's tests then assert its absence."""
+        return any((p, w) == (provider, what) for p, w, _ in self.session.degraded)
+
     def of(self, kind: str, cookie: int | None = None) -> list[Record]:
         return [r for r in self.records if r.kind == kind and (cookie is None or r.sock_cookie == cookie)]
 

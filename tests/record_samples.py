@@ -258,6 +258,7 @@ KIND_VALUES: dict[str, dict[str, Any]] = {
         "rules_degraded": {
             "K4": "no TCP_LISTEN_OVERFLOW drop reason: listen overflows from the ListenOverflows counter"
         },
+        "degraded": {"tcp": {"tcp_retransmit.err": "tracepoint tcp_retransmit_skb passes no err on this kernel"}},
         "kernel_release": "6.18.44",
     },
     "collector_stats": {

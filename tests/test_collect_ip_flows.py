@@ -115,6 +115,7 @@ def final_counters(cap: Capture) -> list:
     return cap.of("ip_flow_counters")
 
 
+@pytest.mark.matrix
 def test_exact_counters_equal_what_was_sent_the_full_mode_and_tcpdump() -> None:
     rx, tx, port = udp_pair()
     sport = int(tx.getsockname()[1])

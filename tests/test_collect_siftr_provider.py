@@ -8,6 +8,8 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
+
 from tests.kernel_support import bound_listener, cookie_of, kernel, tracing
 from translators.records import FlowCounters, Record, SiftrSample
 
@@ -64,6 +66,7 @@ def run_transfer(total: int, ppl: int) -> tuple[list[Record], int, int]:
     return records, sender, receiver
 
 
+@pytest.mark.matrix
 def test_a_bulk_transfer_gives_samples_with_cwnd_srtt_and_a_monotone_snd_una() -> None:
     records, sender, receiver = run_transfer(8 << 20, ppl=1)
     out = [r for r in records if isinstance(r, SiftrSample) and r.sock_cookie == sender and r.direction == "out"]

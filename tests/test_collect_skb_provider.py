@@ -24,6 +24,7 @@ def counts(records: list, reason: str) -> int:  # type: ignore[type-arg]
     return sum(r.delta for r in records if isinstance(r, DropCount) and r.drop_reason_str == reason)
 
 
+@pytest.mark.matrix
 def test_datagrams_to_a_closed_port_are_no_socket_drops_attributed_to_the_sender() -> None:
     port = udp_port()
     with tracing(("skb",), port=port, counts_every=0.1) as cap:

@@ -28,6 +28,7 @@ def destroyed(cookies: set[int]):  # type: ignore[no-untyped-def]
     return lambda recs: cookies <= {r.sock_cookie for r in recs if r.kind == "connection"}
 
 
+@pytest.mark.matrix
 def test_a_loopback_connection_gives_exact_state_sequences_on_both_ends_attributed_to_this_process() -> None:
     lst = bound_listener()
     port = lst.getsockname()[1]
@@ -142,6 +143,7 @@ def nft_loss():  # type: ignore[no-untyped-def]
         subprocess.run(["nft", "delete", "table", "inet", t], check=False)
 
 
+@pytest.mark.matrix
 @pytest.mark.slow
 def test_retransmissions_under_nftables_loss_match_the_kernels_tcp_retrans_segs(nft_loss) -> None:  # type: ignore[no-untyped-def]
     lst = bound_listener()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import socket
 
+import pytest
+
 from tests.kernel_support import kernel, tracing
 from translators.records import DropCount, FlowCounters, SkbDrop, SockEvent, UdpDatagram
 
@@ -51,6 +53,7 @@ def test_a_full_receive_buffer_gives_udp_fail_queue_records_and_socket_rcvbuff_d
     )
 
 
+@pytest.mark.matrix
 def test_datagrams_give_send_and_receive_records_calls_with_bytes_and_exact_flow_counters() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
         rx.bind(("127.0.0.1", 0))
@@ -76,9 +79,10 @@ def test_datagrams_give_send_and_receive_records_calls_with_bytes_and_exact_flow
     ]
     assert [r.probe for r in wire].count("send") == 30 and [r.probe for r in wire].count("receive") == 30
     assert {r.pid for r in wire if r.probe == "send"} == {os.getpid()}  # the sending socket's owner
-    assert sorted((r.probe, r.bytes, r.pid) for r in calls) == sorted(
-        [("send", 100, os.getpid())] * 30 + [("receive", 100, os.getpid())] * 30
-    )
+    # before 6.3 there are no sock_send_length/sock_recv_length tracepoints, so no call records
+    expected = [] if cap.lost("udp", "udp_call.send") else [("send", 100, os.getpid())] * 30
+    expected += [] if cap.lost("udp", "udp_call.receive") else [("receive", 100, os.getpid())] * 30
+    assert sorted((r.probe, r.bytes, r.pid) for r in calls) == sorted(expected)
     [flow] = flows(records)
     assert (flow.proto, flow.src, flow.sport, flow.dport) == ("udp", "127.0.0.1", sport, port)
     assert (flow.packets_out, flow.bytes_out, flow.packets_in, flow.bytes_in) == (30, 3000, 30, 3000)

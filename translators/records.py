@@ -182,8 +182,18 @@ AnyRecord = Union[RECORD_TYPES]  # type: ignore[valid-type]  # noqa: UP007 (buil
 # --- wire forms ------------------------------------------------------------------------------------
 
 # Fix-ups applied to decoded dicts of older schema versions, oldest first:
-# {"netprov/0": [fn(dict) -> dict, ...]}. Empty while netprov/1 is the only version.
-UPGRADES: dict[str, list[typing.Callable[[dict[str, Any]], dict[str, Any]]]] = {}
+# {"netprov/0": [fn(dict) -> dict, ...]}.
+
+
+def _v1_to_v2(record: dict[str, Any]) -> dict[str, Any]:
+    """netprov/2 added collector_status.degraded: a netprov/1 collector named no degradations."""
+    if record.get("kind") == "collector_status":
+        record.setdefault("degraded", {})
+    record["schema"] = "netprov/2"
+    return record
+
+
+UPGRADES: dict[str, list[typing.Callable[[dict[str, Any]], dict[str, Any]]]] = {"netprov/1": [_v1_to_v2]}
 
 _json_encoder = msgspec.json.Encoder()
 _msgpack_encoder = msgspec.msgpack.Encoder()

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Union
 
 import msgspec
 
-SCHEMA = "netprov/1"
+SCHEMA = "netprov/2"  # 2: collector_status.degraded (UPGRADES in records.py has the fix-up from 1)
 
 # --- vocabularies -------------------------------------------------------------
 

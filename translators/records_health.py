@@ -60,6 +60,7 @@ class CollectorStatus(Record, tag="collector_status", kw_only=True):
     missing_drop_reasons: Annotated[list[str], doc("skb drop reasons the rules look for that this kernel's BTF does not define")] = msgspec.field(default_factory=list)
     rules_unavailable: Annotated[dict[str, str], doc("rule id -> why it cannot fire with these providers on this kernel", brief=True)] = msgspec.field(default_factory=dict)
     rules_degraded: Annotated[dict[str, str], doc("rule id -> the conditions it loses, or the fallback it uses")] = msgspec.field(default_factory=dict)
+    degraded: Annotated[dict[str, dict[str, str]], doc("provider -> {field or record: why this kernel cannot give it} (older tracepoint prototypes, absent optional tracepoints)", brief=True)] = msgspec.field(default_factory=dict)
     kernel_release: Annotated[Str, doc("release of the traced kernel (uname -r)")] = None
     ppl: Annotated[Int, doc("siftr: one sample per this many packets of a flow (--ppl)")] = None
     ip_sample: Annotated[Int, doc("ip-flows: one ip_packet record per this many packets of a flow (--ip-sample; 0: none)")] = None

@@ -1,8 +1,11 @@
-"""Enum names from the running kernel's BTF (skb_drop_reason, sk_rst_reason, ...).
+"""What the running kernel's BTF says: enum names, tracepoint prototypes, kfuncs, struct fields.
 
 Enum numbers shift between kernel versions, so names are read at run time, never
-hard-coded. Keep in sync with the BTF type layout of linux/btf.h (struct btf_type,
-struct btf_enum, struct btf_enum64).
+hard-coded. The loader also asks, before it loads anything, how many arguments a
+tracepoint passes (``btf_trace_<name>``: 6.1's tcp_retransmit_skb has 2, 6.13's 3), whether
+a kfunc exists (bpf_rdonly_cast: 6.2+) and whether a struct has a field, to pick each
+program's variant (collector/bpf/variants.py). Keep in sync with the BTF type layout of
+linux/btf.h (struct btf_type, struct btf_enum, struct btf_enum64, struct btf_member).
 """
 
 from __future__ import annotations
@@ -12,7 +15,12 @@ import functools
 
 from collector.bpf import libbpf
 
+BTF_KIND_PTR = 2
+BTF_KIND_STRUCT = 4
 BTF_KIND_ENUM = 6
+BTF_KIND_TYPEDEF = 8
+BTF_KIND_FUNC = 12
+BTF_KIND_FUNC_PROTO = 13
 BTF_KIND_ENUM64 = 19
 
 
@@ -23,14 +31,8 @@ class _BtfType(ctypes.Structure):
 @functools.cache
 def enum_values(name: str, strip_prefix: str = "") -> dict[int, str]:
     """value -> name of a kernel enum; empty when BTF or the enum is unavailable."""
-    lib = libbpf.get()
-    btf = lib.btf__load_vmlinux_btf()
-    if not btf:
-        return {}
-    try:
-        return _read_enum(lib, btf, name, strip_prefix)
-    finally:
-        lib.btf__free(btf)
+    btf = _vmlinux()
+    return _read_enum(libbpf.get(), btf, name, strip_prefix) if btf else {}
 
 
 def _read_enum(lib: libbpf.Libbpf, btf: int, name: str, strip_prefix: str) -> dict[int, str]:
@@ -65,3 +67,57 @@ def drop_reasons() -> dict[int, str]:
 def rst_reasons() -> dict[int, str]:
     """enum sk_rst_reason: value -> name without the SK_RST_REASON_ prefix."""
     return enum_values("sk_rst_reason", "SK_RST_REASON_")
+
+
+@functools.cache
+def _vmlinux() -> int:
+    """The kernel's BTF, parsed once per process (0 when the kernel has none); kept for the
+    process's life: every query below is answered from it before the object loads."""
+    return int(libbpf.get().btf__load_vmlinux_btf() or 0)
+
+
+def _kind(t: _BtfType) -> int:
+    return int(t.info >> 24) & 0x1F
+
+
+@functools.cache
+def tracepoint_args(name: str) -> int | None:
+    """Arguments a tp_btf program on this tracepoint gets (None: no btf_trace_<name>). The
+    typedef is a pointer to a prototype whose first parameter is the tracepoint's private
+    data, not passed to the program."""
+    lib, btf = libbpf.get(), _vmlinux()
+    if not btf:
+        return None
+    type_id = lib.btf__find_by_name_kind(btf, f"btf_trace_{name}".encode(), BTF_KIND_TYPEDEF)
+    for _ in range(4):  # typedef -> pointer -> prototype (no deeper chain exists)
+        if type_id <= 0:
+            return None
+        t = _BtfType.from_address(lib.btf__type_by_id(btf, type_id))
+        if _kind(t) == BTF_KIND_FUNC_PROTO:
+            return max(0, int(t.info & 0xFFFF) - 1)
+        type_id = t.size  # size/type union: the referenced type of a typedef or pointer
+    return None
+
+
+@functools.cache
+def kfunc_exists(name: str) -> bool:
+    """Whether the kernel exports this kfunc (a BTF FUNC of that name in vmlinux)."""
+    btf = _vmlinux()
+    return bool(btf) and libbpf.get().btf__find_by_name_kind(btf, name.encode(), BTF_KIND_FUNC) > 0
+
+
+@functools.cache
+def has_member(struct: str, member: str) -> bool:
+    """Whether ``struct <struct>`` has a direct member of that name."""
+    lib, btf = libbpf.get(), _vmlinux()
+    type_id = lib.btf__find_by_name_kind(btf, struct.encode(), BTF_KIND_STRUCT) if btf else -1
+    if type_id <= 0:
+        return False
+    ptr = lib.btf__type_by_id(btf, type_id)
+    vlen = _BtfType.from_address(ptr).info & 0xFFFF
+    base = ptr + ctypes.sizeof(_BtfType)
+    for i in range(vlen):  # struct btf_member: name_off, type, offset (12 bytes)
+        name_off = ctypes.c_uint32.from_address(base + i * 12).value
+        if (lib.btf__name_by_offset(btf, name_off) or b"").decode() == member:
+            return True
+    return False

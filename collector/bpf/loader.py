@@ -3,8 +3,11 @@
 The steps are always the same (open, configure, load, attach, poll, clean up) and
 each failure says which step failed on what and why, e.g.
 "failed to attach tcp_probe: Operation not permitted (needs CAP_BPF)".
-Keep PROGRAMS in sync with the SEC("tp_btf/...") programs of kmod/*.bpf.c and the
-config writer with struct nt_config (kmod/nettrail.h, collector/bpf/layout.py).
+Before opening the object it reads the running kernel's BTF (collector/bpf/variants.py):
+the tracepoints it lacks are left out, each tracepoint gets the program variant for its
+prototype there, and what that costs is kept in ``degraded`` (provider, field, why).
+Keep PROGRAMS in sync with the SEC("tp_btf/...") programs of kmod/*.bpf.c and the config writer
+with struct nt_config (kmod/nettrail.h, collector/bpf/layout.py).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from collector.bpf import btf, build, layout, libbpf, tracepoints
+from collector.bpf import btf, build, layout, libbpf, tracepoints, variants
 from collector.bpf.ringbuf import RingReader
 
 # "skb" is drops only (the always-on mode); "skb-lifecycle" follows every buffer (and its drops).
@@ -67,6 +70,10 @@ PROGRAMS: dict[str, frozenset[str]] = {
     "kfree_skb": frozenset({"tcpdebug", "skb", "skb-lifecycle"}),
     "udp_fail_queue_rcv_skb": frozenset({"udp"}),
 }
+# Attribution programs a kernel may lack: sock_send_length/sock_recv_length came with 6.3.
+# Without them sockets are still attributed, at connect/listen/close (inet_sock_set_state),
+# by inheritance from the listener and by the owner map; what is lost is named (variants.py).
+OPTIONAL_ATTRIBUTION = frozenset({"sock_send_length", "sock_recv_length"})
 DEFAULT_RINGBUF_BYTES = 16 * 1024 * 1024
 DEFAULT_IP_FLOWS_MAX = 16384  # entries of the ip_flows LRU map (about 100 bytes each)
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
@@ -176,13 +183,23 @@ class KernelSession:
         self.slots: mmap.mmap | None = None  # flow_slots, mapped on first read
         self.absent: list[str] = []  # tracepoints the chosen providers use that this kernel lacks: not loaded
         self.failed: dict[str, str] = {}  # tracepoint -> why its program did not attach
+        self.choice = variants.Choice(variants.OBJECT, {}, ())
+        self.degraded: tuple[tuple[str, str, str], ...] = ()  # (provider, field, why) this kernel cannot give
         self.drop_reasons = btf.drop_reasons()
         self.rst_reasons = btf.rst_reasons()
         self.ncpus = self.lib.libbpf_num_possible_cpus()
 
     # -- steps -------------------------------------------------------------------------
     def open(self) -> None:
-        path = self.opts.object_path or build.ensure_built()
+        # A program on a tracepoint this kernel lacks would fail the whole object's load:
+        # leave it out and report it (H3); the attribution programs are not optional.
+        self.absent = tracepoints.absent(self.program_names())
+        required = [n for n in self.absent if PROGRAMS[n] == ALWAYS and n not in OPTIONAL_ATTRIBUTION]
+        if required:
+            raise BpfError(f"this kernel has no tracepoint {', '.join(required)}: nettrail cannot attribute sockets")
+        self.choice = variants.choose(self.program_names(), self.absent, self.opts.providers)
+        self.degraded = self.choice.degraded
+        path = self.opts.object_path or build.ensure_built(self.choice.object_name)
         self.lib.take_messages()
         obj = self.lib.bpf_object__open_file(str(path).encode(), None)
         if not obj:
@@ -192,15 +209,14 @@ class KernelSession:
 
     def configure(self) -> None:
         wanted = set(self.opts.providers)
-        # A program on a tracepoint this kernel lacks would fail the whole object's load:
-        # leave it out and report it (H3); the attribution programs are not optional.
-        self.absent = tracepoints.absent(self.program_names())
-        required = [name for name in self.absent if PROGRAMS[name] == ALWAYS]
-        if required:
-            raise BpfError(f"this kernel has no tracepoint {', '.join(required)}: nettrail cannot attribute sockets")
         for name, needed_by in PROGRAMS.items():
-            prog = self._program(name)
-            self.lib.bpf_program__set_autoload(prog, bool(needed_by & wanted) and name not in self.absent)
+            load = bool(needed_by & wanted) and name not in self.absent
+            chosen = self.choice.programs.get(name, name)
+            self.lib.bpf_program__set_autoload(self._find_program(chosen), load)
+            for other in variants.VARIANTS.get(name, ()):
+                prog = self.lib.bpf_object__find_program_by_name(self.obj, other.program.encode())
+                if prog and other.program != chosen:  # every other prototype's program stays out
+                    self.lib.bpf_program__set_autoload(prog, False)
         self._write_config(config_bytes(self.opts, self.drop_reasons))
         events = self._map("events")
         if self.lib.bpf_map__set_max_entries(events, self.opts.ringbuf_bytes) < 0:
@@ -356,7 +372,11 @@ class KernelSession:
         return out
 
     # -- helpers ---------------------------------------------------------------------------
-    def _program(self, name: str) -> int:
+    def _program(self, tracepoint: str) -> int:
+        """The program chosen for this tracepoint (its variant for this kernel's prototype)."""
+        return self._find_program(self.choice.programs.get(tracepoint, tracepoint))
+
+    def _find_program(self, name: str) -> int:
         prog = self.lib.bpf_object__find_program_by_name(self.obj, name.encode())
         if not prog:
             raise BpfError(f"{self.path.name} has no program {name}: rebuild kmod (make -C kmod)")

@@ -172,7 +172,10 @@ def collector_status(
     ppl: int,
     ip_sample: int,
     drop_rate: int,
+    lost: dict[str, dict[str, str]] | None = None,
 ) -> CollectorStatus:
+    """The H3 status record; ``lost``: provider -> {field: why} this kernel cannot give
+    (collector/bpf/variants.py), besides the rules that lose inputs."""
     chosen = list(providers)
     reasons = frozenset(drop_reasons)
     have = Attach(frozenset(chosen), frozenset(program_ids), frozenset(absent), dict(failed), reasons, stack_counters)
@@ -183,5 +186,5 @@ def collector_status(
         providers=chosen, attached=dict(program_ids), absent=list(absent), failed=dict(failed),
         missing_drop_reasons=[r for r in WATCHED_DROP_REASONS if r not in reasons],
         rules_unavailable=unavailable, rules_degraded=degraded, kernel_release=os.uname().release,
-        ppl=ppl, ip_sample=ip_sample, drop_rate=drop_rate, stack_counters=stack_counters,
+        ppl=ppl, ip_sample=ip_sample, drop_rate=drop_rate, stack_counters=stack_counters, degraded=lost or {},
     )  # fmt: skip

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from analysis.alerts import live
 from analysis.alerts.config import ConfigError
 from collector import identity
-from collector.bpf import loader
+from collector.bpf import loader, variants
 from collector.bpf.build import BuildError
 from collector.bpf.kallsyms import kernel_symbols
 from collector.bpf.loader import BpfError, KernelSession, Options
@@ -265,6 +265,9 @@ def trace(
     missing = [*((n, "absent on this kernel") for n in session.absent), *session.failed.items()]
     # one line: readers wait for it to know tracing has started
     also = "; not attached: " + ", ".join(f"{name} ({why})" for name, why in missing) if missing else ""
+    # what this kernel cannot give, before the "tracing" line readers wait for
+    for provider, field, why in session.degraded:
+        print(f"{PROG}: degraded: {provider} {field}: {why}", file=sys.stderr)
     print(f"{PROG}: tracing {','.join(opts.providers)} (programs {ids}){also}", file=sys.stderr, flush=True)
     try:
         source = collect(
@@ -317,6 +320,7 @@ def status_record(session: KernelSession, env: KernelEnv, stack_counters: bool) 
     return coverage.collector_status(
         env, opts.providers, session.program_ids(), session.absent, session.failed, session.drop_reasons.values(),
         stack_counters=stack_counters, ppl=opts.ppl, ip_sample=opts.ip_sample, drop_rate=opts.drop_rate,
+        lost=variants.by_provider(session.degraded),
     )  # fmt: skip
 
 

@@ -1,0 +1,173 @@
+"""Which program variant each tracepoint gets on the running kernel, and what that costs.
+
+Tracepoint prototypes grow over kernel versions (tcp_retransmit_skb gained ``err``,
+tcp_send_reset ``reason``, kfree_skb ``reason`` then ``rx_sk``, udp_fail_queue_rcv_skb
+``skb``), and a tp_btf program declared with more arguments than the kernel passes is
+rejected ("func '...' doesn't have 3-th argument"), failing the whole object. So kmod/
+has one program per prototype, named ``<tracepoint>`` (the newest) or
+``<tracepoint>__<N>`` (N arguments); before loading, the loader reads the running kernel's
+``btf_trace_<name>`` (collector/bpf/btf.py) and enables the variant with the most
+arguments the kernel passes, the others stay unloaded (bpf_program__set_autoload).
+
+What an older prototype cannot give, and the optional tracepoints a kernel lacks, are
+named as degradations (provider, field, why): in collector_status and on stderr. The
+choices on the kernels nettrail is meant for (docs/collector.md, "Kernel support"):
+
+============================  ======  ======  ======  ======  =========
+tracepoint                    5.15    6.1     6.8     6.12    6.18
+============================  ======  ======  ======  ======  =========
+tcp_retransmit_skb            __2     __2     __2     __2     3 (err)
+tcp_send_reset                __2     __2     __2     3       3
+kfree_skb                     __2     __3     __3     4       4
+udp_fail_queue_rcv_skb        __2     __2     __2     3       3
+sock_send/recv_length         absent  absent  yes     yes     yes
+bpf_rdonly_cast (kfunc)       no      no      yes     yes     yes
+============================  ======  ======  ======  ======  =========
+
+5.15 (Ubuntu 22.04) and 6.8 (Ubuntu 24.04) are read from their sources' prototypes, not
+booted here; 6.1 and 6.12 are measured by the kernel matrix (tests/kernel_matrix.py) and
+6.18 on this machine. Keep the
+program names in sync with the SEC("tp_btf/...") programs of kmod/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from collector.bpf import btf
+
+RDONLY_CAST = "bpf_rdonly_cast"
+# Without the bpf_rdonly_cast kfunc (before 6.2) no program may even contain a call to it:
+# the verifier rejects an unresolved kfunc call before it prunes dead code (until 6.4).
+# kmod/ builds a second object with probe reads in place of the cast's direct loads.
+COMPAT_OBJECT = "nettrail-compat.bpf.o"
+OBJECT = "nettrail.bpf.o"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A program for one prototype of its tracepoint: ``args`` arguments; ``loses``: the
+    (provider, field, why) it cannot fill because that prototype lacks an argument."""
+
+    program: str
+    args: int
+    loses: tuple[tuple[str, str, str], ...] = ()
+
+
+def _older(tp: str, args: int, *loses: tuple[str, str, str]) -> Variant:
+    return Variant(f"{tp}__{args}", args, loses)
+
+
+# Newest first: the first whose argument count the kernel passes is taken.
+VARIANTS: dict[str, tuple[Variant, ...]] = {
+    "tcp_retransmit_skb": (
+        Variant("tcp_retransmit_skb", 3),
+        _older(
+            "tcp_retransmit_skb",
+            2,
+            ("tcp", "tcp_retransmit.err", "tracepoint tcp_retransmit_skb passes no err on this kernel: always 0"),
+        ),
+    ),
+    "tcp_send_reset": (
+        Variant("tcp_send_reset", 3),
+        _older(
+            "tcp_send_reset",
+            2,
+            ("tcp", "tcp_reset.reason", "tracepoint tcp_send_reset passes no reset reason on this kernel"),
+        ),
+    ),
+    "kfree_skb": (
+        Variant("kfree_skb", 4),
+        _older(
+            "kfree_skb",
+            3,
+            ("skb", "skb_drop.sock", "kfree_skb passes no rx_sk: a drop is tied to skb->sk only"),
+            ("skb-lifecycle", "skb_drop.sock", "kfree_skb passes no rx_sk: a drop is tied to skb->sk only"),
+            (
+                "tcpdebug",
+                "tcp_debug.drop_sock",
+                "kfree_skb passes no rx_sk: an incoming segment's drop point has no socket",
+            ),
+        ),
+        _older(
+            "kfree_skb",
+            2,
+            ("skb", "skb_drop.drop_reason", "kfree_skb passes no drop reason on this kernel"),
+            ("skb-lifecycle", "skb_drop.drop_reason", "kfree_skb passes no drop reason on this kernel"),
+            ("tcpdebug", "tcp_debug.drop", "kfree_skb passes no drop reason: TCP drop points cannot be told"),
+        ),
+    ),
+    "udp_fail_queue_rcv_skb": (
+        Variant("udp_fail_queue_rcv_skb", 3),
+        _older(
+            "udp_fail_queue_rcv_skb",
+            2,
+            ("udp", "udp_fail.truesize", "udp_fail_queue_rcv_skb passes no skb on this kernel"),
+        ),
+    ),
+}
+
+# Optional tracepoints whose absence costs named fields (the loader leaves their programs out).
+ABSENT_LOSES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "sock_send_length": (
+        ("udp", "udp_call.send", "no sock_send_length tracepoint (Linux 6.3+): no send call records"),
+        ("tcpdebug", "tcp_debug.user_send", "no sock_send_length tracepoint (Linux 6.3+): no SEND user requests"),
+        ("tcp", "attribution", "no sock_send_length tracepoint: sockets attributed at connect/listen/close only"),
+    ),
+    "sock_recv_length": (
+        ("udp", "udp_call.receive", "no sock_recv_length tracepoint (Linux 6.3+): no receive call records"),
+        ("tcpdebug", "tcp_debug.user_rcvd", "no sock_recv_length tracepoint (Linux 6.3+): no RCVD user requests"),
+        ("skb-lifecycle", "skb_lifecycle.read", "no sock_recv_length tracepoint: reads end at skb_copy_datagram_iovec"),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The loader's plan for this kernel: the object, each tracepoint's program, the losses."""
+
+    object_name: str
+    programs: dict[str, str]  # tracepoint -> program name to load
+    degraded: tuple[tuple[str, str, str], ...]
+
+
+def choose(
+    tracepoints: Iterable[str],
+    absent: Iterable[str],
+    providers: Iterable[str],
+    args_of: Callable[[str], int | None] | None = None,
+    has_kfunc: Callable[[str], bool] | None = None,
+) -> Choice:
+    """Pick the variant of each present tracepoint and collect what the chosen providers lose.
+    args_of and has_kfunc default to the running kernel's BTF (another kernel's answers
+    can be given: tests/test_bpf_variants.py)."""
+    args_of = args_of or btf.tracepoint_args
+    has_kfunc = has_kfunc or btf.kfunc_exists
+    chosen = set(providers)
+    gone = set(absent)
+    programs: dict[str, str] = {}
+    lost: list[tuple[str, str, str]] = []
+    for tp in tracepoints:
+        if tp in gone:
+            lost.extend(ABSENT_LOSES.get(tp, ()))
+            continue
+        options = VARIANTS.get(tp)
+        if not options:
+            programs[tp] = tp
+            continue
+        have = args_of(tp)
+        pick = next((v for v in options if have is None or v.args <= have), options[-1])
+        programs[tp] = pick.program
+        lost.extend(pick.loses)
+    wanted = [d for d in dict.fromkeys(lost) if d[0] in chosen]
+    obj = OBJECT if has_kfunc(RDONLY_CAST) else COMPAT_OBJECT
+    return Choice(obj, programs, tuple(wanted))
+
+
+def by_provider(degraded: Iterable[tuple[str, str, str]]) -> dict[str, dict[str, str]]:
+    """provider -> {field: why}, the collector_status form."""
+    out: dict[str, dict[str, str]] = {}
+    for provider, what, why in degraded:
+        out.setdefault(provider, {})[what] = why
+    return out

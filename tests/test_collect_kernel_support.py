@@ -1,0 +1,51 @@
+"""Every provider loads on this kernel, each tracepoint with the program variant of its
+prototype, and what the kernel cannot give is named (collector/bpf/variants.py).
+
+Marked `matrix`: inside Debian 12's 6.1 and 6.12 guests (tests/kernel_matrix.py) it also
+writes the coverage docs/collector.md's support table is made from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from collector.bpf import btf, loader, variants
+from nettrail.commands.collect import status_record
+from tests.kernel_matrix_probe import describe
+from tests.kernel_support import kernel
+from translators.kernel import KernelEnv
+
+pytestmark = kernel
+
+
+@pytest.mark.matrix
+def test_every_provider_loads_with_the_variant_of_this_kernels_prototypes_and_names_its_losses() -> None:
+    t0 = time.monotonic()
+    with loader.KernelSession(loader.Options()) as s:
+        coverage = describe(s, time.monotonic() - t0)
+        status = status_record(
+            s, KernelEnv(host_id="test-host", boot_id="test-boot", wall_offset=0.0), stack_counters=True
+        )
+    out = os.environ.get("NETTRAIL_MATRIX_OUT")
+    if out:
+        Path(out, "coverage.json").write_text(json.dumps(coverage, indent=1))
+    assert s.failed == {}
+    # only the optional attribution hooks may be missing on the kernels nettrail runs on
+    assert set(s.absent) <= loader.OPTIONAL_ATTRIBUTION
+    assert coverage["attached"] == sorted(tp for tp in loader.PROGRAMS if tp not in s.absent)
+    # each variant takes exactly the arguments the kernel passes: nothing it offers is left unread
+    for tp, options in variants.VARIANTS.items():
+        [chosen] = [v for v in options if v.program == s.choice.programs[tp]]
+        assert chosen.args == btf.tracepoint_args(tp), tp
+        for provider, what, why in chosen.loses:
+            assert (provider, what, why) in s.degraded
+    for tp in s.absent:
+        assert set(variants.ABSENT_LOSES[tp]) <= set(s.degraded)
+    # what `nettrail collect` sends first and prints on stderr
+    assert status.degraded == variants.by_provider(s.degraded)  # type: ignore[attr-defined]
+    assert s.path.name == (variants.OBJECT if btf.kfunc_exists("bpf_rdonly_cast") else variants.COMPAT_OBJECT)

@@ -4,8 +4,8 @@ Loop (``Writer.run``): first the entries already delivered to this writer and no
 acknowledged (its own pending list, after a restart under the same name), then
 every ``claim_every`` seconds the entries a dead writer held longer than
 ``claim_idle_ms`` (XAUTOCLAIM), otherwise new entries (XREADGROUP ``>``, blocking
-up to ``block_ms``). Each entry: decode, ``store_batch`` (one transaction), then
-XACK + XDEL, then the live push and alert mail. So an entry is acknowledged only
+up to ``block_ms``). Each entry: decode, ``store_batch`` (one transaction), the
+live push, then XACK + XDEL, then the alert mail. So an entry is acknowledged only
 once its records are committed; a writer killed between commit and XACK leaves it
 pending, another writer claims it, and storage's idempotence on (host, boot, seq)
 makes it a duplicate, never a double.
@@ -138,11 +138,13 @@ class Writer:
             self.conn.xadd(REFUSED, {"host": fields[b"host"], "body": fields[b"body"], "error": str(exc)})
             self._ack(entry_id)
             return
+        # Push before XACK: a push that fails (Redis restarting) leaves the entry pending,
+        # and its redelivery pushes the batch again, so a live client misses nothing.
+        push.push(records if redelivered else result.new)
         self._ack(entry_id)
         self.records += result.stored
         self.duplicates += result.duplicates
         self.batches += 1
-        push.push(records if redelivered else result.new)
         alert_mail.MAILER.submit(result.new)
 
     def _ack(self, entry_id: bytes) -> None:

@@ -106,3 +106,30 @@ def test_ingest_answers_503_when_redis_is_down(cast: Cast) -> None:
     assert resp.status_code == 503
     assert resp.json()["error"].startswith("ingest bus unavailable: ")
     assert TcpRetransmit.objects.count() == 0
+
+
+def test_the_status_api_and_metrics_show_the_streams_backlog_and_each_writer(cast: Cast, bus: redis.Redis) -> None:
+    post(Client(), cast.token_a, [retransmit("host-a", 1), retransmit("host-a", 2)])
+    post(Client(), cast.token_a, [retransmit("host-a", 3)])
+    streams.ensure_group()
+    writer = Writer(name="w1", count=1, block_ms=10)
+    writer.step()
+    writer.publish()
+    client = Client()
+    client.force_login(cast.admin)
+    bus_state = client.get("/api/dash/status").json()["bus"]
+    (w1,) = bus_state.pop("writers")
+    assert bus_state == {"length": 1, "pending": 0, "lag": 1, "durability": "aof everysec"}
+    assert (w1["name"], w1["records"], w1["batches"], w1["duplicates"], w1["pending"]) == ("w1", 2, 1, 0, 0)
+    text = client.get("/metrics").content.decode()
+    assert "nettrail_bus_length 1.0" in text
+    assert "nettrail_bus_lag 1.0" in text
+    assert "nettrail_bus_pending 0.0" in text
+    assert 'nettrail_bus_writer_records_total{writer="w1"} 2.0' in text
+
+
+def test_the_appliance_status_has_no_bus(cast: Cast) -> None:
+    client = Client()
+    client.force_login(cast.admin)
+    assert client.get("/api/dash/status").json()["bus"] is None
+    assert "nettrail_bus_" not in client.get("/metrics").content.decode()

@@ -55,3 +55,8 @@ class DatabaseCounters(Collector):
 
 
 REGISTRY.register(DatabaseCounters())
+
+# Scale-out (REDIS_URL): the ingest stream's length, pending, lag and per-writer throughput.
+from webapp.bus.health import BusCollector  # noqa: E402
+
+REGISTRY.register(BusCollector())

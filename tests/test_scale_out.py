@@ -99,7 +99,7 @@ class Run:
         return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "collector.cli", "serve", "--port", str(self.port)]
+        command = [sys.executable, "-m", "nettrail.cli", "serve", "--port", str(self.port)]
         command += ["--workers", "2", "--writers", "2"]
         log = (self.data / "serve.log").open("wb")
         self.proc = subprocess.Popen(command, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)

@@ -8,7 +8,7 @@ slot i takes back its own pending entries at once. A child that exits is started
 again (at most once a second per slot), so a crashed or killed process costs the
 requests it held (the collector's spool resends them) and, for a writer, nothing:
 its entries stay pending until it or another writer stores them.
-Used by ``nettrail serve`` (collector/commands/serve.py); docs/scale-out.md.
+Used by ``nettrail serve`` (nettrail/commands/serve.py); docs/scale-out.md.
 """
 
 from __future__ import annotations

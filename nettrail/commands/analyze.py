@@ -1,0 +1,251 @@
+"""`nettrail analyze FILE`: a pcap/pcapng capture -> connections, TCP analysis flags, alerts (xo output).
+
+Output contract (docs/analyze.md): top container `analyze` with `file`, `format`,
+`host_id`, `boot_id`; with --packets a `packet` list (ip_packet, tcp_segment,
+udp_datagram records in file order); a `connection` list (translators.records.Connection,
+one per TCP/UDP flow, each with an `analysis` container); a `totals` container; an
+`alert` list (P1-P6, then the kernel-agnostic rules K9/K14 of
+analysis/alerts/capture_rules.py). Field names keep their underscores in every style.
+
+Errors: a file that cannot be read as a capture at all prints one line naming the file
+and the byte offset and exits 1. Damaged packets are skipped and counted
+(totals.packets_malformed); their first offsets are printed as warnings with
+`--libxo warn`.
+
+Keep in sync with: docs/analyze.md, analysis/flows/capture_flows.py (Totals).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from analysis.alerts.capture_rules import CaptureRules
+from analysis.alerts.config import ConfigError, load_config
+from analysis.capture.file_records import capture_id
+from analysis.capture.pcap import CaptureError, CaptureReader, Damage
+from analysis.capture.pcap_worker import DecodedStream
+from analysis.capture.siftr import analyze_siftr, looks_like_siftr
+from analysis.flows.capture_flows import CapturePipeline, Totals
+from nettrail.commands import analyze_store as store
+from translators.packet import decode_batch
+from translators.records import Record
+from xo import Writer, add_libxo_argument, libxo_from_args
+
+PROGRESS_MIN_BYTES = 4 << 20
+
+TOTAL_FIELDS = (
+    ("packets", "Packets"),
+    ("bytes_captured", "Bytes captured"),
+    ("bytes_wire", "Bytes on the wire"),
+    ("packets_tcp", "TCP packets"),
+    ("packets_udp", "UDP packets"),
+    ("packets_icmp", "ICMP packets"),
+    ("packets_other_ip", "Other IP packets (incl. non-first fragments)"),
+    ("packets_non_ip", "Non-IP packets"),
+    ("packets_malformed", "Malformed packets (skipped)"),
+    ("records_damaged", "Damaged file records (skipped)"),
+    ("packets_dropped", "Packets dropped by the kernel (live capture)"),
+    ("fragments", "IP fragments"),
+    ("icmp_unreachable", "ICMP unreachable messages"),
+    ("connections_tcp", "TCP connections"),
+    ("connections_udp", "UDP flows"),
+)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "analyze",
+        help="analyse a pcap/pcapng capture: connections, Wireshark-style TCP analysis, alerts",
+        description="Analyse a pcap or pcapng file (optionally gzip-compressed) like a live host: "
+        "connection summaries with Zeek conn_state/history, tcp.analysis flag counts, pcap alerts P1-P6.",
+    )
+    p.add_argument("file", metavar="FILE", help="capture file (pcap, pcapng, .gz)")
+    p.add_argument("--packets", action="store_true", help="also emit one record per packet, with its analysis flags")
+    p.add_argument(
+        "--wireshark",
+        choices=("upstream", "4.0"),
+        default="upstream",
+        help="tcp.analysis semantics: current upstream Wireshark (default, anomalies.md) or Wireshark 4.0 "
+        "(Debian 12's tshark) for cross-checking against that version",
+    )
+    p.add_argument(
+        "--rules",
+        default=None,
+        help="rules TOML file for the kernel-agnostic alert rules (K9, K14; default $NETTRAIL_RULES or none)",
+    )
+    add_libxo_argument(p)
+    store.add_arguments(p)  # --store / --server URL --token T
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = libxo_from_args(args)
+    path: str = args.file
+    if looks_like_siftr(path):  # a siftr(4) log: starts with enable_time_secs= (issue 9)
+        return analyze_siftr(args, store.store_passing if getattr(args, "store", False) else None)
+    try:
+        rules = CaptureRules(load_config(args.rules))
+    except ConfigError as exc:
+        print(f"nettrail: analyze: {exc}", file=sys.stderr)
+        return 2
+    try:
+        reader = CaptureReader(path)
+    except CaptureError as exc:
+        print(f"nettrail: analyze: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"nettrail: analyze: {path}: byte offset 0: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    # The capture id (sha256 of the file) is hashed by a thread while the analysis runs:
+    # hashlib and file reads release the GIL, and nothing is printed before it is needed.
+    hashing = CaptureIdThread(path)
+    pipeline = CapturePipeline(os.path.basename(path), "", packets=args.packets, compat=args.wireshark)
+    writer = Writer(sys.stdout, options)
+    with reader:
+        writer.open_container("analyze")
+        if args.packets:  # packet records stream out as they come and carry the id
+            write_header(writer, reader, pipeline, hashing.result())
+        try:
+            damage = consume(reader, pipeline, writer, args.packets, rules)
+        except CaptureError as exc:
+            writer.finish()
+            print(f"nettrail: analyze: {exc}", file=sys.stderr)
+            return 1
+        if not args.packets:
+            write_header(writer, reader, pipeline, hashing.result())
+        write_results(writer, pipeline, damage, reader.path, rules)
+    writer.finish()
+    return store.ship(args) if store.wanted(args) else 0
+
+
+class CaptureIdThread(threading.Thread):
+    """Computes capture_id(path) in the background; result() waits for it."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(daemon=True)
+        self.path = path
+        self.value = ""
+        self.error: OSError | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.value = capture_id(self.path)
+        except OSError as exc:
+            self.error = exc
+
+    def result(self) -> str:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def write_header(writer: Writer, reader: CaptureReader, pipeline: CapturePipeline, boot_id: str) -> None:
+    """The leading leaves of the `analyze` container; sets the pipeline's capture id."""
+    pipeline.boot_id = boot_id
+    writer.emit(
+        "{Lwc:File}{:file/%s}\n{Lwc:Format}{:format/%s}\n",
+        file=reader.path,
+        format=reader.format + (".gz" if reader.compressed else ""),
+    )
+    writer.emit("{Lwc:Host}{:host_id/%s}\n{Lwc:Capture id}{:boot_id/%s}\n", host_id=pipeline.host_id, boot_id=boot_id)
+
+
+def consume(
+    reader: CaptureReader, pipeline: CapturePipeline, writer: Writer, packets: bool, rules: CaptureRules | None = None
+) -> Damage:
+    """Stream every batch through the pipeline; -> the reader's damage record.
+
+    With --packets the records are written as they come, from this process, and pass
+    through the alert rules on the way (SYN floods need the SYNs). Without, a
+    child process reads and decodes (analysis/capture/pcap_worker.py) while this one
+    analyses, so a file keeps two cores busy."""
+    if not packets:
+        with DecodedStream(reader.path, reader.chunk_size) as stream, progress(reader, stream.progress) as tick:
+            for decoded in stream:
+                for _ in pipeline.feed(decoded):
+                    pass
+                tick()
+            return stream.damage
+    rules = rules if rules is not None else CaptureRules()
+    with progress(reader, reader.progress) as tick:
+
+        def records() -> Iterator[Record]:
+            for batch in reader.batches():
+                yield from pipeline.feed(decode_batch(batch, want_options=True))
+                tick()
+
+        opened = False
+        for rec in rules.packets(records()):
+            if not opened:
+                writer.open_list("packet")
+                opened = True
+            writer.record(rec, name="packet")
+        if opened:
+            writer.close_list("packet")
+    return reader.damage
+
+
+def write_results(
+    writer: Writer, pipeline: CapturePipeline, damage: Damage | None, source: str, rules: CaptureRules | None = None
+) -> None:
+    """The connection list, totals and alerts (P1-P6, then the kernel-agnostic K rules:
+    the packets' alerts are in ``rules`` already, a fresh one has none); with `--libxo
+    warn` the first damaged offsets on stderr."""
+    rules = rules if rules is not None else CaptureRules()
+    connections = pipeline.connections()
+    rules.connections(connections)
+    alerts = pipeline.alerts() + rules.alerts()
+    totals = pipeline.totals
+    totals.records_damaged = damage.count if damage is not None else 0
+    writer.open_list("connection")  # always present, empty in JSON when there is no flow
+    for conn in connections:
+        writer.record(conn, name="connection")
+    writer.close_list("connection")
+    write_totals(writer, totals)
+    writer.open_list("alert")
+    for alert in alerts:
+        writer.record(alert, name="alert")
+    writer.close_list("alert")
+    if writer.options.warn:
+        for offset, reason in damage.first if damage is not None else ():
+            writer.warn(f"{source}: byte offset {offset}: {reason}")
+        for line in totals.warnings:
+            writer.warn(f"{source}: {line}")
+
+
+def write_totals(writer: Writer, totals: Totals) -> None:
+    writer.open_container("totals")
+    for name, label in TOTAL_FIELDS:
+        writer.emit(f"{{Lwc:{label}}}{{:{name}/%u}}\n", **{name: getattr(totals, name)})
+    if totals.first_ts is not None and totals.last_ts is not None:
+        writer.emit(
+            "{Lwc:First packet}{:first_ts/%.6f}\n{Lwc:Last packet}{:last_ts/%.6f}\n",
+            first_ts=totals.first_ts,
+            last_ts=totals.last_ts,
+        )
+    writer.close_container("totals")
+
+
+@contextmanager
+def progress(reader: CaptureReader, position: Callable[[], int]) -> Iterator[Callable[[], None]]:
+    """A rich progress bar on stderr for big files when stderr is a terminal; otherwise nothing."""
+    if reader.size < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
+        yield lambda: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    with Progress(
+        "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+        console=Console(file=sys.stderr), transient=True,
+    ) as bar:  # fmt: skip
+        task = bar.add_task(os.path.basename(reader.path), total=reader.size)
+        yield lambda: bar.update(task, completed=position())

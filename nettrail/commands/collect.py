@@ -1,0 +1,324 @@
+"""``nettrail collect``: live kernel tracing with the tcp, siftr and tcpdebug providers.
+
+Loads kmod/tcp.bpf.o (building it if needed), streams records to stdout (xo
+styles), to a file (--out FILE.jsonl|.msgpack, or - for JSON lines on stdout) or to
+the webapp (--server URL --token T, through collector/sinks/http.py), until
+--duration ends or SIGINT/SIGTERM arrives; then drains the ring, detaches every
+program and prints the loss totals on stderr. Without the privileges or kernel
+support it needs it prints one line saying what is missing and exits 1.
+The output contract is docs/collector.md; keep it in sync.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol
+
+from analysis.alerts import live
+from analysis.alerts.config import ConfigError
+from collector import identity
+from collector.bpf import loader
+from collector.bpf.build import BuildError
+from collector.bpf.kallsyms import kernel_symbols
+from collector.bpf.loader import BpfError, KernelSession, Options
+from collector.bpf.source import KernelSource, wall_offset
+from collector.health import coverage
+from collector.health.overhead import DEFAULT_INTERVAL_S
+from collector.health.reporter import SelfHealth
+from collector.sinks.token_source import add_token_arguments, resolve_token
+from translators.kernel import KernelEnv, KernelRecord
+from xo import add_libxo_argument, libxo_from_args
+
+DEFAULT_PROVIDERS = "tcp,siftr"
+BTF_PATH = Path("/sys/kernel/btf/vmlinux")
+PROG = "nettrail collect"
+
+
+class Sink(Protocol):
+    def write(self, records: list[KernelRecord]) -> None: ...
+    def close(self) -> None: ...
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("collect", help="trace TCP live in the kernel (eBPF): tcp, siftr, tcpdebug providers")
+    p.add_argument(
+        "--providers",
+        default=DEFAULT_PROVIDERS,
+        help=f"comma-separated providers: {', '.join(loader.PROVIDERS)} (default {DEFAULT_PROVIDERS})",
+    )
+    p.add_argument("--ppl", type=int, default=1, help="siftr: one sample per N packets of each flow (default 1)")
+    p.add_argument("--duration", type=float, default=None, help="stop after S seconds (default: until SIGINT/SIGTERM)")
+    p.add_argument(
+        "--filter",
+        default="",
+        help="in-kernel filters, comma-separated: pid=N (process), port=N (local or remote), addr=IP, "
+        "cgroup=ID (cgroup v2 id), netns=INODE",
+    )
+    add_libxo_argument(p)
+    p.add_argument("--out", default=None, help="write records to FILE.jsonl or FILE.msgpack (- = JSON lines on stdout)")
+    p.add_argument("--server", default=None, help="ship records to the webapp at URL (needs a token)")
+    add_token_arguments(p, "the host's ingest token for --server")
+    p.add_argument("--spool", default=None, help="spool directory for --server (default $NETTRAIL_DATA/spool)")
+    p.add_argument(
+        "--ringbuf-size", type=int, default=loader.DEFAULT_RINGBUF_BYTES, help="ring buffer bytes (power of 2)"
+    )
+    p.add_argument(
+        "--flow-interval",
+        type=float,
+        default=1.0,
+        help="siftr/udp/skb/ip-flows: seconds between FlowCounters, DropCount and IpFlowCounters reports",
+    )
+    p.add_argument(
+        "--drop-rate",
+        type=int,
+        default=0,
+        help="skb: drop events per second per CPU (default 0 = all; counts stay exact)",
+    )
+    p.add_argument(
+        "--ip-sample",
+        type=int,
+        default=0,
+        help="ip-flows: an ip_packet record for 1 packet in N of each flow (default 0 = exact counters only)",
+    )
+    p.add_argument(
+        "--ip-flows-max",
+        type=int,
+        default=loader.DEFAULT_IP_FLOWS_MAX,
+        help=f"ip-flows: flow entries kept in the kernel (LRU; evictions are reported as loss; "
+        f"default {loader.DEFAULT_IP_FLOWS_MAX})",
+    )
+    p.add_argument(
+        "--alerts", action="store_true", help="run the alert rules over the records and emit alert records too"
+    )
+    p.add_argument("--rules", default=None, help="with --alerts: rules TOML file (default $NETTRAIL_RULES or none)")
+    p.add_argument(
+        "--stats-interval",
+        type=float,
+        default=DEFAULT_INTERVAL_S,
+        help=f"seconds between collector_stats records (the collector's own CPU %% and events/s; "
+        f"default {DEFAULT_INTERVAL_S:g})",
+    )
+    p.add_argument(
+        "--no-stack-counters",
+        action="store_true",
+        help="do not report moves of the TCP MIB counters of /proc/net/netstat as stack_counter records",
+    )
+    p.set_defaults(func=run)
+
+
+def fail(message: str, status: int = 1) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return status
+
+
+def parse_options(args: argparse.Namespace) -> Options:
+    """Options from the command line; ValueError says which argument is wrong."""
+    providers = tuple(p.strip() for p in args.providers.split(",") if p.strip())
+    unknown = [p for p in providers if p not in loader.PROVIDERS]
+    if unknown or not providers:
+        raise ValueError(
+            f"--providers: unknown {', '.join(unknown) or '(none)'}; choose from {', '.join(loader.PROVIDERS)}"
+        )
+    if args.ppl < 1:
+        raise ValueError("--ppl must be at least 1")
+    if args.ip_sample < 0:
+        raise ValueError("--ip-sample must be 0 (counters only) or a positive N")
+    if not 1 <= args.ip_flows_max <= 1 << 20:
+        raise ValueError("--ip-flows-max must be between 1 and 1048576")
+    size = args.ringbuf_size
+    if size < 4096 or size & (size - 1):
+        raise ValueError("--ringbuf-size must be a power of 2 of at least 4096")
+    if args.duration is not None and args.duration <= 0:
+        raise ValueError("--duration must be positive")
+    if not args.stats_interval > 0:
+        raise ValueError("--stats-interval must be positive")
+    return Options(
+        providers=providers,
+        ppl=args.ppl,
+        filters=loader.parse_filters(args.filter),
+        ringbuf_bytes=size,
+        exclude_pid=os.getpid(),
+        drop_rate=max(0, args.drop_rate),
+        ip_sample=args.ip_sample,
+        ip_flows_max=args.ip_flows_max,
+    )
+
+
+def default_spool() -> Path:
+    data = os.environ.get("NETTRAIL_DATA")
+    base = (
+        Path(data)
+        if data
+        else Path("/var/lib/nettrail")
+        if os.geteuid() == 0
+        else Path.home() / ".local/share/nettrail"
+    )
+    return base / "spool"
+
+
+def open_sink(args: argparse.Namespace) -> Sink:
+    """The sink the arguments ask for; ValueError/OSError/ImportError say why not."""
+    chosen = [name for name in ("out", "server") if getattr(args, name)] + (["libxo"] if args.libxo else [])
+    if len(chosen) > 1:
+        raise ValueError(f"choose one of --libxo, --out and --server (got {', '.join('--' + c for c in chosen)})")
+    if args.server:
+        token = resolve_token(args)
+        if not token:
+            raise ValueError("--server needs --token, --token-file or $NETTRAIL_TOKEN (the host's ingest token)")
+        try:
+            from collector.sinks.http import HttpSink
+        except ImportError as exc:
+            raise ImportError(f"--server: the HTTP sink is not available ({exc})") from None
+        return HttpSink(args.server, token, args.spool or default_spool())
+    if args.out:
+        from collector.sinks.file import FileSink
+
+        return FileSink(args.out)
+    from collector.sinks.stdout import StdoutSink
+
+    return StdoutSink(libxo_from_args(args))
+
+
+class StopFlag:
+    """Set by SIGINT/SIGTERM: the loop finishes its batch, drains and detaches."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self.previous = {s: signal.signal(s, self.stop) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stopped = True
+
+    def restore(self) -> None:
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+
+def preflight() -> str | None:
+    """What stops this process from tracing, before anything is built or loaded."""
+    missing = loader.missing_privileges()
+    if missing:
+        return missing
+    if not BTF_PATH.exists():
+        return f"no kernel BTF at {BTF_PATH}: needs a kernel built with CONFIG_DEBUG_INFO_BTF=y"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        opts = parse_options(args)
+    except ValueError as exc:
+        return fail(str(exc), 2)
+    problem = preflight()
+    if problem:
+        return fail(problem)
+    try:
+        alerting = live.Alerting.from_args(args.rules) if args.alerts else None
+    except ConfigError as exc:
+        return fail(str(exc), 2)
+    try:
+        sink = open_sink(args)
+    except (ValueError, ImportError) as exc:
+        if alerting is not None:
+            alerting.close()
+        return fail(str(exc), 2)
+    except OSError as exc:
+        if alerting is not None:
+            alerting.close()
+        return fail(f"cannot open output: {exc}")
+    stop = StopFlag()  # before anything is attached: a signal at any point ends in a clean detach
+    try:
+        return trace(opts, sink, stop, args, alerting)
+    finally:
+        stop.restore()
+        if alerting is not None:
+            alerting.close()
+
+
+def trace(
+    opts: Options, sink: Sink, stop: StopFlag, args: argparse.Namespace, alerting: live.Alerting | None = None
+) -> int:
+    session = KernelSession(opts)
+    try:
+        session.__enter__()
+    except (BpfError, BuildError) as exc:
+        sink.close()
+        return fail(str(exc))
+    ids = " ".join(f"{name}#{pid}" for name, pid in session.program_ids().items())
+    missing = [*((n, "absent on this kernel") for n in session.absent), *session.failed.items()]
+    # one line: readers wait for it to know tracing has started
+    also = "; not attached: " + ", ".join(f"{name} ({why})" for name, why in missing) if missing else ""
+    print(f"{PROG}: tracing {','.join(opts.providers)} (programs {ids}){also}", file=sys.stderr, flush=True)
+    try:
+        source = collect(
+            session, sink, stop, args.duration, args.flow_interval, alerting, not args.no_stack_counters,
+            args.stats_interval,
+        )  # fmt: skip
+    finally:
+        session.close()
+        sink.close()
+    print(f"{PROG}: {source.totals.summary()}", file=sys.stderr)
+    return 0
+
+
+def collect(
+    session: KernelSession,
+    sink: Sink,
+    stop: StopFlag,
+    duration: float | None,
+    flow_interval: float,
+    alerting: live.Alerting | None = None,
+    stack_counters: bool = True,
+    stats_interval: float = DEFAULT_INTERVAL_S,
+) -> KernelSource:
+    env = KernelEnv(
+        host_id=identity.host_id(),
+        boot_id=identity.boot_id(),
+        wall_offset=wall_offset(),
+        drop_reasons=session.drop_reasons,
+        rst_reasons=session.rst_reasons,
+        wire=True,  # sinks encode wire dicts directly; the stdout sink builds Structs for xo
+        symbolize=kernel_symbols().symbolize,
+    )
+    source = KernelSource(session, env, flow_interval)
+    health = SelfHealth(source, env, stats_interval)
+    extras = live.Extras(source, env, sink, live.StackCounters() if stack_counters else None, health)
+    status = status_record(session, env, stack_counters)
+    batches = itertools.chain([source.number([status])], poll_batches(session, source, extras, stop, duration))
+    if alerting is None:
+        for records in batches:
+            if records:
+                sink.write(records)
+    else:
+        alerting.stream(batches, sink)
+    return source
+
+
+def status_record(session: KernelSession, env: KernelEnv, stack_counters: bool) -> KernelRecord:
+    """H3: what is attached and which rules therefore cannot fire, sent first."""
+    opts = session.opts
+    return coverage.collector_status(
+        env, opts.providers, session.program_ids(), session.absent, session.failed, session.drop_reasons.values(),
+        stack_counters=stack_counters, ppl=opts.ppl, ip_sample=opts.ip_sample, drop_rate=opts.drop_rate,
+    )  # fmt: skip
+
+
+def poll_batches(
+    session: KernelSession, source: KernelSource, extras: live.Extras, stop: StopFlag, duration: float | None
+) -> Iterator[list[KernelRecord]]:
+    """Each poll's records (empty when idle), then the final drain after detaching."""
+    deadline = None if duration is None else time.monotonic() + duration
+    while not stop.stopped and (deadline is None or time.monotonic() < deadline):
+        timeout = 0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
+        records = source.poll(timeout)
+        yield extras.add(records)
+    session.detach()  # no new events; what is in the ring is still read below
+    yield extras.add(source.poll(final=True), final=True)

@@ -1,0 +1,278 @@
+"""``nettrail up``: the embedded appliance -- webapp (unprivileged) plus, as root, the collector.
+
+Steps, every start: create the data directory (NETTRAIL_DATA, see
+webapp/datadir.py), migrate, create the admin user on first run (password from
+NETTRAIL_ADMIN_PASSWORD or generated and printed once, never logged), make a fresh
+token for the local host (revoking the previous one), start daphne via
+``python -m webapp.serve`` -- as root, in a child switched to the ``nettrail``
+system user (created if missing, owner of the data directory) -- then, as root and
+when the ``collect`` command exists, ``nettrail collect --server URL --token-file F
+--alerts --ppl 8 --providers tcp,siftr,skb,ip-flows`` as a root child (F: ``collector.token`` in the data directory, mode 0600, owned by root;
+a token on the command line would be visible to every local user in ``ps``). Ctrl-C / SIGTERM stop both. Keep in sync with docs/webapp.md, README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import pwd
+import secrets
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from collector.sinks.token_source import write_token_file
+
+WEBAPP_USER = "nettrail"
+LOCAL_TOKEN_LABEL = "nettrail up: local collector"
+ADMIN_USER = "admin"
+START_TIMEOUT = 60.0  # seconds for daphne to listen (first start compiles nothing, but CI is slow)
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout the webapp child imports from
+STOP_TIMEOUT = 10.0  # seconds each child gets after SIGTERM before SIGKILL
+TOKEN_FILE = "collector.token"  # in the data directory: the local token for the collector child
+# One siftr sample per 8 packets of a flow: a busy host's bulk flows would otherwise fill
+# the ring buffer faster than one core decodes it and lose events (docs/benchmarks.md);
+# the exact per-flow counters stay exact whatever the sampling (docs/collector.md).
+COLLECTOR_PPL = 8
+# The always-on set: besides tcp and siftr, skb drop events (skb) and exact per-flow IP
+# counters (ip-flows, no record per packet); together they cost about nothing on loopback
+# throughput, where ip's record per packet costs ~9% (docs/benchmarks.md).
+COLLECTOR_PROVIDERS = "tcp,siftr,skb,ip-flows"
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("up", help="start the webapp (and, as root, the local collector)")
+    parser.add_argument("--port", type=int, default=8000, help="webapp port (default 8000)")
+    parser.add_argument("--host", default="127.0.0.1", help="webapp listen address (default 127.0.0.1)")
+    parser.add_argument("--no-collect", action="store_true", help="start the webapp only, even as root")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from webapp import datadir
+
+    data = datadir.data_dir()
+    root = os.geteuid() == 0
+    if root and not _world_traversable(SOURCE_ROOT):
+        print(f"nettrail up: the {WEBAPP_USER} user cannot read the nettrail code in {SOURCE_ROOT} "
+              "(a parent directory is private); install nettrail in a readable place", file=sys.stderr)  # fmt: skip
+        return 1
+    if root and not _world_traversable(data.parent):
+        print(f"nettrail up: the {WEBAPP_USER} user cannot reach {data} (a parent directory is private); "
+              "set NETTRAIL_DATA to a directory outside private ones, e.g. /var/lib/nettrail", file=sys.stderr)  # fmt: skip
+        return 1
+    datadir.ensure_data_dir(data)
+    os.environ["NETTRAIL_DATA"] = str(data)
+    account = _ensure_user(WEBAPP_USER, data) if root else None
+    password, token = _prepare_database()
+    if password is not None:  # printed now, so a webapp that fails to start cannot lose it
+        print(f"nettrail: created user {ADMIN_USER!r} with password {password} (shown once)", flush=True)
+    if account is not None:
+        _chown_tree(data, account)
+    url = f"http://{_url_host(args.host)}:{args.port}/"
+    web = _start_webapp(args, data, account)
+    if not _wait_listening(args.host, args.port, web):
+        _stop([web])
+        print(f"nettrail up: the webapp did not start on {args.host}:{args.port} (port in use?)", file=sys.stderr)
+        return 1
+    print(f"nettrail: webapp running at {url}", flush=True)
+    children = [web]
+    if not root:
+        print(
+            "nettrail: live kernel tracing needs root; started the webapp only (captures can still be analysed and uploaded)"
+        )
+    elif not args.no_collect and _collector_available():
+        children.append(_start_collector(url, token, data / TOKEN_FILE))
+    try:
+        return _supervise(children)
+    finally:
+        (data / TOKEN_FILE).unlink(missing_ok=True)  # revoked at the next start anyway
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _ensure_user(name: str, home: Path) -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        pass
+    subprocess.run(
+        [
+            "useradd",
+            "--system",
+            "--user-group",
+            "--home-dir",
+            str(home),
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+            name,
+        ],
+        check=True,
+    )
+    return pwd.getpwnam(name)
+
+
+def _chown_tree(path: Path, account: pwd.struct_passwd) -> None:
+    os.chown(path, account.pw_uid, account.pw_gid)
+    for parent, dirs, files in os.walk(path):
+        for item in dirs + files:
+            os.chown(os.path.join(parent, item), account.pw_uid, account.pw_gid, follow_symlinks=False)
+
+
+def _prepare_database() -> tuple[str | None, str]:
+    """Migrate, create the admin on first run, renew the local token; returns (new password, token)."""
+    from nettrail.commands._django import migrate, setup_django
+
+    setup_django()
+    migrate()
+    from django.db import connections
+
+    password = _ensure_admin()
+    token = _renew_local_token()
+    connections.close_all()  # the last close checkpoints the WAL, so no root-owned -wal file stays
+    return password, token
+
+
+def _ensure_admin() -> str | None:
+    from django.contrib.auth import get_user_model
+
+    users = get_user_model()
+    if users.objects.filter(is_superuser=True).exists():
+        return None
+    given = os.environ.get("NETTRAIL_ADMIN_PASSWORD")
+    password = given or secrets.token_urlsafe(12)
+    users.objects.create_superuser(ADMIN_USER, email="", password=password)
+    return None if given else password
+
+
+def _renew_local_token() -> str:
+    from webapp.traces.models import IngestToken
+    from webapp.traces.tokens import create_token
+
+    host = os.environ.get("NETTRAIL_HOST_ID") or socket.gethostname()
+    IngestToken.objects.filter(host__name=host, label=LOCAL_TOKEN_LABEL).delete()
+    _, raw = create_token(host, label=LOCAL_TOKEN_LABEL)
+    return raw
+
+
+def _child_env(data: Path, account: pwd.struct_passwd | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "NETTRAIL_ADMIN_PASSWORD"}
+    env["NETTRAIL_DATA"] = str(data)
+    if account is not None:
+        env.update(HOME=str(data), USER=account.pw_name, LOGNAME=account.pw_name)
+    return env
+
+
+def _start_webapp(args: argparse.Namespace, data: Path, account: pwd.struct_passwd | None) -> subprocess.Popen[bytes]:
+    env = _child_env(data, account)
+    if "ALLOWED_HOSTS" not in env and args.host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"):
+        # Listening on a specific address: requests naming it must be accepted too.
+        env["ALLOWED_HOSTS"] = f"127.0.0.1,localhost,[::1],{_url_host(args.host)}"
+    python = sys.executable
+    drop: dict[str, Any] = {}
+    if account is not None:
+        python = _python_for_others(env)
+        drop = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": [], "umask": 0o027}
+    command = [python, "-m", "webapp.serve", "--host", args.host, "--port", str(args.port)]
+    return subprocess.Popen(command, env=env, cwd=str(data), **drop)
+
+
+def _world_traversable(path: Path) -> bool:
+    return all(p.stat().st_mode & stat.S_IXOTH for p in [path, *path.parents] if p.is_dir())
+
+
+def _python_for_others(env: dict[str, str]) -> str:
+    """An interpreter the unprivileged user can run, with this environment's packages.
+
+    A venv made from a pyenv Python under /root points at an interpreter and standard
+    library the webapp user cannot read. Then the system Python of the same version
+    runs the webapp, with this venv's site-packages and the source tree on PYTHONPATH
+    (same version, so the same compiled-extension ABI).
+    """
+    if _world_traversable(Path(os.path.realpath(sys.executable)).parent) and _world_traversable(Path(sys.base_prefix)):
+        return sys.executable
+    system = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
+    if not system.exists():
+        raise SystemExit(
+            f"nettrail up: the webapp user cannot run {sys.executable} (its directory is private) and {system} "
+            "is missing: build .venv from a system Python (python3 -m venv)"
+        )
+    source_root = str(SOURCE_ROOT)
+    venv_paths = [p for p in sys.path if p.startswith(sys.prefix) and p.endswith("site-packages")]
+    env["PYTHONPATH"] = os.pathsep.join([source_root, *venv_paths])
+    return str(system)
+
+
+def _collector_available() -> bool:
+    from nettrail.cli import COMMANDS
+
+    return "collect" in COMMANDS and importlib.util.find_spec("nettrail.commands.collect") is not None
+
+
+def _start_collector(url: str, token: str, token_file: Path) -> subprocess.Popen[bytes]:
+    write_token_file(token_file, token)  # root's, 0600: neither ps nor the webapp user can read it
+    command = [
+        *(sys.executable, "-m", "nettrail.cli", "collect"),
+        *("--server", url.rstrip("/"), "--token-file", str(token_file)),
+        *("--alerts", "--ppl", str(COLLECTOR_PPL)),  # alerts reach the dashboard live
+        *("--providers", COLLECTOR_PROVIDERS),
+    ]
+    print("nettrail: collector started (live kernel tracing)", flush=True)
+    return subprocess.Popen(command, env={k: v for k, v in os.environ.items() if k != "NETTRAIL_ADMIN_PASSWORD"})
+
+
+def _wait_listening(host: str, port: int, child: subprocess.Popen[bytes]) -> bool:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline and child.poll() is None:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.2)
+    return False
+
+
+def _supervise(children: list[subprocess.Popen[bytes]]) -> int:
+    """Wait for Ctrl-C/SIGTERM (then stop everything) or for the webapp to die."""
+    stopping: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: stopping.append(signum))
+    web, *others = children
+    while not stopping:
+        if web.poll() is not None:
+            print(f"nettrail up: the webapp exited with status {web.returncode}", file=sys.stderr)
+            _stop(others)
+            return 1
+        for child in others:
+            if child.poll() is not None and child.returncode is not None:
+                print(
+                    f"nettrail up: the collector exited with status {child.returncode}; the webapp keeps running",
+                    file=sys.stderr,
+                )
+                others.remove(child)
+        time.sleep(0.2)
+    print("nettrail: stopping", flush=True)
+    _stop(others + [web])
+    return 0
+
+
+def _stop(children: list[subprocess.Popen[bytes]]) -> None:
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT
+    for child in children:
+        try:
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()

@@ -133,3 +133,17 @@ def test_the_appliance_status_has_no_bus(cast: Cast) -> None:
     client.force_login(cast.admin)
     assert client.get("/api/dash/status").json()["bus"] is None
     assert "nettrail_bus_" not in client.get("/metrics").content.decode()
+
+
+def test_an_entry_that_cannot_be_stored_goes_to_the_refused_stream_and_is_acknowledged(
+    cast: Cast, bus: redis.Redis
+) -> None:
+    streams.ensure_group()
+    bus.xadd(streams.STREAM, {"host": "host-a", "n": 1, "body": b"\xc1"})  # 0xc1: never valid MessagePack
+    writer = Writer(name="w1", block_ms=10)
+    assert writer.step() == 1
+    ((_, fields),) = bus.xrange("nettrail:ingest:refused")
+    assert (fields[b"host"], fields[b"body"]) == (b"host-a", b"\xc1")
+    assert fields[b"error"].startswith(b"MessagePack data is malformed")
+    state = streams.status()
+    assert (state.length, state.pending, writer.batches) == (0, 0, 0)

@@ -13,7 +13,8 @@ makes it a duplicate, never a double.
 Live pushes are at least once: a redelivered entry (claimed, or this writer's own
 pending) pushes every record of the batch, because the writer that died may have
 died before its push; browsers keep one row per (host, boot, seq).
-A batch the database refuses (UnstorableRecord) cannot succeed later: it goes to
+A batch the database refuses (UnstorableRecord), or an entry that does not decode,
+cannot succeed later: it goes to
 ``nettrail:ingest:refused`` with the reason and is acknowledged.
 Keep in sync with: webapp/bus/streams.py, webapp/traces/ingest.py, docs/scale-out.md.
 """
@@ -28,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import redis
 from django.db import DatabaseError, close_old_connections
 
@@ -130,10 +132,10 @@ class Writer:
         return claimed
 
     def _handle(self, entry_id: bytes, fields: dict[bytes, bytes], redelivered: bool) -> None:
-        records = decode_batch(fields[b"body"], "msgpack")
         try:
+            records = decode_batch(fields[b"body"], "msgpack")
             result = store_batch(records)
-        except UnstorableRecord as exc:
+        except (UnstorableRecord, msgspec.DecodeError) as exc:  # ValidationError is a DecodeError
             log.error("writer %s: entry %s refused by the database: %s", self.name, entry_id, exc)
             self.conn.xadd(REFUSED, {"host": fields[b"host"], "body": fields[b"body"], "error": str(exc)})
             self._ack(entry_id)

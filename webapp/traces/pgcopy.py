@@ -64,7 +64,13 @@ def store(records: Sequence[Record]) -> StoreResult:
             result.stored += len(group)
             result.new.extend(group)
             continue
-        stored = _copy_merge(plan, rows)
+        try:
+            stored = _copy_merge(plan, rows)
+        except IntegrityError:
+            # Not a duplicate then: e.g. a day partition another process's retention
+            # dropped while this one still knew it. Ask the catalog again next time.
+            partitions.forget()
+            raise
         fresh = _first_of_each(group, stored)
         result.stored += len(fresh)
         result.duplicates += len(group) - len(fresh)

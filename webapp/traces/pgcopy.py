@@ -12,8 +12,10 @@ Per kind, the day partitions the rows need are made sure of (partitions.py), the
   NOTHING RETURNING`` the keys that went in. So a redelivered batch is a duplicate,
   never a double, and the duplicate count and the Connection updates stay exact.
 
-Measured in bench/bench_pg_ingest.py (docs/benchmarks.md): staging every batch costs
-about as much again as the direct COPY, which is why it is only the fallback.
+Staging writes every row twice (temporary table, then the table) and plans an
+INSERT ... SELECT; the direct COPY avoids both for the common batch.
+bench/bench_pg_ingest.py measures both paths (docs/benchmarks.md); on the shared
+2-CPU machine they were within its noise of each other.
 Called by store.py's ``_store`` on PostgreSQL, inside the batch's transaction.
 Keep in sync with: store.py (StoreResult, the row builder), partitions.py.
 """

@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-COMMANDS: tuple[str, ...] = ("token", "up", "analyze", "report", "collect", "alerts", "capture")
+COMMANDS: tuple[str, ...] = ("token", "up", "serve", "analyze", "report", "collect", "alerts", "capture")
 
 
 def build_parser() -> argparse.ArgumentParser:

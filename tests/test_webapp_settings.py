@@ -69,7 +69,7 @@ def test_it_parses_good_values() -> None:
     ]  # fmt: skip
     assert env_channel_layer("X", env={}) == {"BACKEND": "channels.layers.InMemoryChannelLayer"}
     assert env_channel_layer("X", env={"X": "redis://127.0.0.1:6391/0"}) == {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "webapp.bus.layer.ResilientRedisChannelLayer",
         "CONFIG": {"hosts": ["redis://127.0.0.1:6391/0"]},
     }
     pg = env_database("X", "/x.db", env={"X": "postgres://u:p@db.example:5433/nt"})

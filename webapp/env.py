@@ -114,5 +114,6 @@ def env_channel_layer(name: str, env: dict[str, str] | None = None) -> dict[str,
     if value is None or value.strip() == "memory":
         return {"BACKEND": "channels.layers.InMemoryChannelLayer"}
     if re.match(r"^rediss?://[^\s/]+(/\d+)?$", value.strip()):
-        return {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [value.strip()]}}
+        # webapp/bus/layer.py: channels_redis, surviving a Redis restart.
+        return {"BACKEND": "webapp.bus.layer.ResilientRedisChannelLayer", "CONFIG": {"hosts": [value.strip()]}}
     raise ImproperlyConfigured(f"{name}={value!r}: expected 'memory' or redis://HOST:PORT[/DB]")

@@ -1,7 +1,8 @@
 """Runs the webapp: daphne serving webapp.asgi, plus the retention trimmer thread.
 
 ``python -m webapp.serve --host 127.0.0.1 --port 8000``; started by ``nettrail up``
-(as the unprivileged user). SIGINT/SIGTERM stop daphne cleanly (Twisted's handlers).
+(as the unprivileged user), or with ``--fd N`` by ``nettrail serve``, whose workers
+all accept on one inherited socket. SIGINT/SIGTERM stop daphne cleanly (Twisted's handlers).
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m webapp.serve", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    parser.add_argument(
+        "--fd",
+        type=int,
+        default=None,
+        help="serve a listening socket inherited as this descriptor (webapp/bus/cluster.py)",
+    )
     args = parser.parse_args(argv)
     if os.geteuid() == 0:
         print("nettrail: the webapp must not run as root (use `nettrail up`, which drops privileges)", file=sys.stderr)
@@ -41,7 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     daphne_gate.install()  # refuse early: before Twisted reads a body (webapp/daphne_gate.py)
     Server(
         application=application,
-        endpoints=build_endpoint_description_strings(host=args.host, port=args.port),
+        endpoints=build_endpoint_description_strings(
+            **({"file_descriptor": args.fd} if args.fd is not None else {"host": args.host, "port": args.port})
+        ),
         signal_handlers=True,
     ).run()
     return 0

@@ -117,7 +117,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# --- scale-out (docs/scale-out.md): REDIS_URL turns on the ingest bus (webapp/bus) ---
+# With it, /api/ingest appends batches to a Redis stream and `nettrail writer`
+# processes store them; live pushes then go through channels_redis on the same
+# Redis unless CHANNEL_LAYER says otherwise.
+NETTRAIL_REDIS_URL = env_text("REDIS_URL", "") or None
 CHANNEL_LAYERS = {"default": env_channel_layer("CHANNEL_LAYER")}
+if NETTRAIL_REDIS_URL is not None and not env_text("CHANNEL_LAYER", ""):
+    CHANNEL_LAYERS = {"default": env_channel_layer("CHANNEL_LAYER", {"CHANNEL_LAYER": NETTRAIL_REDIS_URL})}
 
 # --- nettrail ---
 NETTRAIL_INGEST_MAX_BYTES = env_int("NETTRAIL_INGEST_MAX_BYTES", 16 * 1024 * 1024, minimum=1024)

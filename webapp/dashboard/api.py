@@ -17,6 +17,7 @@ from typing import Any
 from django.db.models import Count, Max, Min, Q, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from webapp.bus import health as bus_health
 from webapp.dashboard import alert_versions, buffers, counters, detail, queries, selfhealth
 from webapp.dashboard.filterlang import INT64_MAX, FilterError
 from webapp.dashboard.models import AlertAck
@@ -330,4 +331,7 @@ def alert_evidence(request: HttpRequest, alert_id: int) -> HttpResponse:
 @api("GET")
 def status(request: HttpRequest) -> HttpResponse:
     """?host=: each collector's attach coverage, sampling, CPU and events/s, self-health alerts."""
-    return JsonResponse({**selfhealth.status(request.GET.get("host") or None), "all_hosts": host_names()})
+    # bus: the scale-out ingest stream's health (webapp/bus/health.py), None on the appliance.
+    return JsonResponse(
+        {**selfhealth.status(request.GET.get("host") or None), "all_hosts": host_names(), "bus": bus_health.as_json()}
+    )

@@ -69,3 +69,9 @@ def host_registry(host: str) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=True)
     registry.register(DatabaseCounters(host))
     return registry
+
+
+# Scale-out (REDIS_URL): the ingest stream's length, pending, lag and per-writer throughput.
+from webapp.bus.health import BusCollector  # noqa: E402
+
+REGISTRY.register(BusCollector())

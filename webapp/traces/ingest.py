@@ -6,7 +6,8 @@ records in MessagePack or JSON (Content-Type decides); 200 ``{"stored", "duplica
 not derived from the token's host (owner.py); 400 names the first bad
 record's index and field; 413 over NETTRAIL_INGEST_MAX_BYTES; 405/415 for the wrong
 method or type. A batch is stored whole or not at all, so a rejected batch leaves
-the ones before and after it intact. CSRF-exempt: the token, not a cookie, authenticates.
+the ones before and after it intact. With REDIS_URL set the batch is appended to the
+ingest stream instead (``_enqueue``, docs/scale-out.md). CSRF-exempt: the token, not a cookie, authenticates.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
+from redis.exceptions import RedisError
 
 from translators.records import Record, decode_batch
+from webapp.bus import streams as bus
 from webapp.http import json_error
 from webapp.traces import alert_mail, owner, push, tokens
+from webapp.traces.models import IngestToken
 from webapp.traces.store import UnstorableRecord, store_batch
 from webapp.traces.values import first_bad_value
 
@@ -68,6 +72,8 @@ def _ingest(request: HttpRequest) -> JsonResponse:
     stranger = owner.foreign_connection(records, row.host.name)
     if stranger is not None:
         return json_error(403, stranger.message, index=stranger.index, field="conn_uuid")
+    if bus.enabled():
+        return _enqueue(row, records)
     try:
         result = store_batch(records)
     except UnstorableRecord as exc:
@@ -76,6 +82,20 @@ def _ingest(request: HttpRequest) -> JsonResponse:
     push.push(result.new)
     alert_mail.MAILER.submit(result.new)  # queues only: mail goes from a background thread
     return JsonResponse({"stored": result.stored, "duplicates": result.duplicates})
+
+
+def _enqueue(row: IngestToken, records: list[Record]) -> JsonResponse:
+    """Scale-out (REDIS_URL): append to the Redis stream; a writer stores it (webapp/bus).
+
+    200 only once Redis holds the batch; 503 otherwise, and the collector's spool
+    sends it again. `stored` counts what was accepted: the writer finds duplicates.
+    """
+    try:
+        bus.append(row.host.name, records)
+    except RedisError as exc:
+        return json_error(503, f"ingest bus unavailable: {exc}")
+    tokens.mark_used(row)
+    return JsonResponse({"stored": len(records), "duplicates": 0, "queued": True})
 
 
 # Django's decorators are untyped: the cast keeps the view's signature for mypy.

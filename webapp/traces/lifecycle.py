@@ -23,6 +23,7 @@ from django.db import connection
 from django.db.models import Count
 
 from translators.records import BY_KIND, Record
+from webapp.traces import pgbulk
 from webapp.traces.models import KIND_MODELS, Connection
 
 LOOKUP_CHUNK = 500  # conn_uuids per IN (...) query: well under every backend's parameter limit
@@ -143,6 +144,10 @@ def _update(conns: Iterable[Any]) -> None:
         changed = tuple(itertools.compress(_POSITIONS, map(operator.ne, conn.loaded, after)))
         if changed:
             by_change.setdefault(changed, []).append((*(after[i] for i in changed), conn.pk))
+    if connection.vendor == "postgresql":
+        for changed, rows in by_change.items():  # one UPDATE ... FROM unnest(...) per set
+            pgbulk.update_by_id(Connection, [UPDATE_FIELDS[i] for i in changed], rows)
+        return
     quote = connection.ops.quote_name
     with connection.cursor() as cursor:
         for changed, rows in by_change.items():

@@ -4,6 +4,7 @@ Rows go oldest first (lowest id, i.e. earliest stored) in batches of
 NETTRAIL_TRIM_BATCH, each in its own short transaction, so ingest waits at most
 one small delete for the write lock. Run by ``manage.py trim`` and by the trimmer
 thread of the server process (``start_trimmer``, started by webapp/serve.py).
+On PostgreSQL the age limit first drops whole day partitions (partitions.py).
 Keep in sync with settings.py (the NETTRAIL_RETENTION_* names) and docs/webapp.md.
 """
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import close_old_connections, connection, models, transaction
 
+from webapp.traces import partitions
 from webapp.traces.models import KIND_MODELS, Connection
 
 log = logging.getLogger(__name__)
@@ -45,9 +47,11 @@ def trimmed_models() -> Iterable[tuple[type[models.Model], str]]:
 def trim(policy: Policy, now: float | None = None) -> dict[str, int]:
     """Delete what the policy no longer keeps; returns rows deleted per table."""
     now = time.time() if now is None else now
+    # PostgreSQL: whole days older than the cutoff go as partitions (partitions.py).
+    dropped = partitions.drop_before(now - policy.days * 86400) if policy.days else {}
     deleted: dict[str, int] = {}
     for model, time_column in trimmed_models():
-        count = 0
+        count = dropped.get(model._meta.db_table, 0)
         if policy.days:
             count += _trim_age(model, time_column, now - policy.days * 86400, policy.batch)
         if policy.rows:
@@ -93,7 +97,9 @@ def start_trimmer(interval: float, policy: Policy | None = None) -> threading.Ev
 
 
 def _trim_loop(interval: float, policy: Policy | None, stop: threading.Event) -> None:
+    _ensure_partitions()
     while not stop.wait(interval):
+        _ensure_partitions()
         try:
             deleted = trim(policy or Policy.from_settings())
             if deleted:
@@ -103,3 +109,14 @@ def _trim_loop(interval: float, policy: Policy | None, stop: threading.Event) ->
         finally:
             close_old_connections()
             connection.close()
+
+
+def _ensure_partitions() -> None:
+    """PostgreSQL: today's and the next days' partitions exist before any record needs them."""
+    try:
+        with transaction.atomic():
+            partitions.ensure_ahead()
+    except Exception:  # the COPY path still creates a missing day itself
+        log.exception("creating partitions ahead failed")
+    finally:
+        close_old_connections()

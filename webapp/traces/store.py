@@ -8,6 +8,7 @@ savepoint: when its rowcount shows every row was new (the common case) that is
 all; otherwise it is rolled back, the records already stored are found by one range
 query per (kind, host, boot) on the unique index, and only the new ones are
 inserted, so the duplicate count and the Connection updates stay exact.
+On PostgreSQL the rows go with COPY into day partitions instead: pgcopy.py.
 Keep in sync with: webapp/traces/schema.py (columns, JSON rule), models.py.
 """
 
@@ -112,6 +113,11 @@ def store_batch(records: Sequence[Record]) -> StoreResult:
 
 
 def _store(records: Sequence[Record]) -> StoreResult:
+    if connection.vendor == "postgresql":
+        # COPY into day partitions (pgcopy.py); the executemany path below is SQLite's.
+        from webapp.traces import pgcopy
+
+        return pgcopy.store(records)
     result = StoreResult()
     for kind, group in _group(records).items():
         table = _table(kind)

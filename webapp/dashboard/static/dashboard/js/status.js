@@ -115,6 +115,21 @@
       table("alerts", [["Start"], ["Severity"], ["Rule"], ["Status"], ["Count", true], ["Message"]], alerts, "None."));
   }
 
+  // Scale-out only (REDIS_URL): the ingest stream and its writers (webapp/bus/health.py).
+  function busPanel(b) {
+    if (b.error) return [el("h2", { text: "Ingest bus" }), el("p", { class: "error", text: b.error })];
+    const items = [["Stream length", num(b.length)], ["Pending", num(b.pending)],
+      ["Lag", b.lag === null ? "–" : num(b.lag)], ["Redis durability", b.durability]];
+    const rows = b.writers.map((w) => el("tr", { dataset: { writer: w.name } },
+      el("td", { text: w.name }), el("td", { class: "num", text: num(w.records) }), el("td", { class: "num", text: num(w.batches) }),
+      el("td", { class: "num", text: num(w.duplicates) }), el("td", { class: "num", text: num(w.rate) }),
+      el("td", { class: "num", text: num(w.pending) })));
+    return [el("h2", { text: "Ingest bus" }),
+      el("dl", { class: "summary" }, ...items.map(([k, v]) => el("div", { dataset: { item: k } }, el("dt", { text: k }), el("dd", { text: v })))),
+      table("writers", [["Writer"], ["Records", true], ["Batches", true], ["Duplicates", true], ["Records/s", true], ["Pending", true]],
+        rows, "No writer running.")];
+  }
+
   const fetchStatus = NT.latest();
 
   async function load() {
@@ -125,6 +140,9 @@
     try { d = await fetchStatus("/api/dash/status?" + p); } catch (e) { NT.showError(e.message); return; }
     for (const c of Object.values(charts)) c.destroy();
     for (const k of Object.keys(charts)) delete charts[k];
+    const bus = document.getElementById("bus");
+    bus.hidden = !d.bus;
+    if (d.bus) bus.replaceChildren(...busPanel(d.bus));
     const box = document.getElementById("hosts");
     box.replaceChildren(...d.hosts.map(hostPanel));
     d.hosts.forEach((h, i) => overheadCharts(h, i, d.cpu_budget));

@@ -1,0 +1,149 @@
+"""The ingest bus on a real Redis: ingest appends, a writer stores and acknowledges, a dead writer's entries are claimed.
+
+Each test gets its own redis-server (tests/redis_server.py, AOF everysec).
+"""
+# ruff: noqa: F811 -- pytest fixtures imported from webapp_cast are redefined as test arguments
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+from django.test import Client, override_settings
+from redis_server import RedisServer
+from webapp_cast import Cast, cast, drop, post, retransmit  # noqa: F401 (cast is a fixture)
+
+from webapp.bus import streams
+from webapp.bus.writer import Writer
+from webapp.traces.models import Connection, SkbDrop, TcpRetransmit
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+
+
+@pytest.fixture
+def bus() -> Iterator[redis.Redis]:
+    server = RedisServer()
+    server.start()
+    streams.client.cache_clear()
+    try:
+        with override_settings(NETTRAIL_REDIS_URL=server.url):
+            yield redis.Redis.from_url(server.url)
+    finally:
+        streams.client.cache_clear()
+        server.close()
+
+
+def test_ingest_appends_the_batch_and_a_writer_stores_then_acknowledges_it(cast: Cast, bus: redis.Redis) -> None:
+    batch = [retransmit("host-a", 1), retransmit("host-a", 2), drop("host-a", 3)]
+    resp = post(Client(), cast.token_a, batch)
+    assert (resp.status_code, resp.json()) == (200, {"stored": 3, "duplicates": 0, "queued": True})
+    assert TcpRetransmit.objects.count() == 0  # only on the stream so far
+    assert bus.xlen(streams.STREAM) == 1
+    (entry_id, fields), *_ = bus.xrange(streams.STREAM)
+    assert (fields[b"host"], fields[b"n"]) == (b"host-a", b"3")
+
+    writer = Writer(name="w1", block_ms=10)
+    streams.ensure_group()
+    assert writer.step() == 1
+    assert list(TcpRetransmit.objects.order_by("seq").values_list("host_id", "seq")) == [("host-a", 1), ("host-a", 2)]
+    assert list(SkbDrop.objects.values_list("seq", flat=True)) == [3]
+    assert Connection.objects.get().retransmits == 2
+    state = streams.status()
+    assert (state.length, state.pending, state.lag, state.durability) == (0, 0, 0, "aof everysec")
+    writer.publish()
+    (stats,) = streams.status().writers
+    assert (stats.name, stats.records, stats.batches, stats.duplicates, stats.pending) == ("w1", 3, 1, 0, 0)
+
+
+def test_a_dead_writers_entry_is_claimed_and_its_committed_records_count_as_duplicates(
+    cast: Cast, bus: redis.Redis
+) -> None:
+    post(Client(), cast.token_a, [retransmit("host-a", 1), retransmit("host-a", 2)])
+    post(Client(), cast.token_a, [retransmit("host-a", 3)])
+    streams.ensure_group()
+    dead = Writer(name="dead", count=1)
+    # The dead writer read the first entry and committed it, then died before XACK.
+    ((_, entries),) = bus.xreadgroup(streams.GROUP, "dead", {streams.STREAM: ">"}, count=1)
+    from translators.records import decode_batch
+    from webapp.traces.store import store_batch
+
+    assert store_batch(decode_batch(entries[0][1][b"body"], "msgpack")).stored == 2
+    status = streams.status()
+    assert (status.length, status.pending, status.lag) == (2, 1, 1)
+
+    heir = Writer(name="heir", block_ms=10, claim_idle_ms=0, claim_every=0.0)
+    assert heir.step() == 1  # the claim comes first
+    assert (heir.records, heir.duplicates) == (0, 2)
+    assert heir.step() == 1  # then the new entry
+    assert heir.records == 1
+    assert list(TcpRetransmit.objects.order_by("seq").values_list("seq", flat=True)) == [1, 2, 3]
+    assert Connection.objects.get().retransmits == 3
+    status = streams.status()
+    assert (status.length, status.pending, status.lag) == (0, 0, 0)
+    assert dead.records == 0
+
+
+def test_a_restarted_writer_first_stores_its_own_pending_entries(cast: Cast, bus: redis.Redis) -> None:
+    post(Client(), cast.token_a, [retransmit("host-a", 1)])
+    streams.ensure_group()
+    bus.xreadgroup(streams.GROUP, "w1", {streams.STREAM: ">"}, count=1)  # read, then killed before storing
+    again = Writer(name="w1", block_ms=10)
+    assert again.step() == 1
+    assert list(TcpRetransmit.objects.values_list("seq", flat=True)) == [1]
+    assert streams.status().pending == 0
+
+
+def test_ingest_answers_503_when_redis_is_down(cast: Cast) -> None:
+    server = RedisServer()  # never started: nothing listens on its port
+    streams.client.cache_clear()
+    try:
+        with override_settings(NETTRAIL_REDIS_URL=server.url):
+            resp = post(Client(), cast.token_a, [retransmit("host-a", 1)])
+    finally:
+        streams.client.cache_clear()
+        server.close()
+    assert resp.status_code == 503
+    assert resp.json()["error"].startswith("ingest bus unavailable: ")
+    assert TcpRetransmit.objects.count() == 0
+
+
+def test_the_status_api_and_metrics_show_the_streams_backlog_and_each_writer(cast: Cast, bus: redis.Redis) -> None:
+    post(Client(), cast.token_a, [retransmit("host-a", 1), retransmit("host-a", 2)])
+    post(Client(), cast.token_a, [retransmit("host-a", 3)])
+    streams.ensure_group()
+    writer = Writer(name="w1", count=1, block_ms=10)
+    writer.step()
+    writer.publish()
+    client = Client()
+    client.force_login(cast.admin)
+    bus_state = client.get("/api/dash/status").json()["bus"]
+    (w1,) = bus_state.pop("writers")
+    assert bus_state == {"length": 1, "pending": 0, "lag": 1, "durability": "aof everysec"}
+    assert (w1["name"], w1["records"], w1["batches"], w1["duplicates"], w1["pending"]) == ("w1", 2, 1, 0, 0)
+    text = client.get("/metrics").content.decode()
+    assert "nettrail_bus_length 1.0" in text
+    assert "nettrail_bus_lag 1.0" in text
+    assert "nettrail_bus_pending 0.0" in text
+    assert 'nettrail_bus_writer_records_total{writer="w1"} 2.0' in text
+
+
+def test_the_appliance_status_has_no_bus(cast: Cast) -> None:
+    client = Client()
+    client.force_login(cast.admin)
+    assert client.get("/api/dash/status").json()["bus"] is None
+    assert "nettrail_bus_" not in client.get("/metrics").content.decode()
+
+
+def test_an_entry_that_cannot_be_stored_goes_to_the_refused_stream_and_is_acknowledged(
+    cast: Cast, bus: redis.Redis
+) -> None:
+    streams.ensure_group()
+    bus.xadd(streams.STREAM, {"host": "host-a", "n": 1, "body": b"\xc1"})  # 0xc1: never valid MessagePack
+    writer = Writer(name="w1", block_ms=10)
+    assert writer.step() == 1
+    ((_, fields),) = bus.xrange("nettrail:ingest:refused")
+    assert (fields[b"host"], fields[b"body"]) == (b"host-a", b"\xc1")
+    assert fields[b"error"].startswith(b"MessagePack data is malformed")
+    state = streams.status()
+    assert (state.length, state.pending, writer.batches) == (0, 0, 0)

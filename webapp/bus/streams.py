@@ -1,0 +1,151 @@
+"""The Redis stream between the HTTP ingest tier and the writer processes.
+
+One stream, ``nettrail:ingest``; one entry per accepted batch: ``host`` (the
+token's host), ``n`` (records) and ``body`` (the validated records, MessagePack).
+One consumer group, ``writers``: each entry goes to one writer, stays pending
+until that writer has committed it and XACKs it (then it is deleted), and is
+claimed by another writer (XAUTOCLAIM) when its writer died holding it. Writers
+publish their counters in ``nettrail:writer:<name>`` hashes, which expire when the
+writer stops refreshing them, so the Status page and /metrics show only live ones.
+
+Durability: an entry is as durable as Redis's AOF makes it (``appendfsync
+everysec``: a Redis crash, not a restart, can lose the last second of accepted
+batches; ``always``: none, at a cost per write). ``durability()`` reports the
+server's setting; docs/scale-out.md has the trade-off.
+Keep in sync with: webapp/bus/writer.py, webapp/traces/ingest.py, docs/scale-out.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import redis
+from django.conf import settings
+
+from translators.records import Record
+
+STREAM = "nettrail:ingest"
+GROUP = "writers"
+WRITER_KEY = "nettrail:writer:"  # + consumer name: that writer's counters (a hash)
+WRITER_TTL = 30  # seconds a writer's counters outlive its last refresh
+_encode = msgspec.msgpack.Encoder().encode
+_Value = bytes | bytearray | memoryview | str | int | float  # what redis-py accepts as a field or value
+
+
+def enabled() -> bool:
+    return settings.NETTRAIL_REDIS_URL is not None
+
+
+@functools.cache
+def client() -> redis.Redis:
+    """One client (and connection pool) per process; redis-py reconnects after a Redis restart."""
+    url = settings.NETTRAIL_REDIS_URL
+    if url is None:
+        raise RuntimeError("REDIS_URL is not set")
+    return redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=15)
+
+
+def append(host: str, records: Sequence[Record]) -> str:
+    """XADD one batch; returns its entry id once Redis has it (raises redis.RedisError otherwise)."""
+    entry = client().xadd(STREAM, {"host": host, "n": len(records), "body": _encode(records)})
+    return entry.decode() if isinstance(entry, bytes) else str(entry)
+
+
+def ensure_group(conn: redis.Redis | None = None) -> None:
+    """The writers' group, created with the stream; reading from its start (entries added before it)."""
+    try:
+        (conn or client()).xgroup_create(STREAM, GROUP, id="0", mkstream=True)
+    except redis.ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+@dataclass(frozen=True)
+class WriterStats:
+    name: str
+    records: int
+    batches: int
+    duplicates: int
+    rate: float  # records/s over the writer's last reporting interval
+    pending: int  # entries delivered to it and not yet acknowledged
+    idle_ms: int  # since its last read or claim
+
+
+@dataclass(frozen=True)
+class BusStatus:
+    length: int  # entries in the stream (accepted, not yet stored and acknowledged)
+    pending: int  # of those, delivered to a writer and not yet acknowledged
+    lag: int | None  # of those, never delivered to any writer (None: Redis could not tell)
+    writers: list[WriterStats]
+    durability: str
+
+
+def status(conn: redis.Redis | None = None) -> BusStatus:
+    conn = conn or client()
+    ensure_group(conn)
+    group = next((g for g in _decoded(conn.xinfo_groups(STREAM)) if g["name"] == GROUP), {})
+    consumers = {c["name"]: c for c in _decoded(conn.xinfo_consumers(STREAM, GROUP))}
+    writers = []
+    for key in sorted(conn.scan_iter(match=WRITER_KEY + "*", count=100)):
+        name = _text(key)[len(WRITER_KEY) :]
+        fields = {_text(k): _text(v) for k, v in conn.hgetall(key).items()}
+        consumer = consumers.get(name, {})
+        writers.append(
+            WriterStats(
+                name=name,
+                records=int(fields.get("records", 0)),
+                batches=int(fields.get("batches", 0)),
+                duplicates=int(fields.get("duplicates", 0)),
+                rate=float(fields.get("rate", 0.0)),
+                pending=int(consumer.get("pending", 0)),
+                idle_ms=int(consumer.get("idle", 0)),
+            )
+        )
+    lag = group.get("lag")
+    return BusStatus(
+        length=int(conn.xlen(STREAM)),
+        pending=int(group.get("pending", 0)),
+        lag=None if lag is None else int(lag),
+        writers=writers,
+        durability=durability(conn),
+    )
+
+
+def durability(conn: redis.Redis | None = None) -> str:
+    """``aof everysec`` / ``aof always`` / ``aof no`` / ``no aof`` (entries lost with a restart)."""
+    conn = conn or client()
+    try:
+        config = {**conn.config_get("appendonly"), **conn.config_get("appendfsync")}
+    except redis.ResponseError:  # CONFIG disabled on a managed Redis
+        return "unknown"
+    if _text(config.get("appendonly", "no")) != "yes":
+        return "no aof"
+    return f"aof {_text(config.get('appendfsync', '?'))}"
+
+
+def publish_writer(conn: redis.Redis, name: str, records: int, batches: int, duplicates: int, rate: float) -> None:
+    key = WRITER_KEY + name
+    pipe = conn.pipeline(transaction=False)
+    fields: dict[_Value, _Value] = {
+        "records": records,
+        "batches": batches,
+        "duplicates": duplicates,
+        "rate": round(rate, 1),
+        "updated": time.time(),
+    }
+    pipe.hset(key, mapping=fields)
+    pipe.expire(key, WRITER_TTL)
+    pipe.execute()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _decoded(rows: list[dict[Any, Any]]) -> list[dict[str, Any]]:
+    return [{_text(k): (_text(v) if isinstance(v, bytes) else v) for k, v in row.items()} for row in rows]

@@ -1,0 +1,156 @@
+"""A writer process: batches from the Redis stream into the database, acknowledged after commit.
+
+Loop (``Writer.run``): first the entries already delivered to this writer and not
+acknowledged (its own pending list, after a restart under the same name), then
+every ``claim_every`` seconds the entries a dead writer held longer than
+``claim_idle_ms`` (XAUTOCLAIM), otherwise new entries (XREADGROUP ``>``, blocking
+up to ``block_ms``). Each entry: decode, ``store_batch`` (one transaction), the
+live push, then XACK + XDEL, then the alert mail. So an entry is acknowledged only
+once its records are committed; a writer killed between commit and XACK leaves it
+pending, another writer claims it, and storage's idempotence on (host, boot, seq)
+makes it a duplicate, never a double.
+
+Live pushes are at least once: a redelivered entry (claimed, or this writer's own
+pending) pushes every record of the batch, because the writer that died may have
+died before its push; browsers keep one row per (host, boot, seq).
+A batch the database refuses (UnstorableRecord), or an entry that does not decode,
+cannot succeed later: it goes to
+``nettrail:ingest:refused`` with the reason and is acknowledged.
+Keep in sync with: webapp/bus/streams.py, webapp/traces/ingest.py, docs/scale-out.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import redis
+from django.db import DatabaseError, close_old_connections
+
+from translators.records import decode_batch
+from webapp.bus import streams
+from webapp.traces import alert_mail, push
+from webapp.traces.store import UnstorableRecord, store_batch
+
+log = logging.getLogger(__name__)
+REFUSED = streams.STREAM + ":refused"
+PUBLISH_EVERY = 2.0  # seconds between the writer's counters in Redis (Status page, /metrics)
+
+
+def default_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass
+class Writer:
+    name: str = field(default_factory=default_name)
+    count: int = 8  # entries per read: a few batches, each its own transaction
+    block_ms: int = 1000
+    claim_idle_ms: int = 15_000  # an entry pending this long belongs to a dead (or stuck) writer
+    claim_every: float = 5.0
+    records: int = 0
+    batches: int = 0
+    duplicates: int = 0
+    _conn: redis.Redis | None = None
+    _next_claim: float = 0.0
+    _window: tuple[float, int] = (0.0, 0)  # (time, records) at the last publish
+
+    @property
+    def conn(self) -> redis.Redis:
+        if self._conn is None:
+            self._conn = streams.client()
+        return self._conn
+
+    def run(self, stop: threading.Event) -> None:
+        log.info("writer %s: reading %s as group %s", self.name, streams.STREAM, streams.GROUP)
+        self._window = (time.monotonic(), 0)
+        streams.ensure_group(self.conn)
+        while not stop.is_set():
+            try:
+                self.step()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                log.warning("writer %s: Redis unavailable (%s); retrying", self.name, exc)
+                stop.wait(0.5)
+            except DatabaseError:
+                log.exception("writer %s: database error; the entry stays pending and is retried", self.name)
+                close_old_connections()
+                stop.wait(1.0)
+            except redis.ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                streams.ensure_group(self.conn)  # Redis came back without its data
+        self.publish()
+
+    def step(self) -> int:
+        """One read (own pending, claimed, or new entries) and its entries stored; returns the entries handled."""
+        entries = self._read("0")  # own pending: delivered before a restart or a failed commit
+        redelivered = True
+        if not entries and time.monotonic() >= self._next_claim:
+            self._next_claim = time.monotonic() + self.claim_every
+            entries = self._claim()
+        if not entries:
+            redelivered = False
+            entries = self._read(">", self.block_ms)
+        for entry_id, fields in entries:
+            self._handle(entry_id, fields, redelivered)
+        if time.monotonic() - self._window[0] >= PUBLISH_EVERY:
+            self.publish()
+        return len(entries)
+
+    def publish(self) -> None:
+        now = time.monotonic()
+        since, before = self._window
+        rate = (self.records - before) / (now - since) if now > since else 0.0
+        self._window = (now, self.records)
+        streams.publish_writer(self.conn, self.name, self.records, self.batches, self.duplicates, rate)
+
+    def _read(self, start: str, block: int | None = None) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        answer: Any = self.conn.xreadgroup(
+            streams.GROUP, self.name, {streams.STREAM: start}, count=self.count, block=block
+        )
+        if not answer:
+            return []
+        entries = answer[0][1]
+        for entry_id, fields in entries:
+            if not fields:  # pending but deleted from the stream: nothing left to store
+                self._ack(entry_id)
+        return [(entry_id, fields) for entry_id, fields in entries if fields]
+
+    def _claim(self) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        answer: Any = self.conn.xautoclaim(
+            streams.STREAM, streams.GROUP, self.name, min_idle_time=self.claim_idle_ms, start_id="0-0", count=self.count
+        )
+        claimed = [(entry_id, fields) for entry_id, fields in answer[1] if fields]
+        if claimed:
+            log.info("writer %s: claimed %d entries of a dead writer", self.name, len(claimed))
+        return claimed
+
+    def _handle(self, entry_id: bytes, fields: dict[bytes, bytes], redelivered: bool) -> None:
+        try:
+            records = decode_batch(fields[b"body"], "msgpack")
+            result = store_batch(records)
+        except (UnstorableRecord, msgspec.DecodeError) as exc:  # ValidationError is a DecodeError
+            log.error("writer %s: entry %s refused by the database: %s", self.name, entry_id, exc)
+            self.conn.xadd(REFUSED, {"host": fields[b"host"], "body": fields[b"body"], "error": str(exc)})
+            self._ack(entry_id)
+            return
+        # Push before XACK: a push that fails (Redis restarting) leaves the entry pending,
+        # and its redelivery pushes the batch again, so a live client misses nothing.
+        push.push(records if redelivered else result.new)
+        self._ack(entry_id)
+        self.records += result.stored
+        self.duplicates += result.duplicates
+        self.batches += 1
+        alert_mail.MAILER.submit(result.new)
+
+    def _ack(self, entry_id: bytes) -> None:
+        pipe = self.conn.pipeline(transaction=True)
+        pipe.xack(streams.STREAM, streams.GROUP, entry_id)
+        pipe.xdel(streams.STREAM, entry_id)
+        pipe.execute()

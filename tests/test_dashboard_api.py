@@ -223,3 +223,43 @@ def test_acknowledging_an_alert_records_who_and_is_idempotent(client: Client, ca
     assert [a["id"] for a in client.get("/api/dash/alerts", {"acked": "no"}).json()["alerts"]] == []
     assert client.get(f"/api/dash/alerts/{alert['id']}/ack").status_code == 405
     assert client.post("/api/dash/alerts/999999/ack").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("q", "expect"),
+    [
+        ("dst 10.0.0.0/24", ["nginx_clean", "nginx_retrans", "postgres", "sshd"]),
+        ("dst 10.0.1.0/24", []),
+        ("addr 10.0.0.2/32 and port 22", ["sshd"]),
+        ("dst != 10.0.0.0/8", []),
+        ("dst ::/0", []),
+        ("resets > 0", ["sshd"]),
+    ],
+)
+def test_prefixes_and_resets_select_the_expected_connections(
+    client: Client, cast: dict[str, str], q: str, expect: list[str]
+) -> None:
+    assert sorted(rows(client, q=q)) == sorted(cast[name] for name in expect)
+
+
+def test_an_ipv6_prefix_matches_any_written_form_of_the_address(client: Client) -> None:
+    records = conn_records(HOST, 9, 443, 50009, "curl")
+    for rec in records:
+        rec.dst = "2001:db8:0:1::5"  # compressed as Python writes it; the prefix is not a text prefix
+    store_batch(records)
+    uuid = connection_uuid(HOST, BOOT, 9)
+    assert rows(client, q="dst 2001:db8::/32") == [uuid]
+    assert rows(client, q="dst 2001:db8:0:1::/64") == [uuid]
+    assert rows(client, q="dst 2001:db8:0:2::/64") == []
+
+
+def test_an_unknown_rule_is_a_400_and_a_near_miss_gets_a_hint(client: Client, cast: dict[str, str]) -> None:
+    resp = client.get("/api/dash/connections", {"q": "anomaly K99"})
+    assert resp.status_code == 400
+    assert resp.json()["error"].startswith("no such rule 'K99'; did you mean 'K9'? rules: H1, H2, H3, H4, K1, K2,")
+    body = client.get("/api/dash/connections", {"q": "comm ngin"}).json()
+    assert body["total"] == 0
+    assert body["hints"] == ["no connection has comm exactly 'ngin'; comm ~ ngin (contains) matches 2"]
+    assert client.get("/api/dash/connections", {"q": "comm nginx"}).json()["hints"] == []
+    assert client.get("/api/dash/connections", {"q": "comm zzz"}).json()["hints"] == []
+

@@ -96,3 +96,40 @@ def test_a_row_opens_its_connection_from_the_keyboard(server: Server, page: Any,
     page.keyboard.press("Enter")
     page.wait_for_url(f"{server.url}/connections/{two_more[0].uuid}/")
     page.wait_for_selector("body[data-loaded='1']")
+
+
+@pytest.mark.parametrize(
+    ("expr", "message"),
+    [
+        ("anomaly K99", "no such rule 'K99'; did you mean 'K9'? rules: H1, H2, H3, H4, K1, K2, K3, K4, K5, K6, K7, "
+         "K8, K9, K10, K11, K12, K13, K14, P1, P2, P3, P4, P5, P6 (at character 9)"),
+        ('comm "my app', 'unclosed quote: add the closing " (at character 6)'),
+        ("retrnas > 0", "no such field 'retrnas'; did you mean 'retrans'? fields: host, comm, pid, uid, src, dst, addr, sport, "
+         "dport, port, state, proto, duration, bytes, retrans, resets, anomaly (at character 1)"),
+    ],
+)  # fmt: skip
+def test_a_filter_naming_what_does_not_exist_says_so(server: Server, page: Any, expr: str, message: str) -> None:
+    page.goto(f"{server.url}/connections/")
+    page.fill("#q", expr)
+    page.press("#q", "Enter")
+    error = page.locator("#q-error")
+    error.wait_for(state="visible")
+    assert error.inner_text() == message
+    assert page.locator("#conns tbody tr").count() == 0
+
+
+def test_an_exact_value_that_matches_nothing_suggests_contains(server: Server, page: Any, two_more: list[Any]) -> None:
+    contains = page.request.get(f"{server.url}/api/dash/connections?q=comm+~+cur").json()["total"]
+    assert contains >= 3  # the package's connection and two_more's, all owned by curl
+    page.goto(f"{server.url}/connections/")
+    page.fill("#q", "comm cur and sport >= 40300")
+    page.press("#q", "Enter")
+    hint = page.locator("#q-hint")
+    hint.wait_for(state="visible")
+    assert hint.inner_text() == f"no connection has comm exactly 'cur'; comm ~ cur (contains) matches {contains:,}"
+    assert page.locator("#total").inner_text() == "0"
+    page.fill("#q", "comm ~ cur and dst 127.0.0.0/8 and sport >= 40300 and sport < 40302")
+    page.press("#q", "Enter")
+    page.wait_for_function("document.querySelectorAll('#conns tbody tr').length === 2")
+    assert sorted(uuids(page)) == sorted(b.uuid for b in two_more)
+    assert page.locator("#q-hint").is_hidden()

@@ -79,11 +79,13 @@ def connections(request: HttpRequest) -> HttpResponse:
     else:
         page = queries.page(qs, request.GET.get("sort") or queries.DEFAULT_SORT, request.GET.get("cursor"), limit)
     rules = queries.alert_rules([c.conn_uuid for c in page.rows if c.alerts])
+    hints = queries.empty_result_hints(request.GET.get("q", "")) if page.total == 0 and not uuids else []
     return JsonResponse(
         {
             "rows": [queries.row_json(c, rules) for c in page.rows],
             "next": page.next,
             "total": page.total,
+            "hints": hints,
             "hosts": host_names(),
             "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
         }

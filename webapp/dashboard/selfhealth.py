@@ -38,6 +38,17 @@ def cpu_budget() -> float:
         return float(load_config(env={}).params("H4")["max_cpu_percent"])
 
 
+# Rules outside the rules file: the capture rules (collector/analysis/pcap_rules.py, no
+# thresholds to configure) and the self-health ones the collector raises itself.
+RULES_OUTSIDE_CONFIG = ("P1", "P2", "P3", "P4", "P5", "P6", *SELF_HEALTH_RULES)
+
+
+def known_rules() -> set[str]:
+    """Every rule id an alert can carry: the filter's ``anomaly RULE`` refuses others."""
+    rules = set(load_config(env={}).rule_ids()) | set(RULES_OUTSIDE_CONFIG)
+    return rules | set(Alert.objects.values_list("rule_id", flat=True).distinct())
+
+
 def hosts_with_status() -> list[str]:
     seen = set(CollectorStatus.objects.values_list("host_id", flat=True).distinct())
     seen |= set(CollectorStats.objects.values_list("host_id", flat=True).distinct())

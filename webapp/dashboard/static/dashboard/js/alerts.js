@@ -48,9 +48,12 @@
     options(form.elements.host, d.hosts, pd.host);
     document.getElementById("count").textContent = num(d.alerts.length);
     document.querySelector("#alerts tbody").replaceChildren(...d.alerts.map((a) => el("tr", { dataset: { id: a.id } },
-      el("td", { text: NT.datetime(a.start) }), el("td", {}, NT.sevBadge(a.severity)), el("td", { text: a.rule_id }),
-      el("td", { text: a.host_id }), el("td", { text: a.status }), el("td", { class: "num", text: num(a.count) }),
-      el("td", {}, a.conn_uuid ? el("a", { href: `/connections/${a.conn_uuid}/`, text: a.message }) : a.message),
+      el("td", {}, ...NT.datetime(a.start).split(" ").map((part) => el("span", { class: "nowrap", text: part + " " }))),
+      el("td", {}, NT.sevBadge(a.severity)), el("td", { text: a.rule_id }),
+      el("td", { class: "trunc", title: a.host_id, text: a.host_id }), el("td", { text: a.status }), el("td", { class: "num", text: num(a.count) }),
+      el("td", { class: "msg" }, a.conn_uuid
+        ? el("a", { class: "clamp", title: a.message, href: `/connections/${a.conn_uuid}/`, text: a.message })
+        : el("span", { class: "clamp", title: a.message, text: a.message })),
       el("td", {}, el("button", { type: "button", class: "evidence", text: `${a.evidence.length} records`, onclick: () => evidence(a.id) })),
       el("td", {}, a.acked_by
         ? el("span", { class: "acked", text: `${a.acked_by}, ${NT.datetime(a.acked_at)}` })

@@ -7,7 +7,7 @@ Measured in the same run:
 1. RuleEngine.feed for every record, plus a sweep per second of record time;
 2. peer: translators.records.to_json for every record (what `collect --out` pays);
 3. peer: a bare loop dispatching each record on its type into a counter.
-Ratios are engine / peer. Keep in sync with: collector/analysis/engine.py,
+Ratios are engine / peer. Keep in sync with: analysis/alerts/engine.py,
 docs/benchmarks.md ("## Alert engine").
 """
 
@@ -55,8 +55,8 @@ def timed(fn, recs: list) -> float:
 
 
 def engine_pass(recs: list) -> None:
-    from collector.analysis.config import load_config
-    from collector.analysis.engine import RuleEngine
+    from analysis.alerts.config import load_config
+    from analysis.alerts.engine import RuleEngine
 
     e = RuleEngine(load_config(env={}))
     next_tick = recs[0].ts_wall + 1

@@ -101,7 +101,7 @@ def build_capture(path: Path, packets: int) -> None:
 
 def count_packets(path: Path) -> int:
     sys.path.insert(0, str(ROOT))
-    from collector.sources.pcap import CaptureReader
+    from analysis.capture.pcap import CaptureReader
 
     with CaptureReader(str(path)) as r:
         return sum(len(b) for b in r.batches())
@@ -111,7 +111,7 @@ def measure(path: Path, rounds: int, total: int) -> dict[str, tuple[float, int, 
     """Best wall time (with its peak RSS and CPU time) of each tool over alternating rounds.
 
     The scapy loop runs on a SCAPY_PREFIX-packet prefix; its figures are scaled to `total`."""
-    nettrail = [sys.executable, "-m", "collector.cli", "analyze", str(path), "--libxo", "json"]
+    nettrail = [sys.executable, "-m", "nettrail.cli", "analyze", str(path), "--libxo", "json"]
     tshark = ["tshark", "-n", "-r", str(path), "-q", "-z", "expert"]
     scapy = [sys.executable, "-c", SCAPY_LOOP, str(path), str(SCAPY_PREFIX)]
     best: dict[str, tuple[float, int, float]] = {}

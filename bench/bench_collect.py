@@ -14,7 +14,7 @@ the same time) and writes its own section ("## ip always-on mode (ip-flows) over
 Then it lets small-segment traffic fill a large ring buffer unread and measures how
 fast one CPU drains it: raw batches, and the full path to numbered records. Writes the figures to
 docs/benchmarks.md ("## Kernel collector overhead"). Needs root.
-Keep in sync with: collector/commands/collect.py, collector/bpf/source.py.
+Keep in sync with: nettrail/commands/collect.py, collector/bpf/source.py.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def nothing() -> Iterator[dict[str, str]]:
 @contextmanager
 def nettrail(ppl: int, providers: str = "tcp,siftr", extra: tuple[str, ...] = ()) -> Iterator[dict[str, str]]:
     out = Path(tempfile.mkdtemp()) / "records.msgpack"
-    cmd = ["taskset", "-c", TRACER_CPU, sys.executable, "-m", "collector.cli", "collect", "--providers", providers]
+    cmd = ["taskset", "-c", TRACER_CPU, sys.executable, "-m", "nettrail.cli", "collect", "--providers", providers]
     cmd += ["--ppl", str(ppl), *extra]
     proc = subprocess.Popen(
         [*cmd, "--filter", f"port={PORT}", "--out", str(out)], cwd=ROOT, stderr=subprocess.PIPE, text=True

@@ -84,7 +84,7 @@ def render(data_dir: str) -> None:
     """Child: the peer read, then the JSON report to /dev/null; one line per run:
     name, records, seconds, peak RSS KiB so far."""
     setup(data_dir)
-    from collector.export.filters import build_filter
+    from analysis.export.filters import build_filter
     from webapp.reports.render import as_records, records_of, report_steps
     from webapp.traces.models import Connection
     from xo import Writer, parse_libxo

@@ -1,7 +1,7 @@
 """Host identity of live records: host_id and boot_id (the shared contract in the brief).
 
 host_id is the host name unless NETTRAIL_HOST_ID is set; boot_id comes from
-/proc/sys/kernel/random/boot_id. Keep in sync with collector/commands/up.py, which
+/proc/sys/kernel/random/boot_id. Keep in sync with nettrail/commands/up.py, which
 names the host the same way when it makes the local ingest token.
 """
 

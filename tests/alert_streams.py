@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from collector.analysis.config import config_from_mapping
-from collector.analysis.engine import RuleEngine
+from analysis.alerts.config import config_from_mapping
+from analysis.alerts.engine import RuleEngine
 from translators.records import (
     Alert,
     Connection,

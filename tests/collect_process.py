@@ -20,7 +20,7 @@ class Collector:
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
         inside = ["ip", "netns", "exec", netns] if netns else []
         self.proc = subprocess.Popen(
-            [*inside, sys.executable, "-m", "collector.cli", "collect", *args],
+            [*inside, sys.executable, "-m", "nettrail.cli", "collect", *args],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,

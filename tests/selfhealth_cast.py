@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 
-from collector.analysis.config import config_from_mapping
-from collector.analysis.engine import RuleEngine
+from analysis.alerts.config import config_from_mapping
+from analysis.alerts.engine import RuleEngine
 from collector.bpf import loader
 from collector.health.coverage import WATCHED_DROP_REASONS, collector_status
 from translators.kernel import KernelEnv

@@ -13,8 +13,8 @@ import time
 import msgspec
 import pytest
 
-from collector.analysis.config import config_from_mapping
-from collector.analysis.engine import run
+from analysis.alerts.config import config_from_mapping
+from analysis.alerts.engine import run
 from tests.collect_process import ROOT
 from translators.records import Alert, AnyRecord
 
@@ -54,7 +54,7 @@ def capture_flood(tmp_path) -> tuple[int, str]:
 def test_a_recorded_syn_flood_raises_one_critical_k9_alert(tmp_path):
     sent, pcap = capture_flood(tmp_path)
     out = subprocess.run(
-        [sys.executable, "-m", "collector.cli", "analyze", pcap, "--packets", "--libxo", "json"],
+        [sys.executable, "-m", "nettrail.cli", "analyze", pcap, "--packets", "--libxo", "json"],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr

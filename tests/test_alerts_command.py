@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from collector.cli import main
+from nettrail.cli import main
 from tests.alert_streams import Stream
 from translators.records import to_json, to_msgpack
 
@@ -92,7 +92,7 @@ def test_it_reads_json_lines_from_stdin(tmp_path):
     p = tmp_path / "trace.jsonl"
     write_stream(p)
     out = subprocess.run(
-        [sys.executable, "-m", "collector.cli", "alerts", "-", "--final", "--libxo", "json"],
+        [sys.executable, "-m", "nettrail.cli", "alerts", "-", "--final", "--libxo", "json"],
         input=p.read_bytes(), capture_output=True, cwd=ROOT, timeout=60,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from collector.analysis.config import ConfigError, load_config
-from collector.analysis.engine import RuleEngine, run
+from analysis.alerts.config import ConfigError, load_config
+from analysis.alerts.engine import RuleEngine, run
 from tests.alert_streams import Stream, engine, feed_all, only
 
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.analysis.config import config_from_mapping
-from collector.analysis.engine import run
+from analysis.alerts.config import config_from_mapping
+from analysis.alerts.engine import run
 from tests.alert_kernel_support import KERNEL_ALERTS, final, namespace, nft_list, pick, stop
 from tests.alert_kernel_support import netstat as ns_netstat
 from tests.collect_process import ROOT, Collector

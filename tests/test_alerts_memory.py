@@ -22,9 +22,9 @@ FLOWS = 1_000_000
 SCRIPT = textwrap.dedent(
     """
     import copy, gc, json, resource, sys
-    from collector.analysis.config import load_config
-    from collector.analysis.engine import RuleEngine
-    from collector.analysis.state import LruMap
+    from analysis.alerts.config import load_config
+    from analysis.alerts.engine import RuleEngine
+    from analysis.alerts.state import LruMap
     from translators.records import SiftrSample, TcpReset, TcpRetransmit, TcpStateChange
 
     N = int(sys.argv[1])
@@ -55,7 +55,7 @@ SCRIPT = textwrap.dedent(
             if isinstance(value, LruMap) and id(value) not in seen:
                 seen.add(id(value))
                 yield value
-            elif hasattr(value, "__dict__") and type(value).__module__.startswith("collector.analysis"):
+            elif hasattr(value, "__dict__") and type(value).__module__.startswith("analysis."):
                 yield from tables(value, seen)
             elif isinstance(value, dict):
                 yield from (v for v in value.values() if isinstance(v, LruMap))

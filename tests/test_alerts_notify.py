@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import pytest
 from smtp_sink import SmtpSink, serve
 
-from collector.analysis.config import config_from_mapping
-from collector.analysis.engine import run
-from collector.analysis.notify import Notifiers, SyslogNotifier, WebhookNotifier
+from analysis.alerts.config import config_from_mapping
+from analysis.alerts.engine import run
+from analysis.alerts.notify import Notifiers, SyslogNotifier, WebhookNotifier
 from tests.alert_streams import Stream, engine, feed_all
 from translators.records import from_json
 
@@ -186,7 +186,7 @@ def test_it_mails_an_alert_through_djangos_smtp_settings(tmp_path):
         settings.configure(EMAIL_BACKEND="django.core.mail.backends.smtp.EmailBackend", EMAIL_HOST="127.0.0.1",
                            EMAIL_PORT={srv.server_address[1]}, DEFAULT_FROM_EMAIL="nettrail@example.test")
         django.setup()
-        from collector.analysis.notify import send_alert_email
+        from webapp.traces.alert_mail import send_alert_email
         from translators.records import from_json
         alert = from_json(open({str(tmp_path / "alert.json")!r}, "rb").read())
         print(send_alert_email(alert, ["ops@example.test", " "]))

@@ -149,7 +149,7 @@ def test_k7_seeds_one_baseline_per_destination_across_connections():
 
 
 def test_k7_keys_ipv6_destinations_by_their_64():
-    from collector.analysis.rules.perf import destination
+    from analysis.alerts.rules.perf import destination
 
     assert destination("2001:db8:1:2:aa::5", 443) == ("2001:db8:1:2::/64", 443)
     assert destination("192.0.2.77", 53) == ("192.0.2.0/24", 53)

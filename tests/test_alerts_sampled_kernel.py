@@ -8,7 +8,7 @@ one sample per 3 packets, and say so: its `sampling_ratio` is the ratio docs/ale
 ("H2 sampling") defines, recomputed here from the same run's kernel counts (the flow's
 latest `flow_counters` window of at least 16 samples before the firing sample, rounded to
 2 decimals), within 3/16 of the ppl the kernel applied; the sentence states it. The clean
-transfer, sampled alike, raises neither. Keep in sync with collector/analysis/rules/base.py
+transfer, sampled alike, raises neither. Keep in sync with analysis/alerts/rules/base.py
 (Sampling) and tests/alert_traffic_sampled.py (ports, table).
 """
 
@@ -33,7 +33,7 @@ from translators.records import Alert, Record, from_json
 pytestmark = KERNEL_ALERTS
 
 PPL = 3
-MIN_WINDOW_SAMPLES = 16  # collector/analysis/rules/base.py Sampling: a window counts from 16 samples
+MIN_WINDOW_SAMPLES = 16  # analysis/alerts/rules/base.py Sampling: a window counts from 16 samples
 # The thresholds the scenarios are built around, pinned (an explicit --rules file also keeps
 # $NETTRAIL_RULES out): the blackout's first sampled RTO and the samples after it are at
 # least 1.6 s apart (K6 hold 1 s); the sampled ping-pong seeds K7's baseline (40 pings give

@@ -130,7 +130,7 @@ def test_it_warns_when_time_wait_sockets_toward_one_destination_near_the_port_ra
 
 
 def test_it_reads_the_ephemeral_port_range_when_configured_as_zero(tmp_path):
-    from collector.analysis.rules.states import ephemeral_range_size
+    from analysis.alerts.rules.states import ephemeral_range_size
 
     sysctl = tmp_path / "ip_local_port_range"
     sysctl.write_text("40000\t40399\n")

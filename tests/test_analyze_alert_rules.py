@@ -55,7 +55,7 @@ def capture_refusals(tmp_path) -> str:
 
 def analyze(*args: str) -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "collector.cli", "analyze", *args, "--libxo", "json"],
+        [sys.executable, "-m", "nettrail.cli", "analyze", *args, "--libxo", "json"],
         capture_output=True, text=True, timeout=60, cwd=ROOT,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -89,7 +89,7 @@ def test_a_rules_file_can_switch_the_capture_rules_off(tmp_path):
     assert analyze(pcap, "--rules", str(rules))["alert"] == []
     rules.write_text("[K9]\nport_scan_ports = 'many'\n")
     out = subprocess.run(
-        [sys.executable, "-m", "collector.cli", "analyze", pcap, "--rules", str(rules)],
+        [sys.executable, "-m", "nettrail.cli", "analyze", pcap, "--rules", str(rules)],
         capture_output=True, text=True, timeout=60, cwd=ROOT,
     )  # fmt: skip
     assert out.returncode == 2

@@ -18,7 +18,7 @@ from tests.tcpbuild import MS, T0, A, B, Conv
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "collector.cli", "analyze", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "nettrail.cli", "analyze", *args], capture_output=True, text=True, timeout=120
     )
 
 
@@ -272,7 +272,7 @@ def test_a_progress_bar_goes_to_a_terminal_stderr_only(tmp_path: Path) -> None:
     reader = threading.Thread(target=drain)
     reader.start()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collector.cli", "analyze", str(path), "--libxo", "json"],
+        [sys.executable, "-m", "nettrail.cli", "analyze", str(path), "--libxo", "json"],
         stdout=subprocess.PIPE, stderr=follower, text=True,
     )  # fmt: skip
     os.close(follower)

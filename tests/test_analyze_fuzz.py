@@ -9,9 +9,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.analysis.capture_flows import CapturePipeline
-from collector.commands.analyze import write_results
-from collector.sources.pcap import CaptureError, CaptureReader
+from analysis.capture.pcap import CaptureError, CaptureReader
+from analysis.flows.capture_flows import CapturePipeline
+from nettrail.commands.analyze import write_results
 from tests import capwriter as cw
 from tests.tcpbuild import A, B, Conv
 from translators.packet import decode_batch

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_siftr_log import many_samples, render
 
-from collector.cli import main
+from nettrail.cli import main
 from webapp.traces.models import LossReport, SiftrSample
 
 

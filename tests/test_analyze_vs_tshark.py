@@ -41,7 +41,7 @@ COMPARED = (
 
 
 def analyze(pcap: Path, *extra: str) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "collector.cli", "analyze", str(pcap), "--libxo", "json", *extra]
+    cmd = [sys.executable, "-m", "nettrail.cli", "analyze", str(pcap), "--libxo", "json", *extra]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120).stdout
     return json.loads(out)["analyze"]  # type: ignore[no-any-return]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.sources.pcap import CaptureReader
+from analysis.capture.pcap import CaptureReader
 
 pytestmark = [
     pytest.mark.kernel,
@@ -45,7 +45,7 @@ def test_loopback_traffic_becomes_a_connection(tmp_path: Path) -> None:
     # other tests may flood loopback at the same time: capture only this test's port
     bpf = f"tcp port {server.getsockname()[1]}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collector.cli", "capture", "-i", "lo", "--duration", "4", "-f", bpf, "-w", str(pcap), "--libxo", "json"],
+        [sys.executable, "-m", "nettrail.cli", "capture", "-i", "lo", "--duration", "4", "-f", bpf, "-w", str(pcap), "--libxo", "json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stderr is not None
@@ -76,7 +76,7 @@ def test_loopback_traffic_becomes_a_connection(tmp_path: Path) -> None:
 
 def test_an_unknown_interface_is_a_one_line_error() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "collector.cli", "capture", "-i", "nosuchif0", "--duration", "1"],
+        [sys.executable, "-m", "nettrail.cli", "capture", "-i", "nosuchif0", "--duration", "1"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -87,7 +87,7 @@ def test_an_unknown_interface_is_a_one_line_error() -> None:
 
 def test_a_bad_filter_is_a_one_line_error() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "collector.cli", "capture", "-i", "lo", "-f", "tcp portx 1", "--duration", "1"],
+        [sys.executable, "-m", "nettrail.cli", "capture", "-i", "lo", "-f", "tcp portx 1", "--duration", "1"],
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert proc.returncode == 1

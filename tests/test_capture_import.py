@@ -9,7 +9,7 @@ from api_cast import get_json
 from capture_sample import write_capture
 from django.test import Client, override_settings
 
-from collector.cli import main
+from nettrail.cli import main
 from webapp.traces.models import Connection, ConnectionSummary, Host
 
 pytest_plugins = ["api_fixtures"]

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from collector.analysis.config import config_from_mapping
-from collector.analysis.live import Alerting, Extras, read_mib
+from analysis.alerts.config import config_from_mapping
+from analysis.alerts.live import Alerting, Extras, read_mib
 from collector.sinks.http import HttpSink
 from tests.collect_process import ROOT, Collector
 from tests.kernel_support import bpf_skip_reason, free_port
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(bpf_skip_reason() is not None, reason=bpf_skip_r
 def ns_counters(ns: str) -> dict[tuple[str, str], int]:
     out = subprocess.run(
         ["ip", "netns", "exec", ns, sys.executable, "-c",
-         "import json; from collector.analysis.live import read_mib; "
+         "import json; from analysis.alerts.live import read_mib; "
          "print(json.dumps([[g, n, v] for (g, n), v in read_mib().items()]))"],
         cwd=ROOT, capture_output=True, text=True, check=True,
     )  # fmt: skip
@@ -51,7 +51,7 @@ def test_a_flooded_listener_raises_k4_from_the_listen_overflows_counter(netns, t
     out = tmp_path / "records.jsonl"
     inode = os.stat(f"/run/netns/{netns}").st_ino
     collector = subprocess.Popen(
-        ["ip", "netns", "exec", netns, sys.executable, "-m", "collector.cli", "collect", "--alerts",
+        ["ip", "netns", "exec", netns, sys.executable, "-m", "nettrail.cli", "collect", "--alerts",
          "--providers", "tcp", "--out", str(out), "--filter", f"netns={inode}"],
         cwd=ROOT, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -196,7 +196,7 @@ def test_a_broken_rules_file_is_refused_before_tracing(tmp_path):
     rules = tmp_path / "rules.toml"
     rules.write_text("[K4]\nwindow = 3\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "collector.cli", "collect", "--alerts", "--rules", str(rules), "--duration", "1"],
+        [sys.executable, "-m", "nettrail.cli", "collect", "--alerts", "--rules", str(rules), "--duration", "1"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 2

@@ -21,7 +21,7 @@ ENVELOPE = ("provider", "probe", "seq", "ts_ns", "sock_cookie", "pid", "tgid", "
 
 
 def run_collect(*args: str, user: int | None = None) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "collector.cli", "collect", *args]
+    cmd = [sys.executable, "-m", "nettrail.cli", "collect", *args]
     if user is not None:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--", *cmd]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}

@@ -1,4 +1,4 @@
-"""pcap export (collector/export/pcap.py): real loopback traffic in, tshark-readable pcap out."""
+"""pcap export (analysis/export/pcap.py): real loopback traffic in, tshark-readable pcap out."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from scapy.layers.inet import IP, TCP
 from scapy.utils import rdpcap
 
-from collector.export.atomic import atomic_output
-from collector.export.pcap import PcapExportError, capture_order, write_pcap
+from analysis.export.atomic import atomic_output
+from analysis.export.pcap import PcapExportError, capture_order, write_pcap
 from tests.loopback_capture import capture_connections, need_tools, tshark_conversations, tshark_count
 from translators.records import IpPacket, TcpSegment, flow_uuid
 

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from loopback_capture import capture_connections, need_tools, tshark_conversations
 
-from collector.cli import main
+from nettrail.cli import main
 from webapp.traces.models import Connection, IpPacket, TcpSegment
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]

@@ -71,7 +71,7 @@ def test_up_serves_the_login_page_as_an_unprivileged_user_and_stops_on_sigterm(d
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
     env.update(NETTRAIL_DATA=str(data_dir), NETTRAIL_ADMIN_PASSWORD=ADMIN_PASSWORD, NETTRAIL_TRIM_INTERVAL="0")
-    command = [sys.executable, "-m", "collector.cli", "up", "--port", str(port), "--no-collect"]
+    command = [sys.executable, "-m", "nettrail.cli", "up", "--port", str(port), "--no-collect"]
     proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         lines = wait_for_line(proc, f"webapp running at http://127.0.0.1:{port}/")
@@ -118,7 +118,7 @@ def test_up_without_root_starts_only_the_webapp_and_says_tracing_needs_root(data
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
     env.update(NETTRAIL_DATA=str(data_dir), NETTRAIL_ADMIN_PASSWORD=ADMIN_PASSWORD, NETTRAIL_TRIM_INTERVAL="0",
                HOME=str(data_dir), PYTHONPATH=pythonpath)  # fmt: skip
-    command = [python, "-m", "collector.cli", "up", "--port", str(port)]
+    command = [python, "-m", "nettrail.cli", "up", "--port", str(port)]
     proc = subprocess.Popen(command, cwd=data_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, user=account.pw_uid, group=account.pw_gid, extra_groups=[])  # fmt: skip
     try:
@@ -137,21 +137,21 @@ def test_up_without_root_starts_only_the_webapp_and_says_tracing_needs_root(data
 
 
 def ensure_account() -> pwd.struct_passwd:
-    from collector.commands.up import WEBAPP_USER, _ensure_user
+    from nettrail.commands.up import WEBAPP_USER, _ensure_user
 
     return _ensure_user(WEBAPP_USER, Path("/nonexistent"))
 
 
 def interpreter_for(account: pwd.struct_passwd) -> tuple[str, str]:
     """The interpreter `nettrail up` would give that user, and the PYTHONPATH it needs."""
-    from collector.commands.up import _python_for_others
+    from nettrail.commands.up import _python_for_others
 
     env: dict[str, str] = {}
     return _python_for_others(env), env.get("PYTHONPATH", str(REPO))
 
 
 def collector_missing() -> str | None:
-    from collector.cli import COMMANDS
+    from nettrail.cli import COMMANDS
 
     if "collect" not in COMMANDS:
         return "the collect command is not there yet"
@@ -168,7 +168,7 @@ def test_up_as_root_starts_the_collector_and_its_records_reach_the_webapp(data_d
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
     env.update(NETTRAIL_DATA=str(data_dir), NETTRAIL_ADMIN_PASSWORD=ADMIN_PASSWORD, NETTRAIL_TRIM_INTERVAL="0")
-    command = [sys.executable, "-m", "collector.cli", "up", "--port", str(port)]
+    command = [sys.executable, "-m", "nettrail.cli", "up", "--port", str(port)]
     proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for_line(proc, "nettrail collect: tracing")

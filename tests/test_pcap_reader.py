@@ -1,4 +1,4 @@
-"""collector.sources.pcap: every container variant yields the same packets; damage is counted, not fatal."""
+"""analysis.capture.pcap: every container variant yields the same packets; damage is counted, not fatal."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.sources.pcap import CaptureError, CaptureReader
+from analysis.capture.pcap import CaptureError, CaptureReader
 from tests import capwriter as cw
 
 T0 = 1_700_000_000_123_456_789

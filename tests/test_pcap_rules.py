@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collector.analysis.capture_flows import CapturePipeline
-from collector.sources.pcap import CaptureReader
+from analysis.capture.pcap import CaptureReader
+from analysis.flows.capture_flows import CapturePipeline
 from tests.tcpbuild import MS, A, B, Conv
 from translators.packet import decode_batch
 from translators.records import Alert

@@ -13,7 +13,7 @@ import pytest
 from report_cast import CONN_A, CONN_B, CONN_C, K1, store_cast
 from report_schemas import validate_json, validate_xml
 
-from collector.cli import main
+from nettrail.cli import main
 from translators.siftr_log import read_log
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
@@ -201,7 +201,7 @@ def test_an_unset_database_is_an_error_before_any_output(tmp_path: Path) -> None
 
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
     env["NETTRAIL_DATA"] = str(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "collector.cli", "report"], capture_output=True, text=True, env=env,
+    proc = subprocess.run([sys.executable, "-m", "nettrail.cli", "report"], capture_output=True, text=True, env=env,
                           cwd=Path(__file__).resolve().parents[1], timeout=120)  # fmt: skip
     assert (proc.returncode, proc.stdout) == (1, "")
     assert proc.stderr.startswith("nettrail report: cannot read the database: ")

@@ -39,7 +39,7 @@ def report_peak_rss(data_dir: Path) -> tuple[int, int]:
     out_path = data_dir / "report.json"
     with open(out_path, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "collector.cli", "report", "--libxo", "json"], stdout=out, env=child_env(data_dir)
+            [sys.executable, "-m", "nettrail.cli", "report", "--libxo", "json"], stdout=out, env=child_env(data_dir)
         )
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)

@@ -1,7 +1,7 @@
 """docs/schema/report.schema.json and report.xsd: in sync with the record schema, and strict.
 
 Real reports are validated in tests/test_report_command.py and test_report_endpoints.py;
-here the schemas must match what collector/export/schema.py generates from describe(),
+here the schemas must match what analysis/export/schema.py generates from describe(),
 and must reject reports that break the shape (wrong enum, unknown member, bad order).
 """
 
@@ -15,7 +15,7 @@ import pytest
 import xmlschema
 from report_schemas import SCHEMA_DIR, validate_json, validate_xml
 
-from collector.export.schema import json_text, main, xsd
+from analysis.export.schema import json_text, main, xsd
 from translators import records as r
 from xo import Writer, command_options
 

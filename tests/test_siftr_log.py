@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.sources.siftr import looks_like_siftr, read_siftr
+from analysis.capture.siftr import looks_like_siftr, read_siftr
 from translators.records import LossReport, SiftrSample
 from translators.siftr_log import (
     SiftrLogError,

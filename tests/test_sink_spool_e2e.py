@@ -23,8 +23,8 @@ import pytest
 from capture_sample import write_capture
 from ingest_stub import make_records
 
-from collector.cli import main
 from collector.sinks.http import HttpSink
+from nettrail.cli import main
 from webapp.traces.models import KIND_MODELS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -64,7 +64,7 @@ class WebappServer:
         return done.stdout
 
     def token(self, host: str) -> str:
-        return self.run("-m", "collector.cli", "token", "create", host).strip()
+        return self.run("-m", "nettrail.cli", "token", "create", host).strip()
 
     def start(self) -> None:
         self.proc = subprocess.Popen(

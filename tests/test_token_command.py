@@ -11,7 +11,7 @@ from django.db import connection
 from django.test import Client
 from webapp_cast import Cast, cast, post, retransmit  # noqa: F401 (cast is a fixture)
 
-from collector.cli import main as nettrail
+from nettrail.cli import main as nettrail
 from webapp.traces.models import Host, IngestToken
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]

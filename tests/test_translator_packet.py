@@ -28,7 +28,7 @@ from scapy.all import (
     fragment,
 )
 
-from collector.sources.pcap import CaptureReader
+from analysis.capture.pcap import CaptureReader
 from tests import capwriter as cw
 from translators.packet import K_ICMP, K_IP, K_MALFORMED, K_TCP, K_UDP, Decoded, addr_str, decode_batch, packet_records
 from translators.records import IpPacket, TcpSegment, UdpDatagram

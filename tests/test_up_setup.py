@@ -7,7 +7,7 @@ import logging
 import pytest
 from django.contrib.auth import get_user_model
 
-from collector.commands import up
+from nettrail.commands import up
 from webapp.traces.models import IngestToken
 from webapp.traces.tokens import authenticate, create_token
 

@@ -15,7 +15,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RegexPattern, RoutePattern
 from webapp_cast import ADMIN_PASSWORD, Cast, cast, post, retransmit  # noqa: F401 (cast is a fixture)
 
-from collector.cli import main as nettrail
+from nettrail.cli import main as nettrail
 from webapp.traces.models import TcpRetransmit
 
 pytestmark = pytest.mark.django_db

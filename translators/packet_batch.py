@@ -7,7 +7,7 @@ import nothing from the collector; the sources (the capture-file reader and the 
 socket) import it from here and fill it.
 
 Keep in sync with: translators/packet.py (the columns it reads and the PAD bytes it may
-read past a frame), collector/sources/pcap.py and collector/sources/live.py (which fill it).
+read past a frame), analysis/capture/pcap.py and collector/sources/live.py (which fill it).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """One decoded packet batch: numpy header columns per packet, Python lists on demand.
 
 What translators/packet.py's bulk decoder returns, and what the capture analysis reads
-(collector/analysis); ``portable()`` is the compact copy sent from the decoding worker
+(analysis/flows); ``portable()`` is the compact copy sent from the decoding worker
 process to the analysis process.
 
 Keep in sync with: translators/packet.py (the columns it fills), translators/packet_batch.py
-(the batch it keeps), collector/sources/pcap_worker.py (sends portable copies).
+(the batch it keeps), analysis/capture/pcap_worker.py (sends portable copies).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ helpers); callers import all of it from here.
 
 Keep in sync with: providers.md 6.4/6.5 (field order and units), the SiftrSample
 fields in translators/records_tcp.py, collector/sources/siftr.py (import) and
-collector/export/siftr.py (export).
+webapp/reports/exports.py (export).
 """
 
 from __future__ import annotations

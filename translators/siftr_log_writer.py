@@ -5,7 +5,7 @@ footer (with the skip counters and, in 2.x, the flow list) when it closes. A rec
 field that is None is written as 0 (the log has no null; docs/reports.md).
 
 Keep in sync with: translators/siftr_log_header.py (column tables, header/footer
-lines), the SiftrSample fields in translators/records_tcp.py, collector/export/siftr.py.
+lines), the SiftrSample fields in translators/records_tcp.py, webapp/reports/exports.py.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ that emits it, the tracepoint it fires on and, for drops, the drop reason the ke
 must define. A required input with no working source makes the rule unavailable; a
 missing optional input costs the condition named in ``loses``. ``collector_status``
 builds the record the collector sends once at start. Keep in sync with
-collector/bpf/loader.PROGRAMS, collector/analysis/rules/ and docs/alerts.md.
+collector/bpf/loader.PROGRAMS, analysis/alerts/rules/ and docs/alerts.md.
 """
 
 from __future__ import annotations

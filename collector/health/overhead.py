@@ -6,7 +6,7 @@ utime + stime fields of /proc/PID/stat. ``cpu_percent`` is the interval's CPU ti
 over its wall-clock length, in percent of one CPU. Events are those read from the ring
 buffer (KernelSource.received, by event type); records are what the collector emitted.
 Keep in sync with translators.records.CollectorStats, rule H4
-(collector/analysis/rules/health.py) and docs/collector.md.
+(analysis/alerts/rules/health.py) and docs/collector.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 records to append: a ``sampling_report`` per sampled event type when the source has
 just read its exact counters (once per ``--flow-interval``), and a ``collector_stats``
 every ``--stats-interval`` seconds. The start-up ``collector_status`` (H3) is built by
-coverage.collector_status. Keep in sync with collector/commands/collect.py and
+coverage.collector_status. Keep in sync with nettrail/commands/collect.py and
 collector/bpf/source.py (received, counter_records, next_flow).
 """
 

@@ -1,1 +1,1 @@
-"""Record sources: kernel (BPF), capture files (pcap/pcapng) and SIFTR logs."""
+"""Live record sources of the agent: the scapy capture (live.py); the kernel source is collector/bpf/source.py, capture files are read by analysis/capture/."""

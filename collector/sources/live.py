@@ -6,7 +6,7 @@ every ``flush_s`` seconds or ``max_batch`` frames, and optionally written to a c
 pcap file (nanosecond magic) as they arrive. Like libpcap, outgoing copies on a loopback
 interface are dropped, so each loopback packet is seen once.
 
-Keep in sync with: translators/packet_batch.py (Batch), collector/commands/capture.py.
+Keep in sync with: translators/packet_batch.py (Batch), nettrail/commands/capture.py.
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ def server() -> Iterator[Server]:
             os.chown(path, drop["user"], drop["group"])
     server_py = py
     if drop:  # the webapp user may not reach a venv built on a Python under /root
-        from collector.commands.up import _python_for_others
+        from nettrail.commands.up import _python_for_others
 
         server_py = _python_for_others(env)
     port = _free_port()

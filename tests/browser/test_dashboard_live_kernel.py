@@ -65,7 +65,7 @@ def collector(server: Server, tmp_path: Path) -> Iterator[Listener]:
     _need_root_and_bpf()
     listener = Listener()
     env = {**os.environ, "NETTRAIL_HOST_ID": HOST, "NETTRAIL_DATA": str(tmp_path)}
-    cmd = [sys.executable, "-m", "collector.cli", "collect", "--server", server.url, "--token", server.token]
+    cmd = [sys.executable, "-m", "nettrail.cli", "collect", "--server", server.url, "--token", server.token]
     cmd += ["--filter", f"port={listener.port}", "--spool", str(tmp_path / "spool")]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     try:

@@ -34,7 +34,7 @@ def selfhealth(server: Server) -> list[Any]:
     drop = _drop_to("nobody")  # the server's user: files the ORM creates stay the server's
     python = sys.executable
     if drop:
-        from collector.commands.up import _python_for_others
+        from nettrail.commands.up import _python_for_others
 
         python = _python_for_others(env)
     made = subprocess.run([python, "-c", TOKEN, HOST], cwd=ROOT, env=env, capture_output=True, text=True, check=True,

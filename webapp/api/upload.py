@@ -1,7 +1,7 @@
 """`/captures/upload/`: a browser upload of a pcap/pcapng file, analysed and stored like `analyze --store`.
 
 The file (at most NETTRAIL_UPLOAD_MAX_BYTES, default 64 MiB) is written to a
-temporary file, run through the capture pipeline (collector.sinks.store) and stored
+temporary file, run through the capture pipeline (analysis.capture.file_records) and stored
 under a host named after the uploaded file's name. Login required (project
 middleware), CSRF-protected form. Keep in sync with docs/api.md.
 """
@@ -17,8 +17,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
-from collector.sinks.store import capture_records, store_records
-from collector.sources.pcap import CaptureError
+from analysis.capture.file_records import capture_records
+from analysis.capture.pcap import CaptureError
+from webapp.traces.capture_store import store_records
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 MAX_NAME = 255

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db.models import Sum
 
-from collector.analysis.config import load_config
+from analysis.alerts.config import load_config
 from webapp.dashboard import alert_versions
 from webapp.dashboard.tables import Alert, CollectorStats, CollectorStatus, FlowCounters, LossReport, SamplingReport
 

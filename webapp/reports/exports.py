@@ -6,8 +6,8 @@ skip counter of the chosen version (as `nettrail analyze FILE.siftr` stores them
 fill the footer's skip counters, so an import and re-export keeps them.
 pcap: packet records that kept their frame bytes, merged in capture order.
 Both raise ExportUnavailable before writing anything when there is nothing to export.
-Keep in sync with: translators/siftr_log.py, collector/export/pcap.py,
-collector/sources/siftr.py (the loss event names), docs/reports.md.
+Keep in sync with: translators/siftr_log.py, analysis/export/pcap.py,
+analysis/capture/siftr.py (the loss event names), docs/reports.md.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import BinaryIO, TextIO
 
 from django.db.models import Sum
 
-from collector.export.filters import ReportFilter
-from collector.export.pcap import PACKET_KINDS, PcapWriter, capture_order
+from analysis.export.filters import ReportFilter
+from analysis.export.pcap import PACKET_KINDS, PcapWriter, capture_order
 from translators.records import SiftrSample
 from translators.siftr_log import SiftrLogWriter, family, skip_counter_names
 from webapp.reports.render import CHUNK, as_records, scoped

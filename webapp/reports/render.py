@@ -11,7 +11,7 @@ Everything is read with ``.iterator(chunk_size=...)`` and rendered as it arrives
 memory stays bounded by one chunk, whatever the report size. ``report_steps`` is a
 generator that yields after every record, so an HTTP response can hand out the
 output in chunks while the report is being written.
-Keep in sync with: collector/export/filters.py (ReportFilter), collector/export/schema.py
+Keep in sync with: analysis/export/filters.py (ReportFilter), analysis/export/schema.py
 (the schemas are generated from the same names), webapp/traces/models.py.
 """
 
@@ -25,8 +25,8 @@ from typing import Any
 import msgspec
 from django.db.models import Count, Max, Min, QuerySet, Sum
 
-from collector.export.filters import CONNECTIONLESS, ReportFilter
-from collector.export.schema import CONNECTION_FIELDS, list_name
+from analysis.export.filters import CONNECTIONLESS, ReportFilter
+from analysis.export.schema import CONNECTION_FIELDS, list_name
 from translators.records import BY_KIND, Record, describe
 from webapp.traces.models import KIND_MODELS, Connection, Host, RecordModel
 from xo import Writer

@@ -9,7 +9,7 @@ generators, handed out in ~64 KiB chunks; under ASGI each chunk is produced in t
 request's sync thread, so the ORM cursor never changes threads. Errors before the
 first byte are JSON ``{"error": ...}``: 400 bad filter/style, 404 unknown
 connection/host, 409 nothing to export.
-Keep in sync with: docs/reports.md, collector/commands/report.py (same filters).
+Keep in sync with: docs/reports.md, nettrail/commands/report.py (same filters).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
-from collector.export.filters import FilterError, ReportFilter, build_filter
+from analysis.export.filters import FilterError, ReportFilter, build_filter
 from webapp.http import json_error
 from webapp.reports.exports import SIFTR_VERSIONS, ExportUnavailable, pcap_steps, siftr_steps
 from webapp.reports.render import ReportNotFound, check, report_steps

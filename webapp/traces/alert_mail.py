@@ -2,7 +2,7 @@
 
 Ingest hands every batch's new records to ``submit`` after they are committed;
 ``submit`` only filters and queues (bounded), and one background thread sends through
-``collector.analysis.notify.send_alert_email`` (Django's mail settings: EMAIL_HOST,
+``send_alert_email`` below (Django's mail settings: EMAIL_HOST,
 EMAIL_PORT, DEFAULT_FROM_EMAIL, ...), so a slow or dead mail server never blocks
 ingest. An alert is emitted again each time it escalates, is fired again or closes
 (same ``alert_id``): it is mailed when it first arrives, when its severity rises and
@@ -20,10 +20,10 @@ import os
 import queue
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from collector.analysis.book import SEVERITY_RANK
-from collector.analysis.notify import send_alert_email, worth_notifying
+from analysis.alerts.book import SEVERITY_RANK
+from analysis.alerts.notify import summary_line, worth_notifying
 from translators.records import Alert, Record
 
 RECIPIENTS_ENV = "NETTRAIL_ALERT_EMAILS"
@@ -32,6 +32,27 @@ QUEUE_SIZE = 1000
 REMEMBERED = 10_000  # alert ids whose mailed version is remembered (oldest forgotten first)
 
 log = logging.getLogger("nettrail.alerts.mail")
+
+
+def send_alert_email(alert: Alert, recipients: Iterable[str]) -> int:
+    """E-mail one alert through Django's configured mail backend; returns messages sent.
+
+    Django is imported here, lazily, so importing this module (as ingest does) costs
+    nothing until a mail is sent.
+    """
+    from django.conf import settings
+    from django.core.mail import send_mail
+
+    to = [r.strip() for r in recipients if r.strip()]
+    if not to:
+        return 0
+    cond = f"/{alert.condition}" if alert.condition else ""
+    subject = f"[nettrail] {alert.severity} {alert.rule_id}{cond} on {alert.host_id} ({alert.status})"
+    lines = [alert.message, "", summary_line(alert), f"alert id: {alert.alert_id}",
+             f"thresholds: {alert.thresholds}", f"evidence (record seq): {alert.evidence}"]  # fmt: skip
+    if alert.incomplete:
+        lines.append("The collector lost events in this window: the data behind this alert is incomplete.")
+    return int(send_mail(subject, "\n".join(lines), getattr(settings, "DEFAULT_FROM_EMAIL", None), to))
 
 
 def recipients() -> list[str]:

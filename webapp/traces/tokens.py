@@ -3,7 +3,7 @@
 A raw token is ``nt_`` + 43 url-safe characters (256 random bits). Only its first
 TOKEN_PREFIX_LENGTH characters (to find and name the row) and its sha256 are
 stored; the raw token is returned to the caller once and never logged.
-Keep in sync with collector/commands/token.py and docs/webapp.md.
+Keep in sync with nettrail/commands/token.py and docs/webapp.md.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ class ConfigError(ValueError):
 
 
 def _defaults() -> dict[str, dict[str, Scalar]]:
-    text = resources.files("collector.analysis").joinpath("defaults.toml").read_text()
+    text = resources.files("analysis.alerts").joinpath("defaults.toml").read_text()
     return tomllib.loads(text)
 
 

@@ -22,9 +22,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
+from analysis.alerts import live
+from analysis.alerts.config import ConfigError
 from collector import identity
-from collector.analysis import live
-from collector.analysis.config import ConfigError
 from collector.bpf import loader
 from collector.bpf.build import BuildError
 from collector.bpf.kallsyms import kernel_symbols

@@ -2,7 +2,7 @@
 
 Shared by `nettrail report` and the webapp's download endpoints, so both accept the
 same spellings and refuse the same mistakes with the same words. Pure: no Django.
-Keep in sync with: docs/reports.md (the accepted forms), collector/commands/report.py,
+Keep in sync with: docs/reports.md (the accepted forms), nettrail/commands/report.py,
 webapp/reports/views.py.
 """
 

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO, Any, BinaryIO, TextIO, cast
 
-from collector.commands._django import setup_django
-from collector.export.atomic import atomic_output
-from collector.export.filters import FilterError, ReportFilter, build_filter
+from analysis.export.atomic import atomic_output
+from analysis.export.filters import FilterError, ReportFilter, build_filter
+from nettrail.commands._django import setup_django
 from xo import add_libxo_argument, libxo_from_args
 
 PROG = "nettrail report"

@@ -6,7 +6,7 @@ printed with the same output contract as `nettrail analyze` (docs/analyze.md), i
 top container named `capture`. SIGINT/SIGTERM end the capture early and still print the
 results. `-w FILE` also writes the frames to a pcap file (nanosecond timestamps).
 
-Keep in sync with: collector/commands/analyze.py (write_results), docs/analyze.md.
+Keep in sync with: nettrail/commands/analyze.py (write_results), docs/analyze.md.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from collector.analysis.capture_flows import CapturePipeline
-from collector.commands.analyze import write_results
+from analysis.flows.capture_flows import CapturePipeline
 from collector.sources.live import CaptureUnavailable, LiveCapture
+from nettrail.commands.analyze import write_results
 from translators.packet import decode_batch
 from xo import Writer, add_libxo_argument, libxo_from_args
 

@@ -26,7 +26,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from collector.commands._django import migrate, setup_django
+    from nettrail.commands._django import migrate, setup_django
 
     setup_django()
     migrate()

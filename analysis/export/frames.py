@@ -2,9 +2,9 @@
 
 The capture pipeline builds packet records from a batch of frames; `with_frame_bytes`
 copies each frame's captured bytes and link type from that batch onto the ip_packet,
-udp_datagram and tcp_segment records it yielded (matched by frame number). Used by collector/sinks/store.py
+udp_datagram and tcp_segment records it yielded (matched by frame number). Used by analysis/capture/file_records.py
 (`nettrail analyze FILE --store --packets` or `--keep-bytes`).
-Keep in sync with: collector/sources/pcap.py (Batch), collector/export/pcap.py,
+Keep in sync with: translators/packet_batch.py (Batch), analysis/export/pcap.py,
 the frame_bytes/link_type fields in translators/records.py.
 """
 
@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from collector.export.pcap import PACKET_KINDS
+from analysis.export.pcap import PACKET_KINDS
 from translators.records import Record
 
 
 def frame_of(batch: Any, frame: int) -> tuple[bytes, int]:
-    """(captured bytes, link type) of a frame number inside `batch` (collector.sources.pcap.Batch)."""
+    """(captured bytes, link type) of a frame number inside `batch` (translators.packet_batch.Batch)."""
     j = frame - batch.first_frame
     if not 0 <= j < len(batch):
         raise IndexError(f"frame {frame} is not in the batch starting at frame {batch.first_frame}")

@@ -1,12 +1,12 @@
-"""Alert notifications: webhook (HTTP POST of the alert JSON), syslog, and e-mail.
+"""Alert notifications: webhook (HTTP POST of the alert JSON) and syslog.
 
 The engine never waits on a notification. ``WebhookNotifier.submit`` puts the alert on
 a bounded queue and returns at once; a background thread POSTs it, retrying with
 exponential backoff, and logs every failure. When the queue is full the alert is
 dropped from notification (it is still in the record stream) and the drop is logged
 and counted. ``SyslogNotifier`` writes one line per alert through the standard
-library's SysLogHandler. ``send_alert_email`` is for the webapp: it imports Django only
-when called and sends through Django's mail settings (EMAIL_BACKEND, EMAIL_HOST, ...).
+library's SysLogHandler. E-mail needs Django's mail settings, so it lives with the
+webapp (``webapp.traces.alert_mail.send_alert_email``): this library never imports Django.
 
 Keep in sync with the [notify] section of defaults.toml and docs/alerts.md.
 """
@@ -19,7 +19,7 @@ import queue
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from translators.records import Alert, to_json
@@ -179,27 +179,6 @@ class SyslogNotifier:
 
     def close(self) -> None:
         self.handler.close()
-
-
-def send_alert_email(alert: Alert, recipients: Iterable[str]) -> int:
-    """E-mail one alert through Django's configured mail backend; returns messages sent.
-
-    For the webapp (which owns the mail settings); Django is imported here, lazily, so
-    the collector never needs it.
-    """
-    from django.conf import settings
-    from django.core.mail import send_mail
-
-    to = [r.strip() for r in recipients if r.strip()]
-    if not to:
-        return 0
-    cond = f"/{alert.condition}" if alert.condition else ""
-    subject = f"[nettrail] {alert.severity} {alert.rule_id}{cond} on {alert.host_id} ({alert.status})"
-    lines = [alert.message, "", summary_line(alert), f"alert id: {alert.alert_id}",
-             f"thresholds: {alert.thresholds}", f"evidence (record seq): {alert.evidence}"]  # fmt: skip
-    if alert.incomplete:
-        lines.append("The collector lost events in this window: the data behind this alert is incomplete.")
-    return int(send_mail(subject, "\n".join(lines), getattr(settings, "DEFAULT_FROM_EMAIL", None), to))
 
 
 class Notifiers:

@@ -9,7 +9,7 @@ through one engine as they stream; the summaries, known only at the end, through
 second one in time order (an engine's windows expect time to move forward).
 
 Each alert is reported once, in its last version (an alert's versions share its
-``alert_id``). Keep in sync with collector/commands/analyze.py, docs/analyze.md and
+``alert_id``). Keep in sync with nettrail/commands/analyze.py, docs/analyze.md and
 docs/alerts.md ("Which records each rule needs").
 """
 

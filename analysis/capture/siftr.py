@@ -5,8 +5,9 @@ name, boot_id = hex sha256 prefix of the file"). Non-zero skip counters in the f
 become LossReport records, so a report shows the blind spots next to the samples.
 
 `analyze_siftr` is what `nettrail analyze` runs for such a file: flow summaries,
-loss records, the samples with --packets, and --store into the local database.
-Keep in sync with: translators/siftr_log.py (the format), collector/commands/analyze.py
+loss records, the samples with --packets; the CLI's --store wraps the stream (the
+database half lives in webapp/traces/capture_store.py).
+Keep in sync with: translators/siftr_log.py (the format), nettrail/commands/analyze.py
 (detection by the ``enable_time_secs=`` header), docs/reports.md.
 """
 
@@ -16,7 +17,7 @@ import argparse
 import hashlib
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,8 +77,6 @@ def _losses(footer: SiftrFooter, host_id: str, boot_id: str, seq: int) -> Iterat
 
 # --- `nettrail analyze FILE.siftr` ---------------------------------------------------------------
 
-STORE_CHUNK = 5000
-
 
 @dataclass
 class FlowSummary:
@@ -93,8 +92,13 @@ class FlowSummary:
     last_srtt: int | None = None
 
 
-def analyze_siftr(args: argparse.Namespace) -> int:
-    """The analyze command for a SIFTR log: flows, totals, loss; samples with --packets; --store."""
+def analyze_siftr(
+    args: argparse.Namespace, store: Callable[[Iterator[Record], str], Iterator[Record]] | None = None
+) -> int:
+    """The analyze command for a SIFTR log: flows, totals, loss; samples with --packets.
+
+    ``store`` (the CLI's --store) wraps the record stream: it keeps the records as they
+    pass; this library never touches the database itself."""
     options = libxo_from_args(args)
     if getattr(args, "server", None):
         print("nettrail: analyze: --server is not supported for SIFTR logs; use --store", file=sys.stderr)
@@ -107,7 +111,8 @@ def analyze_siftr(args: argparse.Namespace) -> int:
     w.emit("{L:File}{Lc:}{:file/%s}\n{L:Format}{Lc:}{:format/%s}\n", file=args.file, format="siftr")
     w.emit("{L:Host}{Lc:}{:host_id/%s}\n{L:Capture id}{Lc:}{:boot_id/%s}\n", host_id=host_id, boot_id=boot_id)
     try:
-        for rec in _stored(read_siftr(args.file), args, host_id):
+        records = read_siftr(args.file)
+        for rec in store(records, host_id) if store is not None else records:
             if isinstance(rec, LossReport):
                 losses.append(rec)
                 continue
@@ -148,29 +153,3 @@ def _write_flows(w: Writer, flows: Iterable[FlowSummary]) -> None:
         )  # fmt: skip
         w.close_instance("flow")
     w.close_list("flow")
-
-
-def _stored(records: Iterator[Record], args: argparse.Namespace, host_id: str) -> Iterator[Record]:
-    """With --store, records also go to the local database, in atomic chunks, as they pass."""
-    if not getattr(args, "store", False):
-        yield from records
-        return
-    from collector.commands._django import migrate, setup_django
-
-    setup_django()
-    migrate()
-    from webapp.traces.models import Host
-    from webapp.traces.store import store_batch
-
-    Host.objects.get_or_create(name=host_id)
-    chunk: list[Record] = []
-    stored = 0
-    for rec in records:
-        chunk.append(rec)
-        yield rec
-        if len(chunk) >= STORE_CHUNK:
-            stored += store_batch(chunk).stored
-            chunk = []
-    if chunk:
-        stored += store_batch(chunk).stored
-    print(f"nettrail: analyze: stored {stored} records under host {host_id!r}", file=sys.stderr)

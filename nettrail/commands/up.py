@@ -130,7 +130,7 @@ def _chown_tree(path: Path, account: pwd.struct_passwd) -> None:
 
 def _prepare_database() -> tuple[str | None, str]:
     """Migrate, create the admin on first run, renew the local token; returns (new password, token)."""
-    from collector.commands._django import migrate, setup_django
+    from nettrail.commands._django import migrate, setup_django
 
     setup_django()
     migrate()
@@ -213,15 +213,15 @@ def _python_for_others(env: dict[str, str]) -> str:
 
 
 def _collector_available() -> bool:
-    from collector.cli import COMMANDS
+    from nettrail.cli import COMMANDS
 
-    return "collect" in COMMANDS and importlib.util.find_spec("collector.commands.collect") is not None
+    return "collect" in COMMANDS and importlib.util.find_spec("nettrail.commands.collect") is not None
 
 
 def _start_collector(url: str, token: str, token_file: Path) -> subprocess.Popen[bytes]:
     write_token_file(token_file, token)  # root's, 0600: neither ps nor the webapp user can read it
     command = [
-        *(sys.executable, "-m", "collector.cli", "collect"),
+        *(sys.executable, "-m", "nettrail.cli", "collect"),
         *("--server", url.rstrip("/"), "--token-file", str(token_file)),
         *("--alerts", "--ppl", str(COLLECTOR_PPL)),  # alerts reach the dashboard live
         *("--providers", COLLECTOR_PROVIDERS),

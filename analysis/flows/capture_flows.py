@@ -8,7 +8,7 @@ connections, not with the file.
 Identity: records carry host_id = the capture name, boot_id = a capture id (sha256
 prefix of the file for files), conn_uuid = ``flow_uuid(host, boot, proto, stream)``.
 
-Keep in sync with: collector/analysis/tcp_analysis.py, conn_summary.py, pcap_rules.py,
+Keep in sync with: analysis/flows/tcp_analysis.py, tcp_state.py, conn_summary.py, pcap_rules.py,
 translators/packet.py (kind codes), docs/analyze.md (output contract, totals names).
 """
 
@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from collector.analysis import conn_summary as zeek
-from collector.analysis.pcap_rules import AlertSink, Thresholds, evaluate
-from collector.analysis.tcp_analysis import Conv, TcpAnalyzer, counts_of, flag_names
+from analysis.alerts.pcap_rules import AlertSink, Thresholds, evaluate
+from analysis.flows import conn_summary as zeek
+from analysis.flows.tcp_analysis import TcpAnalyzer
+from analysis.flows.tcp_state import Conv, counts_of, flag_names
 from translators.packet import K_ICMP, K_IP, K_MALFORMED, K_TCP, K_UDP, Decoded, addr_str, packet_records, tcp_record
 from translators.records import Alert, Connection, Record, flow_uuid
 

@@ -13,152 +13,62 @@ retransmission.
 Speed: this is the hot loop of ``nettrail analyze``. The per-direction state lives in
 ``__slots__`` objects, the unacked-segment list is retired by prefix while it is in
 sequence order (the common case) and scanned whole only after disorder, and the
-rare paths (retransmission classification, ACKed-unseen) are kept out of the way.
+rare paths (retransmission classification, ACKed-unseen) are kept out of the way, in
+tcp_checks.py; the state the analysis keeps is in tcp_state.py.
 
-Keep in sync with: anomalies.md §3 (semantics), translators.records.TCP_ANALYSIS_FLAGS
-(bit order) and AnalysisCounts, collector/analysis/conn_summary.py (Zeek letters).
+Keep in sync with: anomalies.md §3 (semantics), tcp_state.py (flag bits, Flow, Conv),
+tcp_checks.py, analysis/flows/conn_summary.py (Zeek letters).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from collector.analysis import conn_summary as zeek
-from translators.packet import TcpOptions
-from translators.records import TCP_ANALYSIS_FLAGS, AnalysisCounts
-
-M32 = 0xFFFFFFFF
-FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
-SFR = SYN | FIN | RST
-MAX_UNACKED = 10000
-HALF = 0x80000000
-
-(REUSED, RETRANS, FAST, SPURIOUS, OOO, LOST, ACKLOST, WUPDATE, WFULL, KA, KAACK, DUPACK, ZWP, ZW, ZWPACK) = (
-    1 << i for i in range(len(TCP_ANALYSIS_FLAGS))
+from analysis.flows import conn_summary as zeek
+from analysis.flows.tcp_checks import SequenceChecks
+from analysis.flows.tcp_state import (
+    ACK,
+    ANY_RETRANS,
+    COMPLETE_ACK,
+    COMPLETE_DATA,
+    COMPLETE_FIN,
+    COMPLETE_RST,
+    COMPLETE_SYN,
+    COMPLETE_SYNACK,
+    DUPACK,
+    EVENT_MASK,
+    FAST,
+    FIN,
+    FLAG_BITS,
+    HALF,
+    KA,
+    KAACK,
+    LOST,
+    M32,
+    MAX_UNACKED,
+    RETRANS,
+    REUSED,
+    RST,
+    SFR,
+    SPURIOUS,
+    SYN,
+    WFULL,
+    WUPDATE,
+    ZW,
+    ZWP,
+    ZWPACK,
+    Conv,
+    Event,
+    Flow,
+    PacketResult,
+    gt,
+    scaled_window,
 )
-ANY_RETRANS = RETRANS | FAST | SPURIOUS
-FLAG_BITS = tuple((name, 1 << i) for i, name in enumerate(TCP_ANALYSIS_FLAGS))
-# Flags worth remembering per connection for the P-rules (and for `--packets`).
-EVENT_MASK = ANY_RETRANS | OOO | LOST | ACKLOST | DUPACK | ZWP | ZW | REUSED | WFULL | KA
-COMPLETE_SYN, COMPLETE_SYNACK, COMPLETE_ACK, COMPLETE_DATA, COMPLETE_FIN, COMPLETE_RST = 1, 2, 4, 8, 16, 32
+from translators.packet import TcpOptions
 
 
-def gt(a: int, b: int) -> bool:
-    """a > b in sequence space (wrap-aware, like Wireshark's GT_SEQ)."""
-    return 0 < ((a - b) & M32) < HALF
-
-
-def flag_names(mask: int) -> list[str]:
-    """Flag names in Wireshark's print order; retransmission is added for fast/spurious."""
-    if mask & (FAST | SPURIOUS):
-        mask |= RETRANS
-    return [name for name, bit in FLAG_BITS if mask & bit]
-
-
-class Flow:
-    """One direction of a conversation (Wireshark's tcp_flow_t + tcp_analyze_seq_info)."""
-
-    __slots__ = (
-        "addr", "port", "base_seq", "base_set", "saw_syn", "nextseq", "nextseqtime", "nextseqframe", "maxseqtobeacked",
-        "lastack", "lastacktime", "window", "win_scale", "is_first_ack", "dupacknum", "lastnondupack",
-        "lastsegmentflags", "segs", "ordered", "lastacklen", "sack", "mss", "valid_bif",
-        "packets", "bytes", "wire_bytes", "data_segments", "retrans_bytes", "rtt_min", "rtt_max", "rtt_sum", "rtt_n",
-        "zw_since", "missed",
-    )  # fmt: skip
-
-    def __init__(self, addr: int, port: int) -> None:
-        self.addr = addr
-        self.port = port
-        self.base_seq = 0
-        self.base_set = False
-        self.saw_syn = False
-        self.nextseq = 0  # 0 means unset, as in Wireshark
-        self.nextseqtime = 0
-        self.nextseqframe = 0
-        self.maxseqtobeacked = 0
-        self.lastack = 0
-        self.lastacktime = 0
-        self.window = M32  # Wireshark starts with G_MAXUINT32: "no window seen yet"
-        self.win_scale = -1
-        self.is_first_ack = False
-        self.dupacknum = 0
-        self.lastnondupack = 0
-        self.lastsegmentflags = 0
-        # unacked segments, oldest first: [seq, nextseq, frame, ts, karn]
-        self.segs: list[list[int]] = []
-        self.ordered = True  # segs is sorted by seq and nextseq, so an ACK retires a prefix
-        self.lastacklen = 0
-        self.sack: list[tuple[int, int]] = []
-        self.mss = -1
-        self.valid_bif = True
-        self.packets = 0
-        self.bytes = 0
-        self.wire_bytes = 0
-        self.data_segments = 0
-        self.retrans_bytes = 0
-        self.rtt_min = 0
-        self.rtt_max = 0
-        self.rtt_sum = 0
-        self.rtt_n = 0
-        self.zw_since = -1
-        self.missed = 0  # bytes skipped by "previous segment not captured" gaps (Zeek's missed_bytes)
-
-
-@dataclass
-class Event:
-    """A flagged packet kept for the pcap rules (P1-P6) and for reports."""
-
-    frame: int
-    ts: int
-    orig: bool
-    flags: int
-    seq: int
-    ack: int
-    dupnum: int = 0
-
-
-@dataclass
-class Conv:
-    """A TCP conversation (tcp.stream)."""
-
-    stream: int
-    flow1: Flow
-    flow2: Flow
-    ip_ver: int
-    first_ts: int
-    last_ts: int = 0
-    orig: Flow | None = None  # the originator, set by TcpAnalyzer._direction on the first packet
-    guessed: bool = False
-    completeness: int = 0
-    ts_mru_syn: int = 0
-    first_rtt: int = 0
-    counts: list[int] = field(default_factory=lambda: [0] * len(TCP_ANALYSIS_FLAGS))
-    events: list[Event] = field(default_factory=list)
-    zw_stalls: list[tuple[int, int, bool]] = field(default_factory=list)  # (start, end or -1, receiver is orig)
-    z: zeek.ZeekFlow = field(default_factory=zeek.ZeekFlow)
-    icmp_error: str | None = None
-    icmp_errors: int = 0
-
-
-@dataclass
-class PacketResult:
-    """What --packets shows for one TCP segment."""
-
-    conv: Conv
-    is_orig: bool
-    flags: int
-    rel_seq: int
-    rel_ack: int
-    window_scaled: int | None
-    dupnum: int = 0
-    dupframe: int = 0
-    ack_rtt_ns: int | None = None
-    bytes_in_flight: int | None = None
-
-
-class TcpAnalyzer:
+class TcpAnalyzer(SequenceChecks):
     """Feeds packets in file order; ``conversations`` holds every tcp.stream."""
 
     def __init__(self, keep_results: bool = False, compat: str = "upstream") -> None:
@@ -513,154 +423,6 @@ class TcpAnalyzer:
             conv, False, aflags, seq, ack, None, dupnum, dupframe, rtt, self._in_flight(fwd, rev, seglen, flags)
         )
 
-    def _acked_unseen(self, fwd: Flow, rev: Flow, seq: int, ack: int, aflags: int) -> int:
-        if ack == ((fwd.lastack + 1) & M32) and seq == fwd.nextseq and rev.lastsegmentflags & ZWP:
-            rev.nextseq = ack
-            rev.maxseqtobeacked = ack
-            return aflags | WUPDATE
-        if self.compat == "4.0":  # 4.0 jumps straight to the highest sequence seen
-            rev.maxseqtobeacked = rev.nextseq
-            return aflags | ACKLOST
-        tail_le = tail_re = 0
-        for s in reversed(rev.segs):  # Wireshark walks newest first
-            if tail_le == tail_re:
-                tail_le, tail_re = s[0], s[1]
-            if not gt(ack, s[0]):  # s.seq >= ack
-                if s[1] == tail_le:
-                    tail_le = s[0]
-                else:
-                    tail_le, tail_re = s[0], s[1]
-        if ack == tail_le and gt(tail_re, ack):
-            rev.maxseqtobeacked = tail_re
-        else:
-            rev.maxseqtobeacked = ack
-        return aflags | ACKLOST
-
-    def _retransmission(
-        self, conv: Conv, fwd: Flow, rev: Flow, ts: int, seq: int, seglen: int, flags: int, aflags: int
-    ) -> int:
-        if aflags & KA:
-            return aflags
-        nextseq_f = fwd.nextseq
-        not_advanced = bool(nextseq_f) and gt(nextseq_f, seq)
-        if seglen > 1 and ((nextseq_f - 1) & M32) == seq:
-            not_advanced = False
-        end = (seq + seglen) & M32
-        if seglen > 0 and rev.lastack and not gt(end, rev.lastack):
-            return aflags | SPURIOUS
-        if not not_advanced:
-            return aflags
-        t = ts - rev.lastacktime if ts > rev.lastacktime else 0
-        if t < 20_000_000:
-            if rev.dupacknum >= 2 and rev.lastack == seq:
-                return aflags | FAST
-            if rev.sack and rev.lastack == seq:
-                count = 0
-                inside = True
-                for left, right in rev.sack:
-                    count += (right - left) & M32
-                    inside = inside and seq >= left and end <= right
-                if not inside and count > 2 * rev.mss:
-                    return aflags | FAST
-            if rev.dupacknum >= 2 and rev.sack:
-                if not any(seq >= left and end <= right for left, right in rev.sack):
-                    return aflags | FAST
-        thres = conv.first_rtt if conv.first_rtt else 3_000_000
-        seen = False
-        for s in reversed(fwd.segs):  # newest first, like Wireshark's list
-            if not gt(s[0], seq) and not gt(end, s[1]):
-                seen = True
-                s[4] = 1
-                break
-        if t < thres and not seen:
-            if nextseq_f != ((end + (1 if flags & (SYN | FIN) else 0)) & M32):
-                return aflags | OOO
-            if fwd.lastacklen == 0:
-                return aflags | OOO
-        return aflags | RETRANS
-
-    def _retransmission_40(
-        self, conv: Conv, fwd: Flow, rev: Flow, ts: int, seq: int, seglen: int, flags: int, aflags: int
-    ) -> int:
-        """Wireshark 4.0's classification (Debian 12's tshark): entered only when the sequence
-        did not advance; fast retransmission from duplicate ACKs alone; out-of-order timed
-        from the packet that last advanced nextseq."""
-        nextseq_f = fwd.nextseq
-        if not (nextseq_f and gt(nextseq_f, seq)):
-            return aflags
-        if aflags & KA:
-            return aflags
-        not_advanced = not (seglen > 1 and ((nextseq_f - 1) & M32) == seq)
-        end = (seq + seglen) & M32
-        if seglen > 0 and rev.lastack and not gt(end, rev.lastack):
-            return aflags | SPURIOUS
-        if not_advanced:
-            t = ts - rev.lastacktime if ts > rev.lastacktime else 0
-            if rev.dupacknum >= 2 and rev.lastack == seq and t < 20_000_000:
-                return aflags | FAST
-            t = ts - fwd.nextseqtime if ts > fwd.nextseqtime else 0
-            thres = conv.first_rtt if conv.first_rtt else 3_000_000
-            if nextseq_f != ((end + (1 if flags & (SYN | FIN) else 0)) & M32) and t < thres:
-                return aflags | OOO
-        return aflags | RETRANS
-
-    def _retire(self, rev: Flow, ack: int, ts: int) -> int | None:
-        """Drop segments of the other direction covered by this ACK; -> ack RTT (ns) of the acked segment."""
-        segs = rev.segs
-        rtt = None
-        if rev.ordered:
-            n = 0
-            partial = False
-            for s in segs:
-                if not gt(s[1], ack):  # old or exactly acked: retire
-                    if partial:
-                        break  # not a prefix after all: fall back to the full scan below
-                    if rtt is None and s[1] == ack:
-                        rtt = ts - s[3]
-                    n += 1
-                elif gt(ack, s[0]):  # partly acked: trim
-                    if rtt is None:
-                        rtt = ts - s[3]
-                    s[0] = ack
-                    partial = True
-                else:
-                    if n:
-                        del segs[:n]
-                    return rtt
-            else:
-                if n:
-                    del segs[:n]
-                return rtt
-            if n:
-                del segs[:n]
-        keep = []
-        for s in segs:
-            if s[1] == ack:
-                if rtt is None:
-                    rtt = ts - s[3]
-            elif gt(ack, s[0]) and not gt(ack, s[1]):
-                if rtt is None:
-                    rtt = ts - s[3]
-                s[0] = ack
-                keep.append(s)
-            elif gt(s[1], ack):
-                keep.append(s)
-        rev.segs = keep
-        rev.ordered = all(not gt(a[0], b[0]) and not gt(a[1], b[1]) for a, b in zip(keep, keep[1:], strict=False))
-        return rtt
-
-    def _in_flight(self, fwd: Flow, rev: Flow, seglen: int, flags: int) -> int | None:
-        if not seglen or not fwd.segs or not fwd.valid_bif:
-            return None
-        first = min(s[0] for s in fwd.segs)
-        last = max(s[1] for s in fwd.segs)
-        value = (last - first) & M32
-        for left, right in rev.sack:
-            value = (value - ((right - left) & M32)) & M32
-        if not 0 < value < 2_000_000_000:
-            return None
-        return value - 1 if flags & (SYN | FIN) else value
-
     # --- after the analysis: handshake bookkeeping and options ----------------------------
 
     def _after(
@@ -709,13 +471,3 @@ class TcpAnalyzer:
 
     _last_flags = 0
     _dupnum = 0
-
-
-def counts_of(conv: Conv) -> AnalysisCounts:
-    return AnalysisCounts(**{name: conv.counts[i] for i, name in enumerate(TCP_ANALYSIS_FLAGS)})
-
-
-def scaled_window(fwd: Flow, win: int, flags: int) -> int:
-    if flags & SYN or fwd.win_scale < 0:
-        return win
-    return win << fwd.win_scale

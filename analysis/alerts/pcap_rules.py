@@ -4,7 +4,7 @@ Inputs are what the TCP analyser keeps per conversation: the flagged-packet even
 zero-window episodes, per-direction data-segment counts and the handshake RTT. Every
 alert carries the thresholds in force and the frame numbers behind it (``evidence``).
 
-Keep in sync with: anomalies.md §3.5 and §5 (defaults), collector/analysis/tcp_analysis.py
+Keep in sync with: anomalies.md §3.5 and §5 (defaults), analysis/flows/tcp_state.py
 (Event, Conv), translators.records.Alert.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from collector.analysis.tcp_analysis import ACKLOST, ANY_RETRANS, DUPACK, KA, LOST, OOO, REUSED, ZWP, Conv, Flow
+from analysis.flows.tcp_state import ACKLOST, ANY_RETRANS, DUPACK, KA, LOST, OOO, REUSED, ZWP, Conv, Flow
 from translators.records import Alert
 
 

@@ -10,7 +10,7 @@ every sink (xo, --out, --server) in the same batches as the records behind them.
 ``Extras.add`` appends to each poll's records: ``stack_counter`` records when selected
 MIB counters of the collector's network namespace moved (read once a second), and a
 ``loss_report`` with event_type ``spool`` when the HTTP sink dropped records for lack
-of spool space. Keep in sync with collector/commands/collect.py, docs/collector.md and
+of spool space. Keep in sync with nettrail/commands/collect.py, docs/collector.md and
 docs/alerts.md.
 """
 

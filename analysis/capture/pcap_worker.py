@@ -6,7 +6,7 @@ translators.packet.decode_batch and sends each batch's compact form
 for the parent, so at most a couple of batches are in flight and memory stays bounded.
 Only for the analysis without per-packet records, which needs no packet bytes.
 
-Keep in sync with: collector/sources/pcap.py (CaptureReader, Damage, CaptureError) and
+Keep in sync with: analysis/capture/pcap.py (CaptureReader, Damage, CaptureError) and
 translators/packet.py (Decoded.portable).
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
-from collector.sources.pcap import CHUNK, CaptureError, CaptureReader, Damage
+from analysis.capture.pcap import CHUNK, CaptureError, CaptureReader, Damage
 from translators.packet import Decoded, decode_batch
 
 

@@ -1,16 +1,11 @@
-"""Imported captures into a nettrail database: locally (`--store`) or to a server (`--server/--token`).
+"""`nettrail analyze FILE --store | --server URL --token T`: keeping a capture's records.
 
-`capture_records(path, name)` runs the capture pipeline of `nettrail analyze` over a
-file and yields its records (per-packet records with `packets=True`, then the
-connection summaries, then the alerts); host_id is the capture name, boot_id the
-capture id, so re-importing the same file stores nothing twice.
-`store_records(records, host_name)` writes records into the local database through
-the ingest endpoint's own code path (webapp.traces.store.store_batch + push), so the
-Connection rows and live pushes are the same as for a collector.
-
-This module imports Django lazily: the collector stays usable without the webapp.
-Keep in sync with: collector/commands/analyze.py (the flags), webapp/traces/ingest.py
-(same storage steps), webapp/api/upload.py (the browser's upload), docs/collector-sinks.md.
+The records are the capture's (analysis/capture/file_records.py); --store writes them
+into the local database through webapp/traces/capture_store.py (the ingest endpoint's
+own storage steps), --server sends them through the agent's HTTP sink. Django is
+imported only when --store runs, so `nettrail analyze` alone starts without it.
+Keep in sync with: nettrail/commands/analyze.py (the flags), webapp/api/upload.py (the
+browser's upload), docs/collector-sinks.md.
 """
 
 from __future__ import annotations
@@ -18,69 +13,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator
 
+from analysis.capture.file_records import capture_records
 from collector.sinks.token_source import add_token_arguments, resolve_token
 from translators.records import Record
-
-STORE_CHUNK = 5000  # records per transaction: bounded memory, one fsync per chunk
-
-
-@dataclass
-class StoreTotals:
-    stored: int = 0
-    duplicates: int = 0
-
-
-def capture_records(
-    path: str, name: str | None = None, packets: bool = False, compat: str = "upstream", keep_bytes: bool = False
-) -> Iterator[Record]:
-    """Every record `nettrail analyze` derives from a capture file; raises CaptureError/OSError.
-    keep_bytes: packet records carry their frame's bytes (for pcap export, collector/export/frames.py)."""
-    from collector.analysis.capture_flows import CapturePipeline
-    from collector.commands.analyze import capture_id
-    from collector.export.frames import with_frame_bytes
-    from collector.sources.pcap import CaptureReader
-    from translators.packet import decode_batch
-
-    pipeline = CapturePipeline(name or os.path.basename(path), capture_id(path), packets=packets, compat=compat)
-    with CaptureReader(path) as reader:
-        for batch in reader.batches():
-            records = pipeline.feed(decode_batch(batch, want_options=packets))
-            yield from with_frame_bytes(records, batch) if keep_bytes else records
-    yield from pipeline.connections()
-    yield from pipeline.alerts()
-
-
-def store_records(records: Iterable[Record], host_name: str) -> StoreTotals:
-    """Store records of host `host_name` as ingest does (atomic per chunk, idempotent, pushed live)."""
-    from webapp.traces import push
-    from webapp.traces.models import Host
-    from webapp.traces.store import store_batch
-
-    Host.objects.get_or_create(name=host_name)
-    totals = StoreTotals()
-    chunk: list[Record] = []
-    for rec in records:
-        if rec.host_id != host_name:
-            raise ValueError(f"record seq {rec.seq}: host_id {rec.host_id!r} is not {host_name!r}")
-        chunk.append(rec)
-        if len(chunk) >= STORE_CHUNK:
-            _store_chunk(chunk, totals, store_batch, push.push)
-            chunk = []
-    if chunk:
-        _store_chunk(chunk, totals, store_batch, push.push)
-    return totals
-
-
-def _store_chunk(chunk: list[Record], totals: StoreTotals, store_batch: Any, push: Any) -> None:
-    result = store_batch(chunk)
-    totals.stored += result.stored
-    totals.duplicates += result.duplicates
-    push(result.new)
-
 
 # --- `nettrail analyze FILE --store | --server URL --token T` ---------------------------------
 
@@ -123,10 +60,12 @@ def ship(args: argparse.Namespace) -> int:
         )
         return 2
     if args.store:
-        from collector.commands._django import migrate, setup_django
+        from nettrail.commands._django import migrate, setup_django
 
         setup_django()
         migrate()
+        from webapp.traces.capture_store import store_records
+
         totals = store_records(capture_records(args.file, name, packets, _compat(args), keep_bytes=packets), name)
         print(
             f"nettrail: analyze: stored {totals.stored} records ({totals.duplicates} already there) under host {name!r}",
@@ -134,6 +73,21 @@ def ship(args: argparse.Namespace) -> int:
         )
         return 0
     return _send(args, name, packets, str(token))
+
+
+def store_passing(records: Iterator[Record], host_id: str) -> Iterator[Record]:
+    """`analyze FILE.siftr --store`: the records pass on to the printout and go to the local
+    database in atomic chunks as they pass; the count is printed at the end."""
+    from nettrail.commands._django import migrate, setup_django
+
+    setup_django()
+    migrate()
+    from webapp.traces.capture_store import StoreTotals
+    from webapp.traces.capture_store import store_passing as store
+
+    totals = StoreTotals()
+    yield from store(records, host_id, totals)
+    print(f"nettrail: analyze: stored {totals.stored} records under host {host_id!r}", file=sys.stderr)
 
 
 def _compat(args: argparse.Namespace) -> str:

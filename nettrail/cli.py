@@ -1,4 +1,4 @@
-"""The `nettrail` command line: one subcommand per module in collector/commands/.
+"""The `nettrail` command line: one subcommand per module in nettrail/commands/.
 
 Each module in COMMANDS defines `register(subparsers)` which adds its parser and sets
 `func` (called with the parsed arguments, returns the exit status). Add a command by
@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"collector.commands.{name}").register(subparsers)
+        importlib.import_module(f"nettrail.commands.{name}").register(subparsers)
     return parser
 
 

@@ -18,9 +18,9 @@ from typing import IO, Any
 
 import msgspec
 
-from collector.analysis.config import ConfigError, load_config
-from collector.analysis.engine import RuleEngine
-from collector.analysis.engine import run as run_engine
+from analysis.alerts.config import ConfigError, load_config
+from analysis.alerts.engine import RuleEngine
+from analysis.alerts.engine import run as run_engine
 from translators.records import Alert, AnyRecord, Record, from_json
 from xo import add_libxo_argument, libxo_from_args, render_records
 

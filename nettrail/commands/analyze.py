@@ -5,20 +5,19 @@ Output contract (docs/analyze.md): top container `analyze` with `file`, `format`
 udp_datagram records in file order); a `connection` list (translators.records.Connection,
 one per TCP/UDP flow, each with an `analysis` container); a `totals` container; an
 `alert` list (P1-P6, then the kernel-agnostic rules K9/K14 of
-collector/analysis/capture_rules.py). Field names keep their underscores in every style.
+analysis/alerts/capture_rules.py). Field names keep their underscores in every style.
 
 Errors: a file that cannot be read as a capture at all prints one line naming the file
 and the byte offset and exits 1. Damaged packets are skipped and counted
 (totals.packets_malformed); their first offsets are printed as warnings with
 `--libxo warn`.
 
-Keep in sync with: docs/analyze.md, collector/analysis/capture_flows.py (Totals).
+Keep in sync with: docs/analyze.md, analysis/flows/capture_flows.py (Totals).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import sys
 import threading
@@ -26,13 +25,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from collector.analysis.capture_flows import CapturePipeline, Totals
-from collector.analysis.capture_rules import CaptureRules
-from collector.analysis.config import ConfigError, load_config
-from collector.sinks import store
-from collector.sources.pcap import CaptureError, CaptureReader, Damage
-from collector.sources.pcap_worker import DecodedStream
-from collector.sources.siftr import analyze_siftr, looks_like_siftr
+from analysis.alerts.capture_rules import CaptureRules
+from analysis.alerts.config import ConfigError, load_config
+from analysis.capture.file_records import capture_id
+from analysis.capture.pcap import CaptureError, CaptureReader, Damage
+from analysis.capture.pcap_worker import DecodedStream
+from analysis.capture.siftr import analyze_siftr, looks_like_siftr
+from analysis.flows.capture_flows import CapturePipeline, Totals
+from nettrail.commands import analyze_store as store
 from translators.packet import decode_batch
 from translators.records import Record
 from xo import Writer, add_libxo_argument, libxo_from_args
@@ -84,20 +84,11 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def capture_id(path: str) -> str:
-    """boot_id of a capture: the first 16 hex digits of the file's sha256."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()[:16]
-
-
 def run(args: argparse.Namespace) -> int:
     options = libxo_from_args(args)
     path: str = args.file
     if looks_like_siftr(path):  # a siftr(4) log: starts with enable_time_secs= (issue 9)
-        return analyze_siftr(args)
+        return analyze_siftr(args, store.store_passing if getattr(args, "store", False) else None)
     try:
         rules = CaptureRules(load_config(args.rules))
     except ConfigError as exc:
@@ -174,7 +165,7 @@ def consume(
 
     With --packets the records are written as they come, from this process, and pass
     through the alert rules on the way (SYN floods need the SYNs). Without, a
-    child process reads and decodes (collector/sources/pcap_worker.py) while this one
+    child process reads and decodes (analysis/capture/pcap_worker.py) while this one
     analyses, so a file keeps two cores busy."""
     if not packets:
         with DecodedStream(reader.path, reader.chunk_size) as stream, progress(reader, stream.progress) as tick:

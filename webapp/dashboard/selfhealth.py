@@ -38,7 +38,7 @@ def cpu_budget() -> float:
         return float(load_config(env={}).params("H4")["max_cpu_percent"])
 
 
-# Rules outside the rules file: the capture rules (collector/analysis/pcap_rules.py, no
+# Rules outside the rules file: the capture rules (analysis/alerts/pcap_rules.py, no
 # thresholds to configure) and the self-health ones the collector raises itself.
 RULES_OUTSIDE_CONFIG = ("P1", "P2", "P3", "P4", "P5", "P6", *SELF_HEALTH_RULES)
 

@@ -201,7 +201,9 @@ def test_the_detail_view_orders_the_states_and_names_who_caused_them(client: Cli
     body = client.get(f"/api/dash/connections/{cast['nginx_retrans']}").json()
     states = [(i["state"], i["who"]) for i in body["timeline"] if i["type"] == "state"]
     assert states == [("SYN_SENT", "nginx (pid 1)"), ("ESTABLISHED", "nginx (pid 1)")]
-    assert [i["type"] for i in body["timeline"]].count("retransmit") == 2
+    runs = [i for i in body["timeline"] if i["type"] == "retransmits"]
+    assert [(r["count"], r["ts"], r["last"]) for r in runs] == [(2, 1_700_000_000.5, 1_700_000_001.5)]
+    assert body["marks"] == {"retransmit": [1_700_000_000.5, 1_700_000_001.5], "reset": []}
     assert [a["rule_id"] for a in body["alerts"]] == ["K1"]
     assert client.get("/api/dash/connections/no-such-uuid").status_code == 404
 
@@ -209,7 +211,7 @@ def test_the_detail_view_orders_the_states_and_names_who_caused_them(client: Cli
 def test_the_timeline_marks_a_reset_between_the_states(client: Client, cast: dict[str, str]) -> None:
     body = client.get(f"/api/dash/connections/{cast['sshd']}").json()
     kinds = [i["type"] for i in body["timeline"]]
-    assert kinds == ["state", "state", "retransmit", "reset"]
+    assert kinds == ["state", "state", "retransmits", "reset"]
     assert body["timeline"][3]["text"] == "RST received from the peer in ESTABLISHED (NOT_SPECIFIED)"
 
 

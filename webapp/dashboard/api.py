@@ -104,6 +104,7 @@ def connection(request: HttpRequest, uuid: str) -> HttpResponse:
         {
             "conn": {**summary, **body},
             "timeline": detail.timeline(conn),
+            "marks": detail.marks(uuid),
             "siftr": detail.siftr(uuid),
             "sampling": selfhealth.connection_sampling(uuid),
             "tseq": detail.tseq(conn),

@@ -265,3 +265,22 @@ def test_an_unknown_rule_is_a_400_and_a_near_miss_gets_a_hint(client: Client, ca
     assert client.get("/api/dash/connections", {"q": "comm nginx"}).json()["hints"] == []
     assert client.get("/api/dash/connections", {"q": "comm zzz"}).json()["hints"] == []
 
+
+def test_an_alert_row_carries_its_first_and_worst_versions(client: Client) -> None:
+    t = 1_700_000_100.0
+    versions = [(0.020, 39, "open"), (0.061, 120, "open"), (0.047, 249, "closed")]
+    for i, (metric, count, status) in enumerate(versions):
+        store_batch(
+            [
+                Alert(
+                    host_id=HOST, boot_id=BOOT, seq=next(_seq), ts_ns=int((t + i) * 1e9), ts_wall=t + i,
+                    provider="nettrail", probe="alert", rule_id="K1", severity="warning", start=t,
+                    alert_id="k1-versions", metric=metric, count=count, status=status,
+                    message=f"{count} retransmitted ({metric:.1%})",
+                )
+            ]
+        )  # fmt: skip
+        row = client.get("/api/dash/alerts", {"rule": "K1"}).json()["alerts"][0]
+        assert (row["metric"], row["count"], row["status"], row["versions"]) == (metric, count, status, i + 1)
+    assert row["first"] == {"metric": 0.020, "count": 39, "message": "39 retransmitted (2.0%)", "ts": t}
+    assert row["worst"] == {"metric": 0.061, "count": 120, "message": "120 retransmitted (6.1%)", "ts": t + 1}

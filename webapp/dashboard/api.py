@@ -242,8 +242,9 @@ def _ack_of(a: Any) -> AlertAck | None:
     return alert_versions.ack_of(a)
 
 
-def _alert_json(a: Any) -> dict[str, Any]:
+def _alert_json(a: Any, history: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     ack = _ack_of(a)
+    past = (history or {}).get(a.alert_id) if a.alert_id else None
     return {
         "id": a.pk,
         "host_id": a.host_id,
@@ -264,6 +265,10 @@ def _alert_json(a: Any) -> dict[str, Any]:
         "thresholds": a.thresholds,
         "acked_by": (ack.user.get_username() if ack.user else "(deleted user)") if ack else None,
         "acked_at": ack.at.timestamp() if ack else None,
+        # the first and worst versions' numbers (alert_versions.history); None: one version known
+        "first": past["first"] if past else None,
+        "worst": past["worst"] if past else None,
+        "versions": past["versions"] if past else 1,
     }
 
 
@@ -284,7 +289,9 @@ def alerts(request: HttpRequest) -> HttpResponse:
         "rules": sorted(set(Alert.objects.values_list("rule_id", flat=True).distinct())),
         "hosts": sorted(set(Alert.objects.values_list("host_id", flat=True).distinct())),
     }
-    return JsonResponse({"alerts": [_alert_json(a) for a in qs[:ALERT_LIMIT]], **facets})
+    rows = list(qs[:ALERT_LIMIT])
+    history = alert_versions.history([a.alert_id for a in rows if a.alert_id])
+    return JsonResponse({"alerts": [_alert_json(a, history) for a in rows], **facets})
 
 
 @api("POST")
@@ -294,7 +301,7 @@ def alert_ack(request: HttpRequest, alert_id: int) -> HttpResponse:
         return json_error(404, "no such alert")
     AlertAck.objects.get_or_create(alert=alert, defaults={"user": request.user})
     alert = Alert.objects.select_related("ack", "ack__user").get(pk=alert_id)
-    return JsonResponse(_alert_json(alert))
+    return JsonResponse(_alert_json(alert, alert_versions.history([alert.alert_id] if alert.alert_id else [])))
 
 
 @api("GET")

@@ -537,7 +537,10 @@ def main(argv: list[str] | None = None) -> int:
         "(and their wake-ups) cost the traffic. A nice-19 spinner keeps the tracer's CPU awake for every contender: "
         "on this VM a halted vCPU makes loopback throughput drop by half (measured: 10.7 vs 22.3 Gbit/s with CPU 0 "
         "idle vs busy), which would otherwise make any traced run look faster than the untraced one. Other "
-        "engineers' jobs share both CPUs, hence several rounds and medians.",
+        "engineers' jobs share both CPUs, hence several rounds and medians. Whether `nettrail collect` keeps up "
+        "is the collector totals column (events lost while it reads a bulk transfer) and the drain capacity below: "
+        "benchmark figures, which depend on the machine; the tests assert only that received + lost = generated "
+        "(tests/test_collect_loss_accounting.py).",
         "",
         *table,
         "",

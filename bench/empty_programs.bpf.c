@@ -16,3 +16,5 @@ SEC("tp_btf/sock_send_length") int e_sock_send_length(void *ctx) { return 0; }
 SEC("tp_btf/sock_recv_length") int e_sock_recv_length(void *ctx) { return 0; }
 SEC("tp_btf/inet_sock_set_state") int e_inet_sock_set_state(void *ctx) { return 0; }
 SEC("tp_btf/kfree_skb") int e_kfree_skb(void *ctx) { return 0; }
+SEC("tp_btf/softirq_entry") int e_softirq_entry(void *ctx) { return 0; }
+SEC("tp_btf/softirq_exit") int e_softirq_exit(void *ctx) { return 0; }

@@ -136,7 +136,8 @@ struct nt_retransmit_body {
 	__u8 state;     /* Linux enum tcp_state */
 	__u8 ca_state;
 	__u8 synack;    /* 1: tcp_retransmit_synack */
-	__u8 _pad[2];
+	__u8 timer;     /* icsk_pending then: ICSK_TIME_LOSS_PROBE (5) inside tcp_send_loss_probe (a TLP) */
+	__u8 _pad;
 };
 
 struct nt_reset_body {
@@ -165,6 +166,24 @@ struct nt_destroy_body {
 	__u32 total_retrans;
 	__u8 state;
 	__u8 _pad[3];
+};
+
+/* Map `closed` value (by cookie): the 4-tuple and counters of a socket at its change to
+ * CLOSE. tcp_disconnect() (an abort: SO_LINGER 0, or a reset) zeroes the peer port, the
+ * local address and the counters right after that change, before the congestion-state
+ * reset, the DETACH and the destroy report on the socket. */
+struct nt_closed {
+	__u64 bytes_acked;
+	__u64 bytes_received;
+	__u32 segs_in;
+	__u32 segs_out;
+	__u32 total_retrans;
+	__u16 sport;
+	__u16 dport;
+	__u8 family;
+	__u8 _pad[7];
+	__u8 saddr[NT_ADDR_LEN];
+	__u8 daddr[NT_ADDR_LEN];
 };
 
 /* ---- siftr provider ----------------------------------------------------- */
@@ -268,8 +287,8 @@ struct nt_debug_body {
 struct nt_ip_body {
 	__u32 if_index;
 	__u32 flow_label; /* IPv6 */
-	__u32 skb_len;
-	__u16 length;    /* IPv4 total length; IPv6 payload length + 40 */
+	__u32 skb_len;   /* bytes from the network header to the skb's end: the length of a GSO/BIG TCP skb */
+	__u16 length;    /* IPv4 total length (0 above 64 KiB); IPv6 payload length + 40, modulo 2^16 */
 	__u16 ident;     /* IPv4 */
 	__u16 frag_off;  /* IPv4 flags and offset, host order */
 	__u16 checksum;  /* IPv4 header checksum */
@@ -310,6 +329,18 @@ struct nt_ip_flow {
 	__u64 first_ns; /* creation: a new value here means the entry was evicted and recreated */
 	__u64 last_ns;  /* first_ns + whole jiffies since: the last packet to a jiffy (no clock read per packet) */
 	__u64 first_jiffies;
+};
+
+/* Map `frag_ports` key: an IPv4 datagram being fragmented or reassembled. The value is its
+ * ports (sport << 16 | dport) from its first fragment, for the later ones, which have none
+ * in their headers: filters and ip-flows keep them with their datagram. */
+struct nt_frag_key {
+	__u32 netns;
+	__u32 saddr;
+	__u32 daddr;
+	__u16 ident;
+	__u8 protocol;
+	__u8 direction; /* 0 receive, 1 send: loopback sees each fragment leave and arrive in turn */
 };
 
 /* ---- udp provider -------------------------------------------------------- */

@@ -51,8 +51,8 @@ def test_the_upload_page_analyses_and_stores_an_uploaded_capture(viewer_client: 
     with capture.open("rb") as f:
         answer = viewer_client.post("/captures/upload/", {"capture": f})
     assert answer.status_code == 200
-    assert b"under host\n      <strong>lab-upload.pcap</strong>" in answer.content
-    body = get_json(viewer_client, "/api/connections", host="lab-upload.pcap")
+    assert b"under host\n      <strong>capture:lab-upload.pcap</strong>" in answer.content
+    body = get_json(viewer_client, "/api/connections", host="capture:lab-upload.pcap")
     assert [c["dport"] for c in body["connections"]] == [81, 80]
 
 
@@ -73,6 +73,25 @@ def test_a_file_that_is_not_a_capture_is_a_400_naming_it(viewer_client: Client, 
         answer = viewer_client.post("/captures/upload/", {"capture": f})
     assert answer.status_code == 400
     assert b"notes.pcap: not a capture nettrail can read" in answer.content
+    assert list(Host.objects.values_list("name", flat=True)) == []  # nothing left behind
+
+
+def test_an_upload_named_like_a_live_host_never_writes_into_it(viewer_client: Client, tmp_path: Path) -> None:
+    from webapp.traces.tokens import create_token
+
+    create_token("vm")  # a live collector's host
+    capture = write_capture(tmp_path / "vm")
+    with capture.open("rb") as f:
+        assert viewer_client.post("/captures/upload/", {"capture": f}).status_code == 200
+    assert sorted(Host.objects.values_list("name", flat=True)) == ["capture:vm", "vm"]
+    assert Connection.objects.filter(host_id="vm").count() == 0
+    assert Connection.objects.filter(host_id="capture:vm").count() == 2
+
+
+def test_no_token_can_be_made_for_a_capture_host_name(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["token", "create", "capture:vm"]) == 2
+    assert "reserved for uploaded captures" in capsys.readouterr().err
+    assert not Host.objects.filter(name="capture:vm").exists()
 
 
 def test_the_upload_needs_a_login_and_a_csrf_token(client: Client, tmp_path: Path) -> None:

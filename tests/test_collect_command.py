@@ -155,9 +155,18 @@ def test_text_output_streams_lines_while_it_runs() -> None:
         make_traffic(lst)
         lst.close()
         assert collector.proc.stdout is not None
-        first = collector.proc.stdout.readline().decode()  # arrives before the collector stops
-        assert first.startswith("collector_status ") and "providers tcp " in first, first  # what is attached (H3)
-        line = collector.proc.stdout.readline().decode()
-        assert line.startswith("tcp_state 127.0.0.1:") and "state LISTEN" in line, line
+        # the text style's tables arrive before the collector stops: what is attached (H3)
+        # first, then the state changes, one table row per record
+        lines = [collector.proc.stdout.readline().decode() for _ in range(4)]
+        assert lines[0].split() == ["TIME", "PROBE"], lines
+        assert lines[1].split()[1] == "status", lines
+        assert lines[2].split()[:2] == ["providers", "tcp"], lines
+        line = ""
+        for _ in range(20):  # the status's detail lines, a blank line and the tcp_state header come first
+            line = collector.proc.stdout.readline().decode()
+            if line[:1].isdigit() and line.split()[1] == "state-change":
+                break
+        fields = line.split()
+        assert fields[1] == "state-change" and fields[2].startswith("127.0.0.1:") and fields[-1] == "LISTEN", line
         status, _, err = collector.stop()
         assert status == 0, err

@@ -34,6 +34,8 @@ def test_only_the_chosen_providers_programs_are_loaded() -> None:
         "sock_send_length",
         "sock_recv_length",
         "tcp_destroy_sock",
+        "softirq_entry",
+        "softirq_exit",
         "tcp_probe",
         "net_dev_queue",
     }

@@ -3,7 +3,7 @@ per-flow sampling decided in the kernel, and LRU evictions reported as loss.
 
 Real traffic on loopback, filtered on a port each test owns; compared with what the
 test sent, with the ip provider's full mode and with tcpdump. Keep in sync with
-kmod/tcp.bpf.c (ip_flow_count), collector/bpf/source.py (ip_flow_counters).
+kmod/ip.bpf.c (ip_flow_count), collector/bpf/source.py (ip_flow_counters).
 """
 
 from __future__ import annotations

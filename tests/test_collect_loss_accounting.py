@@ -1,11 +1,14 @@
-"""Kernel tests: under a storm into a tiny ring buffer, events received + lost = events
-generated; a collector that keeps up with a bulk transfer loses nothing; program runs the
-kernel skipped are reported as the kernel counts them."""
+"""Kernel tests: events received + lost = events generated, exactly, whether nobody reads
+the ring (a storm into one page) or the collector reads it while a bulk transfer fills it;
+program runs the kernel skipped are reported as the kernel counts them.
+
+These tests assert the accounting, never how fast the collector drains: that depends on
+the machine and on what else runs there, and is a benchmark figure (bench/bench_collect.py,
+docs/benchmarks.md "Kernel collector overhead": its collector totals and drain capacity)."""
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import socket
 import subprocess
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from collector.bpf import layout
 from tests.collect_process import Collector
 from tests.kernel_support import bound_listener, free_port, kernel, tracing
 from translators.records import LossReport, from_json
@@ -79,25 +83,39 @@ def test_a_storm_into_a_one_page_ring_loses_events_and_the_counts_add_up() -> No
 
 @pytest.mark.slow
 @NEEDS_IPERF3
-def test_a_collector_that_keeps_up_with_a_bulk_storm_loses_nothing(tmp_path: Path) -> None:
-    """At ppl=1 a loopback iperf3 transfer makes ~70,000 events/s; `nettrail collect` drains
-    the default 16 MiB ring far faster, so no reservation may fail. Those that did (a few
-    dozen a run) came from the reader storing its consumer position a byte at a time: the
-    kernel could read a torn value far behind and find the ring full."""
+def test_received_plus_lost_is_generated_while_the_collector_reads_a_bulk_storm() -> None:
+    """A loopback iperf3 transfer at ppl=1 (tens of thousands of events a second) into a
+    256 KiB ring, read while it fills, as `nettrail collect` reads it. Reading starts only
+    once the programs have generated twice what the ring holds, so some events are lost on
+    any machine, idle or busy, however fast the reader: the loss counters are part of what
+    is checked. However the events split between received and lost, each one generated is
+    either read exactly once or counted lost exactly once, per event type."""
     port = free_port()
-    out = tmp_path / "o.jsonl"
-    with (
-        iperf3_server(port),
-        Collector("--providers", "tcp,siftr", "--filter", f"port={port}", "--out", str(out)) as col,
-    ):
-        col.wait_attached(timeout=60)
-        client = ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", "3"]
-        subprocess.run(client, check=True, stdout=subprocess.DEVNULL, timeout=60)
-        code, _, err = col.stop(timeout=60)
-    found = re.search(r"events received (\d+), lost (\d+)", err)
-    assert code == 0 and found, err
-    received, lost = int(found.group(1)), int(found.group(2))
-    assert received > 50_000 and lost == 0, err
+    ring = 1 << 18
+    capacity = ring // ((layout.EVENT_SIZE + 8 + 7) & ~7)  # records of struct nt_event + header
+    with iperf3_server(port), tracing(("tcp", "siftr"), ringbuf=ring, port=port) as cap:
+        client = subprocess.Popen(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", "3"], stdout=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 30
+            while int(cap.session.counters()[:, 0, :].sum()) < 2 * capacity:  # generated, nothing read yet
+                assert time.monotonic() < deadline and client.poll() is None, "iperf3 made too few events"
+                time.sleep(0.01)
+            while client.poll() is None:  # read while the transfer fills the ring
+                cap.drain()
+            assert client.wait() == 0
+        finally:
+            if client.poll() is None:
+                client.kill()
+                client.wait()
+        cap.session.detach()  # no event after this one: what is generated is final
+        cap.wait_for(lambda recs: False, timeout=0.5)
+        counters = cap.session.counters().sum(axis=0)  # read after the drain: nothing is in flight
+        received = cap.source.received.copy()
+
+    generated, lost = counters[0], counters[1]
+    assert generated.sum() >= 2 * capacity and lost.sum() > 0 and received.sum() > 0
+    assert (received + lost == generated).all(), (received, lost, generated)
+    assert received[6] > 0 and lost[6] > 0  # siftr_sample, the bulk of the storm
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from django.test import Client, override_settings
 from webapp_cast import BOOT, Cast, cast, drop, post, retransmit, state  # noqa: F401 (cast is a fixture)
 
 from translators import records as r
+from translators.records import connection_uuid
 from webapp.traces.models import Connection, Host, SkbDrop, TcpRetransmit, TcpStateChange
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
@@ -99,7 +100,11 @@ def test_it_rejects_an_unknown_record_kind_naming_the_kind_field(cast: Cast) -> 
 
 
 def test_it_rejects_an_integer_the_database_cannot_hold(cast: Cast) -> None:
-    batch = [retransmit("host-a", 1), retransmit("host-a", 2, sock_cookie=2**64 - 1)]
+    too_big = 2**64 - 1  # a valid socket cookie, over SQLite's and PostgreSQL's signed 64 bits
+    batch = [
+        retransmit("host-a", 1),
+        retransmit("host-a", 2, conn=connection_uuid("host-a", BOOT, too_big), sock_cookie=too_big),
+    ]
     resp = post(Client(), cast.token_a, batch)
     assert resp.status_code == 400
     assert (resp.json()["index"], resp.json()["field"]) == (1, "sock_cookie")

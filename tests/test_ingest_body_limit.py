@@ -1,8 +1,10 @@
-"""The ASGI guard refuses oversized ingest bodies before Django spools them (webapp/bodylimit.py)."""
+"""The ASGI guard refuses oversized ingest bodies before Django spools them (webapp/refuse_early.py).
+
+In process, through the ASGI application; tests/test_refuse_early.py checks the same against a
+real daphne, where the refusal happens below the ASGI layer (webapp/daphne_gate.py).
+"""
 
 from __future__ import annotations
-
-import asyncio
 
 import msgspec
 import pytest
@@ -55,10 +57,10 @@ async def test_a_body_under_the_limit_reaches_ingest() -> None:
 
 @pytest.mark.django_db(transaction=True)
 @override_settings(NETTRAIL_INGEST_MAX_BYTES=LIMIT)
-async def test_an_undeclared_oversized_body_is_cut_off_and_stores_nothing() -> None:
+async def test_an_undeclared_oversized_body_is_cut_off_with_413_and_stores_nothing() -> None:
     _, token = await sync_to_async(create_token)("host-a")
     body = batch(200)
     comm = HttpCommunicator(application, "POST", "/api/ingest", body=body, headers=headers(token, body, declare=False))
-    with pytest.raises(asyncio.TimeoutError):
-        await comm.get_response(timeout=1)  # the request was treated as abandoned: no answer
+    resp = await comm.get_response(timeout=5)
+    assert (resp["status"], msgspec.json.decode(resp["body"])) == (413, {"error": f"body over {LIMIT} bytes"})
     assert await sync_to_async(TcpRetransmit.objects.count)() == 0

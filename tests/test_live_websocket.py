@@ -18,7 +18,7 @@ from webapp.asgi import application
 from webapp.traces.consumers import (
     CLOSE_TOO_SLOW,
     CLOSE_UNAUTHENTICATED,
-    MAX_RECORDS_PER_MESSAGE,
+    MAX_MESSAGE_BYTES,
     PUSH_HZ,
     host_group,
 )
@@ -133,19 +133,21 @@ async def test_a_burst_of_100000_records_makes_a_few_messages_and_delivers_them_
         message = await comm.receive_json_from(timeout=5)
         messages += 1
         seqs.extend(r["seq"] for r in message["records"])
+        await comm.send_json_to({"ack": message["id"]})
     elapsed = time.monotonic() - started
     assert seqs == list(range(100_000))
     # At most PUSH_HZ pushes a second (the first one at once), each up to MAX_RECORDS_PER_MESSAGE
     # records: about 5 messages here, more only when a loaded machine spreads the burst out
     # in time; never one per ingest message.
-    assert messages <= 1 + int(elapsed * PUSH_HZ) + 100_000 // MAX_RECORDS_PER_MESSAGE
-    assert messages <= 25
+    # Messages are cut at MAX_MESSAGE_BYTES: these ~100-byte records make 10 or 11.
+    assert messages <= 1 + int(elapsed * PUSH_HZ) + 100_000 * 110 // MAX_MESSAGE_BYTES
+    assert messages <= 40
     assert await comm.receive_nothing(timeout=0.3)
     await comm.disconnect()
 
 
 @override_settings(CHANNEL_LAYERS=BIG_LAYER, NETTRAIL_LIVE_WINDOW=1, NETTRAIL_LIVE_MAX_BUFFER=5000)
-async def test_a_client_that_stops_acknowledging_is_dropped_and_the_others_keep_receiving(session_cookie) -> None:
+async def test_a_client_that_stops_acknowledging_is_told_its_exact_gap_then_dropped(session_cookie) -> None:
     slow = await connect(session_cookie, {"host": "alpha"})
     fast = await connect(session_cookie, {"host": "alpha"})
     await batch(host_group("alpha"), records("alpha", 0, 10))
@@ -160,15 +162,54 @@ async def test_a_client_that_stops_acknowledging_is_dropped_and_the_others_keep_
             message = await fast.receive_json_from(timeout=5)
             got += len(message["records"])
             await fast.send_json_to({"ack": message["id"]})
-    layer = get_channel_layer()
-    assert members(layer, host_group("alpha")) == 1  # only the fast client is left in the group
     second = await slow.receive_json_from(timeout=2)
     assert second["id"] == 2  # window 1: one unacknowledged push, then records wait in its buffer
-    assert await slow.receive_json_from(timeout=2) == {"type": "error", "error": "client too slow: disconnected"}
+    layer = get_channel_layer()
+    # Overflowed, it stays in the group only to count what it misses (nothing is buffered).
+    assert members(layer, host_group("alpha")) == 2
+    await slow.send_json_to({"ack": 2})  # it reads again: told its exact gap, then dropped
+    missed = 20_010 - 10 - len(second["records"])
+    assert await slow.receive_json_from(timeout=2) == {"type": "gap", "missed": missed, "dropped": True}
     assert await slow.receive_output(timeout=2) == {"type": "websocket.close", "code": CLOSE_TOO_SLOW}
+    assert members(layer, host_group("alpha")) == 1  # only the fast client is left in the group
     assert got == 20_010
     assert await fast.receive_nothing(timeout=0.2)
     await fast.disconnect()
+
+
+@override_settings(
+    CHANNEL_LAYERS=BIG_LAYER, NETTRAIL_LIVE_WINDOW=1, NETTRAIL_LIVE_MAX_BUFFER=5000, NETTRAIL_LIVE_STALL_SECONDS=0.2
+)
+async def test_a_stalled_client_is_told_its_gap_and_dropped_when_the_stall_timer_fires(session_cookie) -> None:
+    slow = await connect(session_cookie, {"host": "alpha"})
+    await batch(host_group("alpha"), records("alpha", 0, 1000))
+    first = await slow.receive_json_from(timeout=2)
+    assert first["id"] == 1  # never acknowledged: everything after waits, then overflows
+    for start in range(1000, 8000, 1000):
+        await batch(host_group("alpha"), records("alpha", start, 1000))
+    gap = await slow.receive_json_from(timeout=5)
+    assert gap == {"type": "gap", "missed": 8000 - len(first["records"]), "dropped": True}
+    assert await slow.receive_output(timeout=2) == {"type": "websocket.close", "code": CLOSE_TOO_SLOW}
+    assert members(get_channel_layer(), host_group("alpha")) == 0
+
+
+async def test_a_message_the_channel_layer_dropped_is_reported_as_a_gap(session_cookie) -> None:
+    comm = await connect(session_cookie, {"host": "alpha"})
+    group = host_group("alpha")
+    layer = get_channel_layer()
+    sent = {"type": "trace.batch", "group": group, "sender": "s1"}
+    await layer.group_send(group, {**sent, "offset": 0, "records": records("alpha", 0, 5)})
+    # Offsets 5..11 never arrive (a full channel drops silently); 12.. does.
+    await layer.group_send(group, {**sent, "offset": 12, "records": records("alpha", 12, 3)})
+    got: list[Any] = []
+    while sum(len(m.get("records", ())) for m in got) < 8:
+        message = await comm.receive_json_from(timeout=2)
+        got.append(message)
+        if message["type"] == "records":
+            await comm.send_json_to({"ack": message["id"]})
+    assert [m for m in got if m["type"] == "gap"] == [{"type": "gap", "missed": 7}]
+    assert [r["seq"] for m in got for r in m.get("records", ())] == [0, 1, 2, 3, 4, 12, 13, 14]
+    await comm.disconnect()
 
 
 def members(layer: Any, group: str) -> int:

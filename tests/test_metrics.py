@@ -51,12 +51,18 @@ def test_it_needs_a_login_or_an_ingest_token(tokens: dict[str, str]) -> None:
     assert client.get("/metrics").status_code == 200
 
 
+def logged_in() -> Client:
+    client = Client()
+    client.force_login(get_user_model().objects.create_user("scraper", password="not-used-here"))
+    return client
+
+
 def test_counters_follow_what_was_stored_per_host(tokens: dict[str, str]) -> None:
     client = Client()
     assert ingest(client, tokens["alpha"], alpha_records()) == 200
     assert ingest(client, tokens["beta"], beta_records()) == 200
     assert ingest(client, tokens["alpha"], alpha_records()) == 200  # a resend counts nothing
-    fam = scrape(client, HTTP_AUTHORIZATION=f"Bearer {tokens['alpha']}")
+    fam = scrape(logged_in())  # a logged-in user sees every host
     ingested = samples(fam, "nettrail_records_ingested")
     assert ingested[(("host", "alpha"), ("kind", "tcp_state"))] == 4
     assert ingested[(("host", "alpha"), ("kind", "siftr_sample"))] == 5
@@ -74,6 +80,11 @@ def test_counters_follow_what_was_stored_per_host(tokens: dict[str, str]) -> Non
     assert samples(fam, "nettrail_collector_lost_events") == {(("event_type", "tcp_probe"), ("host", "alpha")): 7}
     assert fam["nettrail_hosts"].samples[0].value == 2
     assert fam["nettrail_records_ingested"].type == "counter"
+    # A host's token sees its own counters only (tests/test_host_isolation.py too).
+    own = scrape(client, HTTP_AUTHORIZATION=f"Bearer {tokens['beta']}")
+    assert samples(own, "nettrail_drop_events") == {(("host", "beta"), ("reason", "TCP_CSUM")): 1}
+    assert samples(own, "nettrail_connections_opened") == {(("host", "beta"),): 1}
+    assert "nettrail_hosts" not in own
 
 
 def test_exact_kernel_drop_counts_add_their_deltas(tokens: dict[str, str]) -> None:
@@ -100,11 +111,11 @@ def test_exact_kernel_drop_counts_add_their_deltas(tokens: dict[str, str]) -> No
 
 def test_ingest_latency_is_a_histogram_by_outcome(tokens: dict[str, str]) -> None:
     client = Client()
-    before = samples(scrape(client, HTTP_AUTHORIZATION=f"Bearer {tokens['alpha']}"),
-                     "nettrail_ingest_request_duration_seconds", "_count")  # fmt: skip
+    viewer = logged_in()  # the latency histogram is server-wide: not for a host's token
+    before = samples(scrape(viewer), "nettrail_ingest_request_duration_seconds", "_count")
     assert ingest(client, tokens["alpha"], beta_records()) == 403  # another host's records
     assert ingest(client, tokens["beta"], beta_records()) == 200
-    fam = scrape(client, HTTP_AUTHORIZATION=f"Bearer {tokens['alpha']}")
+    fam = scrape(viewer)
     after = samples(fam, "nettrail_ingest_request_duration_seconds", "_count")
     for outcome in ("stored", "rejected"):
         key = (("outcome", outcome),)

@@ -113,14 +113,18 @@ def test_text_and_html_styles_show_one_line_per_connection_and_record(
     assert status == 0
     lines = text.splitlines()
     assert any(line.startswith("connection: " + CONN_B) for line in lines)
-    assert sum(line.startswith("siftr_sample ") for line in lines) == 2
+    # one table row per record, each starting with its ISO 8601 time
+    assert sum(line.startswith("1970-01-01T") and " siftr " in line for line in lines) == 2
     status, text, _ = run(capsys, "--connection", CONN_A)
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(f"connection: {CONN_A} host-id"))
-    kinds = [line.split()[0] for line in lines[start + 1 :]]
-    # text shows the lifecycle in kernel-time order, whatever the kind
-    assert kinds == ["tcp_state", "tcp_state", "siftr_sample", "siftr_sample", "siftr_sample", "tcp_retransmit",
-                     "alert", "tcp_reset", "tcp_state"]  # fmt: skip
+    probes = [line.split()[1] for line in lines[start + 1 :] if line.startswith("1970-01-01T")]
+    # text shows the lifecycle in kernel-time order, whatever the kind (a table per run of a kind)
+    assert probes == ["state-change", "state-change", "siftr", "siftr", "siftr", "retransmit",
+                      "alert", "reset-received", "state-change"]  # fmt: skip
+    assert (
+        lines[start + 2] == "TIME                         PROBE         SRC             DST           PREV-STATE  STATE"
+    )
     status, html, _ = run(capsys, "--libxo", "html", "--connection", CONN_B)
     assert (
         status == 0 and html.count('data-tag="conn-uuid"') == 1 and html.count('<div class="title">siftr_sample') == 2

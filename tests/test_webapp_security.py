@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterator
 
 import pytest
+from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
@@ -119,6 +120,35 @@ async def test_websockets_from_another_origin_are_refused() -> None:
     connected, _ = await communicator.connect()
     assert connected is False
     await communicator.disconnect()
+
+
+def _session_cookie(cast: Cast) -> bytes:
+    client = Client()
+    client.force_login(cast.viewer)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+async def _handshake(cookie: bytes, host: bytes, origin: bytes | None) -> bool:
+    from webapp.asgi import application
+
+    headers = [(b"host", host), (b"cookie", cookie)] + ([(b"origin", origin)] if origin else [])
+    communicator = WebsocketCommunicator(application, "/ws/live/", headers=headers)
+    connected, _ = await communicator.connect()
+    await communicator.disconnect()
+    return bool(connected)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_websocket_origin_must_match_scheme_host_and_port_exactly(cast: Cast) -> None:
+    cookie = await sync_to_async(_session_cookie)(cast)
+    page = b"127.0.0.1:8000"
+    assert await _handshake(cookie, page, b"http://127.0.0.1:8000") is True
+    assert await _handshake(cookie, page, b"http://127.0.0.1:9999") is False  # another port, same host
+    assert await _handshake(cookie, page, b"https://127.0.0.1:8000") is False  # another scheme
+    assert await _handshake(cookie, page, b"http://localhost:8000") is False  # another host name
+    assert await _handshake(cookie, page, None) is False  # no Origin at all
+    assert await _handshake(cookie, b"127.0.0.1", b"http://127.0.0.1:80") is True  # default port either way
+    assert await _handshake(cookie, b"evil.example:8000", b"http://evil.example:8000") is False  # not an allowed host
 
 
 def test_passwords_and_tokens_never_reach_the_logs(

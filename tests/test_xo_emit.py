@@ -374,8 +374,10 @@ def test_record_lines_show_hex_fields_units_and_formats() -> None:
         w.record(full_record(LossReport))
         w.emit("{:done}\n", done="ok")
     assert out.getvalue().splitlines() == [
-        "loss_report tcp_probe ts-wall 1764403200.123456 s provider nettrail probe ringbuf pid 31337 comm curl"
-        " lost 12 lost-total 340",
+        "TIME                         PROBE    EVENT-TYPE  LOST  LOST-TOTAL",
+        "2025-11-29T08:00:00.123456Z  ringbuf  tcp_probe     12         340",
+        "    process curl[31337]",
+        "",  # a blank line between the table and what follows it
         "ok",
     ]
 
@@ -409,7 +411,9 @@ def test_ipv6_addresses_get_brackets_before_the_port_on_the_display_line() -> No
     rec = full_record(TcpStateChange, src="fe80::1", dst="2001:db8::5", ip_ver=6)
     out = io.StringIO()
     render_records([rec], parse_libxo("text"), out)
-    assert out.getvalue().startswith("tcp_state [fe80::1]:44312 -> [2001:db8::5]:443 ts-wall ")
+    assert out.getvalue().splitlines()[1] == (
+        "2025-11-29T08:00:00.123456Z  state-change  [fe80::1]:44312  [2001:db8::5]:443  SYN_SENT    ESTABLISHED"
+    )
     out = io.StringIO()
     render_records([rec], parse_libxo("html"), out)
     assert '<div class="data" data-tag="src">[fe80::1]</div>' in out.getvalue()

@@ -45,9 +45,22 @@ def ext_fields(raw: Raw) -> dict[str, Any]:
         out["sport"], out["dport"] = chain.ports
     if chain.fragment_offset is not None:
         out.update(is_fragment=True, frag_offset=chain.fragment_offset, frag_flags=int(bool(chain.more_fragments)))
+    if chain.fragment_offset:  # a later fragment has no transport header, hence no ports
+        out.update(sport=None, dport=None)
     if not chain.complete:
         out["approx"] = ["protocol", "header_length", "payload_length"]
     return out
+
+
+def ip_length(version: int, length: int, skb_len: int) -> int:
+    """The packet's real length: the header's, unless it cannot say it. IPv4's 16-bit total
+    length is 0 above 64 KiB (BIG TCP, a 65,536-byte loopback skb); the kernel's IPv6 length
+    (payload length + 40) wraps at 2^16 and a jumbo payload length is 0. Then the bytes from
+    the network header to the skb's end (skb_len), which is what a GSO/GRO skb carries."""
+    if version == 4:
+        return length or skb_len
+    payload = (length - 40) & 0xFFFF
+    return payload + 40 if payload else skb_len
 
 
 def has_ext(raw: Raw) -> bool:
@@ -61,6 +74,7 @@ def translate_packet(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     frag_off = raw["frag_off"]
     proto = raw["protocol"]
     segs = raw["gso_segs"]
+    length = ip_length(raw["version"], raw["length"], raw["skb_len"])
     kwargs = dict(
         **envelope(raw, env, "ip", probe, hook),
         if_name=raw["if_name"].decode(errors="replace") or None,
@@ -69,8 +83,8 @@ def translate_packet(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
         protocol=proto,
         protocol_name=PROTOCOL_NAMES.get(proto, str(proto)),
         header_length=raw["header_length"],
-        length=raw["length"],
-        payload_length=max(0, raw["length"] - raw["header_length"]),
+        length=length,
+        payload_length=max(0, length - raw["header_length"]),
         ttl=raw["ttl"],
         tos=raw["tos"],
         dscp=raw["tos"] >> 2,
@@ -85,8 +99,10 @@ def translate_packet(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
         gso_size=raw["gso_size"] or None,
         approx=["length", "payload_length"] if segs > 1 else [],
     )
+    if v4 and frag_off & 0x1FFF:  # a later fragment has no transport header, hence no ports
+        kwargs.update(sport=None, dport=None)
     if not v4 and has_ext(raw):
-        kwargs.update(ext_fields(raw))
+        kwargs.update(ext_fields({**raw, "length": length}))
     return [make(IpPacket, kwargs, env)]
 
 
@@ -98,7 +114,13 @@ def translate_packet_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[Kern
     send = a["direction"] == 1
     v4 = a["version"] == 4
     frag = a["frag_off"].astype(np.int64)
-    length = a["length"].astype(np.int64)
+    raw_length = a["length"].astype(np.int64)
+    payload6 = (raw_length - 40) & 0xFFFF
+    length = np.where(
+        v4,
+        np.where(raw_length != 0, raw_length, a["skb_len"]),
+        np.where(payload6 != 0, payload6 + 40, a["skb_len"]),
+    ).astype(np.int64)
     hlen = a["header_length"].astype(np.int64)
     tos = a["tos"]
     segs = a["gso_segs"]
@@ -132,6 +154,15 @@ def translate_packet_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[Kern
             "ecn": (tos & 3).tolist(),
             "ident": v4_only(a["ident"]),
             "frag_flags": v4_only(frag >> 13),
+            # a later IPv4 fragment has no transport header, hence no ports
+            "sport": [
+                None if is4 and f & 0x1FFF else p
+                for p, f, is4 in zip(columns["sport"], frag.tolist(), v4l, strict=True)
+            ],
+            "dport": [
+                None if is4 and f & 0x1FFF else p
+                for p, f, is4 in zip(columns["dport"], frag.tolist(), v4l, strict=True)
+            ],
             "frag_offset": v4_only((frag & 0x1FFF) * 8),
             "is_fragment": [
                 bool(f & 0x2000 or f & 0x1FFF) if is4 else p == IPV6_FRAGMENT

@@ -1,7 +1,7 @@
 """IPv6 extension-header walk over the raw bytes the kernel copied after the fixed
 header (kmod/nettrail.h NT_IP6_EXT_LEN): the kernel records identity and raw bytes,
 user space interprets them (style.md). Used by translators/ip.py and translators/udp.py.
-Keep the header numbers in sync with ip6_ext_header() in kmod/tcp.bpf.c.
+Keep the header numbers in sync with ip6_ext_header() in kmod/udp.bpf.h.
 """
 
 from __future__ import annotations

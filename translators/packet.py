@@ -6,7 +6,9 @@ IPv6 extension-header chains, ICMP errors (to read the quoted flow), and TCP opt
 other than the plain timestamp layout Linux sends on every data segment.
 
 Link types: Ethernet (1, with up to two 802.1Q/802.1ad tags), Linux SLL (113) and SLL2
-(276), raw IP (101, 12, 14), IPv4 (228), IPv6 (229), BSD null/loopback (0, 108).
+(276), raw IP (101, 12, 14), IPv4 (228), IPv6 (229), BSD null/loopback (0, 108) here;
+PPP, PPPoE, MPLS, 802.11, NFLOG and the tunnels (IP-in-IP, GRE, VXLAN) per packet in
+translators/linklayers.py.
 
 A packet is one of: ``tcp``/``udp``/``icmp``/``ip`` (other IP protocol or a non-first
 fragment), ``other`` (not IP, unknown link type) or ``malformed`` (with a reason).
@@ -28,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from translators import linklayers
 from translators.packet_batch import Batch
 from translators.packet_decoded import Decoded
 from translators.packet_layers import (
@@ -105,8 +108,9 @@ def _u32(blk: npt.NDArray[np.uint8], o: int) -> IntArray:
     return (_u16(blk, o) << 16) | _u16(blk, o + 2)
 
 
-def _link_layer(v: _View, bt: Batch) -> tuple[IntArray, IntArray]:
-    """-> (l3 offset, IP version 4/6 or 0) per packet."""
+def _link_layer(v: _View, bt: Batch) -> tuple[IntArray, IntArray, dict[int, str]]:
+    """-> (l3 offset, IP version 4/6 or 0) per packet, and what each packet left at 0 was;
+    the rarer link layers and tunnels are translators/linklayers.py's."""
     off, cap, lt = bt.data_off, bt.caplen, bt.linktype
     n = len(off)
     l3 = off.copy()
@@ -139,7 +143,7 @@ def _link_layer(v: _View, bt: Batch) -> tuple[IntArray, IntArray]:
     ver[pick] = nibble[pick]
     ver[(lt == 228) & (nibble != 4)] = 0
     ver[(lt == 229) & (nibble != 6)] = 0
-    return l3, ver
+    return l3, ver, linklayers.resolve(bt.buf, lt, off, cap, l3, ver, et)
 
 
 def decode_batch(bt: Batch, want_options: bool = False) -> Decoded:
@@ -147,9 +151,9 @@ def decode_batch(bt: Batch, want_options: bool = False) -> Decoded:
     v = _View(bt.buf)
     off, cap = bt.data_off, bt.caplen
     end_cap = off + cap
-    l3, ver = _link_layer(v, bt)
+    l3, ver, unplaced = _link_layer(v, bt)
     kind = np.where(ver > 0, K_IP, K_OTHER).astype(np.int64)
-    reasons: dict[int, str] = {}
+    reasons: dict[int, str] = unplaced  # malformed packets' reasons; for K_OTHER ones, what they were
     wire3 = bt.wirelen - (l3 - off)
 
     def bad(mask: npt.NDArray[np.bool_], why: str) -> None:

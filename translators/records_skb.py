@@ -66,7 +66,8 @@ class DropCount(Record, tag="drop_count", kw_only=True):
 
 
 class SockEvent(FlowRecord, tag="sock_event", kw_only=True):
-    """Linux socket-level events: rcvqueue-full, exceed-buf-limit, udp-fail-queue, error-report."""
+    """Linux socket-level events: rcvqueue-full, exceed-buf-limit, udp-fail-queue, error-report, and
+    send-error/receive-error (a UDP send or receive call that failed, e.g. ECONNREFUSED after an ICMP error)."""
 
     proto: Annotated[Str, doc("socket protocol (tcp, udp, ...)", brief=True)] = None
     rc: Annotated[Int, doc("return code or negative errno", brief=True)] = None

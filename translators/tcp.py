@@ -32,6 +32,7 @@ PEER_CAUSED = frozenset(
 )
 TCP_FLAG_FIN, TCP_FLAG_SYN = 0x01, 0x02
 CA_LOSS, CA_RECOVERY = 4, 3
+ICSK_TIME_LOSS_PROBE = 5  # include/net/inet_connection_sock.h: icsk_pending while the TLP timer runs
 TCP_INFINITE_SSTHRESH = 0x7FFFFFFF
 FREEBSD_INITIAL_SSTHRESH = 65535 << 14
 
@@ -108,6 +109,10 @@ def _time_wait(base: dict[str, object], old: int, caused: str | None, env: Kerne
 
 
 def _retrans_kind(raw: Raw) -> str:
+    """The cause, as the kernel's own counters tell them apart: TCPSynRetrans (SYN, SYN-ACK),
+    TCPTimeouts and TCPSlowStartRetrans (in Loss: the RTO and what follows it), TCPFastRetrans
+    (in Recovery), TCPLossProbes (a retransmission inside tcp_send_loss_probe, whose timer is
+    still the pending one: TLP is scheduled only in Open and CWR)."""
     if raw["synack"]:
         return "synack"
     if raw["tcp_flags"] & TCP_FLAG_SYN:
@@ -116,6 +121,8 @@ def _retrans_kind(raw: Raw) -> str:
         return "rto"
     if raw["ca_state"] == CA_RECOVERY:
         return "fast"
+    if raw["timer"] == ICSK_TIME_LOSS_PROBE:
+        return "tlp"
     return "unknown"
 
 

@@ -3,7 +3,7 @@
 One control-block snapshot per point: input (tcp_probe), output (net_dev_queue),
 user (process-context calls mapped to PRU_* requests), drop (kfree_skb with a TCP_*
 reason). The mapping and its gaps are documented in docs/collector.md. Keep in sync
-with: kmod/nettrail.h (nt_debug_body, enum nt_debug_point) and kmod/tcp.bpf.c.
+with: kmod/nettrail.h (nt_debug_body, enum nt_debug_point) and kmod/tcpdebug.bpf.h.
 """
 
 from __future__ import annotations

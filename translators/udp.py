@@ -1,8 +1,10 @@
-"""udp provider: raw kernel events -> UdpDatagram, SockEvent (queue failures) and FlowCounters.
+"""udp provider: raw kernel events -> UdpDatagram, SockEvent (queue failures, failed calls) and FlowCounters.
 
 Datagrams at the device (net_dev_queue send / netif_receive_skb receive, 4-tuple
 source first) and send/recv calls (sock_send_length / sock_recv_length, local first,
-with the bytes moved); exact per-direction counts come from the `udp_flows` map.
+with the bytes moved; a call that failed is a SockEvent `send-error`/`receive-error`, so
+an ICMP error reaching the sender is never a `udp send`); exact per-direction counts
+come from the `udp_flows` map.
 Keep in sync with: kmod/nettrail.h (nt_udp_body, nt_udp_flow_key, nt_udp_fail_body).
 """
 
@@ -57,8 +59,27 @@ def ext_datagram(raw: Raw) -> tuple[int, dict[str, Any]] | None:
     return chain.protocol, fields
 
 
+def translate_failed_call(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
+    """A send/recv call that moved nothing: not a datagram but the socket's error reaching its
+    caller (ECONNREFUSED after an ICMP port unreachable, EAGAIN, ...): a SockEvent."""
+    send, proto = raw["direction"], SOCK_PROTOCOLS.get(raw["protocol"], str(raw["protocol"]))
+    kwargs = envelope(raw, env, "udp" if proto != "udplite" else "udplite", "send-error" if send else "receive-error",
+                      HOOKS[(send, 1)])  # fmt: skip
+    kwargs.update(_remote_if_connected(kwargs), proto=proto, rc=raw["ret"], sk_err=-raw["ret"])
+    return [make(SockEvent, kwargs, env)]
+
+
+def _remote_if_connected(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A call on an unconnected socket has no remote end: null, not 0.0.0.0 port 0."""
+    if kwargs.get("dport") == 0 and kwargs.get("dst") in ("0.0.0.0", "::"):
+        return {"dst": None, "dport": None}
+    return {}
+
+
 def translate_datagram(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     send, call = raw["direction"], raw["call"]
+    if call and raw["ret"] < 0:
+        return translate_failed_call(raw, env)
     ext: dict[str, Any] = {}
     if not call and raw["family"] == AF_INET6 and raw["protocol"] in ip6ext.EXT_HEADERS:
         found = ext_datagram(raw)
@@ -70,8 +91,7 @@ def translate_datagram(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     kwargs = envelope(raw, env, provider, "send" if send else "receive", HOOKS[(send, call)])
     kwargs.update(ext)
     if call:
-        ret = raw["ret"]
-        kwargs.update(bytes=ret if ret >= 0 else None, error=ret if ret < 0 else None)
+        kwargs.update(_remote_if_connected(kwargs), bytes=raw["ret"])
     else:
         kwargs.update(
             length=raw["length"],

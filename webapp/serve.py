@@ -27,6 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from daphne.server import Server
     from django.conf import settings
 
+    from webapp import daphne_gate
     from webapp.asgi import application
     from webapp.traces.checkpoint import start_checkpointer
     from webapp.traces.retention import start_trimmer
@@ -37,6 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if settings.NETTRAIL_CHECKPOINT_INTERVAL and database["ENGINE"] == "django.db.backends.sqlite3":
         start_checkpointer(settings.NETTRAIL_CHECKPOINT_INTERVAL, str(database["NAME"]))
     tune_gc()
+    daphne_gate.install()  # refuse early: before Twisted reads a body (webapp/daphne_gate.py)
     Server(
         application=application,
         endpoints=build_endpoint_description_strings(host=args.host, port=args.port),

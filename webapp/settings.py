@@ -7,8 +7,11 @@ security model are documented in ``docs/webapp.md``: keep the two in sync.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from csp.constants import NONE, SELF
 
 from webapp import datadir
 from webapp.env import (
@@ -42,6 +45,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "axes",
     "webapp.traces",
     *OPTIONAL_APPS,
 ]
@@ -50,6 +54,9 @@ MIDDLEWARE = [
     # Outermost: times POST /api/ingest for the /metrics latency histogram.
     "webapp.metrics.middleware.IngestTimingMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files before anything that reads the session or the database.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -58,7 +65,12 @@ MIDDLEWARE = [
     "webapp.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: answers a locked-out login with 429.
+    "axes.middleware.AxesMiddleware",
 ]
+# django-axes counts failed logins first and refuses any login (right password too)
+# while locked out; ModelBackend then checks the password.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 
 ROOT_URLCONF = "webapp.urls"
 ASGI_APPLICATION = "webapp.asgi.application"
@@ -109,6 +121,9 @@ CHANNEL_LAYERS = {"default": env_channel_layer("CHANNEL_LAYER")}
 
 # --- nettrail ---
 NETTRAIL_INGEST_MAX_BYTES = env_int("NETTRAIL_INGEST_MAX_BYTES", 16 * 1024 * 1024, minimum=1024)
+# Largest body of any other request (login and other forms, dashboard actions); the
+# capture upload has its own limit. webapp/gate.py refuses more before reading it.
+NETTRAIL_REQUEST_MAX_BYTES = env_int("NETTRAIL_REQUEST_MAX_BYTES", 1024 * 1024, minimum=1024)
 NETTRAIL_RETENTION_DAYS = env_int("NETTRAIL_RETENTION_DAYS", 30)  # 0: keep forever
 NETTRAIL_RETENTION_ROWS = env_int("NETTRAIL_RETENTION_ROWS", 5_000_000)  # per table; 0: no limit
 NETTRAIL_TRIM_INTERVAL = env_int("NETTRAIL_TRIM_INTERVAL", 300)  # seconds between trims; 0: never
@@ -116,6 +131,11 @@ NETTRAIL_TRIM_BATCH = env_int("NETTRAIL_TRIM_BATCH", 2000, minimum=1)  # rows pe
 # Seconds between the server's background WAL checkpoints (SQLite; 0: requests checkpoint
 # as SQLite does by default). webapp/traces/checkpoint.py.
 NETTRAIL_CHECKPOINT_INTERVAL = env_int("NETTRAIL_CHECKPOINT_INTERVAL", 1)
+# Live websocket flow control (webapp/traces/consumers.py, docs/api.md): unacknowledged
+# messages per client, records buffered per client, seconds an overflowed client may stay silent.
+NETTRAIL_LIVE_WINDOW = env_int("NETTRAIL_LIVE_WINDOW", 4, minimum=1)
+NETTRAIL_LIVE_MAX_BUFFER = env_int("NETTRAIL_LIVE_MAX_BUFFER", 50_000, minimum=1000)
+NETTRAIL_LIVE_STALL_SECONDS = env_int("NETTRAIL_LIVE_STALL_SECONDS", 30, minimum=1)
 
 # --- security: everything below passes `check --deploy` except the HTTPS-only items,
 # which NETTRAIL_HTTPS=1 turns on when a TLS proxy is in front (docs/webapp.md).
@@ -135,6 +155,35 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = NETTRAIL_HTTPS
 SECURE_HSTS_PRELOAD = NETTRAIL_HTTPS  # only takes effect once the domain is submitted to the list
 if NETTRAIL_HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    # __Host- cookies are only accepted by browsers when Secure, path=/ and host-only:
+    # another subdomain or a plain-HTTP page cannot set or overwrite them.
+    SESSION_COOKIE_NAME = "__Host-sessionid"
+    CSRF_COOKIE_NAME = "__Host-csrftoken"
+
+# Login throttling (django-axes): NETTRAIL_LOGIN_FAILURES wrong passwords for one user
+# name from one address lock that pair out for NETTRAIL_LOGIN_LOCKOUT_MINUTES; a
+# successful login resets the count.
+AXES_FAILURE_LIMIT = env_int("NETTRAIL_LOGIN_FAILURES", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("NETTRAIL_LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
+
+# Content-Security-Policy (django-csp): scripts, styles and connections (fetch and the
+# live websocket) only from this origin, no inline script or style, no plugins, no framing.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "frame-ancestors": [NONE],
+        "form-action": [SELF],
+    }
+}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -148,7 +197,12 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = str(DATA_DIR / "static")
+# WhiteNoise serves the apps' static directories itself (indexed once at start-up):
+# `nettrail up` runs daphne alone, with no collectstatic step and no web server in front.
+# No STATIC_ROOT: nothing is collected (WhiteNoise would warn about the missing directory).
+STATIC_ROOT = None
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = False
 
 LOGGING: dict[str, Any] = {
     "version": 1,
@@ -158,7 +212,8 @@ LOGGING: dict[str, Any] = {
     "root": {"handlers": ["console"], "level": "INFO"},
     # Request bodies and headers (tokens, passwords) are never logged: django.request
     # logs only the path and status of failed requests.
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # axes: failures and lockouts (WARNING) are logged, not every successful login (INFO).
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }
 
 # Alert e-mail (webapp/traces/alert_mail.py mails to NETTRAIL_ALERT_EMAILS): Django's

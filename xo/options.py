@@ -73,6 +73,8 @@ class XoOptions:
     flush: bool = False
     flush_line: bool = False
     indent: int = 0
+    # Not a libxo word: nettrail's `--relative` (text style: times as offsets from the first).
+    relative: bool = False
 
     def words(self) -> str:
         """The canonical word spelling, e.g. 'json,pretty' (round-trips through parse_libxo)."""
@@ -195,6 +197,11 @@ def add_libxo_argument(parser: argparse.ArgumentParser) -> None:
         "dtrt,xpath,info,no-humanize,no-top,not-first,flush,flush-line] or :LETTERS (e.g. :JP); "
         f"flags also from ${ENV_VAR}",
     )
+    parser.add_argument(
+        "--relative",
+        action="store_true",
+        help="text style: show times as seconds since the first time shown instead of ISO 8601 UTC",
+    )
     original = parser.parse_known_args
 
     def parse_known_args(args: Sequence[str] | None = None, namespace: Any = None) -> Any:
@@ -210,6 +217,8 @@ def libxo_from_args(
     """Options from LIBXO_OPTIONS then --libxo over COMMAND_DEFAULTS; a bad value: one line, exit 2."""
     try:
         base = options_from_env(environ, COMMAND_DEFAULTS)
+        if getattr(args, "relative", False):
+            base = dataclasses.replace(base, relative=True)
         spec = getattr(args, "libxo", None)
         return base if spec is None else parse_libxo(spec, base)
     except XoOptionError as exc:

@@ -30,7 +30,8 @@ CONNECTION_FIELDS: tuple[tuple[str, str, type], ...] = (
     ("host_id", "%s", str), ("boot_id", "%s", str), ("proto", "%s", str), ("ip_ver", "%d", int),
     ("src", "%s", str), ("sport", "%d", int), ("dst", "%s", str), ("dport", "%d", int), ("state", "%s", str),
     ("first_seen", "%.6f", float), ("last_seen", "%.6f", float), ("bytes_orig", "%d", int),
-    ("bytes_resp", "%d", int), ("retransmits", "%d", int), ("resets", "%d", int), ("alerts", "%d", int),
+    ("bytes_resp", "%d", int), ("bytes_out", "%d", int), ("bytes_in", "%d", int), ("packets_out", "%d", int),
+    ("packets_in", "%d", int), ("retransmits", "%d", int), ("resets", "%d", int), ("alerts", "%d", int),
     ("srtt_us", "%d", int), ("snd_cwnd", "%d", int), ("pid", "%d", int), ("comm", "%s", str), ("closed", "%s", bool),
 )  # fmt: skip
 JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", bytes: "string"}

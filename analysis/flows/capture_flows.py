@@ -53,6 +53,8 @@ class Totals:
     first_ts: float | None = None
     last_ts: float | None = None
     warnings: list[str] = field(default_factory=list)
+    # packets not decoded, by what they were (translators/linklayers.py labels)
+    undecoded: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -144,6 +146,8 @@ class CapturePipeline:
             return False
         else:
             t.packets_non_ip += 1
+            label = d.reasons.get(i, "not IP")
+            t.undecoded[label] = t.undecoded.get(label, 0) + 1
             return False
         return True
 

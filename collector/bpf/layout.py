@@ -121,7 +121,8 @@ RETRANSMIT_BODY: Fields = [
     ("state", "u1"),
     ("ca_state", "u1"),
     ("synack", "u1"),
-    ("_pad", "V2"),
+    ("timer", "u1"),
+    ("_pad", "V1"),
 ]
 RESET_BODY: Fields = [("reason", "<u4"), ("state", "u1"), ("sender", "u1"), ("active", "u1"), ("has_sock", "u1")]
 CONG_BODY: Fields = [

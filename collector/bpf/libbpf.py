@@ -22,7 +22,12 @@ c_int = ctypes.c_int
 c_uint32 = ctypes.c_uint32
 c_size_t = ctypes.c_size_t
 
+# libbpf_print_fn_t: int (*)(enum libbpf_print_level, const char *, va_list); see _va_copy
 PRINT_FN = ctypes.CFUNCTYPE(c_int, c_int, c_char_p, c_void_p)
+# One libbpf message formatted in place; longer ones get a buffer of their own length.
+MESSAGE_BUFFER = 16 * 1024
+# Machines whose va_list argument points to state vsnprintf advances: sizeof(va_list).
+VA_LIST_STATE = {"x86_64": 24, "aarch64": 32, "s390x": 32}
 
 u32, u64 = ctypes.c_uint32, ctypes.c_uint64
 
@@ -88,7 +93,9 @@ class Libbpf:
             fn.restype = restype
             fn.argtypes = argtypes
         self._libc = ctypes.CDLL(None, use_errno=True)
-        self._libc.vsnprintf.argtypes = [c_char_p, c_size_t, c_char_p, c_void_p]
+        self._libc.vsnprintf.restype = c_int
+        self._libc.vsnprintf.argtypes = [c_void_p, c_size_t, c_char_p, c_void_p]
+        self._buf = ctypes.create_string_buffer(MESSAGE_BUFFER)  # reused by every message
         self.messages: list[str] = []
         self._printer = PRINT_FN(self._collect)  # kept alive: libbpf holds the pointer
         self.lib.libbpf_set_print(self._printer)
@@ -98,15 +105,45 @@ class Libbpf:
 
     def _collect(self, level: int, fmt: bytes, args: int | None) -> int:
         # libbpf logs warnings and the verifier log here; keep the tail for error messages.
-        buf = ctypes.create_string_buffer(1 << 20)
-        self._libc.vsnprintf(buf, len(buf), fmt, args)
-        self.messages.append(buf.value.decode(errors="replace"))
+        self.messages.append(self.format(fmt, args))
         del self.messages[:-200]
         return 0
+
+    def format(self, fmt: bytes, args: int | None) -> str:
+        """printf-format one libbpf message with vsnprintf and the va_list it was given.
+
+        Into the reused buffer; a longer message (a verifier log is one "%s" of up to
+        16 MiB, its verdict at the end) is formatted once more into a buffer of exactly
+        its length, from a copy of the va_list taken first (see _va_copy)."""
+        saved = _va_copy(args)
+        n = self._libc.vsnprintf(self._buf, len(self._buf), fmt, args)
+        if n < len(self._buf):
+            return self._buf.value.decode(errors="replace") if n >= 0 else fmt.decode(errors="replace")
+        whole = ctypes.create_string_buffer(n + 1)
+        self._libc.vsnprintf(whole, n + 1, fmt, saved)
+        return whole.value.decode(errors="replace")
 
     def take_messages(self) -> list[str]:
         out, self.messages = self.messages, []
         return out
+
+
+def _va_copy(args: int | None) -> Any:
+    """va_copy(3) of the va_list a libbpf_print_fn_t receives, as vsnprintf's argument.
+
+    ctypes has no va_list type; what the callback receives and vsnprintf takes is one
+    pointer-sized argument on every ABI: x86-64 and s390x define va_list as a
+    one-element array of a struct (it decays to a pointer to the caller's va_list),
+    arm64 passes its 32-byte va_list struct by reference (AAPCS64: a composite over 16
+    bytes goes as a pointer to a copy), and ppc64le, riscv64, mips and 32-bit ARM
+    pass va_list as the pointer into the arguments itself. vsnprintf advances the
+    pointed-to state in the first group, so a copy of the struct (what va_copy does
+    there) is taken to format again; in the second the pointer is passed by value and
+    can simply be passed again."""
+    size = VA_LIST_STATE.get(os.uname().machine)
+    if args is None or size is None:
+        return args
+    return ctypes.create_string_buffer(ctypes.string_at(args, size), size)
 
 
 def _open(path: str | None) -> ctypes.CDLL:

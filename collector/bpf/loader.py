@@ -1,9 +1,9 @@
-"""Load kmod/tcp.bpf.o with libbpf and attach the programs the chosen providers need.
+"""Load kmod/nettrail.bpf.o with libbpf and attach the programs the chosen providers need.
 
 The steps are always the same (open, configure, load, attach, poll, clean up) and
 each failure says which step failed on what and why, e.g.
 "failed to attach tcp_probe: Operation not permitted (needs CAP_BPF)".
-Keep PROGRAMS in sync with the SEC("tp_btf/...") programs of kmod/tcp.bpf.c and the
+Keep PROGRAMS in sync with the SEC("tp_btf/...") programs of kmod/*.bpf.c and the
 config writer with struct nt_config (kmod/nettrail.h, collector/bpf/layout.py).
 """
 
@@ -39,12 +39,16 @@ PROVIDER_BITS = {
 }
 ALWAYS: frozenset[str] = frozenset(PROVIDERS)
 # program (= tracepoint) -> providers that need it. The attribution programs are
-# needed by every provider: they fill the socket-owner map (providers.md 9.3).
+# needed by every provider: they fill the socket-owner map (providers.md 9.3), and
+# attribution asks whether an event fired in task context, which softirq_entry and
+# softirq_exit tell (kmod/context.bpf.c).
 PROGRAMS: dict[str, frozenset[str]] = {
     "inet_sock_set_state": ALWAYS,
     "sock_send_length": ALWAYS,
     "sock_recv_length": ALWAYS,
     "tcp_destroy_sock": ALWAYS,
+    "softirq_entry": ALWAYS,
+    "softirq_exit": ALWAYS,
     "tcp_retransmit_skb": frozenset({"tcp"}),
     "tcp_retransmit_synack": frozenset({"tcp"}),
     "tcp_send_reset": frozenset({"tcp"}),

@@ -18,6 +18,7 @@ Keep in sync with: docs/analyze.md, analysis/flows/capture_flows.py (Totals).
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import threading
@@ -36,8 +37,15 @@ from nettrail.commands import analyze_store as store
 from translators.packet import decode_batch
 from translators.records import Record
 from xo import Writer, add_libxo_argument, libxo_from_args
+from xo.zeek import write_conn_log
 
 PROGRESS_MIN_BYTES = 4 << 20
+# Labels (translators/linklayers.py) of non-IP traffic every LAN carries: counted, not warned about.
+EXPECTED_NON_IP = (
+    "ethertype 0x0806", "ethertype 0x88cc", "ethertype 0x888e", "ethertype 0x8863", "802.2 LLC without SNAP",
+    "802.11 management/control", "802.11 null data", "PPP protocol 0xc021", "PPP protocol 0x8021",
+    "PPP protocol 0x8057",
+)  # fmt: skip
 
 TOTAL_FIELDS = (
     ("packets", "Packets"),
@@ -79,6 +87,7 @@ def register(subparsers: Any) -> None:
         default=None,
         help="rules TOML file for the kernel-agnostic alert rules (K9, K14; default $NETTRAIL_RULES or none)",
     )
+    p.add_argument("--zeek", action="store_true", help="write Zeek's conn.log (TSV) instead of the xo document")
     add_libxo_argument(p)
     store.add_arguments(p)  # --store / --server URL --token T
     p.set_defaults(func=run)
@@ -87,7 +96,13 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     options = libxo_from_args(args)
     path: str = args.file
+    if args.zeek and (args.packets or args.libxo is not None):
+        print("nettrail: analyze: --zeek writes conn.log only: it takes no --packets or --libxo", file=sys.stderr)
+        return 2
     if looks_like_siftr(path):  # a siftr(4) log: starts with enable_time_secs= (issue 9)
+        if args.zeek:
+            print(f"nettrail: analyze: {path}: a SIFTR log has no connection summaries for conn.log", file=sys.stderr)
+            return 2
         return analyze_siftr(args, store.store_passing if getattr(args, "store", False) else None)
     try:
         rules = CaptureRules(load_config(args.rules))
@@ -106,8 +121,18 @@ def run(args: argparse.Namespace) -> int:
     # hashlib and file reads release the GIL, and nothing is printed before it is needed.
     hashing = CaptureIdThread(path)
     pipeline = CapturePipeline(os.path.basename(path), "", packets=args.packets, compat=args.wireshark)
-    writer = Writer(sys.stdout, options)
+    writer = Writer(io.StringIO() if args.zeek else sys.stdout, options)
     with reader:
+        if args.zeek:  # conn.log instead of the xo document (xo/zeek.py)
+            try:
+                consume(reader, pipeline, writer, False)
+            except CaptureError as exc:
+                print(f"nettrail: analyze: {exc}", file=sys.stderr)
+                return 1
+            pipeline.boot_id = hashing.result()
+            write_conn_log(sys.stdout, pipeline.connections(), pipeline.totals.first_ts, pipeline.totals.last_ts)
+            warn_undecoded(writer, path, pipeline.totals)
+            return store.ship(args) if store.wanted(args) else 0
         writer.open_container("analyze")
         if args.packets:  # packet records stream out as they come and carry the id
             write_header(writer, reader, pipeline, hashing.result())
@@ -214,6 +239,7 @@ def write_results(
     for alert in alerts:
         writer.record(alert, name="alert")
     writer.close_list("alert")
+    warn_undecoded(writer, source, totals)
     if writer.options.warn:
         for offset, reason in damage.first if damage is not None else ():
             writer.warn(f"{source}: byte offset {offset}: {reason}")
@@ -231,7 +257,27 @@ def write_totals(writer: Writer, totals: Totals) -> None:
             first_ts=totals.first_ts,
             last_ts=totals.last_ts,
         )
+    writer.open_list("undecoded")  # always present: packets not decoded, by link type / ethertype
+    for what, count in sorted(totals.undecoded.items()):
+        writer.open_instance("undecoded")
+        writer.emit("{Lwc:Not decoded}{k:what/%s}{D:: }{:packets/%u}\n", what=what, packets=count)
+        writer.close_instance("undecoded")
+    writer.close_list("undecoded")
     writer.close_container("totals")
+
+
+def warn_undecoded(writer: Writer, source: str, totals: Totals) -> None:
+    """Packets that could not be decoded, on stderr whatever --libxo says: a capture of an
+    unsupported link layer must not look like a quiet one. Known non-IP traffic (ARP, LLDP,
+    spanning tree, 802.11 management, ...) is only counted, unless nothing else was IP."""
+    if not totals.undecoded:
+        return
+    shown = {w: n for w, n in totals.undecoded.items() if not w.startswith(EXPECTED_NON_IP)}
+    if not shown and totals.packets > totals.packets_non_ip:
+        return
+    items = sorted((shown or totals.undecoded).items(), key=lambda kv: (-kv[1], kv[0]))
+    listed = ", ".join(f"{n} {what}" for what, n in items)
+    writer.warn(f"{source}: {sum(n for _, n in items)} packets not decoded: {listed}")
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """``nettrail collect``: live kernel tracing with the tcp, siftr and tcpdebug providers.
 
-Loads kmod/tcp.bpf.o (building it if needed), streams records to stdout (xo
+Loads kmod/nettrail.bpf.o (building it if needed), streams records to stdout (xo
 styles), to a file (--out FILE.jsonl|.msgpack, or - for JSON lines on stdout) or to
 the webapp (--server URL --token T, through collector/sinks/http.py), until
 --duration ends or SIGINT/SIGTERM arrives; then drains the ring, detaches every
@@ -63,6 +63,7 @@ def register(subparsers: Any) -> None:
         "cgroup=ID (cgroup v2 id), netns=INODE",
     )
     add_libxo_argument(p)
+    p.add_argument("--zeek", action="store_true", help="write connection summaries as Zeek's conn.log on stdout")
     p.add_argument("--out", default=None, help="write records to FILE.jsonl or FILE.msgpack (- = JSON lines on stdout)")
     p.add_argument("--server", default=None, help="ship records to the webapp at URL (needs a token)")
     add_token_arguments(p, "the host's ingest token for --server")
@@ -166,9 +167,13 @@ def default_spool() -> Path:
 
 def open_sink(args: argparse.Namespace) -> Sink:
     """The sink the arguments ask for; ValueError/OSError/ImportError say why not."""
-    chosen = [name for name in ("out", "server") if getattr(args, name)] + (["libxo"] if args.libxo else [])
+    chosen = [name for name in ("out", "server", "zeek") if getattr(args, name, None)] + (
+        ["libxo"] if args.libxo else []
+    )
     if len(chosen) > 1:
-        raise ValueError(f"choose one of --libxo, --out and --server (got {', '.join('--' + c for c in chosen)})")
+        raise ValueError(
+            f"choose one of --libxo, --zeek, --out and --server (got {', '.join('--' + c for c in chosen)})"
+        )
     if args.server:
         token = resolve_token(args)
         if not token:
@@ -178,6 +183,10 @@ def open_sink(args: argparse.Namespace) -> Sink:
         except ImportError as exc:
             raise ImportError(f"--server: the HTTP sink is not available ({exc})") from None
         return HttpSink(args.server, token, args.spool or default_spool())
+    if getattr(args, "zeek", False):
+        from collector.sinks.zeek import ZeekSink
+
+        return ZeekSink()
     if args.out:
         from collector.sinks.file import FileSink
 

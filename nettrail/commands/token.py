@@ -41,7 +41,11 @@ def _create(args: argparse.Namespace) -> int:
     if not name or len(name) > 255:
         print("nettrail token: HOSTNAME must be 1 to 255 characters", file=sys.stderr)
         return 2
-    _, raw = create_token(name, label=args.label)
+    try:
+        _, raw = create_token(name, label=args.label)
+    except ValueError as exc:
+        print(f"nettrail token: {exc}", file=sys.stderr)
+        return 2
     print(raw)
     print(f"nettrail token: created for host {name!r}; shown once, store it now", file=sys.stderr)
     return 0

@@ -8,7 +8,16 @@ token for the local host (revoking the previous one), start daphne via
 system user (created if missing, owner of the data directory) -- then, as root and
 when the ``collect`` command exists, ``nettrail collect --server URL --token-file F
 --alerts --ppl 8 --providers tcp,siftr,skb,ip-flows`` as a root child (F: ``collector.token`` in the data directory, mode 0600, owned by root;
-a token on the command line would be visible to every local user in ``ps``). Ctrl-C / SIGTERM stop both. Keep in sync with docs/webapp.md, README.md.
+a token on the command line would be visible to every local user in ``ps``). Ctrl-C / SIGTERM stop both:
+the collector first (it drains its ring buffer and ships its last batches while the
+webapp still takes them), then the webapp.
+
+The webapp child runs on this interpreter (``sys.executable``) when the ``nettrail``
+user can run it; otherwise (a venv on a Python under /root) on the system Python of the
+same version with this environment's packages. Either way a probe, run as that user
+with the webapp's settings, imports everything the configured channel layer and
+database need before daphne starts: a missing package is reported with its name and
+the fix, never as "port in use?". Keep in sync with docs/webapp.md, README.md.
 """
 
 from __future__ import annotations
@@ -34,7 +43,28 @@ LOCAL_TOKEN_LABEL = "nettrail up: local collector"
 ADMIN_USER = "admin"
 START_TIMEOUT = 60.0  # seconds for daphne to listen (first start compiles nothing, but CI is slow)
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout the webapp child imports from
-STOP_TIMEOUT = 10.0  # seconds each child gets after SIGTERM before SIGKILL
+STOP_TIMEOUT = 10.0  # seconds the webapp gets after SIGTERM before SIGKILL
+COLLECTOR_STOP_TIMEOUT = 60.0  # the collector drains its ring and spool to the webapp first
+PROBE_TIMEOUT = 60.0
+# Run by the webapp's interpreter as the webapp user: every import daphne will need, with
+# the real settings, so the channel layer's and database's packages are checked too.
+PROBE = """
+import django, daphne.server
+django.setup()
+from django.conf import settings
+from django.db import connection
+from channels.layers import get_channel_layer
+import webapp.asgi, webapp.serve
+get_channel_layer()
+backend = settings.CHANNEL_LAYERS["default"]["BACKEND"]
+if "redis" in backend:
+    import channels_redis.core, redis.asyncio
+connection.ensure_connection()
+"""
+FIX = (
+    "install nettrail where the {user} user can read it, e.g. `python3 -m venv /opt/nettrail && "
+    "/opt/nettrail/bin/pip install /path/to/nettrail`, then run `/opt/nettrail/bin/nettrail up`"
+)
 TOKEN_FILE = "collector.token"  # in the data directory: the local token for the collector child
 # One siftr sample per 8 packets of a flow: a busy host's bulk flows would otherwise fill
 # the ring buffer faster than one core decodes it and lose events (docs/benchmarks.md);
@@ -76,10 +106,15 @@ def run(args: argparse.Namespace) -> int:
     if account is not None:
         _chown_tree(data, account)
     url = f"http://{_url_host(args.host)}:{args.port}/"
-    web = _start_webapp(args, data, account)
+    try:
+        web = _start_webapp(args, data, account)
+    except WebappUnrunnable as exc:
+        print(f"nettrail up: {exc}", file=sys.stderr)
+        return 1
     if not _wait_listening(args.host, args.port, web):
         _stop([web])
-        print(f"nettrail up: the webapp did not start on {args.host}:{args.port} (port in use?)", file=sys.stderr)
+        print(f"nettrail up: the webapp did not start on {args.host}:{args.port}: {_why_not_started(args, web)}",
+              file=sys.stderr)  # fmt: skip
         return 1
     print(f"nettrail: webapp running at {url}", flush=True)
     children = [web]
@@ -172,6 +207,10 @@ def _child_env(data: Path, account: pwd.struct_passwd | None) -> dict[str, str]:
     return env
 
 
+class WebappUnrunnable(RuntimeError):
+    """The webapp user cannot run the webapp with nettrail's interpreter and packages."""
+
+
 def _start_webapp(args: argparse.Namespace, data: Path, account: pwd.struct_passwd | None) -> subprocess.Popen[bytes]:
     env = _child_env(data, account)
     if "ALLOWED_HOSTS" not in env and args.host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"):
@@ -180,10 +219,56 @@ def _start_webapp(args: argparse.Namespace, data: Path, account: pwd.struct_pass
     python = sys.executable
     drop: dict[str, Any] = {}
     if account is not None:
-        python = _python_for_others(env)
         drop = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": [], "umask": 0o027}
+        try:
+            python = _python_for_others(env)
+        except SystemExit as exc:
+            raise WebappUnrunnable(f"{exc}; {FIX.format(user=account.pw_name)}") from None
+    _probe(python, env, data, drop, account)
     command = [python, "-m", "webapp.serve", "--host", args.host, "--port", str(args.port)]
-    return subprocess.Popen(command, env=env, cwd=str(data), **drop)
+    # stderr stays the terminal's: a webapp that dies at start says why there.
+    # Its own session: a Ctrl-C in the terminal reaches only `nettrail up`, which then
+    # stops the collector before the webapp.
+    return subprocess.Popen(command, env=env, cwd=str(data), start_new_session=True, **drop)
+
+
+def _probe(
+    python: str, env: dict[str, str], data: Path, drop: dict[str, Any], account: pwd.struct_passwd | None
+) -> None:
+    """Import what the webapp needs, as its user, with its settings; WebappUnrunnable says what failed."""
+    probe_env = {**env, "DJANGO_SETTINGS_MODULE": "webapp.settings"}
+    try:
+        done = subprocess.run(
+            [python, "-c", PROBE], env=probe_env, cwd=str(data), capture_output=True, text=True,
+            timeout=PROBE_TIMEOUT, **drop,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        done = subprocess.CompletedProcess([python], 1, "", str(exc))
+    if done.returncode == 0:
+        return
+    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else f"exit status {done.returncode}"
+    who = f"the {account.pw_name} user" if account is not None else "this user"
+    setting = "" if "CHANNEL_LAYER" not in env else f" (CHANNEL_LAYER={env['CHANNEL_LAYER']})"
+    fix = (
+        FIX.format(user=account.pw_name)
+        if account is not None
+        else "install nettrail's dependencies: pip install nettrail"
+    )
+    raise WebappUnrunnable(f"the webapp cannot run on {python} as {who}{setting}: {last}; {fix}")
+
+
+def _why_not_started(args: argparse.Namespace, web: subprocess.Popen[bytes]) -> str:
+    """Why the webapp is not listening: its exit status, or a port taken by someone else."""
+    if web.returncode is not None and web.returncode != 0:
+        return f"it exited with status {web.returncode} (its error is above)"
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    with socket.socket(family) as probe:
+        try:
+            probe.bind((args.host, args.port))
+        except OSError as exc:
+            return f"cannot listen there ({exc.strerror}): port {args.port} in use?"
+    return f"it did not listen within {START_TIMEOUT:.0f} s"
 
 
 def _world_traversable(path: Path) -> bool:
@@ -227,7 +312,8 @@ def _start_collector(url: str, token: str, token_file: Path) -> subprocess.Popen
         *("--providers", COLLECTOR_PROVIDERS),
     ]
     print("nettrail: collector started (live kernel tracing)", flush=True)
-    return subprocess.Popen(command, env={k: v for k, v in os.environ.items() if k != "NETTRAIL_ADMIN_PASSWORD"})
+    env = {k: v for k, v in os.environ.items() if k != "NETTRAIL_ADMIN_PASSWORD"}
+    return subprocess.Popen(command, env=env, start_new_session=True)  # stopped by us, first
 
 
 def _wait_listening(host: str, port: int, child: subprocess.Popen[bytes]) -> bool:
@@ -261,15 +347,18 @@ def _supervise(children: list[subprocess.Popen[bytes]]) -> int:
                 others.remove(child)
         time.sleep(0.2)
     print("nettrail: stopping", flush=True)
-    _stop(others + [web])
+    # The collector first: it detaches, drains what the kernel still holds and ships its
+    # last batches (and spool) while the webapp still takes them; then the webapp.
+    _stop(others, COLLECTOR_STOP_TIMEOUT)
+    _stop([web])
     return 0
 
 
-def _stop(children: list[subprocess.Popen[bytes]]) -> None:
+def _stop(children: list[subprocess.Popen[bytes]], timeout: float = STOP_TIMEOUT) -> None:
     for child in children:
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT
+    deadline = time.monotonic() + timeout
     for child in children:
         try:
             child.wait(timeout=max(0.1, deadline - time.monotonic()))

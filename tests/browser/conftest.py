@@ -1,33 +1,22 @@
-"""Browser-test harness: the real webapp (daphne via ``python -m webapp.serve``) in a
-subprocess on a free port with a throw-away NETTRAIL_DATA, users and a host token made
-through the ORM in a subprocess, and Debian's Chromium driven by Playwright (sync API).
-
-As root the server runs as ``nobody`` (the webapp refuses root); the data directory is
-handed to that user. No browser is downloaded: Playwright launches /usr/bin/chromium.
+"""Browser-test harness: the real webapp (tests/daphne_server.py: daphne in a subprocess
+with a throw-away NETTRAIL_DATA, users and a host token), and Debian's Chromium driven
+by Playwright (sync API). No browser is downloaded: Playwright launches /usr/bin/chromium.
 Screenshots go to artifacts/screenshots/ (gitignored).
 Keep in sync with: webapp/serve.py, webapp/traces/tokens.py, tests/browser/dashboard_batch.py.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import pwd
-import shutil
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
-ROOT = Path(__file__).resolve().parents[2]
+# VIEWER, _drop_to and _manage_env are re-exported for the browser tests, which import them from here.
+from daphne_server import ADMIN, HOST, ROOT, VIEWER, Server, _drop_to, running_webapp  # noqa: F401
+from daphne_server import manage_env as _manage_env  # noqa: F401
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -38,9 +27,6 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
-HOST = "browser-host"
-ADMIN = ("admin", "browser-test-admin-pw")
-VIEWER = ("viewer", "browser-test-viewer-pw")
 UPLOT = ROOT / "webapp/dashboard/static/dashboard/vendor/uplot/uPlot.iife.min.js"
 # Counts the pixels of the plot canvas (inside the element with this id) close to one
 # colour: a series' stroke, so grid lines and axes (drawn on the same canvas) do not count.
@@ -57,111 +43,14 @@ PAINTED = """([id, hex]) => {
 }"""
 
 
-@dataclass
-class Server:
-    url: str
-    token: str
-    data_dir: Path
-
-    def ingest(self, records: list[Any]) -> dict[str, Any]:
-        from translators.records import to_builtins
-
-        body = json.dumps([to_builtins(r) for r in records])
-        resp = requests.post(
-            f"{self.url}/api/ingest",
-            data=body,
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
-            timeout=30,
-        )
-        assert resp.status_code == 200, resp.text
-        return dict(resp.json())
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _manage_env(data_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CHANNEL_LAYER")}
-    env.update(NETTRAIL_DATA=str(data_dir), DJANGO_SETTINGS_MODULE="webapp.settings", PYTHONPATH=str(ROOT))
-    return env
-
-
-SETUP = """
-import django, sys
-django.setup()
-from django.contrib.auth import get_user_model
-from webapp.traces.tokens import create_token
-User = get_user_model()
-User.objects.create_superuser(sys.argv[1], "", sys.argv[2])
-User.objects.create_user(sys.argv[3], "", sys.argv[4])
-print(create_token(sys.argv[5], "browser tests")[1])
-"""
-
-
-def _drop_to(user: str) -> dict[str, Any]:
-    if os.geteuid() != 0:
-        return {}
-    pw = pwd.getpwnam(user)
-    return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
-
-
 @pytest.fixture(scope="package")
 def server() -> Iterator[Server]:
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing (Debian package chromium; scripts/install-system installs it)")
     if not UPLOT.exists():
         pytest.fail("uPlot is not installed: run scripts/js-env (scripts/test does)")
-    data_dir = Path(tempfile.mkdtemp(prefix="nettrail-browser-"))
-    env = _manage_env(data_dir)
-    py = sys.executable
-    subprocess.run([py, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    out = subprocess.run(
-        [py, "-c", SETUP, *ADMIN, *VIEWER, HOST], cwd=ROOT, env=env, check=True, capture_output=True, text=True
-    )
-    token = out.stdout.strip().splitlines()[-1]
-    drop = _drop_to("nobody")
-    if drop:
-        for path in [data_dir, *data_dir.rglob("*")]:
-            os.chown(path, drop["user"], drop["group"])
-    server_py = py
-    if drop:  # the webapp user may not reach a venv built on a Python under /root
-        from nettrail.commands.up import _python_for_others
-
-        server_py = _python_for_others(env)
-    port = _free_port()
-    log = open(data_dir / "server.log", "w")  # noqa: SIM115 - closed after the server stops
-    proc = subprocess.Popen(
-        [server_py, "-m", "webapp.serve", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT, env={**env, "HOME": str(data_dir)}, stdout=log, stderr=subprocess.STDOUT, **drop,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):  # up to 30 s for daphne to listen (a loaded machine)
-            if proc.poll() is not None:
-                raise RuntimeError(f"webapp exited: {(data_dir / 'server.log').read_text()[-2000:]}")
-            try:
-                requests.get(f"{url}/accounts/login/", timeout=1)
-                break
-            except (requests.ConnectionError, requests.ReadTimeout):
-                # ReadTimeout: listening, but the first request (Django loading its URLconf)
-                # took over a second on a loaded machine; ask again within the same 30 s.
-                time.sleep(0.1)
-        else:
-            raise RuntimeError("webapp did not start listening within 30 s")
-        yield Server(url, token, data_dir)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        print("--- webapp log (tail) ---\n" + (data_dir / "server.log").read_text()[-4000:])  # shown on failure
-        shutil.rmtree(data_dir, ignore_errors=True)
+    with running_webapp(prefix="nettrail-browser-") as srv:
+        yield srv
 
 
 @pytest.fixture(scope="package")
@@ -195,8 +84,10 @@ def admin_state(server: Server, browser: Any) -> dict[str, Any]:
 
 @pytest.fixture()
 def page(server: Server, browser: Any, admin_state: dict[str, Any]) -> Iterator[Any]:
+    # bypass_csp: Playwright's wait_for_function evaluates a string in the page, which the
+    # webapp's CSP (no eval) blocks. test_dashboard_csp.py checks the CSP without it.
     context = browser.new_context(
-        storage_state=admin_state, viewport={"width": 1366, "height": 900}, accept_downloads=True
+        storage_state=admin_state, viewport={"width": 1366, "height": 900}, accept_downloads=True, bypass_csp=True
     )
     pg = context.new_page()
     errors: list[str] = []

@@ -94,7 +94,7 @@ def test_a_row_opens_its_connection_from_the_keyboard(server: Server, page: Any,
     row.wait_for()
     row.focus()
     page.keyboard.press("Enter")
-    page.wait_for_url(f"{server.url}/connections/{two_more[0].uuid}/")
+    page.wait_for_url(f"{server.url}/connections/{two_more[0].uuid}/?host={HOST}")  # a connection is its host's
     page.wait_for_selector("body[data-loaded='1']")
 
 

@@ -58,7 +58,7 @@ def test_clicking_a_drop_shows_its_buffer_lifecycle_and_connection(server: Serve
     panel.wait_for(state="visible")
     stages = panel.locator("tbody tr td:nth-child(2)").all_inner_texts()
     assert stages == ["tx-first", "queue", f"drop: {DROP_REASON}"]
-    assert panel.locator(f'a[href="/connections/{ingested.uuid}/"]').count() == 1
+    assert panel.locator(f'a[href="/connections/{ingested.uuid}/?host={HOST}"]').count() == 1
     assert page.locator("#lifecycles tbody tr").count() >= 1
     screenshot(page, "buffers")
     page.goto(f"{server.url}/buffers/?conn={ingested.uuid}")

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from django.conf import settings
 from django.urls import URLPattern, URLResolver, get_resolver
 
 API_PREFIX = "api/"
@@ -130,7 +131,7 @@ def build_schema() -> dict[str, Any]:
                 "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
             },
             "securitySchemes": {
-                "session": {"type": "apiKey", "in": "cookie", "name": "sessionid"},
+                "session": {"type": "apiKey", "in": "cookie", "name": settings.SESSION_COOKIE_NAME},
                 "ingestToken": {"type": "http", "scheme": "bearer"},
             },
         },

@@ -70,11 +70,17 @@ def parse(params: Sequence[Param], query: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
+INT64 = (-(2**63), 2**63 - 1)  # the database's integer columns
+
+
 def _int(p: Param, raw: str) -> int:
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise BadParam(f"{p.name} must be a whole number, got {raw[:40]!r}") from None
+    if not INT64[0] <= value <= INT64[1]:
+        raise BadParam(f"{p.name} is out of range (a signed 64-bit number)")
+    return value
 
 
 def _float(p: Param, raw: str) -> float:

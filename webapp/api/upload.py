@@ -1,9 +1,13 @@
 """`/captures/upload/`: a browser upload of a pcap/pcapng file, analysed and stored like `analyze --store`.
 
 The file (at most NETTRAIL_UPLOAD_MAX_BYTES, default 64 MiB) is written to a
-temporary file, run through the capture pipeline (analysis.capture.file_records) and stored
-under a host named after the uploaded file's name. Login required (project
-middleware), CSRF-protected form. Keep in sync with docs/api.md.
+temporary file, run through the capture pipeline (analysis.capture.file_records, webapp.traces.capture_store) and stored
+under a host named ``capture:`` + the uploaded file's name. The prefix is reserved
+(webapp/traces/tokens.py refuses it), so an upload never writes into a live host --
+not even one whose file is named like it (``vm``). The import is one transaction: a
+file that fails halfway leaves nothing behind, not even its host row; live pushes go
+out only after the commit. Login required (project middleware), CSRF-protected form.
+Keep in sync with docs/api.md.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import tempfile
 
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
@@ -20,6 +25,7 @@ from django.views.decorators.http import require_http_methods
 from analysis.capture.file_records import capture_records
 from analysis.capture.pcap import CaptureError
 from webapp.traces.capture_store import store_records
+from webapp.traces.tokens import CAPTURE_PREFIX
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 MAX_NAME = 255
@@ -32,9 +38,10 @@ def max_bytes() -> int:
 
 
 def capture_name(upload: UploadedFile) -> str:
-    """Host name of the import: the uploaded file's own name, without any directory part."""
-    name = os.path.basename((upload.name or "").replace("\\", "/")).strip()
-    return name[:MAX_NAME] or "upload.pcap"
+    """Host name of the import: the reserved prefix and the uploaded file's own name,
+    without any directory part."""
+    name = os.path.basename((upload.name or "").replace("\\", "/")).strip() or "upload.pcap"
+    return (CAPTURE_PREFIX + name)[:MAX_NAME]
 
 
 @require_http_methods(["GET", "POST"])
@@ -59,9 +66,11 @@ def upload(request: HttpRequest) -> HttpResponse:
             tmp.write(chunk)
         tmp.flush()
         try:
-            totals = store_records(capture_records(tmp.name, name), name)
-        except CaptureError as exc:
-            error = f"{name}: not a capture nettrail can read ({str(exc).replace(tmp.name, name)})"
+            with transaction.atomic():  # all of the capture or nothing, host row included
+                totals = store_records(capture_records(tmp.name, name), name)
+        except (CaptureError, OSError, ValueError) as exc:
+            shown = name.removeprefix(CAPTURE_PREFIX)
+            error = f"{shown}: not a capture nettrail can read ({str(exc).replace(tmp.name, shown)})"
             return render(request, TEMPLATE, {**context, "error": error}, status=400)
     result = {"host": name, "stored": totals.stored, "duplicates": totals.duplicates}
     return render(request, TEMPLATE, {**context, "result": result})

@@ -26,6 +26,7 @@ from webapp.api.rows import (
     record_dicts,
 )
 from webapp.http import json_error
+from webapp.traces import owner
 from webapp.traces.models import KIND_MODELS, Connection, Host, RecordModel
 from webapp.traces.schema import CONNECTIONLESS_KINDS
 
@@ -124,28 +125,38 @@ def connections(request: ApiRequest) -> HttpResponse:
     return JsonResponse({"connections": [connection_dict(r) for r in rows], "next": following})
 
 
-def _connection_or_404(conn_uuid: str) -> Connection | None:
-    found: Connection | None = Connection.objects.filter(conn_uuid=conn_uuid).first()
-    return found
+def _connection(request: ApiRequest, conn_uuid: str) -> Connection | HttpResponse:
+    """The connection row (on the `host` parameter's host), or the 404/409 answer."""
+    try:
+        conn = owner.connection_of(conn_uuid, request.params["host"])
+    except owner.Ambiguous as exc:
+        return json_error(409, str(exc))
+    if conn is None:
+        return json_error(404, f"no connection {conn_uuid}")
+    return conn
+
+
+CONN_HOST = Param("host", "str", "the connection's host (needed only when two hosts have the same UUID)")
 
 
 @api_view(
     "One connection: its row, record counts per kind and its latest summary record",
+    (CONN_HOST,),
     path_params=UUID_PATH,
     returns="{connection: {...}, records: {kind: n}, summary: {...}|null}",
 )
 def connection_detail(request: ApiRequest, conn_uuid: str) -> HttpResponse:
-    conn = _connection_or_404(conn_uuid)
-    if conn is None:
-        return json_error(404, f"no connection {conn_uuid}")
+    conn = _connection(request, conn_uuid)
+    if isinstance(conn, HttpResponse):
+        return conn
     counts = {}
     for kind in LIFECYCLE_KINDS:
-        n = KIND_MODELS[kind].objects.filter(conn_uuid=conn_uuid).count()
+        n = KIND_MODELS[kind].objects.filter(host_id=conn.host_id, conn_uuid=conn_uuid).count()
         if n:
             counts[kind] = n
     summary_model = KIND_MODELS["connection"]
     latest = (
-        summary_model.objects.filter(conn_uuid=conn_uuid)
+        summary_model.objects.filter(host_id=conn.host_id, conn_uuid=conn_uuid)
         .order_by("-ts_ns", "-id")
         .values(*record_columns(summary_model))[:1]
     )
@@ -160,6 +171,7 @@ def connection_detail(request: ApiRequest, conn_uuid: str) -> HttpResponse:
     "Everything recorded about one connection, in kernel-time order (state changes, SIFTR samples, "
     "debug snapshots, retransmits, resets, congestion states, packets, its skbs and drops, alerts)",
     (
+        CONN_HOST,
         Param("kind", "str", "only these record kinds, comma-separated (e.g. tcp_state,siftr_sample)"),
         CURSOR,
         Param("limit", "int", "records per page", minimum=1, maximum=MAX_LIFECYCLE_LIMIT, default=LIFECYCLE_LIMIT),
@@ -168,12 +180,14 @@ def connection_detail(request: ApiRequest, conn_uuid: str) -> HttpResponse:
     returns="{conn_uuid, records: [...], next: cursor|null}",
 )
 def lifecycle(request: ApiRequest, conn_uuid: str) -> HttpResponse:
-    if _connection_or_404(conn_uuid) is None:
-        return json_error(404, f"no connection {conn_uuid}")
+    conn = _connection(request, conn_uuid)
+    if isinstance(conn, HttpResponse):
+        return conn
+    host = conn.host_id
     limit: int = request.params["limit"]
     after = _lifecycle_cursor(request.params["cursor"])
     wanted = _kinds(request.params["kind"])
-    skb_uids = _skb_uids(conn_uuid)
+    skb_uids = _skb_uids(host, conn_uuid)
     merged: list[tuple[tuple[int, int, int], dict[str, Any]]] = []
     for order, kind in enumerate(LIFECYCLE_KINDS):
         if kind not in wanted:
@@ -182,8 +196,8 @@ def lifecycle(request: ApiRequest, conn_uuid: str) -> HttpResponse:
         match = Q(conn_uuid=conn_uuid)
         if kind in SKB_KINDS and skb_uids:
             # Stages seen before the kernel tied the buffer to the socket carry only skb_uid.
-            match |= Q(conn_uuid__isnull=True, host_id=skb_uids[0], skb_uid__in=skb_uids[1])
-        qs = _after(model.objects.filter(match), order, after)
+            match |= Q(conn_uuid__isnull=True, skb_uid__in=skb_uids)
+        qs = _after(model.objects.filter(match, host_id=host), order, after)
         rows = list(qs.order_by("ts_ns", "id").values("id", *record_columns(model))[: limit + 1])
         for row, rec in zip(rows, record_dicts(model, rows), strict=True):
             merged.append(((row["ts_ns"], order, row["id"]), rec))
@@ -223,19 +237,16 @@ def _after(qs: QuerySet[Any], order: int, after: tuple[int, int, int] | None) ->
     return qs.filter(ts_ns__gte=ts)
 
 
-def _skb_uids(conn_uuid: str) -> tuple[str, list[int]] | None:
-    """(host, skb_uids) of the buffers this connection's skb records name."""
+def _skb_uids(host: str, conn_uuid: str) -> list[int]:
+    """The skb_uids of the buffers this connection's skb records name (on its host)."""
     uids: set[int] = set()
-    host = None
     for kind in SKB_KINDS:
-        for host_id, uid in (
+        uids.update(
             KIND_MODELS[kind]
-            .objects.filter(conn_uuid=conn_uuid, skb_uid__isnull=False)
-            .values_list("host_id", "skb_uid")
-        ):
-            host = host_id
-            uids.add(uid)
-    return (host, sorted(uids)) if host is not None else None
+            .objects.filter(host_id=host, conn_uuid=conn_uuid, skb_uid__isnull=False)
+            .values_list("skb_uid", flat=True)
+        )
+    return sorted(uids)
 
 
 # --- drops ---------------------------------------------------------------------------------------

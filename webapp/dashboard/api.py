@@ -18,10 +18,11 @@ from django.db.models import Count, Max, Min, Q, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from webapp.dashboard import alert_versions, buffers, counters, detail, queries, selfhealth
-from webapp.dashboard.filterlang import FilterError
+from webapp.dashboard.filterlang import INT64_MAX, FilterError
 from webapp.dashboard.models import AlertAck
 from webapp.dashboard.tables import Alert, LossReport, SockEvent, UdpDatagram
 from webapp.http import json_error
+from webapp.traces import owner
 from webapp.traces.models import KIND_MODELS, Connection, Host
 
 View = Callable[..., HttpResponse]
@@ -41,6 +42,9 @@ def api(*methods: str) -> Callable[[View], View]:
                 return json_error(401, "login required")
             if request.method not in methods:
                 return json_error(405, f"method {request.method} not allowed; use {', '.join(methods)}")
+            for name, value in kwargs.items():  # <int:...> path parts: the columns are signed 64-bit
+                if isinstance(value, int) and not 0 <= value <= INT64_MAX:
+                    return json_error(400, f"{name} is out of range (at most {INT64_MAX})")
             try:
                 return view(request, *args, **kwargs)
             except FilterError as exc:
@@ -78,7 +82,7 @@ def connections(request: HttpRequest) -> HttpResponse:
         page = queries.Page(rows, None, len(rows))
     else:
         page = queries.page(qs, request.GET.get("sort") or queries.DEFAULT_SORT, request.GET.get("cursor"), limit)
-    rules = queries.alert_rules([c.conn_uuid for c in page.rows if c.alerts])
+    rules = queries.alert_rules([c for c in page.rows if c.alerts])
     hints = queries.empty_result_hints(request.GET.get("q", "")) if page.total == 0 and not uuids else []
     return JsonResponse(
         {
@@ -94,24 +98,30 @@ def connections(request: HttpRequest) -> HttpResponse:
 
 @api("GET")
 def connection(request: HttpRequest, uuid: str) -> HttpResponse:
-    conn = queries.annotated().filter(conn_uuid=uuid).first()
+    """?host= names the connection's host (needed only when two hosts have the uuid)."""
+    try:
+        row = owner.connection_of(uuid, request.GET.get("host") or None)
+    except owner.Ambiguous as exc:
+        return json_error(409, str(exc))
+    conn = queries.annotated().filter(pk=row.pk).first() if row is not None else None
     if conn is None:
         return json_error(404, "no such connection")
-    rules = queries.alert_rules([uuid])
+    host = conn.host_id
+    rules = queries.alert_rules([conn])
     body = queries.row_json(conn, rules)
-    summary = detail.summary_fields(uuid)
+    summary = detail.summary_fields(host, uuid)
     return JsonResponse(
         {
             "conn": {**summary, **body},
             "timeline": detail.timeline(conn),
-            "marks": detail.marks(uuid),
-            "siftr": detail.siftr(uuid),
-            "sampling": selfhealth.connection_sampling(uuid),
+            "marks": detail.marks(host, uuid),
+            "siftr": detail.siftr(host, uuid),
+            "sampling": selfhealth.connection_sampling(host, uuid),
             "tseq": detail.tseq(conn),
-            "tcpdebug": detail.tcpdebug(uuid),
-            "skbs": detail.skbs(uuid),
-            "drops": detail.drops(uuid),
-            "alerts": detail.alerts(uuid),
+            "tcpdebug": detail.tcpdebug(host, uuid),
+            "skbs": detail.skbs(host, uuid),
+            "drops": detail.drops(host, uuid),
+            "alerts": detail.alerts(host, uuid),
         }
     )
 
@@ -177,11 +187,15 @@ def buffers_view(request: HttpRequest) -> HttpResponse:
 
 @api("GET")
 def skb(request: HttpRequest, uid: int) -> HttpResponse:
-    found = detail.lifecycles([uid])
+    found = detail.lifecycles([uid], request.GET.get("host") or None)
     if not found:
         return json_error(404, "no such buffer")
     life = found[0]
-    conn = Connection.objects.filter(conn_uuid=life["conn_uuid"]).first() if life["conn_uuid"] else None
+    conn = (
+        Connection.objects.filter(host_id=life["host_id"], conn_uuid=life["conn_uuid"]).first()
+        if life["conn_uuid"]
+        else None
+    )
     return JsonResponse({"skb": life, "conn": queries.row_json(conn, {}) if conn else None})
 
 

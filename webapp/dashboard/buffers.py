@@ -78,7 +78,7 @@ def summary(host: str | None, reason: str | None, conn: str | None) -> dict[str,
         "exact": list(exact_rows),
         "recent": recent,
         "reasons": sorted(set(drops.values_list("drop_reason_str", flat=True).distinct())),
-        "lifecycles": lifecycles(_selected_uids(selected, conn)) if (reason or conn) else [],
+        "lifecycles": lifecycles(_selected_uids(selected, conn), host) if (reason or conn) else [],
     }
 
 

@@ -53,7 +53,9 @@ def who(change: TcpStateChange, conn: Connection) -> str:
 
 
 def timeline(conn: Connection) -> list[dict[str, Any]]:
-    changes = list(TcpStateChange.objects.filter(conn_uuid=conn.conn_uuid).order_by("ts_ns", "seq"))
+    changes = list(
+        TcpStateChange.objects.filter(host_id=conn.host_id, conn_uuid=conn.conn_uuid).order_by("ts_ns", "seq")
+    )
     items: list[tuple[int, dict[str, Any]]] = []
     for i, ch in enumerate(changes):
         nxt = changes[i + 1] if i + 1 < len(changes) else None
@@ -64,12 +66,12 @@ def timeline(conn: Connection) -> list[dict[str, Any]]:
         item = {"type": "state", "ts": ch.ts_wall, "state": ch.state, "prev_state": ch.prev_state, "duration": dur}
         item.update({"who": who(ch, conn), "caused_by": ch.caused_by, "inferred": ch.inferred})
         items.append((ch.ts_ns, item))
-    for rst in TcpReset.objects.filter(conn_uuid=conn.conn_uuid).order_by("ts_ns")[:MAX_ROWS]:
+    for rst in TcpReset.objects.filter(host_id=conn.host_id, conn_uuid=conn.conn_uuid).order_by("ts_ns")[:MAX_ROWS]:
         text = f"RST {'sent' if rst.sender == 'local' else 'received from the peer'} in {rst.state or '?'}"
         text += f" ({rst.reason})" if rst.reason else ""
         items.append((rst.ts_ns, {"type": "reset", "ts": rst.ts_wall, "text": text}))
     retransmits = list(
-        TcpRetransmit.objects.filter(conn_uuid=conn.conn_uuid)
+        TcpRetransmit.objects.filter(host_id=conn.host_id, conn_uuid=conn.conn_uuid)
         .order_by("ts_ns", "seq")
         .values_list("ts_ns", "ts_wall", "tcp_payload_len", "retrans_kind")
     )
@@ -78,23 +80,27 @@ def timeline(conn: Connection) -> list[dict[str, Any]]:
     return [item for _, item in items]
 
 
-def marks(uuid: str) -> dict[str, list[float]]:
+def marks(host: str, uuid: str) -> dict[str, list[float]]:
     """Wall times of the retransmissions and resets, for the charts' aggregated markers."""
     return {
         "retransmit": list(
-            TcpRetransmit.objects.filter(conn_uuid=uuid)
+            TcpRetransmit.objects.filter(host_id=host, conn_uuid=uuid)
             .order_by("ts_ns")
             .values_list("ts_wall", flat=True)[: retrans_runs.MAX_MARKS]
         ),
         "reset": list(
-            TcpReset.objects.filter(conn_uuid=uuid).order_by("ts_ns").values_list("ts_wall", flat=True)[:MAX_ROWS]
+            TcpReset.objects.filter(host_id=host, conn_uuid=uuid)
+            .order_by("ts_ns")
+            .values_list("ts_wall", flat=True)[:MAX_ROWS]
         ),
     }
 
 
-def siftr(uuid: str) -> dict[str, list[Any]]:
+def siftr(host: str, uuid: str) -> dict[str, list[Any]]:
     cols = ("ts_wall", "snd_cwnd", "snd_ssthresh", "srtt", "rttvar", "snd_wnd", "rcv_wnd", "sent_inflight_bytes")
-    rows = list(SiftrSample.objects.filter(conn_uuid=uuid).order_by("-ts_ns").values_list(*cols)[:MAX_POINTS])
+    rows = list(
+        SiftrSample.objects.filter(host_id=host, conn_uuid=uuid).order_by("-ts_ns").values_list(*cols)[:MAX_POINTS]
+    )
     rows.reverse()
     out: dict[str, list[Any]] = {
         k: [] for k in ("t", "cwnd", "ssthresh", "srtt", "rttvar", "snd_wnd", "rcv_wnd", "inflight")
@@ -124,7 +130,11 @@ def tseq(conn: Connection) -> dict[str, list[Any]]:
         "analysis",
         "opt_sack_blocks",
     )
-    rows = list(TcpSegment.objects.filter(conn_uuid=conn.conn_uuid).order_by("-ts_ns").values_list(*cols)[:MAX_POINTS])
+    rows = list(
+        TcpSegment.objects.filter(host_id=conn.host_id, conn_uuid=conn.conn_uuid)
+        .order_by("-ts_ns")
+        .values_list(*cols)[:MAX_POINTS]
+    )
     rows.reverse()
     out: dict[str, list[Any]] = {k: [] for k in ("t", "data", "retrans", "sack", "ack")}
     if not rows:
@@ -154,27 +164,34 @@ def tseq(conn: Connection) -> dict[str, list[Any]]:
     return out
 
 
-def skbs(uuid: str) -> list[dict[str, Any]]:
+def skbs(host: str, uuid: str) -> list[dict[str, Any]]:
     """Each buffer of the connection with its stages in order (newest buffers)."""
     uids = list(
-        SkbEvent.objects.filter(conn_uuid=uuid, skb_uid__isnull=False)
+        SkbEvent.objects.filter(host_id=host, conn_uuid=uuid, skb_uid__isnull=False)
         .order_by("-ts_ns")
         .values_list("skb_uid", flat=True)
         .distinct()[:MAX_BUFFERS]
     )
-    return lifecycles(uids)
+    return lifecycles(uids, host)
 
 
-def lifecycles(uids: list[int]) -> list[dict[str, Any]]:
-    """Stages of each buffer in ``uids`` (plus its drop, if any), oldest buffer first."""
-    by_uid: dict[int, dict[str, Any]] = {}
+def lifecycles(uids: list[int], host: str | None = None) -> list[dict[str, Any]]:
+    """Stages of each buffer in ``uids`` (plus its drop, if any), oldest buffer first.
+
+    skb_uids are per host: with `host` only that host's buffers; without, a buffer is
+    (host, skb_uid) and each carries its host_id."""
+    by_uid: dict[tuple[str, int], dict[str, Any]] = {}
     events = SkbEvent.objects.filter(skb_uid__in=uids).order_by("ts_ns")
+    drops = SkbDrop.objects.filter(skb_uid__in=uids)
+    if host is not None:
+        events, drops = events.filter(host_id=host), drops.filter(host_id=host)
     for ev in events.values(
-        "skb_uid", "ts_wall", "ts_ns", "stage", "since_prev_ns", "end", "conn_uuid", "if_name", "len"
+        "host_id", "skb_uid", "ts_wall", "ts_ns", "stage", "since_prev_ns", "end", "conn_uuid", "if_name", "len"
     ):
         b = by_uid.setdefault(
-            ev["skb_uid"],
+            (ev["host_id"], ev["skb_uid"]),
             {
+                "host_id": ev["host_id"],
                 "skb_uid": ev["skb_uid"],
                 "first": ev["ts_wall"],
                 "first_ns": ev["ts_ns"],
@@ -196,12 +213,11 @@ def lifecycles(uids: list[int]) -> list[dict[str, Any]]:
         b["end"] = ev["end"] or b["end"]
         b["conn_uuid"] = b["conn_uuid"] or ev["conn_uuid"]
         b["last_ns"] = ev["ts_ns"]
-    for d in SkbDrop.objects.filter(skb_uid__in=uids).values(
-        "skb_uid", "ts_wall", "ts_ns", "drop_reason_str", "drop_location", "conn_uuid"
-    ):
+    for d in drops.values("host_id", "skb_uid", "ts_wall", "ts_ns", "drop_reason_str", "drop_location", "conn_uuid"):
         b = by_uid.setdefault(
-            d["skb_uid"],
+            (d["host_id"], d["skb_uid"]),
             {
+                "host_id": d["host_id"],
                 "skb_uid": d["skb_uid"],
                 "first": d["ts_wall"],
                 "first_ns": d["ts_ns"],
@@ -232,12 +248,12 @@ def lifecycles(uids: list[int]) -> list[dict[str, Any]]:
     return out
 
 
-def drops(uuid: str) -> list[dict[str, Any]]:
+def drops(host: str, uuid: str) -> list[dict[str, Any]]:
     cols = ("ts_wall", "drop_reason_str", "drop_location", "len", "skb_uid", "comm", "pid")
-    return list(SkbDrop.objects.filter(conn_uuid=uuid).order_by("-ts_ns").values(*cols)[:MAX_ROWS])
+    return list(SkbDrop.objects.filter(host_id=host, conn_uuid=uuid).order_by("-ts_ns").values(*cols)[:MAX_ROWS])
 
 
-def tcpdebug(uuid: str) -> list[dict[str, Any]]:
+def tcpdebug(host: str, uuid: str) -> list[dict[str, Any]]:
     cols = (
         "ts_wall",
         "direction",
@@ -253,15 +269,17 @@ def tcpdebug(uuid: str) -> list[dict[str, Any]]:
         "ca_state",
         "tcp_flags",
     )
-    rows = list(TcpDebugSnapshot.objects.filter(conn_uuid=uuid).order_by("ts_ns").values(*cols)[:MAX_ROWS])
+    rows = list(
+        TcpDebugSnapshot.objects.filter(host_id=host, conn_uuid=uuid).order_by("ts_ns").values(*cols)[:MAX_ROWS]
+    )
     for r in rows:
         r["flags"] = tcp_flags_str(r.pop("tcp_flags")) if r["tcp_flags"] is not None else None
     return rows
 
 
-def alerts(uuid: str) -> list[dict[str, Any]]:
+def alerts(host: str, uuid: str) -> list[dict[str, Any]]:
     cols = ("id", "start", "end", "severity", "rule_id", "status", "count", "message")
-    newest = alert_versions.latest(Alert.objects.filter(conn_uuid=uuid))
+    newest = alert_versions.latest(Alert.objects.filter(host_id=host, conn_uuid=uuid))
     return list(newest.order_by("-start").values(*cols)[:MAX_ROWS])
 
 
@@ -277,7 +295,12 @@ SUMMARY_FIELDS = (
 )
 
 
-def summary_fields(uuid: str) -> dict[str, Any]:
+def summary_fields(host: str, uuid: str) -> dict[str, Any]:
     """Fields of the latest connection summary record, when the connection has one."""
-    row = ConnectionSummary.objects.filter(conn_uuid=uuid).order_by("-ts_ns").values(*SUMMARY_FIELDS).first()
+    row = (
+        ConnectionSummary.objects.filter(host_id=host, conn_uuid=uuid)
+        .order_by("-ts_ns")
+        .values(*SUMMARY_FIELDS)
+        .first()
+    )
     return dict(row) if row else {}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import math
 import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -265,7 +266,7 @@ def _convert(field: Field, op: str, tok: Token) -> Any:
     if field.type == "int":
         if not re.fullmatch(r"\d+", text):
             raise FilterError(f"{field.name} needs a whole number, got {text!r}", tok.pos)
-        return int(text)
+        return _in_range(field, int(text), tok)
     if field.type in _UNITS:
         m = re.fullmatch(r"(\d+(?:\.\d+)?)([a-zA-Z]*)", text)
         units = _UNITS[field.type]
@@ -274,7 +275,9 @@ def _convert(field: Field, op: str, tok: Token) -> Any:
             allowed = ", ".join(u for u in units if u)
             raise FilterError(f"{field.name} needs a number with an optional unit ({allowed}), got {text!r}", tok.pos)
         value = float(m.group(1)) * units[unit]
-        return int(value) if field.type == "bytes" else value
+        if not math.isfinite(value):  # 400 nines overflow the float: out of range as well
+            raise FilterError(f"{field.name} is out of range (at most {INT64_MAX})", tok.pos)
+        return _in_range(field, int(value), tok) if field.type == "bytes" else value
     if field.type == "state":
         upper = text.upper()
         if upper == "OPEN" or upper in TCP_STATES:
@@ -287,6 +290,15 @@ def _convert(field: Field, op: str, tok: Token) -> Any:
     if field.type == "addr" and "/" in text and op != "~":
         return _network(field, op, tok)
     return text
+
+
+INT64_MAX = 2**63 - 1  # the database's integer columns are signed 64-bit
+
+
+def _in_range(field: Field, value: int, tok: Token) -> int:
+    if value > INT64_MAX:
+        raise FilterError(f"{field.name} is out of range (at most {INT64_MAX})", tok.pos)
+    return value
 
 
 def parse(text: str, rules: Collection[str] | None = None) -> Node | None:

@@ -48,7 +48,7 @@ def _state(op: str, value: Any) -> Q:
 def _anomaly(op: str, value: Any) -> Q:
     if not value:
         return Q(anomaly=True)
-    return Q(Exists(Alert.objects.filter(conn_uuid=OuterRef("conn_uuid"), rule_id=value)))
+    return Q(Exists(Alert.objects.filter(host_id=OuterRef("host_id"), conn_uuid=OuterRef("conn_uuid"), rule_id=value)))
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -229,16 +229,25 @@ def page(qs: QuerySet[Connection], sort: str, cursor: str | None, limit: int) ->
     return Page(rows, nxt, total)
 
 
-def alert_rules(uuids: list[str]) -> dict[str, list[str]]:
-    """Rule ids of the alerts naming each connection (for the table's anomaly column)."""
-    out: dict[str, list[str]] = {}
-    rows = Alert.objects.filter(conn_uuid__in=uuids).values_list("conn_uuid", "rule_id").distinct()
-    for uuid, rule in rows:
-        out.setdefault(uuid, []).append(rule)
+RuleKey = tuple[str, str]  # (host_id, conn_uuid): a connection is its host's
+
+
+def alert_rules(conns: list[Connection]) -> dict[RuleKey, list[str]]:
+    """Rule ids of the alerts naming each connection, on its own host (the anomaly column)."""
+    wanted = {(c.host_id, c.conn_uuid) for c in conns}
+    out: dict[RuleKey, list[str]] = {}
+    rows = (
+        Alert.objects.filter(conn_uuid__in=sorted({u for _, u in wanted}), host_id__in=sorted({h for h, _ in wanted}))
+        .values_list("host_id", "conn_uuid", "rule_id")
+        .distinct()
+    )
+    for host, uuid, rule in rows:
+        if (host, uuid) in wanted:
+            out.setdefault((host, uuid), []).append(rule)
     return {k: sorted(v) for k, v in out.items()}
 
 
-def row_json(c: Connection, rules: dict[str, list[str]]) -> dict[str, Any]:
+def row_json(c: Connection, rules: dict[RuleKey, list[str]]) -> dict[str, Any]:
     return {
         "conn_uuid": c.conn_uuid,
         "host_id": c.host_id,
@@ -258,9 +267,14 @@ def row_json(c: Connection, rules: dict[str, list[str]]) -> dict[str, Any]:
         "bytes": (c.bytes_orig or 0) + (c.bytes_resp or 0),
         "bytes_orig": c.bytes_orig,
         "bytes_resp": c.bytes_resp,
+        # The local socket's view: what this host sent (out) and received (in).
+        "bytes_out": c.bytes_out,
+        "bytes_in": c.bytes_in,
+        "packets_out": c.packets_out,
+        "packets_in": c.packets_in,
         "retrans": c.retransmits,
         "resets": c.resets,
         "alerts": c.alerts,
-        "alert_rules": rules.get(c.conn_uuid, []),
+        "alert_rules": rules.get((c.host_id, c.conn_uuid), []),
         "anomaly": c.anomaly,
     }

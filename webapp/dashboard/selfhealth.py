@@ -90,11 +90,11 @@ def status(host: str | None) -> dict[str, Any]:
     return {"hosts": [host_status(h) for h in hosts], "cpu_budget": cpu_budget()}
 
 
-def connection_sampling(uuid: str) -> dict[str, Any]:
+def connection_sampling(host: str, uuid: str) -> dict[str, Any]:
     """SIFTR sampling of one connection per flow_counters window: Δpackets / Δsamples (H2)."""
     cols = ("ts_wall", "packets_in", "packets_out", "samples")
     rows = list(
-        FlowCounters.objects.filter(conn_uuid=uuid, proto="tcp")
+        FlowCounters.objects.filter(host_id=host, conn_uuid=uuid, proto="tcp")
         .order_by("-ts_ns", "-id")
         .values_list(*cols)[: MAX_WINDOWS + 1]
     )

@@ -1,11 +1,11 @@
 """Dashboard URLs: the pages (/, /connections/, /buffers/, /udp/, /counters/, /alerts/, /status/) and their
-JSON views under /api/dash/, and /static/ (the appliance has no separate web server). Included by webapp/urls.py ahead of the minimal home page.
+JSON views under /api/dash/ (static files are served by WhiteNoise, webapp/settings.py). Included by webapp/urls.py ahead of the minimal home page.
 Keep in sync with: views.py, api.py, the fetch() URLs in static/dashboard/js/.
 """
 
 from __future__ import annotations
 
-from django.urls import URLPattern, path, re_path
+from django.urls import URLPattern, path
 from django.views.generic import RedirectView
 
 from webapp.dashboard import api, views
@@ -13,7 +13,6 @@ from webapp.dashboard import api, views
 app_name = "dashboard"
 
 urlpatterns: list[URLPattern] = [
-    re_path(r"^static/(?P<path>.+)$", views.static_file, name="static"),
     path("", views.overview, name="overview"),
     path("connections/", views.connections, name="connections"),
     path("connections/<str:uuid>/", views.connection, name="connection"),

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, cast
+from urllib.parse import quote
 
-from django.contrib.auth.decorators import login_not_required, login_required
-from django.contrib.staticfiles.views import serve
+from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
@@ -20,7 +20,7 @@ from webapp.dashboard import queries
 from webapp.dashboard.api import host_names
 from webapp.dashboard.counters import DEFAULT_FLOW_SORT
 from webapp.dashboard.filterlang import FIELDS
-from webapp.traces.models import Connection
+from webapp.traces import owner
 
 View = Callable[..., HttpResponse]
 
@@ -28,11 +28,6 @@ View = Callable[..., HttpResponse]
 def page(view: View) -> View:
     """A dashboard page: anonymous users are redirected to the login page."""
     return cast(View, login_required(view))
-
-
-def public(view: View) -> View:
-    """Served without a login (LoginRequiredMiddleware lets it through)."""
-    return cast(View, login_not_required(view))
 
 
 # (sort key, heading, numeric) of the connections table; keys are queries.SORTS keys.
@@ -61,6 +56,7 @@ EXPORTS = (
     ("html", "HTML"),
     ("pcap", "pcap"),
     ("siftr", "SIFTR log"),
+    ("zeek", "Zeek conn.log"),
 )
 
 
@@ -84,19 +80,25 @@ def connections(request: HttpRequest) -> HttpResponse:
     return _page(request, "connections.html", data, fields=FIELDS, columns=columns, page_sizes=queries.PAGE_SIZES)
 
 
-def _exports(uuid: str) -> list[dict[str, str]]:
+def _exports(uuid: str, host: str) -> list[dict[str, str]]:
     try:
         base = reverse("connection-export", args=[uuid])
     except NoReverseMatch:
         return []
-    return [{"format": f, "label": label, "url": f"{base}?format={f}"} for f, label in EXPORTS]
+    on_host = f"&host={quote(host)}"  # a connection is its host's: exports name it
+    return [{"format": f, "label": label, "url": f"{base}?format={f}{on_host}"} for f, label in EXPORTS]
 
 
 @page
 def connection(request: HttpRequest, uuid: str) -> HttpResponse:
-    if not Connection.objects.filter(conn_uuid=uuid).exists():
+    try:
+        conn = owner.connection_of(uuid, request.GET.get("host") or None)
+    except owner.Ambiguous as exc:
+        raise Http404(str(exc)) from exc
+    if conn is None:
         raise Http404("no such connection")
-    return _page(request, "connection.html", {"conn_uuid": uuid}, exports=_exports(uuid))
+    data = {"conn_uuid": uuid, "host": conn.host_id}
+    return _page(request, "connection.html", data, exports=_exports(uuid, conn.host_id))
 
 
 @page
@@ -125,12 +127,3 @@ def alerts(request: HttpRequest) -> HttpResponse:
 @page
 def status(request: HttpRequest) -> HttpResponse:
     return _page(request, "status.html", {"hosts": host_names(), "host": request.GET.get("host", "")})
-
-
-@public  # CSS/JS are public code; the login page uses the stylesheet too
-def static_file(request: HttpRequest, path: str) -> HttpResponse:
-    """Static files through the staticfiles finders (app static dirs, js-env's vendor copy).
-
-    ``nettrail up`` runs daphne alone, with no web server in front to serve STATIC_ROOT.
-    """
-    return serve(request, path, insecure=True)

@@ -30,7 +30,11 @@ INGEST_LATENCY = Histogram(
 
 
 class DatabaseCounters(Collector):
-    """Exposes every IngestCounter row; metrics without rows still appear (no samples)."""
+    """Exposes every IngestCounter row (only `host`'s when given); metrics without rows
+    still appear (no samples)."""
+
+    def __init__(self, host: str | None = None) -> None:
+        self.host = host
 
     def collect(self) -> Iterator[Metric]:
         from webapp.metrics.models import IngestCounter
@@ -40,18 +44,28 @@ class DatabaseCounters(Collector):
         for key, (label, help_text) in METRICS.items():
             labels = ["host", label] if label else ["host"]
             families[key] = CounterMetricFamily(f"nettrail_{key}", help_text, labels=labels)
-        rows = IngestCounter.objects.order_by("metric", "host", "label").values_list("host", "metric", "label", "value")
+        counters = IngestCounter.objects.all() if self.host is None else IngestCounter.objects.filter(host=self.host)
+        rows = counters.order_by("metric", "host", "label").values_list("host", "metric", "label", "value")
         for host, metric, label, value in rows:
             family = families.get(metric)
             if family is not None:
                 family.add_metric([host, label] if METRICS[metric][0] else [host], value)
         yield from families.values()
-        hosts = GaugeMetricFamily("nettrail_hosts", "Hosts known to this server (collectors and imported captures)")
-        hosts.add_metric([], Host.objects.count())
-        yield hosts
+        if self.host is None:  # a host's token learns nothing about the others, not even how many
+            hosts = GaugeMetricFamily("nettrail_hosts", "Hosts known to this server (collectors and imported captures)")
+            hosts.add_metric([], Host.objects.count())
+            yield hosts
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # collected only at scrape time: never touch the DB on registration
 
 
 REGISTRY.register(DatabaseCounters())
+
+
+def host_registry(host: str) -> CollectorRegistry:
+    """What a host's ingest token may scrape: that host's counters only (no other host's
+    counters, no server-wide latency histogram)."""
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(DatabaseCounters(host))
+    return registry

@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 from django.db.models import Count, Max, Min, QuerySet, Sum
 
-from analysis.export.filters import CONNECTIONLESS, ReportFilter
+from analysis.export.filters import CONNECTIONLESS, FilterError, ReportFilter
 from analysis.export.schema import CONNECTION_FIELDS, list_name
 from translators.records import BY_KIND, Record, describe
 from webapp.traces.models import KIND_MODELS, Connection, Host, RecordModel
@@ -44,8 +44,12 @@ class ReportNotFound(LookupError):
 def check(f: ReportFilter) -> None:
     """Raises ReportNotFound (or the DatabaseError of an unset database) before any output."""
     Host.objects.exists()  # fails now, not after half a header, when the tables are missing
-    if f.connection is not None and not Connection.objects.filter(conn_uuid=f.connection).exists():
-        raise ReportNotFound(f"unknown connection {f.connection}")
+    if f.connection is not None:
+        hosts = _connection_hosts(f)
+        if not hosts:
+            raise ReportNotFound(f"unknown connection {f.connection}")
+        if len(hosts) > 1:
+            raise FilterError(f"connection {f.connection} exists on hosts {', '.join(hosts)}: name one with host")
     for host in f.hosts:
         known = Host.objects.filter(name=host).exists() or Connection.objects.filter(host_id=host).exists()
         if not known:
@@ -70,7 +74,7 @@ def report_steps(w: Writer, f: ReportFilter, chunk_size: int = CHUNK) -> Iterato
     for conn in connections(f).iterator(chunk_size=chunk_size):
         w.open_instance("connection")
         _emit_connection(w, conn)
-        yield from _lifecycle(w, f, conn.conn_uuid, kinds, chunk_size)
+        yield from _lifecycle(w, f, conn.host_id, conn.conn_uuid, kinds, chunk_size)
         w.close_instance("connection")
     w.close_list("connection")
     if f.connection is None:
@@ -110,18 +114,26 @@ def _in_range(qs: QuerySet[Any], f: ReportFilter) -> QuerySet[Any]:
 def scoped(kind: str, f: ReportFilter) -> QuerySet[RecordModel]:
     """Records of a kind within the filter's hosts, connection and time range."""
     qs: QuerySet[RecordModel] = KIND_MODELS[kind].objects.all()
-    if f.connection is not None:
-        qs = qs.filter(conn_uuid=f.connection)
+    if f.connection is not None:  # a connection's records are its host's (owner.py)
+        qs = qs.filter(conn_uuid=f.connection, host_id__in=_connection_hosts(f))
     elif f.hosts:
         qs = qs.filter(host_id__in=f.hosts)
     return _in_range(qs, f)
 
 
-def records_of(kind: str, f: ReportFilter, *, conn_uuid: str | None) -> QuerySet[RecordModel]:
-    """One connection's records of a kind (index conn_uuid, ts_ns), or the unattributed ones."""
+def _connection_hosts(f: ReportFilter) -> list[str]:
+    """The hosts that have the filter's connection (within its hosts, when it names some)."""
+    qs = Connection.objects.filter(conn_uuid=f.connection)
+    if f.hosts:
+        qs = qs.filter(host_id__in=f.hosts)
+    return sorted(qs.values_list("host_id", flat=True))
+
+
+def records_of(kind: str, f: ReportFilter, *, conn_uuid: str | None, host: str | None = None) -> QuerySet[RecordModel]:
+    """One connection's records of a kind (index conn_uuid, ts_ns; on its host), or the unattributed ones."""
     qs: QuerySet[RecordModel] = KIND_MODELS[kind].objects.all()
     if conn_uuid is not None:
-        return _in_range(qs.filter(conn_uuid=conn_uuid), f).order_by("ts_ns", "seq")
+        return _in_range(qs.filter(conn_uuid=conn_uuid, host_id=host), f).order_by("ts_ns", "seq")
     if kind not in CONNECTIONLESS:
         qs = qs.filter(conn_uuid__isnull=True)
     if f.hosts:
@@ -139,15 +151,17 @@ def as_records(
         yield msgspec.convert(dict(zip(names, row, strict=True)), cls)
 
 
-def _lifecycle(w: Writer, f: ReportFilter, conn_uuid: str, kinds: list[str], chunk_size: int) -> Iterator[None]:
+def _lifecycle(
+    w: Writer, f: ReportFilter, host: str, conn_uuid: str, kinds: list[str], chunk_size: int
+) -> Iterator[None]:
     """One connection's records. Encoding styles: one list per kind (the schemas' shape).
     Text and HTML: every kind merged in kernel-time order, the way a person reads a
     lifecycle; one open cursor per kind, so memory stays one chunk per kind."""
     if w.options.style in ("json", "xml"):
         for kind in kinds:
-            yield from _records(w, records_of(kind, f, conn_uuid=conn_uuid), kind, chunk_size)
+            yield from _records(w, records_of(kind, f, conn_uuid=conn_uuid, host=host), kind, chunk_size)
         return
-    streams = [as_records(records_of(kind, f, conn_uuid=conn_uuid), kind, chunk_size) for kind in kinds]
+    streams = [as_records(records_of(kind, f, conn_uuid=conn_uuid, host=host), kind, chunk_size) for kind in kinds]
     for rec in heapq.merge(*streams, key=lambda r: (r.ts_ns, r.seq)):
         w.record(rec, name=list_name(rec.kind))
         yield None
@@ -192,7 +206,7 @@ def _emit_filter(w: Writer, f: ReportFilter) -> None:
 
 def _host_names(f: ReportFilter) -> list[str]:
     if f.connection is not None:
-        return list(Connection.objects.filter(conn_uuid=f.connection).values_list("host_id", flat=True))
+        return _connection_hosts(f)
     if f.hosts:
         return list(f.hosts)
     names = set(Host.objects.values_list("name", flat=True))

@@ -1,7 +1,7 @@
 """Download endpoints: reports in xo styles, a connection's export, a host's SIFTR log.
 
-GET /api/report?host=&connection=&since=&until=&kind=&format=json|xml|text|html|pcap|siftr
-GET /api/connections/<uuid>/export?format=json|xml|text|html|pcap|siftr[&siftrver=]
+GET /api/report?host=&connection=&since=&until=&kind=&format=json|xml|text|html|pcap|siftr|zeek
+GET /api/connections/<uuid>/export?format=json|xml|text|html|pcap|siftr|zeek[&siftrver=]
 GET /api/hosts/<name>/siftr?since=&until=&siftrver=
 ``format`` takes any --libxo string too (``json,pretty``). Login required (the
 project middleware). Bodies stream: StreamingHttpResponse over the report
@@ -27,6 +27,7 @@ from analysis.export.filters import FilterError, ReportFilter, build_filter
 from webapp.http import json_error
 from webapp.reports.exports import SIFTR_VERSIONS, ExportUnavailable, pcap_steps, siftr_steps
 from webapp.reports.render import ReportNotFound, check, report_steps
+from webapp.reports.zeek import zeek_steps
 from xo import Writer, XoOptionError, command_options
 
 FLUSH_BYTES = 64 * 1024
@@ -67,6 +68,9 @@ def _export(request: HttpRequest, f: ReportFilter, stem: str) -> HttpResponseBas
         return _stream(request, lambda out: pcap_steps(out, f), True, "application/vnd.tcpdump.pcap", f"{stem}.pcap")
     if fmt == "siftr":
         return _siftr(request, f, f"{stem}.siftr")
+    if fmt == "zeek":  # Zeek's conn.log of the connection summaries in scope
+        check(f)
+        return _stream(request, lambda out: zeek_steps(out, f), False, "text/plain; charset=utf-8", f"{stem}.conn.log")
     return _report(request, f)
 
 

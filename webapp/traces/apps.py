@@ -10,3 +10,11 @@ class TracesConfig(AppConfig):
     label = "traces"
     verbose_name = "nettrail traces"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.contrib.auth.signals import user_logged_out
+
+        from webapp.traces.session_close import on_logout
+
+        # Logout closes the session's live websockets (webapp/traces/session_close.py).
+        user_logged_out.connect(on_logout, dispatch_uid="nettrail-close-session-sockets")

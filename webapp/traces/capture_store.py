@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from django.db import transaction
+
 from translators.records import Record
 from webapp.traces import push
 from webapp.traces.models import Host
@@ -51,7 +53,9 @@ def _store_chunk(chunk: list[Record], totals: StoreTotals) -> None:
     result = store_batch(chunk)
     totals.stored += result.stored
     totals.duplicates += result.duplicates
-    push.push(result.new)
+    # Inside a caller's transaction (the upload page) browsers hear of the records only
+    # once they are committed; otherwise on_commit runs at once.
+    transaction.on_commit(lambda: push.push(result.new))
 
 
 def store_passing(records: Iterator[Record], host_id: str, totals: StoreTotals) -> Iterator[Record]:

@@ -2,7 +2,8 @@
 
 The contract (docs/webapp.md, shared with collector/sinks/http): body = array of
 records in MessagePack or JSON (Content-Type decides); 200 ``{"stored", "duplicates"}``;
-401 missing/unknown token; 403 a record of another host; 400 names the first bad
+401 missing/unknown token; 403 a record of another host, or whose conn_uuid was
+not derived from the token's host (owner.py); 400 names the first bad
 record's index and field; 413 over NETTRAIL_INGEST_MAX_BYTES; 405/415 for the wrong
 method or type. A batch is stored whole or not at all, so a rejected batch leaves
 the ones before and after it intact. CSRF-exempt: the token, not a cookie, authenticates.
@@ -22,8 +23,9 @@ from django.views.decorators.csrf import csrf_exempt
 
 from translators.records import Record, decode_batch
 from webapp.http import json_error
-from webapp.traces import alert_mail, push, tokens
+from webapp.traces import alert_mail, owner, push, tokens
 from webapp.traces.store import UnstorableRecord, store_batch
+from webapp.traces.values import first_bad_value
 
 CONTENT_TYPES: dict[str, Literal["json", "msgpack"]] = {
     "application/json": "json",
@@ -60,6 +62,12 @@ def _ingest(request: HttpRequest) -> JsonResponse:
     foreign = _foreign_record(records, row.host.name)
     if foreign is not None:
         return foreign
+    bad = first_bad_value(records)  # never stored: inf, NUL, beyond 64 bits, overlong text
+    if bad is not None:
+        return json_error(400, str(bad), index=bad.index, field=bad.field)
+    stranger = owner.foreign_connection(records, row.host.name)
+    if stranger is not None:
+        return json_error(403, stranger.message, index=stranger.index, field="conn_uuid")
     try:
         result = store_batch(records)
     except UnstorableRecord as exc:

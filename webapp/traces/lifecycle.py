@@ -1,4 +1,8 @@
-"""Keeps the Connection table (one row per conn_uuid) up to date from new records.
+"""Keeps the Connection table (one row per host and conn_uuid) up to date from new records.
+
+A connection belongs to exactly one host: rows are found and folded by (host_id,
+conn_uuid), so a record of host B never changes host A's row, whatever its conn_uuid
+(ingest also refuses conn_uuids not derived from the token's host: webapp/traces/owner.py).
 
 Called inside the ingest transaction with the records that were actually stored
 (duplicates excluded), so counters stay exact when the collector resends a batch.
@@ -44,25 +48,25 @@ _POSITIONS = range(len(UPDATE_FIELDS))
 
 def apply(records: Iterable[Record]) -> int:
     """Fold tracked records into their connections; returns how many connections changed."""
-    touched: dict[str, list[tuple[Any, Record]]] = {}
+    touched: dict[tuple[str, str], list[tuple[Any, Record]]] = {}
     folders = _FOLDERS_BY_TYPE
-    alerts: list[tuple[str, Record]] = []
+    alerts: list[tuple[tuple[str, str], Record]] = []
     for rec in records:
         uuid = rec.conn_uuid
         if uuid is not None:
             folder = folders.get(type(rec))
             if folder is _fold_alert:
-                alerts.append((uuid, rec))
+                alerts.append(((rec.host_id, uuid), rec))
             elif folder is not None:
-                touched.setdefault(uuid, []).append((folder, rec))
-    for uuid, rec in _first_versions(alerts):
-        touched.setdefault(uuid, []).append((_fold_alert, rec))
+                touched.setdefault((rec.host_id, uuid), []).append((folder, rec))
+    for key, rec in _first_versions(alerts):
+        touched.setdefault(key, []).append((_fold_alert, rec))
     if not touched:
         return 0
     existing = _load(list(touched))
     new: list[Any] = []
-    for uuid, recs in touched.items():
-        conn = existing.get(uuid)
+    for key, recs in touched.items():
+        conn = existing.get(key)
         if conn is None:
             conn = _new_connection(recs[0][1])
             new.append(conn)
@@ -82,30 +86,31 @@ def apply(records: Iterable[Record]) -> int:
     return len(touched)
 
 
-def _first_versions(alerts: list[tuple[str, Record]]) -> list[tuple[str, Record]]:
+def _first_versions(alerts: list[tuple[tuple[str, str], Record]]) -> list[tuple[tuple[str, str], Record]]:
     """The alerts seen for the first time: an alert is emitted again (same alert_id) as it
     escalates, fires again or closes, and a connection counts it once. The batch's rows
     are already stored, so more stored rows than the batch holds mean an earlier version."""
     if not alerts:
         return []
-    in_batch = Counter(rec.alert_id for _, rec in alerts)  # type: ignore[attr-defined]
-    ids = [i for i in in_batch if i is not None]
-    stored: dict[str, int] = {}
+    # Keyed by host too: another host's alert with the same id is not an earlier version.
+    in_batch = Counter((rec.host_id, rec.alert_id) for _, rec in alerts)  # type: ignore[attr-defined]
+    ids = sorted({aid for _, aid in in_batch if aid is not None})
+    stored: dict[tuple[str, str], int] = {}
     for start in range(0, len(ids), LOOKUP_CHUNK):
         rows = (
             KIND_MODELS["alert"].objects.filter(alert_id__in=ids[start : start + LOOKUP_CHUNK])
-            .values_list("alert_id").annotate(n=Count("id"))
+            .values_list("host_id", "alert_id").annotate(n=Count("id"))
         )  # fmt: skip
-        stored.update(rows)
-    out: list[tuple[str, Record]] = []
-    seen: set[str] = set()
-    for uuid, rec in alerts:
-        aid = rec.alert_id  # type: ignore[attr-defined]
-        if aid is not None:
+        stored.update({(host, aid): n for host, aid, n in rows})
+    out: list[tuple[tuple[str, str], Record]] = []
+    seen: set[tuple[str, str]] = set()
+    for key, rec in alerts:
+        aid = (rec.host_id, rec.alert_id)  # type: ignore[attr-defined]
+        if aid[1] is not None:
             if aid in seen or stored.get(aid, 0) > in_batch[aid]:
                 continue
             seen.add(aid)
-        out.append((uuid, rec))
+        out.append((key, rec))
     return out
 
 
@@ -149,13 +154,16 @@ def _update(conns: Iterable[Any]) -> None:
             cursor.executemany(sql, rows)
 
 
-def _load(uuids: list[str]) -> dict[str, Any]:
+def _load(keys: list[tuple[str, str]]) -> dict[tuple[str, str], Any]:
+    """The stored rows of these (host_id, conn_uuid) keys (by the conn_uuid index, then host)."""
+    wanted = set(keys)
+    uuids = sorted({uuid for _, uuid in keys})
     quote = connection.ops.quote_name
     names = ["id", *KEY_FIELDS, *UPDATE_FIELDS]
     select = (
         f"SELECT {', '.join(_columns(names))} FROM {quote(Connection._meta.db_table)} WHERE {quote('conn_uuid')} IN "
     )
-    found: dict[str, Any] = {}
+    found: dict[tuple[str, str], Any] = {}
     first = len(KEY_FIELDS) + 1
     with connection.cursor() as cursor:
         for start in range(0, len(uuids), LOOKUP_CHUNK):
@@ -163,7 +171,9 @@ def _load(uuids: list[str]) -> dict[str, Any]:
             cursor.execute(select + f"({', '.join('%s' for _ in chunk)})", chunk)
             for row in cursor.fetchall():
                 conn = _Conn(*row, row[first:])
-                found[conn.conn_uuid] = conn
+                key = (conn.host_id, conn.conn_uuid)
+                if key in wanted:
+                    found[key] = conn
     return found
 
 
@@ -223,6 +233,22 @@ def _fold_counters(conn: Any, rec: Any) -> None:
     orig, resp = (rec.bytes_in, rec.bytes_out) if conn.active is False else (rec.bytes_out, rec.bytes_in)
     conn.bytes_orig = orig if conn.bytes_orig is None else max(conn.bytes_orig, orig)
     conn.bytes_resp = resp if conn.bytes_resp is None else max(conn.bytes_resp, resp)
+    _local(conn, rec.bytes_out, rec.bytes_in, rec.packets_out, rec.packets_in)
+
+
+def _local(
+    conn: Any, bytes_out: int | None, bytes_in: int | None, packets_out: int | None, packets_in: int | None
+) -> None:
+    """The local socket's totals: the largest report wins (they only grow), never swapped."""
+    for name, value in (
+        ("bytes_out", bytes_out),
+        ("bytes_in", bytes_in),
+        ("packets_out", packets_out),
+        ("packets_in", packets_in),
+    ):
+        if value is not None:
+            current = getattr(conn, name)
+            setattr(conn, name, value if current is None else max(current, value))
 
 
 def _fold_retransmit(conn: Any, rec: Any) -> None:
@@ -258,6 +284,11 @@ def _fold_summary(conn: Any, rec: Any) -> None:
     _set_state(conn, rec.state, rec.ts_ns)
     if rec.source == "kernel":
         conn.closed = True  # live summaries are emitted when the socket is destroyed
+        # The local totals come from flow_counters only (the tcp provider reports them at
+        # destroy too): the summary's segs count every segment, flow_counters' packets do
+        # not, and one column must not mix the two.
+    else:  # a capture: no local socket, the originator's view
+        _local(conn, rec.bytes_orig, rec.bytes_resp, rec.packets_orig, rec.packets_resp)
 
 
 _FOLDERS: dict[str, Any] = {

@@ -89,14 +89,15 @@ for _model in KIND_MODELS.values():
 
 
 class Connection(models.Model):
-    """One row per connection UUID, updated as its records arrive (lifecycle.py).
+    """One row per (host, connection UUID), updated as its records arrive (lifecycle.py).
 
-    anomaly: an alert named the connection, or it was reset.
+    A connection belongs to exactly one host; every lookup names the host as well
+    (webapp/traces/owner.py). anomaly: an alert named the connection, or it was reset.
     """
 
     host_id = models.TextField()
     boot_id = models.TextField()
-    conn_uuid = models.TextField(unique=True)  # unique also serves "connection U" lookups
+    conn_uuid = models.TextField()
     proto = models.TextField(default="tcp")
     ip_ver = models.IntegerField(null=True)
     src = models.TextField(null=True)
@@ -111,6 +112,13 @@ class Connection(models.Model):
     bytes_resp = models.BigIntegerField(null=True)
     bytes_acked = models.BigIntegerField(null=True)
     bytes_received = models.BigIntegerField(null=True)
+    # The local socket's own view (this host sent = out), whichever side opened it: the
+    # kernel's flow_counters totals. A capture has no local socket: there they are the
+    # originator's (out = orig), from its connection summaries.
+    bytes_out = models.BigIntegerField(null=True)
+    bytes_in = models.BigIntegerField(null=True)
+    packets_out = models.BigIntegerField(null=True)
+    packets_in = models.BigIntegerField(null=True)
     retransmits = models.IntegerField(default=0)  # tcp_retransmit records, or the summary's total
     resets = models.IntegerField(default=0)
     alerts = models.IntegerField(default=0)
@@ -127,7 +135,14 @@ class Connection(models.Model):
     active = models.BooleanField(null=True)
 
     class Meta:
+        constraints = [
+            # One row per connection of a host: the fold's key. Its index serves "connection
+            # U of host H"; the conn_uuid index below serves "connection U" (any host).
+            models.UniqueConstraint(fields=["host_id", "conn_uuid"], name="nt_conn_host_uuid"),
+        ]
         indexes = [
+            # "Connection U": the detail page and API, then checked against the host.
+            models.Index(fields=["conn_uuid"], name="nt_conn_uuid"),
             # Connection list: host H's connections by recent activity (cursor on last_seen).
             models.Index(fields=["host_id", "last_seen"], name="nt_conn_host_last"),
             # Filters "by process": comm X / pid N, newest first.

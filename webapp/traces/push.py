@@ -2,15 +2,22 @@
 
 Groups: ``host.<host_id>`` (every record of the host), ``conn.<conn_uuid>`` (records
 of one connection), ``alerts`` (alert records). Message: ``{"type": "trace.batch",
-"records": [to_builtins(record), ...]}`` -- the consumer's ``trace_batch`` handler
-receives it. Group names allow only ASCII letters, digits, ``-_.``; other
+"records": [to_builtins(record), ...], "group": G, "sender": S, "offset": N}`` -- the
+consumer's ``trace_batch`` handler receives it. ``offset`` counts the records this
+process (``sender``, random per process) sent to group G before this message, so a
+consumer sees a message the channel layer dropped (a full channel drops silently) as a
+jump and tells its browser how many records it missed. A failed send is logged, never
+raised into ingest: the records are stored, and the offsets already count them. Group names allow only ASCII letters, digits, ``-_.``; other
 characters of a host id become ``_``.
 Keep in sync with the live consumer (webapp/*/consumers.py) and docs/webapp.md.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,6 +30,10 @@ from translators.records import BY_KIND, Record
 MESSAGE_TYPE = "trace.batch"
 CHUNK = 1000  # records per message: bounded messages whatever the batch size
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+SENDER = uuid.uuid4().hex
+MAX_OFFSETS = 100_000  # groups whose offsets are kept; a forgotten group restarts at 0 (consumers rebase)
+_offsets: OrderedDict[str, int] = OrderedDict()
+log = logging.getLogger(__name__)
 
 
 def group_name(prefix: str, ident: str) -> str:
@@ -64,7 +75,12 @@ def push(records: Sequence[Record]) -> None:
     wanted = _listened(layer)
     if wanted is None:
         return  # nobody is listening: no per-record work at all
-    async_to_sync(_send)(layer, groups_for(records, wanted))
+    try:
+        async_to_sync(_send)(layer, groups_for(records, wanted))
+    except Exception:
+        # Stored is stored: a 500 here would make the collector resend a committed batch.
+        # The offsets moved on, so subscribers see the gap and their browsers say so.
+        log.exception("live push of %d records failed", len(records))
 
 
 def _listened(layer: Any) -> Callable[[str], bool] | None:
@@ -80,7 +96,23 @@ def _listened(layer: Any) -> Callable[[str], bool] | None:
     return lambda group: True
 
 
+def _advance(group: str, count: int) -> int:
+    """The group's offset before `count` more records, moved past them."""
+    offset = _offsets.pop(group, 0)
+    _offsets[group] = offset + count  # most recently used last
+    if len(_offsets) > MAX_OFFSETS:
+        _offsets.popitem(last=False)
+    return offset
+
+
 async def _send(layer: Any, groups: dict[str, list[dict[str, Any]]]) -> None:
+    messages = []
     for group, payloads in groups.items():
         for start in range(0, len(payloads), CHUNK):
-            await layer.group_send(group, {"type": MESSAGE_TYPE, "records": payloads[start : start + CHUNK]})
+            chunk = payloads[start : start + CHUNK]
+            offset = _advance(group, len(chunk))
+            messages.append(
+                (group, {"type": MESSAGE_TYPE, "records": chunk, "group": group, "sender": SENDER, "offset": offset})
+            )
+    for group, message in messages:  # offsets are taken first: a failed send still counts
+        await layer.group_send(group, message)

@@ -17,6 +17,10 @@ from django.utils import timezone
 from webapp.traces.models import TOKEN_PREFIX_LENGTH, Host, IngestToken
 
 TOKEN_MARK = "nt_"
+# Host names of browser uploads start with this (webapp/api/upload.py); no token is ever
+# made for such a name, so no collector can write into a capture and no upload into a
+# live host. (A host name has no colon: hostnames cannot hold one.)
+CAPTURE_PREFIX = "capture:"
 
 
 def token_digest(raw: str) -> str:
@@ -24,7 +28,10 @@ def token_digest(raw: str) -> str:
 
 
 def create_token(host_name: str, label: str = "") -> tuple[IngestToken, str]:
-    """Make a token for host_name (registering the host if new); returns (row, raw token)."""
+    """Make a token for host_name (registering the host if new); returns (row, raw token).
+    Raises ValueError for a name with the reserved capture prefix."""
+    if host_name.startswith(CAPTURE_PREFIX):
+        raise ValueError(f"host names starting with {CAPTURE_PREFIX!r} are reserved for uploaded captures")
     host, _ = Host.objects.get_or_create(name=host_name)
     raw = TOKEN_MARK + secrets.token_urlsafe(32)
     row = IngestToken.objects.create(host=host, prefix=raw[:TOKEN_PREFIX_LENGTH], digest=token_digest(raw), label=label)

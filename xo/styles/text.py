@@ -1,21 +1,38 @@
-"""TEXT style: the display line for humans; hierarchy, encoding-only fields and names vanish.
+"""TEXT style, for people: records as aligned tables, emitted leaves as labelled lines.
+
+Records go to xo/styles/table.py (one table per run of a kind, times in ISO 8601 UTC,
+humanised units); a blank line separates a table from what comes before and after it.
+Emitted leaves keep libxo's text rendering, except that leaves holding epoch seconds
+(EPOCH_NAMES: the records' own time fields and the commands' first_ts, last_ts, ...)
+are shown as times, like the tables'. Hierarchy, encoding-only fields and names vanish.
 
 Limits: no locale conversion (Python writes the stream's encoding), no colours ({C:} is
 accepted and ignored), no anchors or gettext roles. Errors go to stderr, unescaped.
-Keep in sync with: ../shared/docs/libxo.md §5.1 and xo/records.py (the record line).
+Keep in sync with: ../shared/docs/libxo.md §5.1, xo/styles/table.py and docs/output.md.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from translators.records import FieldDesc
+from translators.records import RECORD_TYPES, FieldDesc, describe
 from xo.fields import Field, humanize, printf
 from xo.options import XoOptions
-from xo.records import HOST_KEYS, brief_layout, compile_template, kind_of, literal, stream_template
+from xo.records import kind_of
 from xo.styles.base import Renderer
+from xo.styles.table import Clock, Tables, is_epoch
+
+if TYPE_CHECKING:
+    from xo.writer import Frame, Writer
+
+# Leaves that hold seconds since the epoch, by name: every record time field, and the
+# leaves nettrail's commands emit around records (analyze totals, report header).
+EPOCH_NAMES = frozenset(
+    {d.name for cls in RECORD_TYPES for d in describe(cls) if is_epoch(d)}
+    | {"first_ts", "last_ts", "generated_at", "since", "until", "first_seen", "last_seen"}
+)
 
 
 def display_text(f: Field, value: Any, opts: XoOptions) -> str:
@@ -35,6 +52,35 @@ def display_text(f: Field, value: Any, opts: XoOptions) -> str:
 
 
 class TextRenderer(Renderer):
+    def __init__(self, writer: Writer) -> None:
+        super().__init__(writer)
+        self.clock = Clock(self.opts)
+        self.tables = Tables(self.write, self.opts, writer.stream, self.clock)
+        self.wrote = False  # anything written yet (a new table then starts with a blank line)
+        self.after_table = False  # a table just ended: the next text starts with a blank line
+
+    def _text(self, text: str) -> None:
+        if not text:
+            return
+        self.tables.end()
+        if self.after_table:
+            self.write("\n")
+            self.after_table = False
+        self.write(text)
+        self.wrote = True
+
+    def _end_table(self) -> None:
+        if self.tables.end():
+            self.after_table = True
+
+    def open(self, frame: Frame, parent: Frame) -> None:
+        if frame.kind != "instance":  # each record is an instance of its table's list
+            self._end_table()
+
+    def close(self, frame: Frame, parent: Frame) -> None:
+        if frame.kind == "list":
+            self._end_table()
+
     def emit(self, items: list[tuple[Field, Any]]) -> None:
         out: list[str] = []
         for f, value in items:
@@ -42,40 +88,45 @@ class TextRenderer(Renderer):
                 out.append(f.content)
             elif f.role == "C" or "e" in f.mods:
                 continue  # colours are not enabled; encoding-only fields are not shown
+            elif f.role == "V" and f.content.replace("-", "_") in EPOCH_NAMES and _is_number(value):
+                out.append(
+                    self.clock.time(float(value)) + (":" if "c" in f.mods else "") + (" " if "w" in f.mods else "")
+                )
             else:
                 out.append(display_text(f, value, self.opts))
-        self.write("".join(out))
+        self._text("".join(out))
 
     def record(self, rec: msgspec.Struct, name: str) -> None:
-        stream_template(compile_template(record_source, type(rec), self.opts), self.write, r=rec)
+        table = self.tables.table
+        if table is None or table.kind != kind_of(type(rec)):
+            self._end_table()
+            if self.wrote:
+                self.write("\n")
+            self.after_table = False
+            self.wrote = True
+        self.tables.add(rec)
 
     def error(self, message: str) -> None:
+        self.tables.flush()
         self.w.errors.write(message if message.endswith("\n") else message + "\n")
 
     def message(self, message: str) -> None:
-        self.write(message if message.endswith("\n") else message + "\n")
+        self._text(message if message.endswith("\n") else message + "\n")
+
+    def flush_pending(self) -> None:
+        self.tables.flush()
+
+    def finish(self) -> None:
+        self.tables.end()
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def condition(d: FieldDesc) -> str:
-    """Template test for 'this brief field has something to show' (None and [] do not)."""
+    """Template test for 'this brief field has something to show' (None and [] do not); the
+    HTML record line uses it."""
     if d.type in (list, dict):
         return f"{{% if r.{d.name} %}}"
     return f"{{% if r.{d.name} is not none %}}"
-
-
-def record_source(cls: type[msgspec.Struct], opts: XoOptions) -> str:
-    """jinja2 source of the text line of a record kind (see xo/records.py brief_layout)."""
-    parts = [literal(kind_of(cls))]
-    for item in brief_layout(cls):
-        d = item.desc
-        body = literal(item.sep) + "".join(_piece(f, d) for f in item.fields)
-        parts.append(body if d.key else condition(d) + body + "{% endif %}")
-    parts.append("\n")
-    return "".join(parts)
-
-
-def _piece(f: Field, d: FieldDesc) -> str:
-    if f.role == "V":
-        flt = ("display_host" if d.name in HOST_KEYS else "display_key") if "k" in f.mods else "display"
-        return f"{{{{ r.{d.name}|{flt}({f.fmt!r}) }}}}"
-    return literal(display_text(f, f.content, XoOptions()))

@@ -29,7 +29,7 @@
     try { d = await NT.fetchJSON(`/api/dash/alerts/${id}/evidence`); } catch (e) { NT.showError(e.message); return; }
     document.querySelector("#evidence tbody").replaceChildren(...(d.records.length ? d.records.map((r) => el("tr", {},
       el("td", { class: "num", text: r.seq }), el("td", { text: r.kind }), el("td", { text: time(r.ts_wall) }), el("td", { text: r.probe }),
-      el("td", {}, r.conn_uuid ? el("a", { href: `/connections/${r.conn_uuid}/`, text: r.conn_uuid.slice(0, 8) }) : "–")))
+      el("td", {}, r.conn_uuid ? el("a", { href: NT.connHref(r), text: r.conn_uuid.slice(0, 8) }) : "–")))
       : [el("tr", {}, el("td", { colspan: 5, class: "muted", text: `Evidence seqs ${d.evidence.join(", ") || "none"}: no stored records match.` }))]));
     const panel = document.getElementById("evidence-panel");
     panel.hidden = false;
@@ -65,7 +65,7 @@
       el("td", {}, NT.sevBadge(a.severity)), el("td", { text: a.rule_id }),
       el("td", { class: "trunc", title: a.host_id, text: a.host_id }), el("td", { text: a.status }), el("td", { class: "num count", text: num(a.count) }),
       el("td", { class: "msg" }, a.conn_uuid
-        ? el("a", { class: "clamp", title: a.message, href: `/connections/${a.conn_uuid}/`, text: a.message })
+        ? el("a", { class: "clamp", title: a.message, href: NT.connHref(a), text: a.message })
         : el("span", { class: "clamp", title: a.message, text: a.message }), versions(a)),
       el("td", {}, el("button", { type: "button", class: "evidence", text: `${a.evidence.length} records`, onclick: () => evidence(a.id) })),
       el("td", {}, a.acked_by

@@ -45,28 +45,30 @@
   function stageBar(stages) {
     const total = stages.reduce((s, x) => s + (x.since_prev_ns || 0), 0) || 1;
     return el("div", { class: "bar", role: "img", "aria-label": stages.map((s) => `${s.stage} after ${duration((s.since_prev_ns || 0) / 1e9)}`).join(", ") },
-      ...stages.map((s, i) => el("span", { title: `${s.stage}: ${duration((s.since_prev_ns || 0) / 1e9)}`, style: `width:${Math.max(2, 100 * (s.since_prev_ns || 0) / total)}%;background:${COLORS[i % COLORS.length]}` })));
+      ...stages.map((s, i) => el("span", { title: `${s.stage}: ${duration((s.since_prev_ns || 0) / 1e9)}`, style: { width: `${Math.max(2, 100 * (s.since_prev_ns || 0) / total)}%`, background: COLORS[i % COLORS.length] } })));
   }
   function stagesText(stages) { return stages.map((s) => `${s.stage} +${duration((s.since_prev_ns || 0) / 1e9)}`).join(" → "); }
 
   function lifecycleRows(list) {
     return list.map((b) => el("tr", { dataset: { skb: b.skb_uid } },
-      el("td", {}, el("button", { type: "button", class: "link", text: String(b.skb_uid), onclick: () => showSkb(b.skb_uid) })),
+      el("td", {}, el("button", { type: "button", class: "link", text: String(b.skb_uid), onclick: () => showSkb(b.skb_uid, b.host_id) })),
       el("td", { text: time(b.first) }),
       el("td", {}, stageBar(b.stages), el("span", { class: "muted", text: stagesText(b.stages) })),
       el("td", { class: "num", text: duration(b.total_ns / 1e9) }),
       el("td", { text: b.end || "–" })));
   }
 
-  async function showSkb(uid) {
+  async function showSkb(uid, host) {
+    // skb_uids are per host: name it when known, so another host's buffer never answers.
     let d;
-    try { d = await NT.fetchJSON(`/api/dash/skb/${uid}`); } catch (e) { NT.showError(e.message); return; }
+    const on = host ? `?host=${encodeURIComponent(host)}` : "";
+    try { d = await NT.fetchJSON(`/api/dash/skb/${uid}${on}`); } catch (e) { NT.showError(e.message); return; }
     const b = d.skb;
     const panel = document.getElementById("skb-panel");
     const rows = b.stages.map((s) => el("tr", {}, el("td", { text: time(s.ts) }), el("td", { text: s.stage }),
       el("td", { class: "num", text: duration((s.since_prev_ns || 0) / 1e9) }), el("td", { text: s.if_name || "–" }), el("td", { class: "num", text: num(s.len) })));
     const conn = d.conn
-      ? el("p", {}, "Connection: ", el("a", { href: `/connections/${d.conn.conn_uuid}/`, text: `${NT.endpoint(d.conn.src, d.conn.sport)} → ${NT.endpoint(d.conn.dst, d.conn.dport)}` }), ` (${d.conn.comm || "?"}, ${d.conn.state || "?"})`)
+      ? el("p", {}, "Connection: ", el("a", { href: NT.connHref(d.conn), text: `${NT.endpoint(d.conn.src, d.conn.sport)} → ${NT.endpoint(d.conn.dst, d.conn.dport)}` }), ` (${d.conn.comm || "?"}, ${d.conn.state || "?"})`)
       : el("p", { class: "muted", text: "No connection is known for this buffer." });
     document.getElementById("skb-detail").replaceChildren(
       el("p", {}, el("strong", { text: `skb ${b.skb_uid}` }), b.drop ? ` — dropped: ${b.drop.reason} at ${b.drop.location || "?"}` : ` — ${b.end || "in flight"}`),
@@ -100,10 +102,10 @@
         el("td", { text: time(r.ts_wall) }), el("td", { text: r.host_id }), el("td", { text: r.drop_reason_str }),
         el("td", { text: r.drop_location || "–" }), el("td", { class: "num", text: num(r.len) }),
         el("td", { text: r.comm ? `${r.comm} (${r.tgid ?? "?"})` : "–" }),
-        el("td", {}, r.conn_uuid ? el("a", { href: `/connections/${r.conn_uuid}/`, text: r.conn_uuid.slice(0, 8) }) : "–"));
+        el("td", {}, r.conn_uuid ? el("a", { href: NT.connHref(r), text: r.conn_uuid.slice(0, 8) }) : "–"));
       if (r.skb_uid !== null) {
-        tr.addEventListener("click", (ev) => { if (!ev.target.closest("a")) showSkb(r.skb_uid); });
-        tr.addEventListener("keydown", (ev) => { if (ev.key === "Enter") showSkb(r.skb_uid); });
+        tr.addEventListener("click", (ev) => { if (!ev.target.closest("a")) showSkb(r.skb_uid, r.host_id); });
+        tr.addEventListener("keydown", (ev) => { if (ev.key === "Enter") showSkb(r.skb_uid, r.host_id); });
       }
       return tr;
     }));

@@ -1,5 +1,6 @@
 /* Shared helpers for every dashboard page: JSON fetch with CSRF, the live websocket
-   (/ws/live/, contract: {"subscribe": {...}} in, {"type": "records", "records": [...]} out),
+   (/ws/live/, contract: {"subscribe": {...}} in, {"type": "records", "records": [...]} and
+   {"type": "gap", "missed": N} out; docs/api.md),
    DOM building, number/time formatting and a uPlot wrapper. Plain script, no build step:
    exposes one global, NT. Keep in sync with webapp/dashboard/views.py (page_data) and
    the read-API websocket consumer. */
@@ -58,6 +59,8 @@ const NT = (() => {
       else if (k === "class") node.className = v;
       else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
       else if (k === "dataset") Object.assign(node.dataset, v);
+      // Through the CSSOM: a style attribute would be inline style, which the CSP blocks.
+      else if (k === "style") Object.assign(node.style, v);
       else node.setAttribute(k, v === true ? "" : v);
     }
     for (const c of children) if (c !== null && c !== undefined) node.append(c);
@@ -131,6 +134,25 @@ const NT = (() => {
     return port === null || port === undefined ? host : `${host}:${port}`;
   }
 
+  /* The server could not deliver some live records to this page (it fell behind, or the
+     server dropped a message): say how many, for good, and offer a reload, which reads
+     everything from the database again. Counts add up across gaps. */
+  let missedTotal = 0;
+  function missedBanner(missed) {
+    if (!Number.isInteger(missed) || missed <= 0) return;
+    missedTotal += missed;
+    let banner = document.getElementById("live-gap");
+    if (!banner) {
+      banner = el("div", { id: "live-gap", class: "live-gap", role: "alert" },
+        el("span", { class: "live-gap-text" }), " ",
+        el("button", { type: "button", onclick: () => location.reload() }, "Reload"));
+      document.body.prepend(banner);
+    }
+    banner.querySelector(".live-gap-text").textContent =
+      `Live view incomplete: ${num(missedTotal)} record${missedTotal === 1 ? "" : "s"} missed. Reload to see everything.`;
+    document.body.dataset.liveMissed = String(missedTotal);
+  }
+
   /* The live websocket with reconnect. subs: subscriptions such as {host: "h", kind: [...]}
      or {conn: uuid} (the server wants a host, a conn or alerts in each). Calls
      onRecords(records) for each pushed batch, then acknowledges it ({"ack": id});
@@ -167,7 +189,8 @@ const NT = (() => {
               socket.send(JSON.stringify({ ack: msg.id }));
             }
           }
-        } else if (msg.type === "subscribed") document.body.dataset.liveGroups = (msg.groups || []).join(" ");
+        } else if (msg.type === "gap") missedBanner(msg.missed);
+        else if (msg.type === "subscribed") document.body.dataset.liveGroups = (msg.groups || []).join(" ");
         else if (msg.type === "error") showError("live: " + msg.error);
       });
       socket.addEventListener("close", () => {
@@ -210,6 +233,13 @@ const NT = (() => {
     return plot;
   }
 
+  /* A connection page's URL: a connection is its host's, so the host goes along
+     (needed when two hosts report the same conn_uuid; docs/webapp.md). */
+  function connHref(row) {
+    const uuid = row.conn_uuid;
+    return row.host_id ? `/connections/${uuid}/?host=${encodeURIComponent(row.host_id)}` : `/connections/${uuid}/`;
+  }
+
   /* Makes a table row a keyboard-reachable link. */
   function linkRow(tr, href) {
     tr.tabIndex = 0;
@@ -221,5 +251,5 @@ const NT = (() => {
 
   function sevBadge(sev) { return el("span", { class: `badge sev-${sev}`, text: sev }); }
 
-  return { pageData, fetchJSON, latest, el, num, bytes, duration, time, datetime, stamps, axisTime, endpoint, live, chart, linkRow, sevBadge, showError };
+  return { pageData, fetchJSON, latest, el, num, bytes, duration, time, datetime, stamps, axisTime, endpoint, live, chart, linkRow, connHref, sevBadge, showError };
 })();

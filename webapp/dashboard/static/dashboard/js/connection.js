@@ -20,8 +20,8 @@
     const items = [
       ["Host", c.host_id], ["Protocol", c.proto], ["Local", endpoint(c.src, c.sport)], ["Remote", endpoint(c.dst, c.dport)],
       ["Process", c.comm ? `${c.comm} (pid ${c.pid ?? "?"}, uid ${c.uid ?? "?"})` : "–"], ["State", c.state || "–"],
-      ["Opened", NT.datetime(c.start)], ["Duration", duration(c.duration)], ["Bytes out", bytes(c.bytes_orig)],
-      ["Bytes in", bytes(c.bytes_resp)], ["Retransmits", num(c.retrans)], ["Handshake RTT", c.handshake_rtt_us ? duration(c.handshake_rtt_us / 1e6) : "–"],
+      ["Opened", NT.datetime(c.start)], ["Duration", duration(c.duration)], ["Bytes out", bytes(c.bytes_out)],
+      ["Bytes in", bytes(c.bytes_in)], ["Packets out", num(c.packets_out)], ["Packets in", num(c.packets_in)], ["Retransmits", num(c.retrans)], ["Handshake RTT", c.handshake_rtt_us ? duration(c.handshake_rtt_us / 1e6) : "–"],
     ];
     document.getElementById("summary").replaceChildren(...items.map(([k, v]) => el("div", {}, el("dt", { text: k }), el("dd", { text: v ?? "–" }))));
   }
@@ -192,7 +192,7 @@
   function stageBar(stages) {
     const total = stages.reduce((s, x) => s + (x.since_prev_ns || 0), 0) || 1;
     return el("div", { class: "bar", role: "img", "aria-label": stages.map((s) => `${s.stage} ${duration((s.since_prev_ns || 0) / 1e9)}`).join(", ") },
-      ...stages.map((s, i) => el("span", { title: `${s.stage}: ${duration((s.since_prev_ns || 0) / 1e9)}`, style: `width:${Math.max(2, 100 * (s.since_prev_ns || 0) / total)}%;background:${STAGE_COLORS[i % STAGE_COLORS.length]}` })));
+      ...stages.map((s, i) => el("span", { title: `${s.stage}: ${duration((s.since_prev_ns || 0) / 1e9)}`, style: { width: `${Math.max(2, 100 * (s.since_prev_ns || 0) / total)}%`, background: STAGE_COLORS[i % STAGE_COLORS.length] } })));
   }
   function skbs(rows) {
     document.querySelector("#skbs tbody").replaceChildren(...rows.map((b) => el("tr", {},
@@ -217,7 +217,7 @@
     if (loading) { again = true; return; }
     loading = true;
     try {
-      const d = await NT.fetchJSON(`/api/dash/connections/${uuid}`);
+      const d = await NT.fetchJSON(`/api/dash/connections/${uuid}?host=${encodeURIComponent(NT.pageData.host || "")}`);
       summary(d.conn);
       marks = d.marks;
       timeline(d.timeline);

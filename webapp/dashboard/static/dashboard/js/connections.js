@@ -31,7 +31,7 @@
       el("td", { class: "trunc", title: c.comm || "", dataset: { col: "comm" }, text: c.comm || "–" }),
       el("td", { class: "num", dataset: { col: "pid" }, text: c.pid ?? "–" }),
       el("td", { class: "num", dataset: { col: "uid" }, text: c.uid ?? "–" }),
-      el("td", { class: "trunc addr", title: local, dataset: { col: "local" } }, el("a", { href: `/connections/${c.conn_uuid}/`, text: local })),
+      el("td", { class: "trunc addr", title: local, dataset: { col: "local" } }, el("a", { href: NT.connHref(c), text: local })),
       el("td", { class: "trunc addr", title: remote, dataset: { col: "remote" }, text: remote }),
       el("td", { dataset: { col: "state" } }, el("span", { class: `state-${c.state}`, text: c.state || "–" })),
       el("td", { dataset: { col: "start" }, text: NT.time(c.start) }),
@@ -41,7 +41,7 @@
       el("td", { class: "num", dataset: { col: "retrans" }, text: num(c.retrans) }),
       el("td", { dataset: { col: "alerts" } }, c.alerts ? el("span", { class: "badge sev-warning", text: `${c.alerts} (${c.alert_rules.join(",")})` }) : "–"),
     );
-    return NT.linkRow(tr, `/connections/${c.conn_uuid}/`);
+    return NT.linkRow(tr, NT.connHref(c));
   }
 
   function query(extra = {}) {

@@ -9,7 +9,7 @@
   let last = 0;
 
   function connCell(c) {
-    const a = el("a", { href: `/connections/${c.conn_uuid}/`, text: `${endpoint(c.src, c.sport)} → ${endpoint(c.dst, c.dport)}` });
+    const a = el("a", { href: NT.connHref(c), text: `${endpoint(c.src, c.sport)} → ${endpoint(c.dst, c.dport)}` });
     return el("td", { class: "wrap" }, a, el("span", { class: "muted", text: ` ${c.host_id}` }));
   }
   function proc(c) { return c.comm ? `${c.comm} (${c.pid ?? "?"})` : "–"; }
@@ -33,7 +33,7 @@
       el("td", { text: time(a.start) }), el("td", {}, NT.sevBadge(a.severity)), el("td", { text: a.rule_id }),
       el("td", { text: a.host_id }),
       el("td", { class: "msg" }, a.conn_uuid
-        ? el("a", { class: "clamp", title: a.message, href: `/connections/${a.conn_uuid}/`, text: a.message })
+        ? el("a", { class: "clamp", title: a.message, href: NT.connHref(a), text: a.message })
         : el("span", { class: "clamp", title: a.message, text: a.message })),
     )));
     document.querySelector("#top-bytes tbody").replaceChildren(...data.top_bytes.map((c) => el("tr", {},

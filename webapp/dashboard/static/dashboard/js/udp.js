@@ -18,12 +18,12 @@
     tbody.replaceChildren(...d.flows.map((f) => {
       const tr = el("tr", {},
         el("td", { text: f.host_id }),
-        el("td", {}, f.conn_uuid ? el("a", { href: `/connections/${f.conn_uuid}/`, text: endpoint(f.src, f.sport) }) : endpoint(f.src, f.sport)),
+        el("td", {}, f.conn_uuid ? el("a", { href: NT.connHref(f), text: endpoint(f.src, f.sport) }) : endpoint(f.src, f.sport)),
         el("td", { text: endpoint(f.dst, f.dport) }), el("td", { text: f.comm || "–" }),
         el("td", { class: "num", text: num(f.datagrams) }), el("td", { class: "num", text: bytes(f.bytes) }),
         el("td", { class: "num", text: num(f.errors) }), el("td", { class: "num", text: num(f.icmp_errors) }),
         el("td", { text: time(f.first) }), el("td", { text: time(f.last) }));
-      return f.conn_uuid ? NT.linkRow(tr, `/connections/${f.conn_uuid}/`) : tr;
+      return f.conn_uuid ? NT.linkRow(tr, NT.connHref(f)) : tr;
     }));
     if (!d.flows.length) tbody.append(el("tr", {}, el("td", { colspan: 10, class: "muted", text: "No UDP datagrams recorded." })));
     document.querySelector("#sock tbody").replaceChildren(...d.socket_events.map((s) => el("tr", {},

@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* core_fixes.bpf.h: what nettrail needs from the kernel beyond the tracepoints'
+ * arguments and vmlinux.h's types, in one place (as libbpf-tools keeps its CO-RE
+ * fallbacks in a header of this name): the kconfig value CONFIG_HZ, the
+ * bpf_rdonly_cast kfunc, and how a program tells task context from softirq
+ * (in_task). Each fallback says which kernels it is for.
+ */
+#ifndef __NT_CORE_FIXES_BPF_H
+#define __NT_CORE_FIXES_BPF_H
+
+#include "maps.bpf.h"
+
+extern unsigned int CONFIG_HZ __kconfig __weak;
+
+/* The bpf_rdonly_cast kfunc. libbpf's static linker before libbpf 1.5 (commit
+ * 4b146e95da87, "libbpf: Do not resolve size on duplicate FUNCs") fails when two
+ * objects both declare one kfunc ("global 'bpf_rdonly_cast': failed to resolve size
+ * of underlying type"), and Debian 12's bpftool links with libbpf 1.1. So only the
+ * first object of the link, attribution.bpf.c (NT_MAPS_DEFINE; first in the
+ * Makefile's SRCS, and it must call the kfunc), declares it a ksym; the others
+ * declare a plain extern function, which the linker binds to that declaration.
+ * Both may be made __weak (tried: links with bpftool 7.1, loads on 6.18); libbpf 1.1's
+ * bpf_helpers.h has no bpf_ksym_exists(), so test the address: if (bpf_rdonly_cast). */
+#ifdef NT_MAPS_DEFINE
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+#else
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id);
+#endif
+
+/* Task context or not, as the kernel's own in_task() says (include/linux/preempt.h):
+ * !(preempt_count() & (NMI_MASK | HARDIRQ_MASK | SOFTIRQ_OFFSET)), i.e. neither an NMI,
+ * nor a hard interrupt, nor serving a softirq (a task that merely disabled bottom halves
+ * is a task). The masks as include/linux/preempt.h lays the count out: 8 preemption
+ * bits, 8 softirq bits, 4 hardirq bits, 4 NMI bits. */
+#define NT_SOFTIRQ_OFFSET (1U << 8)
+#define NT_HARDIRQ_MASK (0xfU << 16)
+#define NT_NMI_MASK (0xfU << 20)
+
+/* arm64, RISC-V, PowerPC and LoongArch keep preempt_count in struct thread_info, which
+ * is inside task_struct (CONFIG_THREAD_INFO_IN_TASK): current's is read through CO-RE,
+ * no symbol needed. x86 keeps it per CPU instead (__preempt_count; pcpu_hot.preempt_count
+ * from 6.2, commit 64701838bf05 "x86/percpu: Move preempt_count next to current_task",
+ * until 6.15 made it __preempt_count again), and reading a per-CPU variable takes a
+ * typed ksym and bpf_this_cpu_ptr(). The kernel resolves a typed ksym's address through
+ * kallsyms (check_pseudo_btf_id, commit 4976b718c355 "bpf: Introduce pseudo_btf_id"),
+ * and per-CPU data is in kallsyms only with CONFIG_KALLSYMS_ALL; libbpf finds the
+ * symbol in BTF either way and cannot tell, so on a kernel without it (this project's
+ * 6.18 VMs) every program would fail to load. So x86 (and any kernel whose thread_info
+ * has no preempt_count) uses the kernel's softirq transitions instead: the programs in
+ * context.bpf.c set this CPU's word in `softirq_cpus` at softirq_entry and clear it at
+ * softirq_exit, the tracepoints handle_softirqs() (kernel/softirq.c) fires around each
+ * softirq handler while SOFTIRQ_OFFSET is set, whether it runs at irq_exit, from
+ * local_bh_enable() in a task or in ksoftirqd. What that cannot see: a hard interrupt
+ * taken in a task (counted as the task's). None of nettrail's hooks run in one with NAPI
+ * drivers; only a legacy driver's netif_rx() would, at netif_rx_entry. */
+struct thread_info___nt {
+	int preempt_count;
+} __attribute__((preserve_access_index));
+
+/* ctx: unused (the test no longer looks at the stack); every program passes its own. */
+static __always_inline bool in_task(void *ctx)
+{
+	__u32 zero = 0, *serving;
+
+	if (bpf_core_field_exists(struct thread_info___nt, preempt_count)) {
+		struct task_struct *t = bpf_get_current_task_btf();
+		struct thread_info___nt *ti = (struct thread_info___nt *)&t->thread_info;
+
+		return !(BPF_CORE_READ(ti, preempt_count) & (NT_NMI_MASK | NT_HARDIRQ_MASK | NT_SOFTIRQ_OFFSET));
+	}
+	serving = bpf_map_lookup_elem(&softirq_cpus, &zero);
+	return !(serving && *serving);
+}
+
+#endif /* __NT_CORE_FIXES_BPF_H */

@@ -1,0 +1,296 @@
+// SPDX-License-Identifier: GPL-2.0
+/* ip.bpf.c: every IP packet at the device, sent (net_dev_queue) or received
+ * (netif_receive_skb): the ip provider's records (providers.md 2) and ip-flows, its
+ * always-on mode of exact per-flow counters in `ip_flows` with a record for 1 packet
+ * in cfg.ip_sample.
+ *
+ * The same two tracepoints are where the udp provider sees datagrams (udp.bpf.h), the
+ * skb provider first sees a buffer (skb.bpf.h), and, for sent segments, where siftr
+ * and tcpdebug see the output side (siftr.bpf.h, tcpdebug.bpf.h): one program per
+ * tracepoint serves them all, each part switched by cfg.providers.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include "nettrail.h"
+#include "attribution.bpf.h"
+#include "siftr.bpf.h"
+#include "tcpdebug.bpf.h"
+#include "udp.bpf.h"
+#include "skb.bpf.h"
+
+static __always_inline struct nt_frag_key frag_key(const struct nt_header *h, const struct iphdr *ip, __u8 dir)
+{
+	struct nt_frag_key k = { .netns = h->netns, .saddr = ip->saddr, .daddr = ip->daddr, .ident = ip->id,
+				 .protocol = ip->protocol, .direction = dir };
+
+	return k;
+}
+
+/* The first fragment of an IPv4 datagram: keep its ports for the fragments that follow. */
+static __always_inline void frag_ports_note(const struct nt_header *h, const struct iphdr *ip, __u8 dir)
+{
+	struct nt_frag_key k = frag_key(h, ip, dir);
+	__u32 ports = (__u32)h->sport << 16 | h->dport;
+
+	bpf_map_update_elem(&frag_ports, &k, &ports, BPF_ANY);
+}
+
+/* A later fragment: its datagram's ports (none if the first fragment was not seen); the
+ * last one (MF clear) ends the entry. The record itself shows no ports (translators/ip.py). */
+static __always_inline void frag_ports_of(struct nt_header *h, const struct iphdr *ip, __u16 frag, __u8 dir)
+{
+	struct nt_frag_key k = frag_key(h, ip, dir);
+	__u32 *ports = bpf_map_lookup_elem(&frag_ports, &k);
+
+	if (!ports)
+		return;
+	h->sport = *ports >> 16;
+	h->dport = *ports & 0xffff;
+	if (!(frag & 0x2000))
+		bpf_map_delete_elem(&frag_ports, &k);
+}
+
+/* Count the packet in its ip_flows entry (exact, whatever the sampling); true if it is
+ * the entry's ip_sample-th packet, whose full ip record is then emitted. */
+static __always_inline bool ip_flow_count(const struct nt_header *h, const struct sk_buff *skb, __u32 bytes,
+					  __u8 ver, __u8 proto, __u8 dir)
+{
+	struct nt_ip_flow_key k = {};
+	struct nt_ip_flow *f;
+	__u32 zero = 0;
+	__u64 seen;
+
+	k.netns = h->netns;
+	k.if_index = skb->dev->ifindex;
+	k.sport = h->sport;
+	k.dport = h->dport;
+	k.version = ver;
+	k.protocol = proto;
+	k.direction = dir;
+	__builtin_memcpy(k.saddr, h->saddr, NT_ADDR_LEN);
+	__builtin_memcpy(k.daddr, h->daddr, NT_ADDR_LEN);
+	f = bpf_map_lookup_elem(&ip_flows, &k);
+	if (!f) {
+		struct nt_ip_flow init = { .first_ns = bpf_ktime_get_ns(), .first_jiffies = bpf_jiffies64() };
+		struct nt_counters *c = bpf_map_lookup_elem(&counters, &zero);
+
+		if (!bpf_map_update_elem(&ip_flows, &k, &init, BPF_NOEXIST) && c)
+			c->generated[NT_EV_IP_FLOW]++; /* per-CPU slot: entries created */
+		f = bpf_map_lookup_elem(&ip_flows, &k);
+		if (!f) {
+			if (c)
+				c->generated[NT_EV_IP_UNCOUNTED]++; /* packets: no entry to count them in */
+			return false;
+		}
+	}
+	seen = __sync_fetch_and_add(&f->packets, 1);
+	__sync_fetch_and_add(&f->bytes, bytes);
+	/* jiffies, not the clock: reading jiffies_64 is a load of a line the stack keeps hot,
+	 * the clock an indirect call and a cold line per packet of the always-on mode */
+	if (CONFIG_HZ)
+		f->last_ns = f->first_ns + (bpf_jiffies64() - f->first_jiffies) * (1000000000 / CONFIG_HZ);
+	else
+		f->last_ns = bpf_ktime_get_ns(); /* no CONFIG_HZ to scale jiffies with */
+	if (!cfg.ip_sample || seen % cfg.ip_sample)
+		return false;
+	__sync_fetch_and_add(&f->samples, 1);
+	return true;
+}
+
+/* One IP packet: send (net_dev_queue, header at network_header, socket from skb->sk)
+ * or receive (netif_receive_skb, header at skb->data, no socket yet). ip-flows counts
+ * it; a record follows in full mode (NT_PROV_IP) or when it is sampled. */
+static __always_inline void ip_packet(const struct sk_buff *skb, const struct sock *sk, __u8 dir, void *ctx)
+{
+	unsigned char *head = skb->head;
+	unsigned char *nh = dir ? head + skb->network_header : skb->data;
+	/* the IP packet's bytes, from the network header (send: after the link header) to the
+	 * end: the real length of a GSO/BIG TCP skb, whose header may not hold it. As numbers:
+	 * the verifier refuses arithmetic mixing nh (read-only cast below) and skb->data */
+	__u32 ip_len = skb->len - (dir ? skb->network_header - (__u32)(skb->data - head) : 0);
+	struct nt_header h = {};
+	struct nt_event *e;
+	__u8 proto, hlen, ver, l4;
+	__u32 l4_off;
+	__u16 frag = 0; /* IPv4 MF flag and fragment offset, host order */
+	struct iphdr ip = {};
+	struct ipv6hdr ip6 = {};
+	const struct udphdr *l4h;
+
+	/* IPv4 (and the ports) by direct loads through read-only casts, field by field (a
+	 * load may not span two fields): the always-on mode parses every packet, and a
+	 * probe-read helper call per packet shows in its cost. IPv6 in one helper call. */
+	const struct iphdr *p4 = bpf_rdonly_cast(nh, bpf_core_type_id_kernel(struct iphdr));
+	__u8 first = *(const __u8 *)p4;
+
+	ver = first >> 4;
+	if (ver == 4) {
+		ip.tos = p4->tos;
+		ip.tot_len = p4->tot_len;
+		ip.id = p4->id;
+		ip.frag_off = p4->frag_off;
+		ip.ttl = p4->ttl;
+		ip.protocol = p4->protocol;
+		ip.check = p4->check;
+		ip.saddr = p4->saddr;
+		ip.daddr = p4->daddr;
+		h.family = AF_INET;
+		__builtin_memcpy(h.saddr, &ip.saddr, 4);
+		__builtin_memcpy(h.daddr, &ip.daddr, 4);
+		proto = ip.protocol;
+		hlen = (first & 0xf) * 4;
+		frag = bpf_ntohs(ip.frag_off) & 0x3fff;
+	} else if (ver == 6) {
+		if (bpf_probe_read_kernel(&ip6, sizeof(ip6), nh))
+			return;
+		h.family = AF_INET6;
+		__builtin_memcpy(h.saddr, &ip6.saddr, 16);
+		__builtin_memcpy(h.daddr, &ip6.daddr, 16);
+		proto = ip6.nexthdr;
+		hlen = sizeof(ip6);
+	} else {
+		return;
+	}
+	l4 = proto;
+	l4_off = hlen;
+	if (ver == 6 && proto == 0) {
+		/* hop-by-hop first (a BIG TCP packet over 64 KiB carries one): step over it so the
+		 * ports, the port filter and the ip-flows key are the upper layer's (the body keeps
+		 * the raw next header; user space walks the chain itself) */
+		const struct ipv6_opt_hdr *hbh = bpf_rdonly_cast(nh + hlen, bpf_core_type_id_kernel(struct ipv6_opt_hdr));
+
+		l4 = hbh->nexthdr;
+		l4_off = hlen + (hbh->hdrlen + 1) * 8;
+	}
+	h.netns = skb->dev->nd_net.net->ns.inum;
+	if ((frag & 0x1fff) && (l4 == IPPROTO_TCP || l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE)) {
+		/* a later fragment: no ports of its own; its datagram's if the first was seen */
+		frag_ports_of(&h, &ip, frag, dir);
+	} else if (l4 == IPPROTO_TCP || l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE) {
+		/* TCP's ports sit where UDP's do */
+		l4h = bpf_rdonly_cast(nh + l4_off, bpf_core_type_id_kernel(struct udphdr));
+		h.sport = bpf_ntohs(l4h->source);
+		h.dport = bpf_ntohs(l4h->dest);
+		if (frag) /* a first fragment (MF set): its ports for the later ones */
+			frag_ports_note(&h, &ip, dir);
+	}
+	if (cfg.providers & NT_PROV_IP_FLOWS) {
+		/* the counters need an owner only to filter by process; pass() skips unattributed exclusion */
+		if (cfg.tgid || cfg.cgroup_id) {
+			h.cookie = cookie_read(sk);
+			attribute(&h, NT_EV_IP, in_task(ctx));
+		}
+		if (!pass(&h))
+			return;
+		if (!ip_flow_count(&h, skb, ip_len, ver, l4, dir) && !(cfg.providers & NT_PROV_IP))
+			return;
+	}
+	h.cookie = cookie_read(sk);
+	attribute(&h, NT_EV_IP, in_task(ctx));
+	if (!pass(&h) || !(e = reserve(NT_EV_IP)))
+		return;
+	__builtin_memcpy(&e->hdr, &h, sizeof(h));
+	e->ip.if_index = skb->dev->ifindex;
+	e->ip.skb_len = ip_len;
+	e->ip.dev_flags = skb->dev->flags;
+	e->ip.direction = dir;
+	e->ip.version = ver;
+	e->ip.header_length = hlen;
+	e->ip.protocol = proto;
+	if (ver == 4) {
+		e->ip.length = bpf_ntohs(ip.tot_len);
+		e->ip.ident = bpf_ntohs(ip.id);
+		e->ip.frag_off = bpf_ntohs(ip.frag_off);
+		e->ip.checksum = bpf_ntohs(ip.check);
+		e->ip.ttl = ip.ttl;
+		e->ip.tos = ip.tos;
+		e->ip.flow_label = 0;
+	} else {
+		__u32 word = bpf_ntohl(*(__u32 *)&ip6);
+
+		e->ip.length = bpf_ntohs(ip6.payload_len) + sizeof(ip6);
+		e->ip.ident = 0;
+		e->ip.frag_off = 0;
+		e->ip.checksum = 0;
+		e->ip.ttl = ip6.hop_limit;
+		e->ip.tos = (word >> 20) & 0xff;
+		e->ip.flow_label = word & 0xfffff;
+	}
+	{
+		/* skb_shinfo() is at head + end, a computed pointer: probe reads, one for both
+		 * fields where gso_segs follows gso_size (CO-RE tells; it has since 2.6) */
+		struct skb_shared_info *shinfo = (struct skb_shared_info *)(head + skb->end);
+		__u16 gso[2] = {};
+
+		if (bpf_core_field_offset(struct skb_shared_info, gso_segs) ==
+		    bpf_core_field_offset(struct skb_shared_info, gso_size) + 2) {
+			bpf_probe_read_kernel(gso, sizeof(gso), &shinfo->gso_size);
+		} else {
+			gso[0] = BPF_CORE_READ(shinfo, gso_size);
+			gso[1] = BPF_CORE_READ(shinfo, gso_segs);
+		}
+		e->ip.gso_size = gso[0];
+		e->ip.gso_segs = gso[1];
+	}
+	__builtin_memset(e->ip._pad, 0, sizeof(e->ip._pad));
+	if (ver != 6 || bpf_probe_read_kernel(e->ip.ext, sizeof(e->ip.ext), nh + sizeof(ip6)))
+		__builtin_memset(e->ip.ext, 0, sizeof(e->ip.ext));
+	/* IFNAMSIZ bytes by direct loads: the kernel keeps the name NUL-padded */
+	__builtin_memcpy(e->ip.if_name, skb->dev->name, sizeof(e->ip.if_name));
+	submit(e);
+}
+
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(netif_receive_skb, struct sk_buff *skb)
+{
+	__u16 proto = bpf_ntohs(skb->protocol);
+
+	if ((cfg.providers & (NT_PROV_IP | NT_PROV_IP_FLOWS)) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
+		ip_packet(skb, NULL, 0, ctx);
+	if (cfg.providers & NT_PROV_SKB_LIFE) {
+		skb_first(skb, NULL, true, in_task(ctx));
+		udp_rxq_push(skb);
+	}
+	if ((cfg.providers & NT_PROV_UDP) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
+		udp_packet(skb, NULL, 0, in_task(ctx));
+	return 0;
+}
+
+SEC("tp_btf/net_dev_queue")
+int BPF_PROG(net_dev_queue, struct sk_buff *skb)
+{
+	__u16 proto = bpf_ntohs(skb->protocol);
+	struct sock *sk;
+	__u64 cookie;
+	struct seg_ref r;
+	struct seg g = {};
+
+	if (proto != ETH_P_IP && proto != ETH_P_IPV6)
+		return 0;
+	sk = skb->sk;
+	if (cfg.providers & (NT_PROV_IP | NT_PROV_IP_FLOWS))
+		ip_packet(skb, sk, 1, ctx);
+	if (cfg.providers & NT_PROV_SKB_LIFE)
+		skb_first(skb, sk, false, in_task(ctx));
+	if (cfg.providers & NT_PROV_UDP)
+		udp_packet(skb, sk, 1, in_task(ctx));
+	if ((cfg.providers & (NT_PROV_SKB | NT_PROV_SKB_LIFE)) && sk &&
+	    (sk->sk_protocol == IPPROTO_UDP || sk->sk_protocol == IPPROTO_UDPLITE) && in_task(ctx))
+		port_owner_note(sk); /* the sender, before loopback can drop its datagram inside this very call */
+	if (!(cfg.providers & (NT_PROV_SIFTR | NT_PROV_TCPDEBUG)) || !full_tcp(sk))
+		return 0; /* request, timewait and control sockets are not full sockets */
+	cookie = sk->__sk_common.skc_cookie.counter;
+	if (!cookie)
+		return 0; /* a socket nettrail has not seen yet: no identity to count it under */
+	r = seg_ref_at_transport(skb);
+	if ((cfg.providers & NT_PROV_SIFTR) && siftr_out_state(sk->__sk_common.skc_state))
+		siftr_packet(sk, cookie, &r, 1, ctx);
+	if (cfg.providers & NT_PROV_TCPDEBUG) {
+		read_seg(&g, &r);
+		debug_point(sk, cookie, &g, NT_TA_OUTPUT, PRU_NONE, 0, 0, NULL, in_task(ctx));
+	}
+	return 0;
+}

@@ -1,0 +1,223 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* maps.bpf.h: every map and global variable of nettrail's BPF object. All providers
+ * share them: one ring buffer (`events`), one set of loss counters, one socket-owner
+ * map, one `cfg`. attribution.bpf.c defines NT_MAPS_DEFINE before including this
+ * header and so holds the one definition of each; every other .bpf.c declares them
+ * extern, and `bpftool gen object` (kmod/Makefile) links the references to that
+ * definition, so the linked nettrail.bpf.o has each map once, as before the split.
+ *
+ * Filters fixed at start are in `cfg` (struct nt_config, nettrail.h), written by the
+ * loader between open and load (collector/bpf/loader.py), so disabled paths are
+ * removed by the verifier's dead-code elimination. The loader may resize `events`
+ * and `ip_flows` before load.
+ */
+#ifndef __NT_MAPS_BPF_H
+#define __NT_MAPS_BPF_H
+
+#ifdef NT_MAPS_DEFINE
+#define NT_MAP
+#define NT_GLOBAL(decl, init) decl = init
+#else
+#define NT_MAP extern
+#define NT_GLOBAL(decl, init) extern decl
+#endif
+
+NT_GLOBAL(const volatile struct nt_config cfg, {});
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 * 1024 * 1024); /* the loader may resize it before load */
+} events SEC(".maps");
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nt_counters);
+} counters SEC(".maps");
+
+/* Per CPU: 1 while the CPU serves a softirq (softirq_entry .. softirq_exit, context.bpf.c),
+ * for in_task() (core_fixes.bpf.h) */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} softirq_cpus SEC(".maps");
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct nt_owner);
+} owners SEC(".maps");
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct nt_listen_key);
+	__type(value, struct nt_owner);
+} listeners SEC(".maps");
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct nt_flow);
+} flows SEC(".maps");
+
+/* SIFTR flows' counters, one 64-byte slot per flow at its cookie's low bits: the
+ * per-packet path's one cache line (an array lookup is inlined; a hash lookup is a call,
+ * a hash, a bucket and an element over two lines). Cookies are handed out in sequence
+ * (per CPU, in batches), so live flows rarely share a slot; a flow that finds its slot
+ * taken is counted in `flows` instead. The collector reads the slots through mmap. */
+#define NT_FLOW_SLOTS 32768
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NT_FLOW_SLOTS);
+	__uint(map_flags, BPF_F_MMAPABLE); /* and so page-aligned: a slot is a cache line */
+	__type(key, __u32);
+	__type(value, struct nt_flow);
+} flow_slots SEC(".maps");
+
+/* SIFTR flows the filters rejected (see flow_admit): cookie -> 1 */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u8);
+} flows_out SEC(".maps");
+
+/* The owner map's version: bumped on every change to it, so a hint below is trusted
+ * only while no owner changed anywhere. */
+NT_GLOBAL(__u64 owner_epoch, 0);
+
+/* Per CPU, in slots by socket address: the last TCP socket of that slot a send/recv
+ * found its caller owning, and owner_epoch then. The same thread on the same socket
+ * with nothing changed since is the steady state of every busy connection; the hint
+ * answers it without the owner-map lookup (a hash, its bucket and its element: cache
+ * misses after each bulk copy to or from user space). Slots, not one
+ * entry: both ends of a loopback connection often share a CPU and would evict each
+ * other's hint on every call. */
+#define NT_OWNER_HINTS 64
+struct nt_owner_hint {
+	__u64 sk;
+	__u64 pid_tgid;
+	__u64 epoch;
+};
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NT_OWNER_HINTS);
+	__type(key, __u32);
+	__type(value, struct nt_owner_hint);
+} owner_hints SEC(".maps");
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct nt_drop_key);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nt_drop_budget);
+} drop_budget SEC(".maps");
+
+/* What a TCP socket held at its change to CLOSE (struct nt_closed), for the records that
+ * follow a tcp_disconnect(), which zeroes it. Deleted at tcp_destroy_sock. */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct nt_closed);
+} closed SEC(".maps");
+
+/* UDP senders by (netns, local port): a datagram dropped at the receiver has no
+ * socket, but its source port names the sending socket on this host. */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct nt_listen_key);
+	__type(value, struct nt_owner);
+} port_owners SEC(".maps");
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384); /* the collector may resize it before load (--ip-flows-max) */
+	__type(key, struct nt_ip_flow_key);
+	__type(value, struct nt_ip_flow);
+} ip_flows SEC(".maps");
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct nt_udp_flow_key);
+	__type(value, struct nt_udp_flow);
+} udp_flows SEC(".maps");
+
+/* Ports of IPv4 datagrams whose first fragment was seen, for their later fragments
+ * (ip.bpf.c); the last fragment deletes the entry, the LRU drops those never completed. */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct nt_frag_key);
+	__type(value, __u32);
+} frag_ports SEC(".maps");
+
+/* skb lifecycles: identity by address (providers.md 9.2) */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct nt_skb_id);
+} skbs SEC(".maps");
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u32);
+} skb_gens SEC(".maps");
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} skb_uids SEC(".maps");
+
+/* inferred consumes (no tracepoint where TCP/UDP free a read buffer): per-task reads
+ * awaiting their recvmsg's sock_recv_length, and per-port UDP arrival queues */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct nt_skb_reads);
+} skb_reads SEC(".maps");
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nt_skb_reads);
+} skb_reads_zero SEC(".maps"); /* never written: the zero value new entries copy */
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct nt_udp_rxq_key);
+	__type(value, struct nt_udp_rxq_val);
+} udp_rxq SEC(".maps");
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct nt_udp_rxq_key);
+	__type(value, struct nt_udp_rxq_ends);
+} udp_rxq_ends SEC(".maps");
+
+#endif /* __NT_MAPS_BPF_H */

@@ -1,0 +1,92 @@
+"""No record made after the collector says "tracing" is lost on the way to the database: short TCP
+connections made at once after that line, shipped by `nettrail collect --server` to a real daphne,
+all appear in /api/connections, with the collector's own loss counters at zero.
+
+`nettrail up` runs this same pair (tests/test_nettrail_up.py drives it whole, where the kernel
+loads its default provider set); here the providers are tcp,siftr,skb so the test runs on every
+kernel the tcp tests run on.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from test_live_daphne import Daphne, session_cookie
+
+from tests.kernel_support import kernel
+
+REPO = Path(__file__).resolve().parents[1]
+CONNECTIONS = 20
+SIZE = 10_000
+pytestmark = [*kernel, pytest.mark.slow]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Daphne]:
+    srv = Daphne(tmp_path / "data")
+    (tmp_path / "data").mkdir()
+    srv.token = srv.run("-m", "nettrail.cli", "token", "create", socket.gethostname()).strip()  # type: ignore[attr-defined]
+    srv.run("manage.py", "createsuperuser", "--noinput", "--username", "viewer", "--email", "v@example.org")
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def short_connections(count: int, size: int) -> int:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(count)
+        port = int(listener.getsockname()[1])
+        for _ in range(count):
+            with socket.create_connection(("127.0.0.1", port)) as client:
+                client.sendall(b"x" * size)
+                peer, _ = listener.accept()
+                with peer:
+                    got = 0
+                    while got < size and (chunk := peer.recv(65536)):
+                        got += len(chunk)
+    return port
+
+
+def test_connections_made_right_after_tracing_all_reach_the_database(server: Daphne, tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(server.token + "\n")  # type: ignore[attr-defined]
+    token_file.chmod(0o600)
+    command = [
+        *(sys.executable, "-m", "nettrail.cli", "collect", "--server", server.url, "--token-file", str(token_file)),
+        *("--alerts", "--ppl", "8", "--providers", "tcp,siftr,skb", "--spool", str(tmp_path / "spool")),
+    ]
+    proc = subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 90
+        line = ""
+        while time.monotonic() < deadline and "tracing" not in line:
+            line = proc.stderr.readline()
+            assert line, "collect ended before tracing"
+        target = short_connections(CONNECTIONS, SIZE)  # at once after the line
+        http = requests.Session()
+        http.headers["Cookie"] = session_cookie(server)
+        rows: list[dict[str, object]] = []
+        for _ in range(120):  # at most 60 s: a bound, not a speed expectation
+            answer = http.get(f"{server.url}/api/connections", params={"port": target, "limit": 100}, timeout=10)
+            rows = [r for r in answer.json()["connections"] if r["dport"] == target]
+            if sum(1 for r in rows if r["closed"]) >= CONNECTIONS:
+                break
+            time.sleep(0.5)
+        assert len(rows) == CONNECTIONS and all(r["closed"] for r in rows), rows
+        assert sorted({r["bytes_out"] for r in rows}) == [SIZE]
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "lost 0" in err, err

@@ -284,3 +284,17 @@ def test_an_alert_row_carries_its_first_and_worst_versions(client: Client) -> No
         assert (row["metric"], row["count"], row["status"], row["versions"]) == (metric, count, status, i + 1)
     assert row["first"] == {"metric": 0.020, "count": 39, "message": "39 retransmitted (2.0%)", "ts": t}
     assert row["worst"] == {"metric": 0.061, "count": 120, "message": "120 retransmitted (6.1%)", "ts": t + 1}
+
+
+def test_the_udp_view_names_the_hosts_whose_collector_runs_no_udp_provider(client: Client) -> None:
+    from translators.records import CollectorStatus
+
+    def status(host: str, providers: list[str], t: float) -> CollectorStatus:
+        return CollectorStatus(
+            host_id=host, boot_id=BOOT, seq=next(_seq), ts_ns=1, ts_wall=t, provider="nettrail", probe="status",
+            providers=providers, attached={},
+        )  # fmt: skip
+
+    store_batch([status(HOST, ["tcp", "udp"], 10.0), status(HOST, ["tcp", "siftr"], 20.0), status(OTHER, ["udp"], 5.0)])
+    assert client.get("/api/dash/udp").json()["provider_off"] == [{"host_id": HOST, "providers": ["tcp", "siftr"]}]
+    assert client.get("/api/dash/udp", {"host": OTHER}).json()["provider_off"] == []

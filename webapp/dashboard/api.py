@@ -226,7 +226,14 @@ def udp(request: HttpRequest) -> HttpResponse:
         .annotate(events=Count("id"), last=Max("ts_wall"))
         .order_by("-last")[:UDP_LIMIT]
     )
-    return JsonResponse({"flows": list(flows), "socket_events": list(sock_rows), "hosts": host_names()})
+    return JsonResponse(
+        {
+            "flows": list(flows),
+            "socket_events": list(sock_rows),
+            "hosts": host_names(),
+            "provider_off": selfhealth.provider_off("udp", host),
+        }
+    )
 
 
 # --- counters: per-flow IP counters, stack counters ------------------------------------------

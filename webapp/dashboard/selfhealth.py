@@ -49,6 +49,18 @@ def known_rules() -> set[str]:
     return rules | set(Alert.objects.values_list("rule_id", flat=True).distinct())
 
 
+def provider_off(provider: str, host: str | None = None) -> list[dict[str, Any]]:
+    """Hosts whose newest ``collector_status`` does not list ``provider``, with the
+    providers they run: an empty panel says why it is empty (issue 18 item 3)."""
+    hosts = [host] if host else hosts_with_status()
+    out = []
+    for h in hosts:
+        row = CollectorStatus.objects.filter(host_id=h).order_by("-ts_wall", "-id").values("providers").first()
+        if row is not None and provider not in (row["providers"] or []):
+            out.append({"host_id": h, "providers": list(row["providers"] or [])})
+    return out
+
+
 def hosts_with_status() -> list[str]:
     seen = set(CollectorStatus.objects.values_list("host_id", flat=True).distinct())
     seen |= set(CollectorStats.objects.values_list("host_id", flat=True).distinct())

@@ -298,3 +298,31 @@ def test_the_udp_view_names_the_hosts_whose_collector_runs_no_udp_provider(clien
     store_batch([status(HOST, ["tcp", "udp"], 10.0), status(HOST, ["tcp", "siftr"], 20.0), status(OTHER, ["udp"], 5.0)])
     assert client.get("/api/dash/udp").json()["provider_off"] == [{"host_id": HOST, "providers": ["tcp", "siftr"]}]
     assert client.get("/api/dash/udp", {"host": OTHER}).json()["provider_off"] == []
+
+
+def test_nettrails_own_connections_are_hidden_unless_asked_for(
+    client: Client, cast: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pathlib import Path
+
+    from translators.records import CollectorStatus
+
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    monkeypatch.setenv("NETTRAIL_WEBAPP_LISTEN", "10.0.0.2:8000")
+    store_batch(
+        [
+            CollectorStatus(
+                host_id=HOST, boot_id=boot, seq=next(_seq), ts_ns=1, ts_wall=1.0, provider="nettrail",
+                probe="status", providers=["tcp"], attached={}, pid=777, comm="nettrail",
+            )
+        ]
+    )  # fmt: skip
+    store_batch(conn_records(HOST, 70, 41000, 8000, "chrome"))  # the browser, to the webapp's socket
+    store_batch(conn_records(HOST, 777, 41001, 8443, "nettrail"))  # the collector's ingest (pid 777)
+    store_batch(conn_records(OTHER, 71, 41002, 8000, "chrome"))  # port 8000 on another machine: not ours
+    browser, ingest, remote = (connection_uuid(h, BOOT, c) for h, c in ((HOST, 70), (HOST, 777), (OTHER, 71)))
+    shown = rows(client, limit=200)
+    assert remote in shown and browser not in shown and ingest not in shown
+    assert set(cast.values()) <= set(shown)
+    everything = rows(client, limit=200, own="1")
+    assert {browser, ingest, remote} | set(cast.values()) == set(everything)

@@ -133,3 +133,36 @@ def test_an_exact_value_that_matches_nothing_suggests_contains(server: Server, p
     page.wait_for_function("document.querySelectorAll('#conns tbody tr').length === 2")
     assert sorted(uuids(page)) == sorted(b.uuid for b in two_more)
     assert page.locator("#q-hint").is_hidden()
+
+
+def test_nettrails_own_connections_are_hidden_until_the_toggle_shows_them(server: Server, page: Any) -> None:
+    """A connection of the collector's own process (the pid of its collector_status) is
+    left out of the table; the toggle brings it back (issue 18 item 2)."""
+    import time
+
+    import msgspec
+
+    from translators.records import CollectorStatus
+
+    from .dashboard_batch import BOOT, _seq
+
+    collector_pid = 39_999
+    batch = build(HOST, sport=40900, cookie=900)
+    own = [
+        msgspec.structs.replace(r, pid=collector_pid, tgid=collector_pid, comm="nettrail")
+        if getattr(r, "pid", None) == batch.pid
+        else r
+        for r in batch.records
+    ]
+    status = CollectorStatus(
+        host_id=HOST, boot_id=BOOT, seq=next(_seq), ts_ns=1, ts_wall=time.time() - 86_400,  # an old run: not the newest status
+        provider="nettrail", probe="status", providers=["tcp"], attached={}, pid=collector_pid, comm="nettrail",
+    )  # fmt: skip
+    server.ingest([*own, status])
+    page.goto(f"{server.url}/connections/?q=sport+40900")
+    page.wait_for_function("document.getElementById('total').textContent === '0'")
+    assert page.locator("#own").is_checked() is False
+    page.check("#own")
+    page.wait_for_selector(f'#conns tr[data-uuid="{batch.uuid}"]')
+    assert page.locator("#total").inner_text() == "1"
+    assert "own=1" in page.url

@@ -17,7 +17,7 @@ from typing import Any
 from django.db.models import Count, Max, Min, Q, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from webapp.dashboard import alert_versions, buffers, counters, detail, queries, selfhealth
+from webapp.dashboard import alert_versions, buffers, counters, detail, own_traffic, queries, selfhealth
 from webapp.dashboard.filterlang import INT64_MAX, FilterError
 from webapp.dashboard.models import AlertAck
 from webapp.dashboard.tables import Alert, LossReport, SockEvent, UdpDatagram
@@ -72,9 +72,14 @@ def _limit(request: HttpRequest) -> int:
 
 @api("GET")
 def connections(request: HttpRequest) -> HttpResponse:
-    """One page of connections: ?q=<filter>&sort=<key|-key>&cursor=<c>&limit=<n>&uuids=<a,b>."""
+    """One page of connections: ?q=<filter>&sort=<key|-key>&cursor=<c>&limit=<n>&uuids=<a,b>&own=1.
+
+    nettrail's own connections (own_traffic.py) are left out unless ``own=1``.
+    """
     started = time.perf_counter()
     qs = queries.filtered(request.GET.get("q", ""))
+    if request.GET.get("own") != "1":
+        qs = qs.exclude(own_traffic.own_q())
     limit = _limit(request)
     uuids = [u for u in request.GET.get("uuids", "").split(",") if u][: queries.MAX_UUIDS]
     if uuids:  # the live table asks which of these new connections match its filter

@@ -9,6 +9,7 @@
   const params = new URLSearchParams(location.search);
   const state = {
     q: params.get("q") || "",
+    own: params.get("own") === "1", // show nettrail's own connections (own_traffic.py)
     sort: params.get("sort") || NT.pageData.default_sort,
     limit: Number(params.get("limit") || NT.pageData.limit),
     cursors: [null], // cursor of each page visited; last = current page
@@ -46,6 +47,7 @@
 
   function query(extra = {}) {
     const p = new URLSearchParams({ q: state.q, sort: state.sort, limit: state.limit });
+    if (state.own) p.set("own", "1");
     for (const [k, v] of Object.entries(extra)) if (v) p.set(k, v);
     return "/api/dash/connections?" + p.toString();
   }
@@ -53,6 +55,7 @@
   function syncUrl() {
     const p = new URLSearchParams();
     if (state.q) p.set("q", state.q);
+    if (state.own) p.set("own", "1");
     if (state.sort !== NT.pageData.default_sort) p.set("sort", state.sort);
     if (state.limit !== NT.pageData.limit) p.set("limit", state.limit);
     history.replaceState(null, "", location.pathname + (p.toString() ? "?" + p : ""));
@@ -164,6 +167,13 @@
     ev.preventDefault();
     state.q = input.value.trim();
     state.limit = Number(document.getElementById("page-size").value);
+    state.cursors = [null];
+    load();
+  });
+  const ownBox = document.getElementById("own");
+  ownBox.checked = state.own;
+  ownBox.addEventListener("change", () => {
+    state.own = ownBox.checked;
     state.cursors = [null];
     load();
   });

@@ -5,8 +5,10 @@ report documents: tests/test_dashboard_export.py."""
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
+import msgspec
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
@@ -326,3 +328,24 @@ def test_nettrails_own_connections_are_hidden_unless_asked_for(
     assert set(cast.values()) <= set(shown)
     everything = rows(client, limit=200, own="1")
     assert {browser, ingest, remote} | set(cast.values()) == set(everything)
+
+
+def test_state_time_wait_finds_sockets_the_kernel_still_holds_in_time_wait(client: Client) -> None:
+    """The tracer records TIME_WAIT then an inferred CLOSED at once; ss shows TIME-WAIT for
+    60 s, and so does the filter: recently entered yes, over a minute ago no."""
+    now = time.time()
+    for cookie, entered in ((80, now - 5), (81, now - 120)):
+        records = conn_records(HOST, cookie, 42000 + cookie, 443, "curl", t=entered - 1)
+        base = {k: v for k, v in msgspec.structs.asdict(records[0]).items() if k not in ("seq", "ts_ns", "ts_wall")}
+        for i, (prev, new) in enumerate((("ESTABLISHED", "TIME_WAIT"), ("TIME_WAIT", "CLOSED"))):
+            base.update(prev_state=prev, state=new, inferred=new == "CLOSED")
+            records.append(
+                TcpStateChange(
+                    **{**base, "seq": next(_seq), "ts_ns": int((entered + i * 1e-6) * 1e9), "ts_wall": entered}
+                )
+            )
+        store_batch(records)
+    recent = connection_uuid(HOST, BOOT, 80)
+    assert client.get("/api/dash/connections", {"q": "state CLOSED and port 42080"}).json()["total"] == 1
+    assert rows(client, q="state TIME_WAIT") == [recent]
+    assert recent not in rows(client, q="state != TIME_WAIT", limit=200)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ from webapp.dashboard.filterlang import (
     parse,
     to_q,
 )
-from webapp.dashboard.tables import Alert
+from webapp.dashboard.tables import Alert, TcpStateChange
 from webapp.traces.models import Connection
 
 PAGE_SIZES = (25, 50, 100, 200)
@@ -40,8 +41,26 @@ DEFAULT_LIMIT = 50
 MAX_UUIDS = 50  # live look-ups of new connections per request
 
 
+# Linux keeps a socket in TIME_WAIT for TCP_TIMEWAIT_LEN (60 s, fixed); ss lists it as
+# TIME-WAIT that long. The tracer sees the full socket freed as the state changes to
+# TIME_WAIT (its timewait stand-in is not a full socket), so the stored state soon reads
+# an inferred CLOSED; "state TIME_WAIT" also finds those that entered TIME_WAIT within it.
+TIME_WAIT_S = 60.0
+
+
 def _state(op: str, value: Any) -> Q:
-    q = Q(closed=False) if value == "OPEN" else Q(state=value)
+    if value == "OPEN":
+        q = Q(closed=False)
+    elif value == "TIME_WAIT":
+        entered = TcpStateChange.objects.filter(
+            host_id=OuterRef("host_id"),
+            conn_uuid=OuterRef("conn_uuid"),
+            state="TIME_WAIT",
+            ts_wall__gte=time.time() - TIME_WAIT_S,
+        )
+        q = Q(state="TIME_WAIT") | (Q(state__in=("TIME_WAIT", "CLOSED")) & Q(Exists(entered)))
+    else:
+        q = Q(state=value)
     return ~q if op == "!=" else q
 
 

@@ -349,3 +349,40 @@ def test_state_time_wait_finds_sockets_the_kernel_still_holds_in_time_wait(clien
     assert client.get("/api/dash/connections", {"q": "state CLOSED and port 42080"}).json()["total"] == 1
     assert rows(client, q="state TIME_WAIT") == [recent]
     assert recent not in rows(client, q="state != TIME_WAIT", limit=200)
+
+
+def test_choosing_a_drop_reason_narrows_the_buffers_chart_and_breakdowns(client: Client) -> None:
+    from translators.records import SkbDrop
+
+    t = time.time() - 30
+    drops = [
+        SkbDrop(
+            host_id=HOST,
+            boot_id=BOOT,
+            seq=next(_seq),
+            ts_ns=int((t + i) * 1e9),
+            ts_wall=t + i,
+            provider="skb",
+            probe="drop",
+            skb_uid=500 + i,
+            drop_reason=6 if reason == "NETFILTER_DROP" else 2,
+            drop_reason_str=reason,
+            drop_location=f"{reason.lower()}+0x1",
+            len=100,
+            comm="curl",
+            pid=7,
+            tgid=7,
+        )  # fmt: skip
+        for i, reason in enumerate(["NETFILTER_DROP", "NO_SOCKET", "NO_SOCKET", "NETFILTER_DROP", "NO_SOCKET"])
+    ]
+    store_batch(drops)
+    every = client.get("/api/dash/buffers").json()
+    chosen = client.get("/api/dash/buffers", {"reason": "NETFILTER_DROP"}).json()
+    assert [(s["reason"], sum(s["counts"])) for s in every["timeline"]["series"]] == [
+        ("NO_SOCKET", 3),
+        ("NETFILTER_DROP", 2),
+    ]
+    assert [(s["reason"], sum(s["counts"])) for s in chosen["timeline"]["series"]] == [("NETFILTER_DROP", 2)]
+    assert [(r["drop_location"], r["n"]) for r in chosen["by_location"]] == [("netfilter_drop+0x1", 2)]
+    assert [(r["comm"], r["n"]) for r in chosen["by_process"]] == [("curl", 2)]
+    assert chosen["reasons"] == ["NETFILTER_DROP", "NO_SOCKET"]

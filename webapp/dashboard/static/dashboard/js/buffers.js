@@ -106,7 +106,12 @@
       if (r.skb_uid !== null) {
         tr.addEventListener("click", (ev) => { if (!ev.target.closest("a")) showSkb(r.skb_uid, r.host_id); });
         tr.addEventListener("keydown", (ev) => { if (ev.key === "Enter") showSkb(r.skb_uid, r.host_id); });
+        return tr;
       }
+      // No buffer identity (a sampled drop event): the row opens its connection if it has
+      // one, and otherwise does not pretend to be clickable.
+      if (r.conn_uuid) return NT.linkRow(tr, NT.connHref(r));
+      tr.removeAttribute("tabindex");
       return tr;
     }));
     document.querySelector("#lifecycles tbody").replaceChildren(...lifecycleRows(d.lifecycles));

@@ -5,8 +5,10 @@ report documents: tests/test_dashboard_export.py."""
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
+import msgspec
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
@@ -201,7 +203,9 @@ def test_the_detail_view_orders_the_states_and_names_who_caused_them(client: Cli
     body = client.get(f"/api/dash/connections/{cast['nginx_retrans']}").json()
     states = [(i["state"], i["who"]) for i in body["timeline"] if i["type"] == "state"]
     assert states == [("SYN_SENT", "nginx (pid 1)"), ("ESTABLISHED", "nginx (pid 1)")]
-    assert [i["type"] for i in body["timeline"]].count("retransmit") == 2
+    runs = [i for i in body["timeline"] if i["type"] == "retransmits"]
+    assert [(r["count"], r["ts"], r["last"]) for r in runs] == [(2, 1_700_000_000.5, 1_700_000_001.5)]
+    assert body["marks"] == {"retransmit": [1_700_000_000.5, 1_700_000_001.5], "reset": []}
     assert [a["rule_id"] for a in body["alerts"]] == ["K1"]
     assert client.get("/api/dash/connections/no-such-uuid").status_code == 404
 
@@ -209,7 +213,7 @@ def test_the_detail_view_orders_the_states_and_names_who_caused_them(client: Cli
 def test_the_timeline_marks_a_reset_between_the_states(client: Client, cast: dict[str, str]) -> None:
     body = client.get(f"/api/dash/connections/{cast['sshd']}").json()
     kinds = [i["type"] for i in body["timeline"]]
-    assert kinds == ["state", "state", "retransmit", "reset"]
+    assert kinds == ["state", "state", "retransmits", "reset"]
     assert body["timeline"][3]["text"] == "RST received from the peer in ESTABLISHED (NOT_SPECIFIED)"
 
 
@@ -223,3 +227,162 @@ def test_acknowledging_an_alert_records_who_and_is_idempotent(client: Client, ca
     assert [a["id"] for a in client.get("/api/dash/alerts", {"acked": "no"}).json()["alerts"]] == []
     assert client.get(f"/api/dash/alerts/{alert['id']}/ack").status_code == 405
     assert client.post("/api/dash/alerts/999999/ack").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("q", "expect"),
+    [
+        ("dst 10.0.0.0/24", ["nginx_clean", "nginx_retrans", "postgres", "sshd"]),
+        ("dst 10.0.1.0/24", []),
+        ("addr 10.0.0.2/32 and port 22", ["sshd"]),
+        ("dst != 10.0.0.0/8", []),
+        ("dst ::/0", []),
+        ("resets > 0", ["sshd"]),
+    ],
+)
+def test_prefixes_and_resets_select_the_expected_connections(
+    client: Client, cast: dict[str, str], q: str, expect: list[str]
+) -> None:
+    assert sorted(rows(client, q=q)) == sorted(cast[name] for name in expect)
+
+
+def test_an_ipv6_prefix_matches_any_written_form_of_the_address(client: Client) -> None:
+    records = conn_records(HOST, 9, 443, 50009, "curl")
+    for rec in records:
+        rec.dst = "2001:db8:0:1::5"  # compressed as Python writes it; the prefix is not a text prefix
+    store_batch(records)
+    uuid = connection_uuid(HOST, BOOT, 9)
+    assert rows(client, q="dst 2001:db8::/32") == [uuid]
+    assert rows(client, q="dst 2001:db8:0:1::/64") == [uuid]
+    assert rows(client, q="dst 2001:db8:0:2::/64") == []
+
+
+def test_an_unknown_rule_is_a_400_and_a_near_miss_gets_a_hint(client: Client, cast: dict[str, str]) -> None:
+    resp = client.get("/api/dash/connections", {"q": "anomaly K99"})
+    assert resp.status_code == 400
+    assert resp.json()["error"].startswith("no such rule 'K99'; did you mean 'K9'? rules: H1, H2, H3, H4, K1, K2,")
+    body = client.get("/api/dash/connections", {"q": "comm ngin"}).json()
+    assert body["total"] == 0
+    assert body["hints"] == ["no connection has comm exactly 'ngin'; comm ~ ngin (contains) matches 2"]
+    assert client.get("/api/dash/connections", {"q": "comm nginx"}).json()["hints"] == []
+    assert client.get("/api/dash/connections", {"q": "comm zzz"}).json()["hints"] == []
+
+
+def test_an_alert_row_carries_its_first_and_worst_versions(client: Client) -> None:
+    t = 1_700_000_100.0
+    versions = [(0.020, 39, "open"), (0.061, 120, "open"), (0.047, 249, "closed")]
+    for i, (metric, count, status) in enumerate(versions):
+        store_batch(
+            [
+                Alert(
+                    host_id=HOST, boot_id=BOOT, seq=next(_seq), ts_ns=int((t + i) * 1e9), ts_wall=t + i,
+                    provider="nettrail", probe="alert", rule_id="K1", severity="warning", start=t,
+                    alert_id="k1-versions", metric=metric, count=count, status=status,
+                    message=f"{count} retransmitted ({metric:.1%})",
+                )
+            ]
+        )  # fmt: skip
+        row = client.get("/api/dash/alerts", {"rule": "K1"}).json()["alerts"][0]
+        assert (row["metric"], row["count"], row["status"], row["versions"]) == (metric, count, status, i + 1)
+    assert row["first"] == {"metric": 0.020, "count": 39, "message": "39 retransmitted (2.0%)", "ts": t}
+    assert row["worst"] == {"metric": 0.061, "count": 120, "message": "120 retransmitted (6.1%)", "ts": t + 1}
+
+
+def test_the_udp_view_names_the_hosts_whose_collector_runs_no_udp_provider(client: Client) -> None:
+    from translators.records import CollectorStatus
+
+    def status(host: str, providers: list[str], t: float) -> CollectorStatus:
+        return CollectorStatus(
+            host_id=host, boot_id=BOOT, seq=next(_seq), ts_ns=1, ts_wall=t, provider="nettrail", probe="status",
+            providers=providers, attached={},
+        )  # fmt: skip
+
+    store_batch([status(HOST, ["tcp", "udp"], 10.0), status(HOST, ["tcp", "siftr"], 20.0), status(OTHER, ["udp"], 5.0)])
+    assert client.get("/api/dash/udp").json()["provider_off"] == [{"host_id": HOST, "providers": ["tcp", "siftr"]}]
+    assert client.get("/api/dash/udp", {"host": OTHER}).json()["provider_off"] == []
+
+
+def test_nettrails_own_connections_are_hidden_unless_asked_for(
+    client: Client, cast: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pathlib import Path
+
+    from translators.records import CollectorStatus
+
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    monkeypatch.setenv("NETTRAIL_WEBAPP_LISTEN", "10.0.0.2:8000")
+    store_batch(
+        [
+            CollectorStatus(
+                host_id=HOST, boot_id=boot, seq=next(_seq), ts_ns=1, ts_wall=1.0, provider="nettrail",
+                probe="status", providers=["tcp"], attached={}, pid=777, comm="nettrail",
+            )
+        ]
+    )  # fmt: skip
+    store_batch(conn_records(HOST, 70, 41000, 8000, "chrome"))  # the browser, to the webapp's socket
+    store_batch(conn_records(HOST, 777, 41001, 8443, "nettrail"))  # the collector's ingest (pid 777)
+    store_batch(conn_records(OTHER, 71, 41002, 8000, "chrome"))  # port 8000 on another machine: not ours
+    browser, ingest, remote = (connection_uuid(h, BOOT, c) for h, c in ((HOST, 70), (HOST, 777), (OTHER, 71)))
+    shown = rows(client, limit=200)
+    assert remote in shown and browser not in shown and ingest not in shown
+    assert set(cast.values()) <= set(shown)
+    everything = rows(client, limit=200, own="1")
+    assert {browser, ingest, remote} | set(cast.values()) == set(everything)
+
+
+def test_state_time_wait_finds_sockets_the_kernel_still_holds_in_time_wait(client: Client) -> None:
+    """The tracer records TIME_WAIT then an inferred CLOSED at once; ss shows TIME-WAIT for
+    60 s, and so does the filter: recently entered yes, over a minute ago no."""
+    now = time.time()
+    for cookie, entered in ((80, now - 5), (81, now - 120)):
+        records = conn_records(HOST, cookie, 42000 + cookie, 443, "curl", t=entered - 1)
+        base = {k: v for k, v in msgspec.structs.asdict(records[0]).items() if k not in ("seq", "ts_ns", "ts_wall")}
+        for i, (prev, new) in enumerate((("ESTABLISHED", "TIME_WAIT"), ("TIME_WAIT", "CLOSED"))):
+            base.update(prev_state=prev, state=new, inferred=new == "CLOSED")
+            records.append(
+                TcpStateChange(
+                    **{**base, "seq": next(_seq), "ts_ns": int((entered + i * 1e-6) * 1e9), "ts_wall": entered}
+                )
+            )
+        store_batch(records)
+    recent = connection_uuid(HOST, BOOT, 80)
+    assert client.get("/api/dash/connections", {"q": "state CLOSED and port 42080"}).json()["total"] == 1
+    assert rows(client, q="state TIME_WAIT") == [recent]
+    assert recent not in rows(client, q="state != TIME_WAIT", limit=200)
+
+
+def test_choosing_a_drop_reason_narrows_the_buffers_chart_and_breakdowns(client: Client) -> None:
+    from translators.records import SkbDrop
+
+    t = time.time() - 30
+    drops = [
+        SkbDrop(
+            host_id=HOST,
+            boot_id=BOOT,
+            seq=next(_seq),
+            ts_ns=int((t + i) * 1e9),
+            ts_wall=t + i,
+            provider="skb",
+            probe="drop",
+            skb_uid=500 + i,
+            drop_reason=6 if reason == "NETFILTER_DROP" else 2,
+            drop_reason_str=reason,
+            drop_location=f"{reason.lower()}+0x1",
+            len=100,
+            comm="curl",
+            pid=7,
+            tgid=7,
+        )  # fmt: skip
+        for i, reason in enumerate(["NETFILTER_DROP", "NO_SOCKET", "NO_SOCKET", "NETFILTER_DROP", "NO_SOCKET"])
+    ]
+    store_batch(drops)
+    every = client.get("/api/dash/buffers").json()
+    chosen = client.get("/api/dash/buffers", {"reason": "NETFILTER_DROP"}).json()
+    assert [(s["reason"], sum(s["counts"])) for s in every["timeline"]["series"]] == [
+        ("NO_SOCKET", 3),
+        ("NETFILTER_DROP", 2),
+    ]
+    assert [(s["reason"], sum(s["counts"])) for s in chosen["timeline"]["series"]] == [("NETFILTER_DROP", 2)]
+    assert [(r["drop_location"], r["n"]) for r in chosen["by_location"]] == [("netfilter_drop+0x1", 2)]
+    assert [(r["comm"], r["n"]) for r in chosen["by_process"]] == [("curl", 2)]
+    assert chosen["reasons"] == ["NETFILTER_DROP", "NO_SOCKET"]

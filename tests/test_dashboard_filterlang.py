@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
 from django.db.models import Q
 
-from webapp.dashboard.filterlang import BoolOp, Columns, Cond, FilterError, Not, compare, either, parse, to_q
+from webapp.dashboard.filterlang import (
+    BoolOp,
+    Columns,
+    Cond,
+    FilterError,
+    Not,
+    compare,
+    conditions,
+    either,
+    parse,
+    to_q,
+)
 
 
 def test_it_parses_the_documented_example_into_three_conditions() -> None:
@@ -51,7 +64,11 @@ def test_anomaly_alone_means_any_rule_and_takes_an_optional_rule() -> None:
     ("text", "message", "pos"),
     [
         ("port abc", "port needs a whole number, got 'abc'", 5),
-        ("prot 80", "unknown field 'prot'", 0),
+        ("prot 80", "no such field 'prot'; did you mean 'proto'?", 0),
+        ("reset > 0", "no such field 'reset'; did you mean 'resets'?", 0),
+        ('comm "my app', 'unclosed quote: add the closing "', 5),
+        ("dst 10.99.7.0/33", "dst needs an address prefix like 10.0.0.0/8, got '10.99.7.0/33'", 4),
+        ("dst > 10.0.0.0/8", "'>' needs a number field; 'dst' is addr", 6),
         ("port", "expected a value after 'port'", 4),
         ("(port 80", "missing ')'", 8),
         ("comm > 3", "'>' needs a number field; 'comm' is text", 7),
@@ -84,3 +101,33 @@ def test_it_builds_orm_filters_through_the_column_map() -> None:
 def test_not_equal_on_either_column_means_neither_equals() -> None:
     columns = Columns({"port": either("sport", "dport")})
     assert to_q(parse("port != 22"), columns) == ~Q(sport=22) & ~Q(dport=22)
+
+
+def test_address_fields_take_cidr_prefixes_of_both_families() -> None:
+    assert parse("dst 10.99.7.0/24") == Cond("dst", "=", ipaddress.ip_network("10.99.7.0/24"))
+    assert parse("addr != fd00:1::/64") == Cond("addr", "!=", ipaddress.ip_network("fd00:1::/64"))
+    # host bits set: the prefix the user meant, as ip route would read it
+    assert parse("src 10.99.7.9/24") == Cond("src", "=", ipaddress.ip_network("10.99.7.0/24"))
+    assert parse("dst 10.99.7.1") == Cond("dst", "=", "10.99.7.1")
+
+
+def test_resets_is_a_number_field() -> None:
+    assert parse("resets >= 1") == Cond("resets", ">=", 1)
+
+
+def test_an_unknown_rule_is_refused_with_the_known_ones_and_the_nearest() -> None:
+    rules = {"K1", "K2", "K10", "K14", "H1"}
+    assert parse("anomaly k14", rules=rules) == Cond("anomaly", "=", "K14")
+    with pytest.raises(FilterError) as err:
+        parse("port 80 and anomaly K15", rules=rules)
+    assert str(err.value) == "no such rule 'K15'; did you mean 'K1'? rules: H1, K1, K2, K10, K14 (at character 21)"
+    assert err.value.pos == 20
+    with pytest.raises(FilterError) as err:
+        parse("anomaly K99", rules=rules)  # nothing near it: the list alone
+    assert str(err.value) == "no such rule 'K99'; rules: H1, K1, K2, K10, K14 (at character 9)"
+
+
+def test_conditions_lists_only_those_every_match_must_meet() -> None:
+    tree = parse("comm iperf and (port 1 or port 2) and not host a and dst x")
+    assert conditions(tree) == [Cond("comm", "=", "iperf"), Cond("dst", "=", "x")]
+    assert conditions(None) == []

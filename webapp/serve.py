@@ -29,6 +29,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("nettrail: the webapp must not run as root (use `nettrail up`, which drops privileges)", file=sys.stderr)
         return 1
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+    # The dashboard tells its own sockets from the traffic it shows (webapp/dashboard/own_traffic.py).
+    os.environ["NETTRAIL_WEBAPP_LISTEN"] = f"{args.host}:{args.port}"
 
     from daphne.endpoints import build_endpoint_description_strings
     from daphne.server import Server

@@ -96,3 +96,73 @@ def test_a_row_opens_its_connection_from_the_keyboard(server: Server, page: Any,
     page.keyboard.press("Enter")
     page.wait_for_url(f"{server.url}/connections/{two_more[0].uuid}/?host={HOST}")  # a connection is its host's
     page.wait_for_selector("body[data-loaded='1']")
+
+
+@pytest.mark.parametrize(
+    ("expr", "message"),
+    [
+        ("anomaly K99", "no such rule 'K99'; did you mean 'K9'? rules: H1, H2, H3, H4, K1, K2, K3, K4, K5, K6, K7, "
+         "K8, K9, K10, K11, K12, K13, K14, P1, P2, P3, P4, P5, P6 (at character 9)"),
+        ('comm "my app', 'unclosed quote: add the closing " (at character 6)'),
+        ("retrnas > 0", "no such field 'retrnas'; did you mean 'retrans'? fields: host, comm, pid, uid, src, dst, addr, sport, "
+         "dport, port, state, proto, duration, bytes, retrans, resets, anomaly (at character 1)"),
+    ],
+)  # fmt: skip
+def test_a_filter_naming_what_does_not_exist_says_so(server: Server, page: Any, expr: str, message: str) -> None:
+    page.goto(f"{server.url}/connections/")
+    page.fill("#q", expr)
+    page.press("#q", "Enter")
+    error = page.locator("#q-error")
+    error.wait_for(state="visible")
+    assert error.inner_text() == message
+    assert page.locator("#conns tbody tr").count() == 0
+
+
+def test_an_exact_value_that_matches_nothing_suggests_contains(server: Server, page: Any, two_more: list[Any]) -> None:
+    contains = page.request.get(f"{server.url}/api/dash/connections?q=comm+~+cur").json()["total"]
+    assert contains >= 3  # the package's connection and two_more's, all owned by curl
+    page.goto(f"{server.url}/connections/")
+    page.fill("#q", "comm cur and sport >= 40300")
+    page.press("#q", "Enter")
+    hint = page.locator("#q-hint")
+    hint.wait_for(state="visible")
+    assert hint.inner_text() == f"no connection has comm exactly 'cur'; comm ~ cur (contains) matches {contains:,}"
+    assert page.locator("#total").inner_text() == "0"
+    page.fill("#q", "comm ~ cur and dst 127.0.0.0/8 and sport >= 40300 and sport < 40302")
+    page.press("#q", "Enter")
+    page.wait_for_function("document.querySelectorAll('#conns tbody tr').length === 2")
+    assert sorted(uuids(page)) == sorted(b.uuid for b in two_more)
+    assert page.locator("#q-hint").is_hidden()
+
+
+def test_nettrails_own_connections_are_hidden_until_the_toggle_shows_them(server: Server, page: Any) -> None:
+    """A connection of the collector's own process (the pid of its collector_status) is
+    left out of the table; the toggle brings it back (issue 18 item 2)."""
+    import time
+
+    import msgspec
+
+    from translators.records import CollectorStatus
+
+    from .dashboard_batch import BOOT, _seq
+
+    collector_pid = 39_999
+    batch = build(HOST, sport=40900, cookie=900)
+    own = [
+        msgspec.structs.replace(r, pid=collector_pid, tgid=collector_pid, comm="nettrail")
+        if getattr(r, "pid", None) == batch.pid
+        else r
+        for r in batch.records
+    ]
+    status = CollectorStatus(
+        host_id=HOST, boot_id=BOOT, seq=next(_seq), ts_ns=1, ts_wall=time.time() - 86_400,  # an old run: not the newest status
+        provider="nettrail", probe="status", providers=["tcp"], attached={}, pid=collector_pid, comm="nettrail",
+    )  # fmt: skip
+    server.ingest([*own, status])
+    page.goto(f"{server.url}/connections/?q=sport+40900")
+    page.wait_for_function("document.getElementById('total').textContent === '0'")
+    assert page.locator("#own").is_checked() is False
+    page.check("#own")
+    page.wait_for_selector(f'#conns tr[data-uuid="{batch.uuid}"]')
+    assert page.locator("#total").inner_text() == "1"
+    assert "own=1" in page.url

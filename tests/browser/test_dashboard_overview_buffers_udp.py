@@ -67,6 +67,27 @@ def test_clicking_a_drop_shows_its_buffer_lifecycle_and_connection(server: Serve
     assert sorted(ends) == ["consumed", "consumed", "consumed", "dropped"]  # the flow's four buffers
 
 
+def test_clicking_a_drop_without_a_buffer_identity_opens_its_connection(server: Server, page: Any) -> None:
+    """A sampled drop event carries no skb_uid: its row opens the connection instead of
+    doing nothing (issue 18 item 3)."""
+    import msgspec
+
+    from translators.records import SkbDrop
+
+    from .dashboard_batch import _seq
+
+    batch = build(HOST, sport=40950, cookie=950)
+    drop = next(r for r in batch.records if isinstance(r, SkbDrop))
+    server.ingest(
+        [*batch.records, msgspec.structs.replace(drop, seq=next(_seq), skb_uid=None, drop_location="anon+0x1")]
+    )
+    page.goto(f"{server.url}/buffers/")
+    row = page.locator("#recent tbody tr", has_text="anon+0x1")
+    row.wait_for()
+    row.locator("td").first.click()
+    page.wait_for_url(f"{server.url}/connections/{batch.uuid}/?host={HOST}")
+
+
 def test_the_udp_page_lists_the_flow_with_its_datagrams(server: Server, page: Any, ingested: Any) -> None:
     page.goto(f"{server.url}/udp/")
     page.wait_for_selector("body[data-loaded='1']")

@@ -41,3 +41,32 @@ def ack_of(alert: Any) -> AlertAck | None:
     acks = AlertAck.objects.select_related("user").filter(alert__alert_id=alert.alert_id)
     newest: AlertAck | None = acks.order_by("-at").first()
     return newest
+
+
+def _values(row: dict[str, Any]) -> dict[str, Any]:
+    return {"metric": row["metric"], "count": row["count"], "message": row["message"], "ts": row["ts_wall"]}
+
+
+def history(alert_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Per alert_id: its first version's numbers, its worst (the highest ``metric``, the
+    latest of equals; without metrics the highest count) and how many versions arrived.
+
+    The row shows the newest version's numbers (the current ones, replaced live as each
+    new version arrives); first and worst say how it started and how bad it got, so an
+    alert that fired at 2.0 % and grew to 5.2 % reads as such (issue 18 item 6).
+    """
+    cols = ("alert_id", "id", "metric", "count", "message", "ts_wall")
+    rows = Alert.objects.filter(alert_id__in=[a for a in alert_ids if a]).order_by("id").values(*cols)
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        entry = out.get(row["alert_id"])
+        if entry is None:
+            out[row["alert_id"]] = {"first": _values(row), "worst": _values(row), "versions": 1}
+            continue
+        entry["versions"] += 1
+        worst = entry["worst"]
+        key = (row["metric"] if row["metric"] is not None else float("-inf"), row["count"] or 0)
+        worst_key = (worst["metric"] if worst["metric"] is not None else float("-inf"), worst["count"] or 0)
+        if key >= worst_key:
+            entry["worst"] = _values(row)
+    return out

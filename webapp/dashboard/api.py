@@ -18,7 +18,7 @@ from django.db.models import Count, Max, Min, Q, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from webapp.bus import health as bus_health
-from webapp.dashboard import alert_versions, buffers, counters, detail, queries, selfhealth
+from webapp.dashboard import alert_versions, buffers, counters, detail, own_traffic, queries, selfhealth
 from webapp.dashboard.filterlang import INT64_MAX, FilterError
 from webapp.dashboard.models import AlertAck
 from webapp.dashboard.tables import Alert, LossReport, SockEvent, UdpDatagram
@@ -73,9 +73,14 @@ def _limit(request: HttpRequest) -> int:
 
 @api("GET")
 def connections(request: HttpRequest) -> HttpResponse:
-    """One page of connections: ?q=<filter>&sort=<key|-key>&cursor=<c>&limit=<n>&uuids=<a,b>."""
+    """One page of connections: ?q=<filter>&sort=<key|-key>&cursor=<c>&limit=<n>&uuids=<a,b>&own=1.
+
+    nettrail's own connections (own_traffic.py) are left out unless ``own=1``.
+    """
     started = time.perf_counter()
     qs = queries.filtered(request.GET.get("q", ""))
+    if request.GET.get("own") != "1":
+        qs = qs.exclude(own_traffic.own_q())
     limit = _limit(request)
     uuids = [u for u in request.GET.get("uuids", "").split(",") if u][: queries.MAX_UUIDS]
     if uuids:  # the live table asks which of these new connections match its filter
@@ -84,11 +89,13 @@ def connections(request: HttpRequest) -> HttpResponse:
     else:
         page = queries.page(qs, request.GET.get("sort") or queries.DEFAULT_SORT, request.GET.get("cursor"), limit)
     rules = queries.alert_rules([c for c in page.rows if c.alerts])
+    hints = queries.empty_result_hints(request.GET.get("q", "")) if page.total == 0 and not uuids else []
     return JsonResponse(
         {
             "rows": [queries.row_json(c, rules) for c in page.rows],
             "next": page.next,
             "total": page.total,
+            "hints": hints,
             "hosts": host_names(),
             "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
         }
@@ -113,6 +120,7 @@ def connection(request: HttpRequest, uuid: str) -> HttpResponse:
         {
             "conn": {**summary, **body},
             "timeline": detail.timeline(conn),
+            "marks": detail.marks(host, uuid),
             "siftr": detail.siftr(host, uuid),
             "sampling": selfhealth.connection_sampling(host, uuid),
             "tseq": detail.tseq(conn),
@@ -224,7 +232,14 @@ def udp(request: HttpRequest) -> HttpResponse:
         .annotate(events=Count("id"), last=Max("ts_wall"))
         .order_by("-last")[:UDP_LIMIT]
     )
-    return JsonResponse({"flows": list(flows), "socket_events": list(sock_rows), "hosts": host_names()})
+    return JsonResponse(
+        {
+            "flows": list(flows),
+            "socket_events": list(sock_rows),
+            "hosts": host_names(),
+            "provider_off": selfhealth.provider_off("udp", host),
+        }
+    )
 
 
 # --- counters: per-flow IP counters, stack counters ------------------------------------------
@@ -254,8 +269,9 @@ def _ack_of(a: Any) -> AlertAck | None:
     return alert_versions.ack_of(a)
 
 
-def _alert_json(a: Any) -> dict[str, Any]:
+def _alert_json(a: Any, history: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     ack = _ack_of(a)
+    past = (history or {}).get(a.alert_id) if a.alert_id else None
     return {
         "id": a.pk,
         "host_id": a.host_id,
@@ -276,6 +292,10 @@ def _alert_json(a: Any) -> dict[str, Any]:
         "thresholds": a.thresholds,
         "acked_by": (ack.user.get_username() if ack.user else "(deleted user)") if ack else None,
         "acked_at": ack.at.timestamp() if ack else None,
+        # the first and worst versions' numbers (alert_versions.history); None: one version known
+        "first": past["first"] if past else None,
+        "worst": past["worst"] if past else None,
+        "versions": past["versions"] if past else 1,
     }
 
 
@@ -296,7 +316,9 @@ def alerts(request: HttpRequest) -> HttpResponse:
         "rules": sorted(set(Alert.objects.values_list("rule_id", flat=True).distinct())),
         "hosts": sorted(set(Alert.objects.values_list("host_id", flat=True).distinct())),
     }
-    return JsonResponse({"alerts": [_alert_json(a) for a in qs[:ALERT_LIMIT]], **facets})
+    rows = list(qs[:ALERT_LIMIT])
+    history = alert_versions.history([a.alert_id for a in rows if a.alert_id])
+    return JsonResponse({"alerts": [_alert_json(a, history) for a in rows], **facets})
 
 
 @api("POST")
@@ -306,7 +328,7 @@ def alert_ack(request: HttpRequest, alert_id: int) -> HttpResponse:
         return json_error(404, "no such alert")
     AlertAck.objects.get_or_create(alert=alert, defaults={"user": request.user})
     alert = Alert.objects.select_related("ack", "ack__user").get(pk=alert_id)
-    return JsonResponse(_alert_json(alert))
+    return JsonResponse(_alert_json(alert, alert_versions.history([alert.alert_id] if alert.alert_id else [])))
 
 
 @api("GET")

@@ -51,8 +51,10 @@ def summary(host: str | None, reason: str | None, conn: str | None) -> dict[str,
         selected = selected.filter(drop_reason_str=reason)
     if conn:
         selected = selected.filter(conn_uuid=conn)
-    by_location = drops.values("drop_reason_str", "drop_location").annotate(n=Count("id")).order_by("-n")[:MAX_ROWS]
-    by_process = drops.values("comm", "tgid").annotate(n=Count("id")).order_by("-n")[:MAX_ROWS]
+    # The chart and the breakdowns follow the chosen reason or flow (choosing NETFILTER_DROP
+    # still charted every reason, issue 18 item 3); the reason list offers every reason.
+    by_location = selected.values("drop_reason_str", "drop_location").annotate(n=Count("id")).order_by("-n")[:MAX_ROWS]
+    by_process = selected.values("comm", "tgid").annotate(n=Count("id")).order_by("-n")[:MAX_ROWS]
     exact_rows = (
         exact.values("host_id", "drop_reason_str", "drop_location")
         .annotate(total=Max("count"), recent=Sum("delta"))
@@ -72,7 +74,7 @@ def summary(host: str | None, reason: str | None, conn: str | None) -> dict[str,
     )
     recent = list(selected.order_by("-ts_ns").values(*recent_cols)[:MAX_ROWS])
     return {
-        "timeline": _timeline(drops),
+        "timeline": _timeline(selected),
         "by_location": list(by_location),
         "by_process": list(by_process),
         "exact": list(exact_rows),

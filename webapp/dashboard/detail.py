@@ -12,7 +12,7 @@ from typing import Any
 
 from translators.records import tcp_flags_str
 from translators.tcp import FREEBSD_INITIAL_SSTHRESH
-from webapp.dashboard import alert_versions
+from webapp.dashboard import alert_versions, retrans_runs
 from webapp.dashboard.tables import (
     Alert,
     ConnectionSummary,
@@ -70,12 +70,30 @@ def timeline(conn: Connection) -> list[dict[str, Any]]:
         text = f"RST {'sent' if rst.sender == 'local' else 'received from the peer'} in {rst.state or '?'}"
         text += f" ({rst.reason})" if rst.reason else ""
         items.append((rst.ts_ns, {"type": "reset", "ts": rst.ts_wall, "text": text}))
-    for rt in TcpRetransmit.objects.filter(host_id=conn.host_id, conn_uuid=conn.conn_uuid).order_by("ts_ns")[:MAX_ROWS]:
-        text = f"{rt.retrans_kind or 'retransmission'} seq {rt.tcp_seq if rt.tcp_seq is not None else '?'}"
-        text += f", {rt.tcp_payload_len} bytes" if rt.tcp_payload_len else ""
-        items.append((rt.ts_ns, {"type": "retransmit", "ts": rt.ts_wall, "text": text}))
+    retransmits = list(
+        TcpRetransmit.objects.filter(host_id=conn.host_id, conn_uuid=conn.conn_uuid)
+        .order_by("ts_ns", "seq")
+        .values_list("ts_ns", "ts_wall", "tcp_payload_len", "retrans_kind")
+    )
+    items.extend(retrans_runs.runs(retransmits, [ts for ts, _ in items]))
     items.sort(key=lambda x: x[0])
     return [item for _, item in items]
+
+
+def marks(host: str, uuid: str) -> dict[str, list[float]]:
+    """Wall times of the retransmissions and resets, for the charts' aggregated markers."""
+    return {
+        "retransmit": list(
+            TcpRetransmit.objects.filter(host_id=host, conn_uuid=uuid)
+            .order_by("ts_ns")
+            .values_list("ts_wall", flat=True)[: retrans_runs.MAX_MARKS]
+        ),
+        "reset": list(
+            TcpReset.objects.filter(host_id=host, conn_uuid=uuid)
+            .order_by("ts_ns")
+            .values_list("ts_wall", flat=True)[:MAX_ROWS]
+        ),
+    }
 
 
 def siftr(host: str, uuid: str) -> dict[str, list[Any]]:

@@ -17,9 +17,11 @@ Keep in sync with: ``webapp/dashboard/queries.py`` (the Columns for the Connecti
 
 from __future__ import annotations
 
+import difflib
+import ipaddress
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,9 +50,9 @@ FIELDS: tuple[Field, ...] = (
     Field("comm", "text", "process command name, e.g. comm nginx or comm ~ ngi"),
     Field("pid", "int", "process (thread-group) id"),
     Field("uid", "int", "user id of the owner"),
-    Field("src", "addr", "local / originator address"),
-    Field("dst", "addr", "remote / responder address"),
-    Field("addr", "addr", "either address"),
+    Field("src", "addr", "local / originator address, or a prefix: src 10.0.0.0/8, src fd00::/64"),
+    Field("dst", "addr", "remote / responder address, or a prefix: dst 10.99.7.0/24"),
+    Field("addr", "addr", "either address (or prefix)"),
     Field("sport", "int", "local / originator port"),
     Field("dport", "int", "remote / responder port"),
     Field("port", "int", "either port, e.g. port 443"),
@@ -59,6 +61,7 @@ FIELDS: tuple[Field, ...] = (
     Field("duration", "duration", "seconds, or with a unit: 250ms, 2s, 5m, 1h"),
     Field("bytes", "bytes", "payload bytes both ways; units k, M, G (powers of 1000)"),
     Field("retrans", "int", "segments retransmitted"),
+    Field("resets", "int", "TCP resets seen on the connection, e.g. resets > 0"),
     Field("anomaly", "text", "has an alert: anomaly, or anomaly K1 for one rule"),
 )
 FIELD_BY_NAME = {f.name: f for f in FIELDS}
@@ -76,6 +79,7 @@ _TOKEN = re.compile(
         (?P<op>==|!=|>=|<=|=|>|<|~)
       | (?P<paren>[()])
       | "(?P<quoted>[^"]*)"
+      | (?P<unclosed>"[^"]*$)
       | (?P<word>[^\s()=!<>~"&|]+)
       | (?P<bad>\S)
     )""",
@@ -103,6 +107,8 @@ def tokenize(text: str) -> list[Token]:
         start = m.start(m.lastgroup or 0)
         if m.lastgroup == "bad":
             raise FilterError(f"unexpected character {m.group('bad')!r} (combine with and, or, not)", start)
+        if m.lastgroup == "unclosed":
+            raise FilterError('unclosed quote: add the closing "', start)
         if m.lastgroup == "quoted":
             tokens.append(Token("word", m.group("quoted"), start - 1, quoted=True))
         else:
@@ -119,7 +125,7 @@ def tokenize(text: str) -> list[Token]:
 class Cond:
     field: str
     op: str
-    value: Any  # int, float or str, already converted for the field's type
+    value: Any  # int, float, str or an ip_network, already converted for the field's type
 
 
 @dataclass(frozen=True)
@@ -136,10 +142,18 @@ class BoolOp:
 Node = Cond | Not | BoolOp
 
 
+def _did_you_mean(word: str, choices: Collection[str]) -> str:
+    """A nearest-name suggestion ("did you mean 'port'? ") or nothing, ignoring case."""
+    by_lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f"did you mean {by_lower[close[0]]!r}? " if close else ""
+
+
 class _Parser:
-    def __init__(self, tokens: list[Token]) -> None:
+    def __init__(self, tokens: list[Token], rules: Collection[str] | None) -> None:
         self.tokens = tokens
         self.i = 0
+        self.rules = rules
 
     def peek(self) -> Token:
         return self.tokens[self.i]
@@ -196,7 +210,8 @@ class _Parser:
         name = tok.text.lower()
         field = FIELD_BY_NAME.get(name)
         if field is None:
-            raise FilterError(f"unknown field {tok.text!r}; fields: {', '.join(FIELD_BY_NAME)}", tok.pos)
+            hint = _did_you_mean(name, FIELD_BY_NAME)
+            raise FilterError(f"no such field {tok.text!r}; {hint}fields: {', '.join(FIELD_BY_NAME)}", tok.pos)
         if name == "anomaly":
             return self.parse_anomaly()
         op = "="
@@ -217,8 +232,29 @@ class _Parser:
                 raise FilterError("expected a rule id after 'anomaly ='", tok.pos)
         if tok.kind == "word" and (tok.quoted or tok.text.lower() not in ("and", "or", "not")):
             self.take()
-            return Cond("anomaly", "=", tok.text.upper())
+            rule = tok.text.upper()
+            if self.rules is not None and rule not in self.rules:
+                known = sorted(self.rules, key=_rule_order)
+                hint = _did_you_mean(rule, known)
+                raise FilterError(f"no such rule {tok.text!r}; {hint}rules: {', '.join(known)}", tok.pos)
+            return Cond("anomaly", "=", rule)
         return Cond("anomaly", "=", "")  # any rule
+
+
+def _rule_order(rule: str) -> tuple[str, int]:
+    """K2 before K10: the letter, then the number."""
+    m = re.fullmatch(r"([A-Z]+)(\d+)", rule)
+    return (m.group(1), int(m.group(2))) if m else (rule, 0)
+
+
+def _network(field: Field, op: str, tok: Token) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """A CIDR prefix value (``10.99.7.0/24``, ``fd00::/64``); host bits may be set."""
+    if op not in ("=", "!="):
+        raise FilterError(f"a prefix takes = or != (in / not in), not {op!r}", tok.pos)
+    try:
+        return ipaddress.ip_network(tok.text, strict=False)
+    except ValueError:
+        raise FilterError(f"{field.name} needs an address prefix like 10.0.0.0/8, got {tok.text!r}", tok.pos) from None
 
 
 def _convert(field: Field, op: str, tok: Token) -> Any:
@@ -251,6 +287,8 @@ def _convert(field: Field, op: str, tok: Token) -> Any:
         if text.lower() not in ("tcp", "udp", "udplite"):
             raise FilterError(f"proto is tcp, udp or udplite, got {text!r}", tok.pos)
         return text.lower()
+    if field.type == "addr" and "/" in text and op != "~":
+        return _network(field, op, tok)
     return text
 
 
@@ -263,12 +301,25 @@ def _in_range(field: Field, value: int, tok: Token) -> int:
     return value
 
 
-def parse(text: str) -> Node | None:
-    """The syntax tree of ``text``; None for a blank expression. Raises FilterError."""
+def parse(text: str, rules: Collection[str] | None = None) -> Node | None:
+    """The syntax tree of ``text``; None for a blank expression. Raises FilterError.
+
+    ``rules``: the alert rule ids ``anomaly RULE`` may name (None: any); another id is
+    "no such rule" rather than a filter that silently matches nothing.
+    """
     tokens = tokenize(text)
     if tokens[0].kind == "end":
         return None
-    return _Parser(tokens).parse()
+    return _Parser(tokens, rules).parse()
+
+
+def conditions(node: Node | None) -> list[Cond]:
+    """The conditions of a tree that must hold for a row to match (not under ``not``/``or``)."""
+    if isinstance(node, Cond):
+        return [node]
+    if isinstance(node, BoolOp) and node.op == "and":
+        return [c for child in node.children for c in conditions(child)]
+    return []
 
 
 # --- to the ORM ----------------------------------------------------------------------

@@ -12,15 +12,28 @@ js/connections.js (sort keys, row fields).
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import BigIntegerField, Exists, F, OuterRef, Q, QuerySet, TextField, Value
 from django.db.models.functions import Coalesce
 
-from webapp.dashboard.filterlang import Columns, FilterError, compare, either, parse, to_q
-from webapp.dashboard.tables import Alert
+from webapp.dashboard import selfhealth
+from webapp.dashboard.filterlang import (
+    FIELD_BY_NAME,
+    Columns,
+    FilterError,
+    QFactory,
+    compare,
+    conditions,
+    either,
+    parse,
+    to_q,
+)
+from webapp.dashboard.tables import Alert, TcpStateChange
 from webapp.traces.models import Connection
 
 PAGE_SIZES = (25, 50, 100, 200)
@@ -28,8 +41,26 @@ DEFAULT_LIMIT = 50
 MAX_UUIDS = 50  # live look-ups of new connections per request
 
 
+# Linux keeps a socket in TIME_WAIT for TCP_TIMEWAIT_LEN (60 s, fixed); ss lists it as
+# TIME-WAIT that long. The tracer sees the full socket freed as the state changes to
+# TIME_WAIT (its timewait stand-in is not a full socket), so the stored state soon reads
+# an inferred CLOSED; "state TIME_WAIT" also finds those that entered TIME_WAIT within it.
+TIME_WAIT_S = 60.0
+
+
 def _state(op: str, value: Any) -> Q:
-    q = Q(closed=False) if value == "OPEN" else Q(state=value)
+    if value == "OPEN":
+        q = Q(closed=False)
+    elif value == "TIME_WAIT":
+        entered = TcpStateChange.objects.filter(
+            host_id=OuterRef("host_id"),
+            conn_uuid=OuterRef("conn_uuid"),
+            state="TIME_WAIT",
+            ts_wall__gte=time.time() - TIME_WAIT_S,
+        )
+        q = Q(state="TIME_WAIT") | (Q(state__in=("TIME_WAIT", "CLOSED")) & Q(Exists(entered)))
+    else:
+        q = Q(state=value)
     return ~q if op == "!=" else q
 
 
@@ -39,15 +70,50 @@ def _anomaly(op: str, value: Any) -> Q:
     return Q(Exists(Alert.objects.filter(host_id=OuterRef("host_id"), conn_uuid=OuterRef("conn_uuid"), rule_id=value)))
 
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _addresses_in(column: str, net: Network) -> list[str]:
+    """The stored addresses of ``column`` inside ``net``.
+
+    Addresses are text (IPv6 in any compressed form), which neither SQLite nor a text
+    column in PostgreSQL can test against a prefix; the distinct addresses are far fewer
+    than the connections, so they are matched here and the filter becomes ``IN (...)``.
+    """
+    out = []
+    for text in Connection.objects.exclude(**{f"{column}__isnull": True}).values_list(column, flat=True).distinct():
+        try:
+            if ipaddress.ip_address(text) in net:
+                out.append(text)
+        except ValueError:  # not an address (never written by the translators)
+            continue
+    return out
+
+
+def _address(*columns: str) -> QFactory:
+    """An address field: an exact address, a substring (~) or a CIDR prefix."""
+    plain = compare(columns[0]) if len(columns) == 1 else either(*columns)
+
+    def make(op: str, value: Any) -> Q:
+        if not isinstance(value, ipaddress.IPv4Network | ipaddress.IPv6Network):
+            return plain(op, value)
+        q = Q()
+        for column in columns:
+            q |= Q(**{f"{column}__in": _addresses_in(column, value)})
+        return ~q if op == "!=" else q
+
+    return make
+
+
 COLUMNS = Columns(
     {
         "host": compare("host_id"),
         "comm": compare("comm"),
         "pid": either("pid", "tgid"),
         "uid": compare("uid"),
-        "src": compare("src"),
-        "dst": compare("dst"),
-        "addr": either("src", "dst"),
+        "src": _address("src"),
+        "dst": _address("dst"),
+        "addr": _address("src", "dst"),
         "sport": compare("sport"),
         "dport": compare("dport"),
         "port": either("sport", "dport"),
@@ -56,6 +122,7 @@ COLUMNS = Columns(
         "duration": compare("duration_s"),
         "bytes": compare("total_bytes"),
         "retrans": compare("retransmits"),
+        "resets": compare("resets"),
         "anomaly": _anomaly,
     }
 )
@@ -98,8 +165,33 @@ def annotated() -> QuerySet[Connection]:
 
 
 def filtered(text: str) -> QuerySet[Connection]:
-    """Raises FilterError for a bad expression."""
-    return annotated().filter(to_q(parse(text), COLUMNS))
+    """Raises FilterError for a bad expression (also "no such rule" for ``anomaly K99``)."""
+    return annotated().filter(to_q(parse(text, rules=selfhealth.known_rules()), COLUMNS))
+
+
+# Text fields whose exact value may have been meant as a part of it (comm iperf -> iperf3).
+_PARTIAL_COLUMNS = {"host": ("host_id",), "comm": ("comm",), "src": ("src",), "dst": ("dst",), "addr": ("src", "dst")}
+
+
+def empty_result_hints(text: str) -> list[str]:
+    """Why a filter found nothing, where a near miss exists: ``comm iperf`` matches no
+    command exactly, but ``comm ~ iperf`` would match iperf3's connections."""
+    hints = []
+    for cond in conditions(parse(text)):
+        columns = _PARTIAL_COLUMNS.get(cond.field)
+        if cond.op != "=" or columns is None or not isinstance(cond.value, str):
+            continue
+        q = Q()
+        for column in columns:
+            q |= Q(**{f"{column}__icontains": cond.value})
+        count = Connection.objects.filter(q).count()
+        if count:
+            quoted = f'"{cond.value}"' if " " in cond.value else cond.value
+            kind = FIELD_BY_NAME[cond.field].name
+            hints.append(
+                f"no connection has {kind} exactly {cond.value!r}; {kind} ~ {quoted} (contains) matches {count:,}"
+            )
+    return hints
 
 
 def encode_cursor(value: Any, pk: int) -> str:

@@ -38,6 +38,29 @@ def cpu_budget() -> float:
         return float(load_config(env={}).params("H4")["max_cpu_percent"])
 
 
+# Rules outside the rules file: the capture rules (analysis/alerts/pcap_rules.py, no
+# thresholds to configure) and the self-health ones the collector raises itself.
+RULES_OUTSIDE_CONFIG = ("P1", "P2", "P3", "P4", "P5", "P6", *SELF_HEALTH_RULES)
+
+
+def known_rules() -> set[str]:
+    """Every rule id an alert can carry: the filter's ``anomaly RULE`` refuses others."""
+    rules = set(load_config(env={}).rule_ids()) | set(RULES_OUTSIDE_CONFIG)
+    return rules | set(Alert.objects.values_list("rule_id", flat=True).distinct())
+
+
+def provider_off(provider: str, host: str | None = None) -> list[dict[str, Any]]:
+    """Hosts whose newest ``collector_status`` does not list ``provider``, with the
+    providers they run: an empty panel says why it is empty (issue 18 item 3)."""
+    hosts = [host] if host else hosts_with_status()
+    out = []
+    for h in hosts:
+        row = CollectorStatus.objects.filter(host_id=h).order_by("-ts_wall", "-id").values("providers").first()
+        if row is not None and provider not in (row["providers"] or []):
+            out.append({"host_id": h, "providers": list(row["providers"] or [])})
+    return out
+
+
 def hosts_with_status() -> list[str]:
     seen = set(CollectorStatus.objects.values_list("host_id", flat=True).distinct())
     seen |= set(CollectorStats.objects.values_list("host_id", flat=True).distinct())

@@ -36,6 +36,19 @@
     panel.focus();
   }
 
+  /* The row's message and count are the newest version's (the current numbers, replaced
+     live as versions arrive); this line says how the alert started and its worst. */
+  function value(v) {
+    return v.metric === null || v.metric === undefined ? `count ${num(v.count)}` : `${Number(v.metric.toPrecision(4))} (count ${num(v.count)})`;
+  }
+  function versions(a) {
+    if (!a.first || a.versions < 2) return null;
+    return el("div", { class: "versions muted", dataset: { versions: a.versions } },
+      el("span", { class: "first", title: a.first.message, text: `first ${value(a.first)} at ${time(a.first.ts)}` }), " · ",
+      el("span", { class: "worst", title: a.worst.message, text: `worst ${value(a.worst)} at ${time(a.worst.ts)}` }), " · ",
+      el("span", { text: `${a.versions} versions` }));
+  }
+
   const fetchAlerts = NT.latest();
 
   async function load() {
@@ -48,9 +61,12 @@
     options(form.elements.host, d.hosts, pd.host);
     document.getElementById("count").textContent = num(d.alerts.length);
     document.querySelector("#alerts tbody").replaceChildren(...d.alerts.map((a) => el("tr", { dataset: { id: a.id } },
-      el("td", { text: NT.datetime(a.start) }), el("td", {}, NT.sevBadge(a.severity)), el("td", { text: a.rule_id }),
-      el("td", { text: a.host_id }), el("td", { text: a.status }), el("td", { class: "num", text: num(a.count) }),
-      el("td", {}, a.conn_uuid ? el("a", { href: NT.connHref(a), text: a.message }) : a.message),
+      el("td", {}, ...NT.datetime(a.start).split(" ").map((part) => el("span", { class: "nowrap", text: part + " " }))),
+      el("td", {}, NT.sevBadge(a.severity)), el("td", { text: a.rule_id }),
+      el("td", { class: "trunc", title: a.host_id, text: a.host_id }), el("td", { text: a.status }), el("td", { class: "num count", text: num(a.count) }),
+      el("td", { class: "msg" }, a.conn_uuid
+        ? el("a", { class: "clamp", title: a.message, href: NT.connHref(a), text: a.message })
+        : el("span", { class: "clamp", title: a.message, text: a.message }), versions(a)),
       el("td", {}, el("button", { type: "button", class: "evidence", text: `${a.evidence.length} records`, onclick: () => evidence(a.id) })),
       el("td", {}, a.acked_by
         ? el("span", { class: "acked", text: `${a.acked_by}, ${NT.datetime(a.acked_at)}` })

@@ -90,11 +90,13 @@
     reason.replaceChildren(el("option", { value: "", text: "any" }), ...d.reasons.map((r) => el("option", { value: r, text: r, selected: r === chosen })));
     stacked(d.timeline);
     document.querySelector("#by-location tbody").replaceChildren(...d.by_location.map((r) => el("tr", {},
-      el("td", { text: r.drop_reason_str }), el("td", { text: r.drop_location || "–" }), el("td", { class: "num", text: num(r.n) }))));
+      el("td", { class: "trunc", title: r.drop_reason_str, text: r.drop_reason_str }),
+      el("td", { class: "trunc", title: r.drop_location || "", text: r.drop_location || "–" }), el("td", { class: "num", text: num(r.n) }))));
     document.querySelector("#by-process tbody").replaceChildren(...d.by_process.map((r) => el("tr", {},
       el("td", { text: r.comm || "(kernel / unknown)" }), el("td", { class: "num", text: r.tgid ?? "–" }), el("td", { class: "num", text: num(r.n) }))));
     document.querySelector("#exact tbody").replaceChildren(...d.exact.map((r) => el("tr", {},
-      el("td", { text: r.host_id }), el("td", { text: r.drop_reason_str }), el("td", { text: r.drop_location || "–" }), el("td", { class: "num", text: num(r.total) }))));
+      el("td", { class: "trunc", title: r.host_id, text: r.host_id }), el("td", { class: "trunc", title: r.drop_reason_str, text: r.drop_reason_str }),
+      el("td", { class: "trunc", title: r.drop_location || "", text: r.drop_location || "–" }), el("td", { class: "num", text: num(r.total) }))));
     document.querySelector("#recent tbody").replaceChildren(...d.recent.map((r) => {
       const tr = el("tr", { tabindex: 0, dataset: { skb: r.skb_uid ?? "" } },
         el("td", { text: time(r.ts_wall) }), el("td", { text: r.host_id }), el("td", { text: r.drop_reason_str }),
@@ -104,7 +106,12 @@
       if (r.skb_uid !== null) {
         tr.addEventListener("click", (ev) => { if (!ev.target.closest("a")) showSkb(r.skb_uid, r.host_id); });
         tr.addEventListener("keydown", (ev) => { if (ev.key === "Enter") showSkb(r.skb_uid, r.host_id); });
+        return tr;
       }
+      // No buffer identity (a sampled drop event): the row opens its connection if it has
+      // one, and otherwise does not pretend to be clickable.
+      if (r.conn_uuid) return NT.linkRow(tr, NT.connHref(r));
+      tr.removeAttribute("tabindex");
       return tr;
     }));
     document.querySelector("#lifecycles tbody").replaceChildren(...lifecycleRows(d.lifecycles));

@@ -89,16 +89,44 @@ const NT = (() => {
     if (s < 7200) return (s / 60).toFixed(1) + " min";
     return (s / 3600).toFixed(1) + " h";
   }
+  /* One time format everywhere (issue 18 item 8): 24-hour local time, with the date
+     where it changes. time() is a table cell's clock time, datetime() the full stamp,
+     stamps() a column's cells (the date shown on the first row not of today and where
+     the day changes), axisTime() uPlot's x-axis ticks (date on the first tick and where
+     the day changes). */
+  const pad = (n, w = 2) => String(n).padStart(w, "0");
+  const day = (d) => `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
+  const clock = (d) => `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
   function time(epoch) {
     if (!epoch) return dash;
     const d = new Date(epoch * 1000);
-    const ms = String(d.getMilliseconds()).padStart(3, "0");
-    return d.toLocaleTimeString("en-GB", { hour12: false }) + "." + ms;
+    return clock(d) + "." + pad(d.getMilliseconds(), 3);
   }
   function datetime(epoch) {
     if (!epoch) return dash;
     const d = new Date(epoch * 1000);
-    return d.toISOString().replace("T", " ").slice(0, 19);
+    return `${day(d)} ${clock(d)}`;
+  }
+  function stamps(epochs) {
+    let prev = day(new Date());
+    return epochs.map((e) => {
+      if (!e) return dash;
+      const dd = day(new Date(e * 1000));
+      const out = dd === prev ? time(e) : `${dd} ${time(e)}`;
+      prev = dd;
+      return out;
+    });
+  }
+  function axisTime(u, splits) {
+    let prev = null;
+    return splits.map((v) => {
+      if (v === null || v === undefined) return "";
+      const d = new Date(v * 1000);
+      const dd = day(d);
+      const out = dd === prev ? clock(d) : `${clock(d)}\n${dd}`;
+      prev = dd;
+      return out;
+    });
   }
   function endpoint(ip, port) {
     if (!ip && port === null) return dash;
@@ -185,6 +213,15 @@ const NT = (() => {
   /* A uPlot chart sized to its container; returns the uPlot instance. */
   function chart(container, opts, data) {
     const width = Math.max(320, container.clientWidth || 600);
+    // Time axes and the cursor's legend use the one time format (not uPlot's 12-hour default).
+    const timed = !(opts.scales && opts.scales.x && opts.scales.x.time === false);
+    if (timed) {
+      const axes = opts.axes ? [...opts.axes] : [{}, {}];
+      axes[0] = Object.assign({ values: axisTime, size: 50, space: 80 }, axes[0]); // 80 px: room for "23:59:59"
+      const series = opts.series ? [...opts.series] : [{}];
+      series[0] = Object.assign({ value: (u, v) => (v === null || v === undefined ? "–" : datetime(v) + "." + pad(Math.round((v % 1) * 1000) % 1000, 3)) }, series[0]);
+      opts = Object.assign({}, opts, { axes, series });
+    }
     const plot = new uPlot(Object.assign({ width, height: 220 }, opts), data, container);
     const observer = new ResizeObserver(() => {
       const w = Math.max(320, container.clientWidth);
@@ -214,5 +251,5 @@ const NT = (() => {
 
   function sevBadge(sev) { return el("span", { class: `badge sev-${sev}`, text: sev }); }
 
-  return { pageData, fetchJSON, latest, el, num, bytes, duration, time, datetime, endpoint, live, chart, linkRow, connHref, sevBadge, showError };
+  return { pageData, fetchJSON, latest, el, num, bytes, duration, time, datetime, stamps, axisTime, endpoint, live, chart, linkRow, connHref, sevBadge, showError };
 })();

@@ -12,7 +12,8 @@
   const SYNC_KEY = "siftr-" + uuid;
   const MARK_COLORS = { retransmit: "#e8590c", reset: "#c2185b" };
   let zooming = false;
-  let marks = []; // retransmissions and resets from the timeline, drawn across the SIFTR charts
+  let marks = { retransmit: [], reset: [] }; // wall times, drawn aggregated across the SIFTR charts
+  const MARK_BUCKET_PX = 24; // one marker per this many pixels of x axis, with its count (room for "999")
   let zoomRange = null; // the user's zoom, kept when live records redraw the charts
 
   function summary(c) {
@@ -26,23 +27,29 @@
   }
 
   function timeline(items) {
-    marks = items.filter((it) => it.type !== "state");
     const ol = document.getElementById("timeline");
-    ol.replaceChildren(...items.map((it) => {
+    const when = NT.stamps(items.map((it) => it.ts));
+    ol.replaceChildren(...items.map((it, i) => {
       if (it.type === "state") {
         return el("li", { class: "state", dataset: { state: it.state } },
-          el("span", { text: time(it.ts) }),
+          el("span", { text: when[i] }),
           el("strong", { class: `state-${it.state}`, text: it.state }),
           el("span", { class: "num", title: "time in this state", text: it.duration === null ? "until now" : duration(it.duration) }),
           el("span", { text: `${it.prev_state} → ${it.state}, caused by ${it.who}${it.inferred ? " (inferred)" : ""}` }));
       }
+      if (it.type === "retransmits") { // one row per run of retransmissions (detail.py, retrans_runs.py)
+        const span = it.count > 1 ? `${time(it.ts)} – ${time(it.last)}` : "";
+        return el("li", { class: "mark mark-retransmit", dataset: { mark: "retransmits", count: it.count } },
+          el("span", { text: when[i] }), el("span", { text: `↻ ${num(it.count)} retransmit${it.count === 1 ? "" : "s"}` }),
+          el("span", { class: "num", title: "length of the run", text: it.count > 1 ? duration(it.last - it.ts) : "" }),
+          el("span", { text: it.text + (span ? `; ${span}` : "") }));
+      }
       return el("li", { class: `mark mark-${it.type}`, dataset: { mark: it.type } },
-        el("span", { text: time(it.ts) }), el("span", { text: it.type === "reset" ? "⚠ RST" : "↻ retransmit" }),
+        el("span", { text: when[i] }), el("span", { text: "⚠ RST" }),
         el("span", {}), el("span", { text: it.text }));
     }));
     if (!items.length) ol.append(el("li", { class: "muted", text: "No state changes recorded." }));
   }
-
   function syncZoom(source) {
     if (zooming) return;
     zooming = true;
@@ -51,23 +58,46 @@
     zooming = false;
   }
 
-  /* Dashed vertical lines at each retransmission (orange) and reset (magenta). */
+  /* Retransmissions (orange) and resets (magenta) aggregated per MARK_BUCKET_PX of x axis:
+     one triangle on the plot's top edge per bucket, with its count when above one, and a
+     faint line down the plot; a lossy transfer no longer paints a barcode. */
   function drawMarks(u) {
     const { ctx, bbox } = u;
+    const pxr = devicePixelRatio || 1;
+    const step = MARK_BUCKET_PX * pxr;
     ctx.save();
-    ctx.lineWidth = 1;
-    ctx.setLineDash([4, 3]);
-    for (const m of marks) {
-      const x = Math.round(u.valToPos(m.ts, "x", true));
-      if (x < bbox.left || x > bbox.left + bbox.width) continue;
-      ctx.strokeStyle = MARK_COLORS[m.type];
-      ctx.beginPath();
-      ctx.moveTo(x, bbox.top);
-      ctx.lineTo(x, bbox.top + bbox.height);
-      ctx.stroke();
+    ctx.font = `${10 * pxr}px system-ui, sans-serif`;
+    ctx.textAlign = "center";
+    for (const [type, times] of Object.entries(marks)) {
+      const buckets = new Map();
+      for (const t of times) {
+        const x = u.valToPos(t, "x", true);
+        if (x < bbox.left || x > bbox.left + bbox.width) continue;
+        const b = Math.floor((x - bbox.left) / step);
+        buckets.set(b, (buckets.get(b) || 0) + 1);
+      }
+      ctx.strokeStyle = ctx.fillStyle = MARK_COLORS[type];
+      for (const [b, n] of buckets) {
+        const x = Math.round(bbox.left + (b + 0.5) * step);
+        ctx.globalAlpha = 0.25;
+        ctx.beginPath(); ctx.moveTo(x, bbox.top); ctx.lineTo(x, bbox.top + bbox.height); ctx.stroke();
+        ctx.globalAlpha = 1;
+        ctx.beginPath(); ctx.moveTo(x - 4 * pxr, bbox.top); ctx.lineTo(x + 4 * pxr, bbox.top); ctx.lineTo(x, bbox.top + 6 * pxr); ctx.fill();
+        if (n > 1) ctx.fillText(String(n), x, bbox.top + 16 * pxr);
+      }
     }
     ctx.restore();
   }
+  NT.markBuckets = (id) => { // per chart: how many markers it draws (the browser tests count them)
+    const u = charts[id];
+    const step = MARK_BUCKET_PX * (devicePixelRatio || 1);
+    const out = new Set();
+    for (const t of marks.retransmit) {
+      const x = u.valToPos(t, "x", true);
+      if (x >= u.bbox.left && x <= u.bbox.left + u.bbox.width) out.add(Math.floor((x - u.bbox.left) / step));
+    }
+    return out.size;
+  };
 
   function siftrChart(id, title, series, columns, fmt, data) {
     const container = document.getElementById(id);
@@ -189,6 +219,7 @@
     try {
       const d = await NT.fetchJSON(`/api/dash/connections/${uuid}?host=${encodeURIComponent(NT.pageData.host || "")}`);
       summary(d.conn);
+      marks = d.marks;
       timeline(d.timeline);
       sampling(d.sampling);
       siftr(d.siftr);

@@ -9,6 +9,7 @@
   const params = new URLSearchParams(location.search);
   const state = {
     q: params.get("q") || "",
+    own: params.get("own") === "1", // show nettrail's own connections (own_traffic.py)
     sort: params.get("sort") || NT.pageData.default_sort,
     limit: Number(params.get("limit") || NT.pageData.limit),
     cursors: [null], // cursor of each page visited; last = current page
@@ -17,20 +18,24 @@
   const tbody = document.querySelector("#conns tbody");
   const input = document.getElementById("q");
   const errorBox = document.getElementById("q-error");
+  const hintBox = document.getElementById("q-hint");
   const fetchPage = NT.latest();
   const liveKinds = ["tcp_state", "connection", "tcp_retransmit", "tcp_reset", "flow_counters", "alert"];
 
   function row(c) {
+    // Every cell names its column (data-col): the style sheet collapses the secondary
+    // ones on narrow screens, and live updates find the cells they change.
+    const local = endpoint(c.src, c.sport), remote = endpoint(c.dst, c.dport);
     const tr = el("tr", { dataset: { uuid: c.conn_uuid } },
-      el("td", { text: c.host_id }),
-      el("td", { text: c.proto || "–" }),
-      el("td", { text: c.comm || "–" }),
-      el("td", { class: "num", text: c.pid ?? "–" }),
-      el("td", { class: "num", text: c.uid ?? "–" }),
-      el("td", {}, el("a", { href: NT.connHref(c), text: endpoint(c.src, c.sport) })),
-      el("td", { text: endpoint(c.dst, c.dport) }),
+      el("td", { class: "trunc", title: c.host_id, dataset: { col: "host" }, text: c.host_id }),
+      el("td", { dataset: { col: "proto" }, text: c.proto || "–" }),
+      el("td", { class: "trunc", title: c.comm || "", dataset: { col: "comm" }, text: c.comm || "–" }),
+      el("td", { class: "num", dataset: { col: "pid" }, text: c.pid ?? "–" }),
+      el("td", { class: "num", dataset: { col: "uid" }, text: c.uid ?? "–" }),
+      el("td", { class: "trunc addr", title: local, dataset: { col: "local" } }, el("a", { href: NT.connHref(c), text: local })),
+      el("td", { class: "trunc addr", title: remote, dataset: { col: "remote" }, text: remote }),
       el("td", { dataset: { col: "state" } }, el("span", { class: `state-${c.state}`, text: c.state || "–" })),
-      el("td", { text: NT.time(c.start) }),
+      el("td", { dataset: { col: "start" }, text: NT.time(c.start) }),
       el("td", { dataset: { col: "last" }, text: NT.time(c.last) }),
       el("td", { class: "num", dataset: { col: "duration" }, text: duration(c.duration) }),
       el("td", { class: "num", dataset: { col: "bytes" }, text: bytes(c.bytes) }),
@@ -42,6 +47,7 @@
 
   function query(extra = {}) {
     const p = new URLSearchParams({ q: state.q, sort: state.sort, limit: state.limit });
+    if (state.own) p.set("own", "1");
     for (const [k, v] of Object.entries(extra)) if (v) p.set(k, v);
     return "/api/dash/connections?" + p.toString();
   }
@@ -49,6 +55,7 @@
   function syncUrl() {
     const p = new URLSearchParams();
     if (state.q) p.set("q", state.q);
+    if (state.own) p.set("own", "1");
     if (state.sort !== NT.pageData.default_sort) p.set("sort", state.sort);
     if (state.limit !== NT.pageData.limit) p.set("limit", state.limit);
     history.replaceState(null, "", location.pathname + (p.toString() ? "?" + p : ""));
@@ -70,6 +77,7 @@
       data = await fetchPage(query({ cursor }));
     } catch (e) {
       if (e.status === 400) {
+        hintBox.hidden = true;
         errorBox.textContent = e.message;
         errorBox.hidden = false;
         input.setAttribute("aria-invalid", "true");
@@ -81,6 +89,9 @@
     }
     errorBox.hidden = true;
     input.removeAttribute("aria-invalid");
+    // A filter that found nothing says why when a near miss exists (comm ~ iperf).
+    hintBox.textContent = (data.hints || []).join(" · ");
+    hintBox.hidden = !hintBox.textContent;
     tbody.replaceChildren(...data.rows.map(row));
     for (const h of data.hosts) feed.add({ host: h, kind: liveKinds });
     state.next = data.next;
@@ -156,6 +167,13 @@
     ev.preventDefault();
     state.q = input.value.trim();
     state.limit = Number(document.getElementById("page-size").value);
+    state.cursors = [null];
+    load();
+  });
+  const ownBox = document.getElementById("own");
+  ownBox.checked = state.own;
+  ownBox.addEventListener("change", () => {
+    state.own = ownBox.checked;
     state.cursors = [null];
     load();
   });

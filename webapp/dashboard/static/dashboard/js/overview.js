@@ -22,7 +22,7 @@
       el("td", { class: "num", dataset: { counter: "new" }, text: num(h.new_per_s, 1) }),
       el("td", { class: "num", dataset: { counter: "retrans" }, text: num(h.retrans_per_s, 1) }),
       el("td", { class: "num", dataset: { counter: "drops" }, text: num(h.drops_per_s, 1) }),
-      el("td", { text: h.top_drop_reasons.map((r) => `${r.reason} ${num(r.per_s, 1)}/s`).join(", ") || "–" }),
+      el("td", { class: "wrap", text: h.top_drop_reasons.map((r) => `${r.reason} ${num(r.per_s, 1)}/s`).join(", ") || "–" }),
       el("td", { class: "num", dataset: { counter: "records" }, text: num(h.records_per_s, 1) }),
       el("td", { class: "num", dataset: { counter: "lost" }, text: num(h.lost) }),
       el("td", { text: time(h.last_seen) }),
@@ -32,7 +32,9 @@
     document.querySelector("#latest-alerts tbody").replaceChildren(...data.alerts.map((a) => el("tr", {},
       el("td", { text: time(a.start) }), el("td", {}, NT.sevBadge(a.severity)), el("td", { text: a.rule_id }),
       el("td", { text: a.host_id }),
-      el("td", { class: "wrap" }, a.conn_uuid ? el("a", { href: NT.connHref(a), text: a.message }) : a.message),
+      el("td", { class: "msg" }, a.conn_uuid
+        ? el("a", { class: "clamp", title: a.message, href: NT.connHref(a), text: a.message })
+        : el("span", { class: "clamp", title: a.message, text: a.message })),
     )));
     document.querySelector("#top-bytes tbody").replaceChildren(...data.top_bytes.map((c) => el("tr", {},
       connCell(c), el("td", { text: proc(c) }), el("td", { class: "num", text: bytes(c.bytes) }))));

@@ -25,7 +25,14 @@
         el("td", { text: time(f.first) }), el("td", { text: time(f.last) }));
       return f.conn_uuid ? NT.linkRow(tr, NT.connHref(f)) : tr;
     }));
-    if (!d.flows.length) tbody.append(el("tr", {}, el("td", { colspan: 10, class: "muted", text: "No UDP datagrams recorded." })));
+    if (!d.flows.length) {
+      // Say why the table is empty when a collector does not run the udp provider.
+      const off = (d.provider_off || []).map((h) => `${h.host_id} (runs ${h.providers.join(", ") || "none"})`);
+      const why = off.length
+        ? ` The udp provider is not enabled on ${off.join("; ")}: add udp to the collector's --providers (nettrail collect --providers tcp,udp,…) to record UDP datagrams.`
+        : "";
+      tbody.append(el("tr", {}, el("td", { colspan: 10, class: "muted wrap", id: "udp-empty", text: "No UDP datagrams recorded." + why })));
+    }
     document.querySelector("#sock tbody").replaceChildren(...d.socket_events.map((s) => el("tr", {},
       el("td", { text: s.host_id }), el("td", { text: s.probe }), el("td", { text: endpoint(s.src, s.sport) }),
       el("td", { text: s.comm || "–" }), el("td", { class: "num", text: num(s.events) }), el("td", { text: time(s.last) }))));

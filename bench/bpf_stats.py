@@ -1,0 +1,100 @@
+"""In-kernel time of BPF programs for the collector benchmark: the kernel's own run-time
+statistics (kernel.bpf_stats_enabled), the empty programs that give the floor, and the
+table that reports the share (bench/bench_collect.py's "In-kernel time" paragraph).
+
+Split out of bench_collect.py, which measures throughput; this measures where the time
+goes. Keep in sync with: bench/empty_programs.bpf.c, bench/bench_collect.py.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+# (share, floor share, nettrail's per-program stats, the empty programs' stats)
+Share = tuple[float, float, dict[str, tuple[int, int]], dict[str, tuple[int, int]]]
+
+
+@contextmanager
+def bpf_stats() -> Iterator[None]:
+    """kernel.bpf_stats_enabled for the block: each program's run count and run time (it
+    costs two clock reads per run, so the throughput rounds run without it)."""
+    subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=1"], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=0"], check=True)
+
+
+def prog_stats(ids: set[int]) -> dict[str, tuple[int, int]]:
+    """name -> (run_cnt, run_time_ns) of the given program ids."""
+    out = subprocess.run(["bpftool", "-j", "prog", "list"], capture_output=True, text=True).stdout
+    return {
+        p["name"]: (int(p.get("run_cnt", 0)), int(p.get("run_time_ns", 0)))
+        for p in json.loads(out or "[]")
+        if p["id"] in ids
+    }
+
+
+EMPTY_PROGRAMS = Path(__file__).with_name("empty_programs.bpf.c")
+
+
+def bpf_prog_ids(prefix: str) -> set[int]:
+    out = subprocess.run(["bpftool", "-j", "prog", "list"], capture_output=True, text=True).stdout
+    return {p["id"] for p in json.loads(out or "[]") if p.get("name", "").startswith(prefix)}
+
+
+@contextmanager
+def empty_programs() -> Iterator[set[int]]:
+    """bench/empty_programs.bpf.c compiled, loaded and attached for the block; yields their ids."""
+    from collector.bpf import libbpf
+
+    lib = libbpf.get()
+    before = bpf_prog_ids("e_")
+    with tempfile.TemporaryDirectory() as tmp:
+        obj_path = Path(tmp) / "empty_programs.bpf.o"
+        include = f"-I/usr/include/{platform.machine()}-linux-gnu"
+        cmd = ["clang", "-g", "-O2", "-target", "bpf", include, "-c", str(EMPTY_PROGRAMS), "-o", str(obj_path)]
+        subprocess.run(cmd, check=True)
+        obj = lib.bpf_object__open_file(str(obj_path).encode(), None)
+        if not obj or lib.bpf_object__load(obj):
+            raise RuntimeError(f"empty programs did not load: {''.join(lib.take_messages()[-5:])}")
+        links = []
+        try:
+            prog = lib.bpf_object__next_program(obj, None)
+            while prog:
+                links.append(libbpf.check_ptr(lib.bpf_program__attach(prog), "attach an empty program"))
+                prog = lib.bpf_object__next_program(obj, prog)
+            yield bpf_prog_ids("e_") - before
+        finally:
+            for link in links:
+                lib.bpf_link__destroy(link)
+            lib.bpf_object__close(obj)
+
+
+def share_lines(shares: dict[str, Share]) -> list[str]:
+    lines = [
+        "In-kernel time (`sysctl kernel.bpf_stats_enabled=1`, one more transfer per contender): the programs' total "
+        "run time over the transfer's wall time, i.e. the share of the traffic CPU spent inside nettrail's "
+        "programs. Empty programs (`bench/empty_programs.bpf.c`) attached to the same tracepoints in the same "
+        "transfer give the floor: what the same number of runs costs with no work in them (the statistics' two "
+        "clock reads per run, the dispatch, the cold caches after each 64 KiB copy). The throughput ratios above "
+        "are the measure of the targets; this says where the time goes.",
+        "",
+        "| contender | in-kernel share of the traffic CPU | floor (empty programs, same runs) | nettrail's own work "
+        "| per program: runs, ns per run (empty program's) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, (share, floor_share, stats, floor) in shares.items():
+        busy = sorted(((n, c, t) for n, (c, t) in stats.items() if c >= 1000), key=lambda x: -x[2])
+        per = []
+        for n, c, t in busy:
+            e_runs, e_ns = floor.get(f"e_{n}", (0, 0))
+            per.append(f"{n} {c:,}, {t / c:,.0f}" + (f" ({e_ns / e_runs:,.0f})" if e_runs else ""))
+        lines.append(f"| {name} | {share:.2%} | {floor_share:.2%} | {share - floor_share:.2%} | {'; '.join(per)} |")
+    return [*lines, ""]

@@ -79,33 +79,6 @@ KERNELS = (
 )
 
 
-# Guest failures seen in the last full matrix run (2026-12-01, TCG on a loaded host) whose
-# cause is not found yet: tests/test_kernel_matrix.py prints them and fails on any other.
-# Each is open work (docs/collector.md, "Kernel support"), not an accepted difference.
-KNOWN_FAILURES: dict[str, dict[str, str]] = {
-    "6.1": {
-        "test_a_loopback_connection_gives_exact_state_sequences_on_both_ends_attributed_to_this_process": (
-            "the server's LISTEN->SYN_RECEIVED and LAST_ACK->CLOSED records are missing"
-        ),
-        "test_a_bulk_transfer_gives_samples_with_cwnd_srtt_and_a_monotone_snd_una": (
-            "incoming samples' data_sz add up to 53 bytes more than the 8 MiB sent"
-        ),
-        "test_a_connection_gives_input_output_user_and_drop_snapshots": (
-            "its drop point had no socket (now the named tcp_debug.drop_sock loss, not re-run in a guest"
-            " since); 6.12's attribution failure may show next"
-        ),
-    },
-    "6.12": {
-        "test_a_loopback_connection_gives_exact_state_sequences_on_both_ends_attributed_to_this_process": (
-            "the server's LISTEN->SYN_RECEIVED and LAST_ACK->CLOSED records are missing"
-        ),
-        "test_a_connection_gives_input_output_user_and_drop_snapshots": (
-            "a snapshot of the test's sockets is attributed to another process (before in_task() asked the kernel)"
-        ),
-    },
-}
-
-
 class HarnessError(RuntimeError):
     """The harness itself could not run a guest (missing tool, no package, no result)."""
 

@@ -208,7 +208,10 @@ def test_the_report_export_in_zeek_form_has_the_stored_connections(tmp_path: Pat
     [only] = parse(b"".join(one.streaming_content).decode())  # type: ignore[attr-defined]
     assert (only["id.orig_h"], only["conn_state"]) == ("fd00::1", "RSTR")
     page = client.get(f"/connections/{uuid}/").content.decode()  # the dashboard links the export
-    assert f'href="/api/connections/{uuid}/export?format=zeek&amp;host=mix.pcap" download data-format="zeek">Zeek conn.log</a>' in page
+    assert (
+        f'href="/api/connections/{uuid}/export?format=zeek&amp;host=mix.pcap" download data-format="zeek">Zeek conn.log</a>'
+        in page
+    )
     empty = client.get("/api/report", {"host": "mix.pcap", "since": "2030-01-01T00:00:00Z", "format": "zeek"})
     assert empty.status_code == 409 and empty.json() == {"error": "no connection summary in scope"}
 

@@ -152,3 +152,22 @@ def pinned(cpu: int) -> Iterator[None]:
         yield
     finally:
         os.sched_setaffinity(0, before)
+
+
+def short_connections(count: int, size: int) -> int:
+    """`count` connections to a local listener, `size` bytes each, closed at once; returns its port."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(count)
+        port = int(listener.getsockname()[1])
+        for _ in range(count):
+            with socket.create_connection(("127.0.0.1", port)) as client:
+                client.sendall(b"x" * size)
+                server, _ = listener.accept()
+                with server:
+                    got = 0
+                    while got < size:
+                        chunk = server.recv(65536)
+                        assert chunk
+                        got += len(chunk)
+    return port

@@ -20,7 +20,7 @@ import pytest
 import requests
 from test_live_daphne import Daphne, session_cookie
 
-from tests.kernel_support import kernel
+from tests.kernel_support import kernel, short_connections
 
 REPO = Path(__file__).resolve().parents[1]
 CONNECTIONS = 20
@@ -39,22 +39,6 @@ def server(tmp_path: Path) -> Iterator[Daphne]:
         yield srv
     finally:
         srv.stop()
-
-
-def short_connections(count: int, size: int) -> int:
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(count)
-        port = int(listener.getsockname()[1])
-        for _ in range(count):
-            with socket.create_connection(("127.0.0.1", port)) as client:
-                client.sendall(b"x" * size)
-                peer, _ = listener.accept()
-                with peer:
-                    got = 0
-                    while got < size and (chunk := peer.recv(65536)):
-                        got += len(chunk)
-    return port
 
 
 def test_connections_made_right_after_tracing_all_reach_the_database(server: Daphne, tmp_path: Path) -> None:

@@ -21,6 +21,8 @@ import psutil
 import pytest
 import requests
 
+from tests.kernel_support import short_connections
+
 REPO = Path(__file__).resolve().parents[1]
 ADMIN_PASSWORD = "up-test-admin-Rk82-pass"
 START_LIMIT = 90.0  # seconds: a bound for a hung start, not a performance expectation
@@ -267,25 +269,6 @@ def logged_in(port: int) -> requests.Session:
     )
     assert answer.status_code == 302, answer.text[:300]
     return http
-
-
-def short_connections(count: int, size: int) -> int:
-    """`count` connections to a local listener, `size` bytes each, closed at once; returns its port."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(count)
-        port = int(listener.getsockname()[1])
-        for _ in range(count):
-            with socket.create_connection(("127.0.0.1", port)) as client:
-                client.sendall(b"x" * size)
-                server, _ = listener.accept()
-                with server:
-                    got = 0
-                    while got < size:
-                        chunk = server.recv(65536)
-                        assert chunk
-                        got += len(chunk)
-    return port
 
 
 @pytest.mark.kernel

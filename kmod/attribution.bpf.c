@@ -80,7 +80,7 @@ SEC("tp_btf/sock_recv_length")
 int BPF_PROG(sock_recv_length, struct sock *sk, int ret, int flags)
 {
 	user_call(sk, ret, flags, PRU_RCVD, PRU_RCVOOB, ctx);
-	if ((cfg.providers & NT_PROV_SKB_LIFE) && in_task(ctx))
+	if ((cfg.providers & NT_PROV_SKB_LIFE) && skb_recv_pending(sk) && in_task(ctx))
 		skb_recv_done(sk, ret, flags, true);
 	return 0;
 }

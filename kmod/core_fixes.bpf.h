@@ -12,6 +12,32 @@
 
 extern unsigned int CONFIG_HZ __kconfig __weak;
 
+/* A jiffy in nanoseconds and in microseconds (1e9 or 1e6 / CONFIG_HZ, rounded down as
+ * the division does; callers check CONFIG_HZ first), without a division at run time for
+ * the usual HZ values: CONFIG_HZ is known to the verifier (.kconfig is frozen), which
+ * removes the branches not taken, and ip-flows scales jiffies for every packet. */
+static __always_inline __u64 jiffy_ns(void)
+{
+	if (CONFIG_HZ == 1000)
+		return 1000000;
+	if (CONFIG_HZ == 250)
+		return 4000000;
+	if (CONFIG_HZ == 100)
+		return 10000000;
+	return 1000000000 / CONFIG_HZ;
+}
+
+static __always_inline __u32 jiffy_us(void)
+{
+	if (CONFIG_HZ == 1000)
+		return 1000;
+	if (CONFIG_HZ == 250)
+		return 4000;
+	if (CONFIG_HZ == 100)
+		return 10000;
+	return 1000000 / CONFIG_HZ;
+}
+
 /* The bpf_rdonly_cast kfunc. libbpf's static linker before libbpf 1.5 (commit
  * 4b146e95da87, "libbpf: Do not resolve size on duplicate FUNCs") fails when two
  * objects both declare one kfunc ("global 'bpf_rdonly_cast': failed to resolve size

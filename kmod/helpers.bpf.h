@@ -59,6 +59,17 @@ static __always_inline __u64 ptr_value(const void *p)
 	return v;
 }
 
+/* seen % n != 0 (n > 0), for the per-packet sampling decisions: a 64-bit division is
+ * tens of cycles on x86, so a power of two (ppl 8, 32, ...) takes a mask instead. n is
+ * read from cfg, which the verifier knows (frozen .rodata): the branch not taken is
+ * removed at load, the test costs nothing at run time. */
+static __always_inline bool nth_missed(__u64 seen, __u64 n)
+{
+	if (!(n & (n - 1)))
+		return seen & (n - 1);
+	return seen % n;
+}
+
 /* Reserve a ring-buffer slot; count the attempt and any failure per CPU and type. */
 static __always_inline struct nt_event *reserve(__u16 type)
 {

@@ -91,21 +91,30 @@ static __always_inline bool ip_flow_count(const struct nt_header *h, const struc
 	/* jiffies, not the clock: reading jiffies_64 is a load of a line the stack keeps hot,
 	 * the clock an indirect call and a cold line per packet of the always-on mode */
 	if (CONFIG_HZ)
-		f->last_ns = f->first_ns + (bpf_jiffies64() - f->first_jiffies) * (1000000000 / CONFIG_HZ);
+		f->last_ns = f->first_ns + (bpf_jiffies64() - f->first_jiffies) * jiffy_ns();
 	else
 		f->last_ns = bpf_ktime_get_ns(); /* no CONFIG_HZ to scale jiffies with */
-	if (!cfg.ip_sample || seen % cfg.ip_sample)
+	if (!cfg.ip_sample || nth_missed(seen, cfg.ip_sample))
 		return false;
 	__sync_fetch_and_add(&f->samples, 1);
 	return true;
 }
 
+/* The udp provider's question about a packet ip_packet has parsed: may it be a datagram
+ * (UDP, UDP-Lite, or IPv6 with an extension header next, which user space walks)? */
+static __always_inline bool udp_wanted(__u8 ver, __u8 proto, __u8 l4)
+{
+	return l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE || (ver == 6 && ip6_ext_header(proto));
+}
+
 /* One IP packet: send (net_dev_queue, header at network_header, socket from skb->sk)
  * or receive (netif_receive_skb, header at skb->data, no socket yet). ip-flows counts
- * it; a record follows in full mode (NT_PROV_IP) or when it is sampled. */
+ * it; a record follows in full mode (NT_PROV_IP) or when it is sampled. Returns
+ * udp_wanted() of the packet, so that the udp provider, which parses a datagram again,
+ * does not read every TCP packet's header a second time only to learn it is not one. */
 /* Out of line: inlined, its ~330 bytes of stack sat in net_dev_queue's frame above the
  * siftr calls (see net_dev_queue). A static subprogram's frame is there only while it runs. */
-static __noinline void ip_packet(const struct sk_buff *skb, const struct sock *sk, __u8 dir, void *ctx)
+static __noinline bool ip_packet(const struct sk_buff *skb, const struct sock *sk, __u8 dir, void *ctx)
 {
 	unsigned char *head = skb->head;
 	unsigned char *nh = dir ? head + skb->network_header : skb->data;
@@ -133,7 +142,7 @@ static __noinline void ip_packet(const struct sk_buff *skb, const struct sock *s
 	ver = first >> 4;
 	if (ver == 4) {
 		if (bpf_probe_read_kernel(&ip, sizeof(ip), nh))
-			return;
+			return false;
 #else
 	const struct iphdr *p4 = NT_CAST(nh, struct iphdr);
 	__u8 first = *(const __u8 *)p4;
@@ -158,14 +167,14 @@ static __noinline void ip_packet(const struct sk_buff *skb, const struct sock *s
 		frag = bpf_ntohs(ip.frag_off) & 0x3fff;
 	} else if (ver == 6) {
 		if (bpf_probe_read_kernel(&ip6, sizeof(ip6), nh))
-			return;
+			return false;
 		h.family = AF_INET6;
 		__builtin_memcpy(h.saddr, &ip6.saddr, 16);
 		__builtin_memcpy(h.daddr, &ip6.daddr, 16);
 		proto = ip6.nexthdr;
 		hlen = sizeof(ip6);
 	} else {
-		return;
+		return false;
 	}
 	l4 = proto;
 	l4_off = hlen;
@@ -197,14 +206,14 @@ static __noinline void ip_packet(const struct sk_buff *skb, const struct sock *s
 			attribute(&h, NT_EV_IP, in_task(ctx));
 		}
 		if (!pass(&h))
-			return;
+			return udp_wanted(ver, proto, l4);
 		if (!ip_flow_count(&h, skb, ip_len, ver, l4, dir) && !(cfg.providers & NT_PROV_IP))
-			return;
+			return udp_wanted(ver, proto, l4);
 	}
 	h.cookie = cookie_read(sk);
 	attribute(&h, NT_EV_IP, in_task(ctx));
 	if (!pass(&h) || !(e = reserve(NT_EV_IP)))
-		return;
+		return udp_wanted(ver, proto, l4);
 	__builtin_memcpy(&e->hdr, &h, sizeof(h));
 	e->ip.if_index = skb->dev->ifindex;
 	e->ip.skb_len = ip_len;
@@ -254,6 +263,7 @@ static __noinline void ip_packet(const struct sk_buff *skb, const struct sock *s
 	/* IFNAMSIZ bytes by direct loads: the kernel keeps the name NUL-padded */
 	__builtin_memcpy(e->ip.if_name, skb->dev->name, sizeof(e->ip.if_name));
 	submit(e);
+	return udp_wanted(ver, proto, l4);
 }
 
 /* The packet hooks' work in subprograms of their own, so that their frames stay small: a
@@ -265,9 +275,12 @@ static __noinline void udp_packet_sub(struct sk_buff *skb, struct sock *sk, __u8
 	udp_packet(skb, sk, dir, in_task(ctx));
 }
 
+/* Only for the buffers skb_first_gate() lets through (gated: a loopback send it let
+ * through is its block's pick). */
 static __noinline void skb_first_sub(struct sk_buff *skb, struct sock *sk, bool rx, void *ctx)
 {
-	skb_first(skb, sk, rx, in_task(ctx));
+	/* whether ctx is a task is found out only for a buffer followed */
+	skb_first_from(skb, sk, rx, rx ? NT_SKB_RX_FIRST : NT_SKB_TX_FIRST, ctx, true);
 }
 
 static __noinline void debug_out_sub(const struct sock *sk, __u64 cookie, const struct seg_ref *r, void *ctx)
@@ -282,6 +295,7 @@ SEC("tp_btf/net_dev_queue")
 int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 {
 	__u16 proto = bpf_ntohs(skb->protocol);
+	bool udp = true; /* without ip-flows, udp_packet looks for itself */
 	struct sock *sk;
 	__u64 cookie;
 	struct seg_ref r;
@@ -290,10 +304,10 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 		return 0;
 	sk = skb->sk;
 	if (cfg.providers & (NT_PROV_IP | NT_PROV_IP_FLOWS))
-		ip_packet(skb, sk, 1, ctx);
-	if (cfg.providers & NT_PROV_SKB_LIFE)
+		udp = ip_packet(skb, sk, 1, ctx);
+	if ((cfg.providers & NT_PROV_SKB_LIFE) && skb_first_gate(skb, false))
 		skb_first_sub(skb, sk, false, ctx);
-	if (cfg.providers & NT_PROV_UDP)
+	if ((cfg.providers & NT_PROV_UDP) && udp)
 		udp_packet_sub(skb, sk, 1, ctx);
 	if ((cfg.providers & (NT_PROV_SKB | NT_PROV_SKB_LIFE)) && sk &&
 	    (sk->sk_protocol == IPPROTO_UDP || sk->sk_protocol == IPPROTO_UDPLITE) && in_task(ctx))
@@ -303,11 +317,12 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 	cookie = sk->__sk_common.skc_cookie.counter;
 	if (!cookie)
 		return 0; /* a socket nettrail has not seen yet: no identity to count it under */
-	r = seg_ref_at_transport(skb);
 	if ((cfg.providers & NT_PROV_SIFTR) && siftr_out_state(sk->__sk_common.skc_state))
-		siftr_packet(sk, cookie, &r, 1, ctx);
-	if (cfg.providers & NT_PROV_TCPDEBUG)
+		siftr_packet(sk, cookie, skb, 1, ctx);
+	if (cfg.providers & NT_PROV_TCPDEBUG) {
+		r = seg_ref_at_transport(skb);
 		debug_out_sub(sk, cookie, &r, ctx);
+	}
 	return 0;
 }
 
@@ -315,14 +330,16 @@ SEC("tp_btf/netif_receive_skb")
 int BPF_PROG(netif_receive_skb, struct sk_buff *skb)
 {
 	__u16 proto = bpf_ntohs(skb->protocol);
+	bool udp = true; /* without ip-flows, udp_packet looks for itself */
 
 	if ((cfg.providers & (NT_PROV_IP | NT_PROV_IP_FLOWS)) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
-		ip_packet(skb, NULL, 0, ctx);
+		udp = ip_packet(skb, NULL, 0, ctx);
 	if (cfg.providers & NT_PROV_SKB_LIFE) {
-		skb_first_sub(skb, NULL, true, ctx);
+		if (skb_first_gate(skb, true))
+			skb_first_sub(skb, NULL, true, ctx);
 		udp_rxq_push(skb);
 	}
-	if ((cfg.providers & NT_PROV_UDP) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
+	if ((cfg.providers & NT_PROV_UDP) && udp && (proto == ETH_P_IP || proto == ETH_P_IPV6))
 		udp_packet_sub(skb, NULL, 0, ctx);
 	return 0;
 }

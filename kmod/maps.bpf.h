@@ -190,6 +190,31 @@ NT_MAP struct {
 	__type(value, __u64);
 } skb_uids SEC(".maps");
 
+/* Which addresses may hold a followed lifetime (the cheap question every skb hook asks
+ * first, nettrail.h) */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY); /* one value of 4 KiB: one inlined lookup, then an index */
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nt_skb_follow);
+} skb_follow SEC(".maps");
+
+/* --skb-sample N: the buffers not followed (so their later sightings are not new
+ * lifetimes), and the exact per-CPU counts of lifetimes seen and followed */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY); /* an inlined index, no lock: this runs for every buffer */
+	__uint(max_entries, NT_SKB_SKIP_SLOTS);
+	__type(key, __u32);
+	__type(value, struct nt_skb_skip);
+} skb_skip_slots SEC(".maps");
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nt_skb_sampling);
+} skb_sampling SEC(".maps");
+
 /* inferred consumes (no tracepoint where TCP/UDP free a read buffer): per-task reads
  * awaiting their recvmsg's sock_recv_length, and per-port UDP arrival queues */
 NT_MAP struct {

@@ -63,6 +63,8 @@ struct nt_config {
 	__u32 exclude_tgid;     /* 0 = none; the collector itself, so it does not trace its own shipping */
 	__u32 drop_rate;        /* skb: drop events per second per CPU, 0 = all (the counts stay exact) */
 	__u32 ip_sample;        /* ip-flows: an ip record for one packet in N of each flow, 0 = none */
+	__u32 skb_sample;       /* skb-lifecycle: follow one buffer in N (per CPU, at its first sighting), 0/1 = all */
+	__u32 _pad2;
 	__u16 port;             /* 0 = any; local or remote port */
 	__u8 addr_family;       /* 0 = any, 2 = AF_INET, 10 = AF_INET6 */
 	__u8 _pad[1];
@@ -175,6 +177,7 @@ struct nt_destroy_body {
 struct nt_closed {
 	__u64 bytes_acked;
 	__u64 bytes_received;
+	__u64 bytes_sent; /* siftr's final bytes_out */
 	__u32 segs_in;
 	__u32 segs_out;
 	__u32 total_retrans;
@@ -247,16 +250,20 @@ struct nt_siftr_body {
 };
 
 /* Map `flow_slots` and `flows` value and NT_EV_FLOW body: exact counters whatever ppl
- * is. 64 bytes: a flow's per-packet counting touches one cache line of flow_slots. */
+ * is. 64 bytes: a flow's per-packet counting touches one cache line of flow_slots.
+ * packets_* and bytes_* are the socket's own tcp_info counters, copied from its
+ * tcp_sock (what `ss -tin` shows): at each packet siftr sees while the flow runs, read
+ * afresh at tcp_destroy_sock for the final record. u32 packets: so are segs_in/segs_out. */
 struct nt_flow {
 	__u64 flow_cookie; /* the socket cookie counted here; in flow_slots, 0: a free slot */
-	__u64 packets_in;
-	__u64 packets_out;
-	__u64 bytes_in;
-	__u64 bytes_out;
-	__u64 samples; /* packet k of the flow (k = packets_in + packets_out) was sampled if k % ppl == 0 */
-	__u64 first_ns; /* admission (first packet) */
-	__u64 last_ns;  /* the last sample, not the last packet: no clock read per packet */
+	__u32 packets_in;  /* tcp_sock.segs_in: segments received, max(1, gso_segs) per skb (ss segs_in) */
+	__u32 packets_out; /* tcp_sock.segs_out: segments sent, retransmissions included (ss segs_out) */
+	__u64 bytes_in;    /* tcp_sock.bytes_received: rcv_nxt's advance, a FIN counts 1 (ss bytes_received) */
+	__u64 bytes_out;   /* tcp_sock.bytes_sent: payload sent, retransmissions included (ss bytes_sent) */
+	__u64 samples;     /* buffer k of the flow (k = skbs) was sampled if k % ppl == 0 */
+	__u64 first_ns;    /* admission (first packet) */
+	__u64 last_ns;     /* the last sample, not the last packet: no clock read per packet */
+	__u64 skbs;        /* buffers siftr saw: tcp_probe (in) and net_dev_queue (out) */
 };
 
 /* ---- tcpdebug provider -------------------------------------------------- */
@@ -460,6 +467,40 @@ struct nt_skb_id {
 	__u8 last_stage;
 	__u8 _pad[3];
 	__u32 last_len; /* skb->len at the last stage emitted: last-seen reports it, not a reusing buffer's */
+};
+
+/* Map `skb_skip_slots` value: a buffer --skb-sample N chose not to follow, first seen on
+ * another device than loopback, remembered so that its later first-sighting hooks (a
+ * veth peer's netif_receive_skb, a forward's queue) see the same lifetime and neither
+ * count it again nor start following it halfway. One slot per hash of the address. */
+#define NT_SKB_SKIP_SLOTS 65536
+struct nt_skb_skip {
+	__u64 addr;    /* the buffer's address (0: free slot) */
+	__u64 head;    /* skb->head at first sighting, as nt_skb_id.head */
+	__u8 last_stage; /* the last first-sighting hook's stage, for skb_same_life() */
+	__u8 _pad[7];
+};
+
+/* Map `skb_follow` value: how many followed lifetimes (entries of `skbs`) may sit at the
+ * addresses of each hash slot, and how many tasks have reads waiting in `skb_reads`. Every
+ * hook of a buffer asks it before any hash lookup: a zero says for certain that no
+ * followed lifetime is at the address, and it is one load from 4 KiB that stay in the
+ * cache (a followed buffer is one in N, so few slots are taken at a time). Counted up
+ * when an entry is made, down when one is deleted (an entry the LRU evicts is never
+ * counted down: its slot then only costs a lookup that misses). */
+#define NT_SKB_FOLLOW_SLOTS 1024
+struct nt_skb_follow {
+	__u32 reads; /* entries of `skb_reads`: a receive call that copied no followed buffer has none */
+	__u32 _pad;
+	__u32 n[NT_SKB_FOLLOW_SLOTS];
+};
+
+/* Map `skb_sampling` value (per CPU): exact counts beside the sampled lifecycles. */
+struct nt_skb_sampling {
+	__u64 seen;    /* buffer lifetimes that started (passed the filters), followed or not */
+	__u64 sampled; /* of them, followed: one in each block of cfg.skb_sample on each CPU */
+	__u32 pick;    /* the followed one's place in the current block (random, chosen at its start) */
+	__u32 left;    /* lifetimes the current block still takes (a countdown: no division per buffer) */
 };
 
 /* Map `skb_reads` value: buffers skb_copy_datagram_iovec copied during this task's

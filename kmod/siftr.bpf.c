@@ -17,13 +17,14 @@ SEC("tp_btf/tcp_probe")
 int BPF_PROG(tcp_probe, struct sock *sk, const struct sk_buff *skb)
 {
 	__u64 cookie = sk->__sk_common.skc_cookie.counter ?: bpf_get_socket_cookie(sk); /* set once, then a load */
-	/* tcp_rcv_established: skb->data is the TCP header (direct loads: skb is a trusted argument) */
-	struct seg_ref r = { (const struct tcphdr *)skb->data, skb->len };
 	struct seg g = {};
 
 	if (cfg.providers & NT_PROV_SIFTR)
-		siftr_packet(sk, cookie, &r, 0, ctx);
+		siftr_packet(sk, cookie, skb, 0, ctx);
 	if (cfg.providers & NT_PROV_TCPDEBUG) {
+		/* tcp_rcv_established: skb->data is the TCP header (direct loads: skb is a trusted argument) */
+		struct seg_ref r = { (const struct tcphdr *)skb->data, skb->len };
+
 		read_seg(&g, &r);
 		debug_point(sk, cookie, &g, NT_TA_INPUT, PRU_NONE, 0, 0, NULL, in_task(ctx));
 	}

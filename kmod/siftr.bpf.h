@@ -2,8 +2,9 @@
 /* siftr.bpf.h: the siftr provider's flow state (providers.md 6): exact per-flow packet
  * and byte counts, and every ppl-th packet of a flow sampled with the control block,
  * as FreeBSD's SIFTR does. Its packets come from tcp_probe (input, siftr.bpf.c) and
- * net_dev_queue (output, ip.bpf.c); tcp_destroy_sock (tcp.bpf.c) emits a flow's final
- * counts and frees its slot.
+ * net_dev_queue (output, ip.bpf.c); the counts are the socket's own tcp_info counters
+ * (segs_in/out, bytes_received/sent, as `ss -tin` shows them), copied at each packet;
+ * tcp_destroy_sock (tcp.bpf.c) emits a flow's final counts and frees its slot.
  */
 #ifndef __NT_SIFTR_BPF_H
 #define __NT_SIFTR_BPF_H
@@ -59,22 +60,74 @@ static __noinline int flow_admit(const struct sock *sk, __u64 cookie, void *ctx)
 	return 1;
 }
 
-/* Count the packet in the flow's exact counters; true if it is the flow's ppl-th.
- * Plain increments, not atomics: a socket's segments are handled under its lock
- * (tcp_probe in tcp_rcv_established, net_dev_queue in tcp_transmit_skb), so one
- * flow's counts never race. No clock read: last_ns is the last sample's time. */
-static __always_inline bool flow_count(struct nt_flow *f, bool out, __u32 payload)
+#ifdef NT_COMPAT
+/* The compat object (before 6.2, core_fixes.bpf.h) has no read-only cast, and
+ * bpf_skc_to_tcp_sock() refuses skb->sk where the object is also loaded (6.2+ tags it
+ * RCU), so probe reads, as many per packet as counting the payload took before: input
+ * one, output one for the three counters together. Up to 6.1, bytes_received, segs_out
+ * and bytes_sent lie in one 48-byte run of tcp_sock (CO-RE gives each offset; a layout
+ * where they do not takes a read each). */
+#define NT_COUNTER_RUN 48
+
+static __always_inline void flow_copy(struct nt_flow *f, const struct sock *sk, bool out)
 {
-	__u64 seen = f->packets_in + f->packets_out;
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+	__u32 lo = bpf_core_field_offset(struct tcp_sock, bytes_received);
+	__u32 so = bpf_core_field_offset(struct tcp_sock, segs_out);
+	__u32 bs = bpf_core_field_offset(struct tcp_sock, bytes_sent);
+	__u64 run[NT_COUNTER_RUN / 8];
+
+	if (!out) {
+		f->packets_in = BPF_CORE_READ(tp, segs_in);
+		return;
+	}
+	if (so > lo && so + 4 <= lo + NT_COUNTER_RUN && bs > lo && bs + 8 <= lo + NT_COUNTER_RUN) {
+		if (bpf_probe_read_kernel(run, sizeof(run), (const char *)sk + lo))
+			return;
+		f->bytes_in = run[0];
+		f->packets_out = *(__u32 *)((char *)run + (so - lo));
+		f->bytes_out = *(__u64 *)((char *)run + (bs - lo));
+		return;
+	}
+	f->packets_out = BPF_CORE_READ(tp, segs_out);
+	f->bytes_out = BPF_CORE_READ(tp, bytes_sent);
+	f->bytes_in = BPF_CORE_READ(tp, bytes_received);
+}
+#else
+/* Direct loads through a read-only cast (a register move once verified). */
+static __always_inline void flow_copy(struct nt_flow *f, const struct sock *sk, bool out)
+{
+	const struct tcp_sock *tp = NT_CAST(sk, struct tcp_sock);
 
 	if (out) {
-		f->packets_out++;
-		f->bytes_out += payload;
+		f->packets_out = tp->segs_out;
+		f->bytes_out = tp->bytes_sent;
+		f->bytes_in = tp->bytes_received;
 	} else {
-		f->packets_in++;
-		f->bytes_in += payload;
+		f->packets_in = tp->segs_in;
 	}
-	if (seen % cfg.ppl)
+}
+#endif
+
+/* Copy the socket's own counters into the flow; true if this buffer is the flow's ppl-th.
+ * The counters are the kernel's (what tcp_info and `ss -tin` report): segs_in counts
+ * max(1, gso_segs) of each received skb in tcp_v4_rcv/tcp_v6_rcv before tcp_probe fires,
+ * segs_out and bytes_sent are added in __tcp_transmit_skb before the skb reaches
+ * net_dev_queue, and bytes_received is rcv_nxt's advance, so a GRO or GSO buffer counts
+ * its segments and a duplicate segment no bytes. Each side copies what has moved by then:
+ * input its segs_in (bytes_received moves only after tcp_probe, while the segment is
+ * processed), output segs_out, bytes_sent and bytes_received (the ACK that follows
+ * received data carries its advance). No arithmetic and no packet header read: loads of
+ * tcp_sock lines the kernel has just written, stores into the flow's one cache line.
+ * Plain stores, not atomics: a socket's segments are handled under its lock (tcp_probe in
+ * tcp_rcv_established, net_dev_queue in tcp_transmit_skb), so one flow's copies never
+ * race. No clock read: last_ns is the last sample's time. */
+static __always_inline bool flow_count(struct nt_flow *f, const struct sock *sk, bool out)
+{
+	__u64 seen = f->skbs++;
+
+	flow_copy(f, sk, out);
+	if (nth_missed(seen, cfg.ppl))
 		return false;
 	f->samples++;
 	return true;
@@ -82,13 +135,16 @@ static __always_inline bool flow_count(struct nt_flow *f, bool out, __u32 payloa
 
 /* The sampled packet's record, out of line: the per-packet path stays short and its
  * code compact (on loopback every other segment copy evicts the caches, so what a
- * program costs is mostly the cache lines it touches, its own code included). */
-static __noinline void siftr_emit(const struct sock *sk, struct nt_flow *f, const struct seg_ref *r, __u8 dir,
+ * program costs is mostly the cache lines it touches, its own code included). The
+ * segment's header is found here, for samples only: input at skb->data
+ * (tcp_rcv_established), output at the transport header. */
+static __noinline void siftr_emit(const struct sock *sk, struct nt_flow *f, const struct sk_buff *skb, __u8 dir,
 				  void *ctx)
 {
 	struct nt_header h = {};
 	struct nt_event *e;
 	struct seg g = {};
+	struct seg_ref r;
 
 	h.cookie = sk->__sk_common.skc_cookie.counter;
 	fill_flow(&h, sk);
@@ -101,7 +157,13 @@ static __noinline void siftr_emit(const struct sock *sk, struct nt_flow *f, cons
 		return;
 	__builtin_memcpy(&e->hdr, &h, sizeof(h));
 	snapshot(&e->siftr.snap, sk);
-	read_seg(&g, r);
+	if (dir) {
+		r = seg_ref_at_transport(skb);
+	} else {
+		r.th = (const struct tcphdr *)skb->data;
+		r.hdr_to_end = skb->len;
+	}
+	read_seg(&g, &r);
 	e->siftr.th_seq = g.seq;
 	e->siftr.th_ack = g.ack;
 	e->siftr.data_sz = g.payload;
@@ -109,19 +171,24 @@ static __noinline void siftr_emit(const struct sock *sk, struct nt_flow *f, cons
 	submit(e);
 }
 
-static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, const struct seg_ref *r, __u8 dir,
+static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, const struct sk_buff *skb, __u8 dir,
 					 void *ctx)
 {
 	struct nt_flow *f = flow_find(cookie);
 
 	if (!f && (!flow_admit(sk, cookie, ctx) || !(f = flow_find(cookie))))
 		return;
-	if (flow_count(f, dir == 1, seg_payload(r)))
-		siftr_emit(sk, f, r, dir, ctx);
+	if (flow_count(f, sk, dir == 1))
+		siftr_emit(sk, f, skb, dir, ctx);
 }
 
-static __always_inline void emit_flow_final(const struct nt_header *h, const struct nt_flow *f)
+/* The flow's final record at tcp_destroy_sock: its counters read from the socket once
+ * more (segments it handled in states siftr does not watch, a last ACK, are in them), or,
+ * after a tcp_disconnect() zeroed them, what it held at its change to CLOSE (c). */
+static __always_inline void emit_flow_final(const struct nt_header *h, const struct nt_flow *f,
+					    const struct sock *sk, const struct nt_closed *c)
 {
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
 	struct nt_event *e = reserve(NT_EV_FLOW);
 
 	if (!e)
@@ -129,6 +196,17 @@ static __always_inline void emit_flow_final(const struct nt_header *h, const str
 	__builtin_memcpy(&e->hdr, h, sizeof(*h));
 	e->hdr.type = NT_EV_FLOW;
 	__builtin_memcpy(&e->flow, f, sizeof(*f));
+	if (c) {
+		e->flow.packets_in = c->segs_in;
+		e->flow.packets_out = c->segs_out;
+		e->flow.bytes_in = c->bytes_received;
+		e->flow.bytes_out = c->bytes_sent;
+	} else {
+		e->flow.packets_in = BPF_CORE_READ(tp, segs_in);
+		e->flow.packets_out = BPF_CORE_READ(tp, segs_out);
+		e->flow.bytes_in = BPF_CORE_READ(tp, bytes_received);
+		e->flow.bytes_out = BPF_CORE_READ(tp, bytes_sent);
+	}
 	submit(e);
 }
 

@@ -18,91 +18,113 @@
 #include "tcpdebug.bpf.h"
 
 /* Receive entry hooks (providers.md 7.2, whichever first): they see a buffer before GRO
- * and before netif_receive_skb, so a received lifetime starts there. */
-static __always_inline void skb_rx_entry(const struct sk_buff *skb, __u8 first, bool task)
+ * and before netif_receive_skb, so a received lifetime starts there. Not on loopback:
+ * every buffer it receives was sent on this host, first seen at net_dev_queue, and an
+ * entry hook gives such a buffer no stage (skb_first_at), so it returns before any
+ * lookup (loopback's __netif_rx fires netif_rx_entry for every packet). */
+static __always_inline void skb_rx_entry(const struct sk_buff *skb, __u8 first, void *ctx)
 {
-	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	__u16 proto = bpf_ntohs(skb->protocol);
 
-	if ((cfg.providers & NT_PROV_SKB_LIFE) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
-		skb_first_at(skb, NULL, true, first, task);
+	if (!(cfg.providers & NT_PROV_SKB_LIFE) || (proto != ETH_P_IP && proto != ETH_P_IPV6))
+		return;
+	if (skb->dev->flags & IFF_LOOPBACK)
+		return;
+	skb_first_at(skb, NULL, true, first, ctx);
 }
 
 SEC("tp_btf/napi_gro_receive_entry")
 int BPF_PROG(napi_gro_receive_entry, const struct sk_buff *skb)
 {
-	skb_rx_entry(skb, NT_SKB_RX_FIRST_GRO, in_task(ctx));
+	skb_rx_entry(skb, NT_SKB_RX_FIRST_GRO, ctx);
 	return 0;
 }
 
 SEC("tp_btf/netif_rx_entry")
 int BPF_PROG(netif_rx_entry, const struct sk_buff *skb)
 {
-	skb_rx_entry(skb, NT_SKB_RX_FIRST_NETIF, in_task(ctx));
+	skb_rx_entry(skb, NT_SKB_RX_FIRST_NETIF, ctx);
 	return 0;
 }
 
 SEC("tp_btf/netif_receive_skb_entry")
 int BPF_PROG(netif_receive_skb_entry, const struct sk_buff *skb)
 {
-	skb_rx_entry(skb, NT_SKB_RX_FIRST_ENTRY, in_task(ctx));
+	skb_rx_entry(skb, NT_SKB_RX_FIRST_ENTRY, ctx);
 	return 0;
 }
 
-/* A later stage of a tracked buffer; untracked (filtered out, or older) ones are ignored. */
-static __always_inline void skb_later(const struct sk_buff *skb, __u8 stage, __u8 end, __s32 rc, bool task)
+/* A later stage of a tracked buffer; untracked (filtered out, not followed, or older)
+ * ones are ignored, and whether the context is a task is found out only for a stage. */
+static __always_inline void skb_later_at(const struct sk_buff *skb, __u64 addr, __u8 stage, __u8 end, __s32 rc,
+					 void *ctx)
 {
-	__u64 addr = ptr_value(skb), now;
-	struct nt_skb_id *id = bpf_map_lookup_elem(&skbs, &addr);
+	struct nt_skb_id *id;
+	__u64 now;
+	bool task;
 
+	id = bpf_map_lookup_elem(&skbs, &addr);
 	if (!id)
 		return;
+	task = in_task(ctx);
 	now = bpf_ktime_get_ns();
 	if (id->head != (__u64)skb->head) {
 		/* Another buffer at the address, one no first-sighting hook saw (an AF_UNIX
 		 * message, or a buffer the filters left out): the lifetime ended unseen. */
 		skb_emit_as(id, id->last_len, skb_id_protocol(id), NT_SKB_LAST_SEEN, SKB_END_LAST_SEEN, 0, now, task);
-		bpf_map_delete_elem(&skbs, &addr);
+		skb_id_drop(addr);
 		return;
 	}
 	if ((stage == NT_SKB_XMIT_START || stage == NT_SKB_XMIT) && !skb_was_sent(id->last_stage))
 		return; /* veth: the peer's receive entry hook ran inside its sender's xmit */
 	skb_emit(id, skb, stage, end, rc, now, task);
 	if (end) {
-		bpf_map_delete_elem(&skbs, &addr);
+		skb_id_drop(addr);
 		return;
 	}
 	id->prev_ns = now;
 	id->last_stage = stage;
 }
 
+static __always_inline void skb_later(const struct sk_buff *skb, __u8 stage, __u8 end, __s32 rc, void *ctx)
+{
+	__u64 addr = skb_key(skb);
+
+	if (skb_maybe_followed(addr))
+		skb_later_at(skb, addr, stage, end, rc, ctx);
+}
+
 SEC("tp_btf/net_dev_start_xmit")
 int BPF_PROG(net_dev_start_xmit, const struct sk_buff *skb, const struct net_device *dev)
 {
-	skb_later(skb, NT_SKB_XMIT_START, 0, 0, in_task(ctx));
+	skb_later(skb, NT_SKB_XMIT_START, 0, 0, ctx);
 	return 0;
 }
 
 SEC("tp_btf/net_dev_xmit")
 int BPF_PROG(net_dev_xmit, struct sk_buff *skb, int rc, struct net_device *dev, unsigned int len)
 {
-	skb_later(skb, NT_SKB_XMIT, 0, rc, in_task(ctx));
+	skb_later(skb, NT_SKB_XMIT, 0, rc, ctx);
 	return 0;
 }
 
 static __always_inline void skb_read_note(const struct sk_buff *skb, int len)
 {
-	__u64 addr = ptr_value(skb);
+	__u64 addr = skb_key(skb);
 	__u32 tid = (__u32)bpf_get_current_pid_tgid(), zero = 0, n;
 	struct nt_skb_id *id = bpf_map_lookup_elem(&skbs, &addr);
 	struct nt_skb_reads *rs, *z;
+	struct nt_skb_follow *f;
 
 	if (!id)
 		return;
 	rs = bpf_map_lookup_elem(&skb_reads, &tid);
 	if (!rs) {
 		z = bpf_map_lookup_elem(&skb_reads_zero, &zero);
-		if (!z || bpf_map_update_elem(&skb_reads, &tid, z, BPF_ANY))
+		if (!z || bpf_map_update_elem(&skb_reads, &tid, z, BPF_NOEXIST))
 			return;
+		if ((f = skb_follow_map())) /* counted before the receive call's return can settle it */
+			__sync_fetch_and_add(&f->reads, 1);
 		rs = bpf_map_lookup_elem(&skb_reads, &tid);
 		if (!rs)
 			return;
@@ -123,18 +145,20 @@ static __always_inline void skb_read_note(const struct sk_buff *skb, int len)
 SEC("tp_btf/skb_copy_datagram_iovec")
 int BPF_PROG(skb_copy_datagram_iovec, const struct sk_buff *skb, int len)
 {
-	bool task = in_task(ctx);
+	__u64 addr = skb_key(skb);
 
-	if (task && len > 0 && (cfg.providers & NT_PROV_SKB_LIFE))
+	if (!skb_maybe_followed(addr))
+		return 0;
+	if (len > 0 && (cfg.providers & NT_PROV_SKB_LIFE) && in_task(ctx))
 		skb_read_note(skb, len); /* first: it may tie the buffer to its socket */
-	skb_later(skb, NT_SKB_COPY, 0, len, task);
+	skb_later_at(skb, addr, NT_SKB_COPY, 0, len, ctx);
 	return 0;
 }
 
 SEC("tp_btf/consume_skb")
 int BPF_PROG(consume_skb, struct sk_buff *skb, void *location)
 {
-	skb_later(skb, NT_SKB_CONSUME, SKB_END_CONSUMED, 0, in_task(ctx));
+	skb_later(skb, NT_SKB_CONSUME, SKB_END_CONSUMED, 0, ctx);
 	return 0;
 }
 
@@ -196,19 +220,19 @@ static __always_inline void skb_drop(const struct sk_buff *skb, void *location, 
 	else if (bpf_map_update_elem(&drops, &key, &one, BPF_NOEXIST))
 		if ((count = bpf_map_lookup_elem(&drops, &key)))
 			__sync_fetch_and_add(count, 1); /* another CPU created it first */
-	addr = ptr_value(skb);
-	id = bpf_map_lookup_elem(&skbs, &addr);
+	addr = skb_key(skb);
+	id = skb_maybe_followed(addr) ? bpf_map_lookup_elem(&skbs, &addr) : NULL;
 	if (id && id->head != (__u64)BPF_CORE_READ(skb, head)) {
 		/* the address's earlier buffer ended unseen (see skb_later): not this drop's lifetime */
 		skb_emit_as(id, id->last_len, skb_id_protocol(id), NT_SKB_LAST_SEEN, SKB_END_LAST_SEEN, 0, h.ts_ns, task);
-		bpf_map_delete_elem(&skbs, &addr);
+		skb_id_drop(addr);
 		id = NULL;
 	}
 	if (id) {
 		uid = id->uid;
 		gen = id->gen;
 		first = id->hdr.ts_ns;
-		bpf_map_delete_elem(&skbs, &addr); /* dropped: the lifetime ends here */
+		skb_id_drop(addr); /* dropped: the lifetime ends here */
 	}
 	if (!drop_event_allowed(h.ts_ns) || !(e = reserve(NT_EV_SKB_DROP)))
 		return;

@@ -27,7 +27,7 @@ static __always_inline void snapshot(struct nt_tcp_snapshot *s, const struct soc
 	s->rcv_wnd = NT_RD(tp, rcv_wnd);
 	s->srtt_us = NT_RD(tp, srtt_us);
 	s->mdev_us = NT_RD(tp, mdev_us);
-	s->rto_us = CONFIG_HZ ? NT_RD(icsk, icsk_rto) * (1000000 / CONFIG_HZ) : 0;
+	s->rto_us = CONFIG_HZ ? NT_RD(icsk, icsk_rto) * jiffy_us() : 0;
 	s->mss_cache = NT_RD(tp, mss_cache);
 	s->snd_una = NT_RD(tp, snd_una);
 	s->snd_nxt = NT_RD(tp, snd_nxt);
@@ -96,7 +96,7 @@ static __always_inline void read_tcphdr(struct seg *g, const struct tcphdr *th, 
 }
 
 /* Where a segment's TCP header is (NULL: nowhere) and how many bytes run from it to the
- * skb's end: the per-packet path needs only the payload length, a sample the header. */
+ * skb's end: found only for a sample or a tcpdebug point, never per packet. */
 struct seg_ref {
 	const struct tcphdr *th;
 	__u32 hdr_to_end;
@@ -106,24 +106,6 @@ static __always_inline void read_seg(struct seg *g, const struct seg_ref *r)
 {
 	if (r->th)
 		read_tcphdr(g, r->th, r->hdr_to_end);
-}
-
-/* The payload length from the header's data offset: one direct load, no helper call. */
-static __always_inline __u32 seg_payload(const struct seg_ref *r)
-{
-	__u32 doff;
-
-	if (!r->th)
-		return 0;
-#ifdef NT_COMPAT
-	__u8 b12 = 0;
-
-	bpf_probe_read_kernel(&b12, 1, (const __u8 *)r->th + 12);
-	doff = (b12 >> 4) * 4;
-#else
-	doff = (((const __u8 *)NT_CAST(r->th, struct tcphdr))[12] >> 4) * 4;
-#endif
-	return r->hdr_to_end > doff ? r->hdr_to_end - doff : 0;
 }
 
 /* Output side: header at head + transport_header; payload from skb->len. */

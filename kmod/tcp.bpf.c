@@ -27,6 +27,37 @@
 #include "siftr.bpf.h"
 #include "tcpdebug.bpf.h"
 
+/* A passive child's LISTEN -> SYN_RECV fires in inet_csk_clone_lock() before the clone
+ * is finished: up to at least 6.12 its ports and peer are still the listener's, and its
+ * cookie is set from the request (ir_cookie) only after the tracepoint, so a cookie taken
+ * there names no socket anybody sees again (the record was lost to its connection, and
+ * the owner it inherited went to that cookie). The change waits here, keyed by the
+ * socket's address, for the child's next change (SYN_RECV -> ESTABLISHED or CLOSE, in the
+ * same softirq; its congestion state is set before that, see child_born), where cookie
+ * and 4-tuple are final; it is recorded then, with its own time, CPU and context. */
+struct nt_child {
+	__u64 ts_ns;
+	__u32 cpu;
+	__u8 ctx;
+	__u8 _pad[3];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct nt_child);
+} children SEC(".maps");
+
+/* child_born()'s header: before 6.14 the verifier adds its frame to its caller's
+ * (inet_sock_set_state's 328 bytes) against 512, so it lives here, not on the stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nt_header);
+} child_header SEC(".maps");
+
 static __always_inline void listener_note(const struct sock *sk, __u32 netns, __u16 port, bool add)
 {
 	struct nt_listen_key k = { .netns = netns, .port = port };
@@ -56,6 +87,55 @@ static __always_inline void child_inherit(__u64 cookie, __u32 netns, __u16 port)
 	__sync_fetch_and_add(&owner_epoch, 1);
 }
 
+static __always_inline void child_cloned(const struct sock *sk, bool task)
+{
+	struct nt_child c = { .ts_ns = bpf_ktime_get_ns(), .cpu = bpf_get_smp_processor_id() };
+	__u64 key = sock_key(sk);
+
+	c.ctx = task ? NT_CTX_TASK : NT_CTX_SOFTIRQ;
+	bpf_map_update_elem(&children, &key, &c, BPF_ANY);
+}
+
+/* The child's first event after the clone (its congestion state set to Open by
+ * tcp_init_transfer(), or its change out of SYN_RECV): it inherits its listener's owner
+ * under its real cookie, and its LISTEN -> SYN_RECV is recorded with its own time. */
+static __noinline void child_born(const struct sock *sk)
+{
+	__u64 key = sock_key(sk);
+	struct nt_child *p = bpf_map_lookup_elem(&children, &key);
+	__u32 zero = 0;
+	struct nt_header *h;
+	struct nt_child c;
+	struct nt_event *e;
+
+	if (!p)
+		return;
+	c = *p;
+	bpf_map_delete_elem(&children, &key);
+	h = bpf_map_lookup_elem(&child_header, &zero);
+	if (!h)
+		return;
+	__builtin_memset(h, 0, sizeof(*h));
+	h->cookie = cookie_of(sk);
+	fill_flow(h, sk);
+	child_inherit(h->cookie, h->netns, h->sport);
+	attribute(h, NT_EV_STATE, 0); /* the owner map: the listener's owner, just inherited */
+	h->ts_ns = c.ts_ns;
+	h->cpu = c.cpu;
+	h->ctx = c.ctx;
+	if (!(cfg.providers & NT_PROV_TCP) || !pass(h))
+		return;
+	e = reserve(NT_EV_STATE);
+	if (!e)
+		return;
+	__builtin_memcpy(&e->hdr, h, sizeof(*h));
+	e->state.sk_err = 0;
+	e->state.oldstate = TCP_LISTEN;
+	e->state.newstate = TCP_SYN_RECV;
+	e->state._pad[0] = e->state._pad[1] = 0;
+	submit(e);
+}
+
 /* X -> CLOSE: keep the tuple and counters, which a tcp_disconnect() zeroes right after. */
 static __always_inline void closed_note(const struct sock *sk, const struct nt_header *h)
 {
@@ -69,6 +149,7 @@ static __always_inline void closed_note(const struct sock *sk, const struct nt_h
 	__builtin_memcpy(c.daddr, h->daddr, NT_ADDR_LEN);
 	c.bytes_acked = BPF_CORE_READ(tp, bytes_acked);
 	c.bytes_received = BPF_CORE_READ(tp, bytes_received);
+	c.bytes_sent = BPF_CORE_READ(tp, bytes_sent);
 	c.segs_in = BPF_CORE_READ(tp, segs_in);
 	c.segs_out = BPF_CORE_READ(tp, segs_out);
 	c.total_retrans = BPF_CORE_READ(tp, total_retrans);
@@ -95,12 +176,17 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 
 	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
 		return 0;
+	if (oldstate == TCP_LISTEN && newstate == TCP_SYN_RECV) {
+		child_cloned(sk, task); /* no cookie yet: see struct nt_child */
+		return 0;
+	}
+	if (oldstate == TCP_SYN_RECV)
+		child_born(sk);
 	h.cookie = cookie_of(sk);
 	fill_flow(&h, sk);
-	if (newstate == TCP_CLOSE && oldstate != TCP_LISTEN && oldstate != TCP_SYN_SENT)
+	/* SYN_SENT too: a refused connect() ends in tcp_disconnect() as an abort does */
+	if (newstate == TCP_CLOSE && oldstate != TCP_LISTEN)
 		closed_note(sk, &h);
-	if (oldstate == TCP_LISTEN && newstate == TCP_SYN_RECV)
-		child_inherit(h.cookie, h.netns, h.sport);
 	how = user_transition(oldstate, newstate) ? hook_user(task) : task;
 	attribute(&h, NT_EV_STATE, how);
 	if (oldstate == TCP_CLOSE && newstate == TCP_LISTEN && task)
@@ -260,8 +346,11 @@ int BPF_PROG(tcp_cong_state_set, struct sock *sk, const __u8 ca_state)
 {
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
 	struct nt_header h = {};
-	struct nt_event *e = start(&h, sk, NT_EV_CONG, in_task(ctx));
+	struct nt_event *e;
 
+	if (BPF_CORE_READ(sk, __sk_common.skc_state) == TCP_SYN_RECV)
+		child_born(sk); /* a passive child's first event: before its SYN_RECV -> ESTABLISHED */
+	e = start(&h, sk, NT_EV_CONG, in_task(ctx));
 	if (!e)
 		return 0;
 	/* fires before icsk_ca_state is assigned: the field still holds the old state */
@@ -301,7 +390,7 @@ int BPF_PROG(tcp_destroy_sock, struct sock *sk)
 		if (cfg.providers & NT_PROV_SIFTR) {
 			f = slot ?: bpf_map_lookup_elem(&flows, &h.cookie);
 			if (f)
-				emit_flow_final(&h, f);
+				emit_flow_final(&h, f, sk, c);
 		}
 		if (cfg.providers & NT_PROV_TCPDEBUG)
 			debug_point(sk, h.cookie, NULL, NT_TA_USER, PRU_DETACH, 0, 0, NULL, task);

@@ -59,6 +59,12 @@ static __always_inline void udp_packet(const struct sk_buff *skb, const struct s
 	nh = dir ? head + BPF_CORE_READ(skb, network_header) : BPF_CORE_READ(skb, data);
 	if (bpf_probe_read_kernel(&first, 1, nh))
 		return;
+	/* the protocol byte first: every TCP packet comes here too, and the whole parse
+	 * below (flow_from_packet) is the udp provider's main cost on a TCP host */
+	if (bpf_probe_read_kernel(&proto, 1, nh + ((first >> 4) == 4 ? 9 : 6)))
+		return;
+	if (proto != IPPROTO_UDP && proto != IPPROTO_UDPLITE && !((first >> 4) == 6 && ip6_ext_header(proto)))
+		return;
 	proto = flow_from_packet(&h, skb, dir ? 0 : 2);
 	if ((first >> 4) == 6 && ip6_ext_header(proto)) {
 		udp_ip6_ext(skb, &h, nh, proto, dir, task);

@@ -72,11 +72,16 @@ CONFIG: Fields = [
     ("exclude_tgid", "<u4"),
     ("drop_rate", "<u4"),
     ("ip_sample", "<u4"),
+    ("skb_sample", "<u4"),
+    ("_pad2", "<u4"),
     ("port", "<u2"),
     ("addr_family", "u1"),
     ("_pad", "V1"),
     ("addr", f"V{ADDR_LEN}"),
 ]
+SKB_SAMPLING: Fields = [("seen", "<u8"), ("sampled", "<u8"), ("pick", "<u4"), ("left", "<u4")]
+SKB_FOLLOW_SLOTS = 1024  # NT_SKB_FOLLOW_SLOTS
+SKB_FOLLOW: Fields = [("reads", "<u4"), ("_pad", "<u4"), ("n", f"({SKB_FOLLOW_SLOTS},)<u4")]
 COUNTERS: Fields = [("generated", f"({EV_MAX},)<u8"), ("lost", f"({EV_MAX},)<u8")]
 OWNER: Fields = [
     ("cgroup_id", "<u8"),
@@ -196,8 +201,10 @@ SIFTR_BODY: Fields = [
     ("_pad_tail", "V3"),
 ]
 FLOW: Fields = [
-    (name, "<u8")
-    for name in ("flow_cookie", "packets_in", "packets_out", "bytes_in", "bytes_out", "samples", "first_ns", "last_ns")
+    ("flow_cookie", "<u8"),
+    ("packets_in", "<u4"),  # the socket's segs_in / segs_out (u32 in tcp_sock too)
+    ("packets_out", "<u4"),
+    *((name, "<u8") for name in ("bytes_in", "bytes_out", "samples", "first_ns", "last_ns", "skbs")),
 ]
 DEBUG_BODY: Fields = [
     *SNAPSHOT,
@@ -345,6 +352,7 @@ STRUCTS: dict[str, Fields] = {
     "nt_udp_flow": UDP_FLOW,
     "nt_ip_flow_key": IP_FLOW_KEY,
     "nt_ip_flow": IP_FLOW,
+    "nt_skb_follow": SKB_FOLLOW,
 }
 BODIES: dict[int, Fields] = {
     EV_STATE: STATE_BODY,

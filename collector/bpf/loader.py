@@ -122,6 +122,7 @@ class Options:
     drop_rate: int = 0  # skb: drop events per second per CPU (0 = all); drop counts stay exact
     ip_sample: int = 0  # ip-flows: an ip_packet record for 1 packet in N of each flow entry (0 = none)
     ip_flows_max: int = DEFAULT_IP_FLOWS_MAX  # ip-flows: LRU map size; evictions are reported as loss
+    skb_sample: int = 1  # skb-lifecycle: follow one buffer in N (1 = every buffer); the counts stay exact
 
 
 def missing_privileges() -> str | None:
@@ -151,6 +152,7 @@ def config_bytes(opts: Options, drop_reasons: dict[int, str]) -> bytes:
     cfg["drop_rate"] = opts.drop_rate
     cfg["ppl"] = max(1, opts.ppl)
     cfg["ip_sample"] = max(0, opts.ip_sample)
+    cfg["skb_sample"] = max(1, opts.skb_sample)
     cfg["providers"] = sum(PROVIDER_BITS[p] for p in opts.providers)
     mask = [0, 0]
     for value, name in drop_reasons.items():
@@ -323,6 +325,26 @@ class KernelSession:
         if ret < 0:
             raise BpfError(f"failed to read counters: {os.strerror(ctypes.get_errno())}")
         return value
+
+    def skb_sampling(self) -> tuple[int, int]:
+        """skb-lifecycle's exact counts, summed over CPUs: (lifetimes seen, lifetimes followed)."""
+        value = np.zeros(self.ncpus, dtype=layout.dtype_of(layout.SKB_SAMPLING))
+        key = ctypes.c_uint32(0)
+        ret = self.lib.bpf_map_lookup_elem(self._map_fd("skb_sampling"), ctypes.byref(key), value.ctypes.data)
+        if ret < 0:
+            raise BpfError(f"failed to read skb_sampling: {os.strerror(ctypes.get_errno())}")
+        return int(value["seen"].sum()), int(value["sampled"].sum())
+
+    def skb_follow_counts(self) -> tuple[int, int]:
+        """The kernel's answer to "may this address hold a followed lifetime?" (skb_follow,
+        kmod/nettrail.h), summed: (followed lifetimes counted live, tasks with reads to
+        settle). Both return to 0 once every followed lifetime has ended."""
+        value = np.zeros((), dtype=layout.dtype_of(layout.SKB_FOLLOW))
+        key = ctypes.c_uint32(0)
+        ret = self.lib.bpf_map_lookup_elem(self._map_fd("skb_follow"), ctypes.byref(key), value.ctypes.data)
+        if ret < 0:
+            raise BpfError(f"failed to read skb_follow: {os.strerror(ctypes.get_errno())}")
+        return int(value["n"].sum()), int(value["reads"])
 
     def map_size(self, name: str) -> int:
         """max_entries of one of the object's maps."""

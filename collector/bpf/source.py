@@ -3,7 +3,8 @@
 One `poll()` drains what is in the ring (whole batches viewed as numpy arrays, see
 ringbuf.py), translates them through translators.registry in arrival order, adds
 LossReport records when the kernel's lost counters moved and, every
-`flow_interval` seconds, FlowCounters for flows whose exact counters changed.
+`flow_interval` seconds, FlowCounters for flows whose exact counters changed; each
+socket's connection summary gets its Zeek conn_state and history (analysis.flows.live_summary).
 Sequence numbers start at CLOCK_MONOTONIC in ns when the source starts, so they
 stay unique within a boot across collector restarts (ingest is idempotent on
 (host, boot, seq)); within a run they are consecutive.
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis.flows.live_summary import LiveSummaries
 from collector.bpf import layout
 from collector.bpf.loader import KernelSession
 from translators import kernel
@@ -79,8 +81,9 @@ class KernelSource:
         self.received = np.zeros(layout.EV_MAX, dtype=np.int64)
         self.lost_seen = np.zeros(layout.EV_MAX, dtype=np.int64)
         self.skipped_seen: dict[str, int] = {}  # program -> recursion misses at the last report
+        self.malformed_seen: dict[str, int] = {}  # event type -> undecodable events at the last report
         self.flow_meta: dict[int, dict[str, Any]] = {}  # cookie -> header of a sample, for map reads
-        self.flow_seen: dict[int, int] = {}  # cookie -> packets at the last FlowCounters
+        self.flow_seen: dict[int, int] = {}  # cookie -> skbs at the last FlowCounters
         self.drop_seen: dict[tuple[int, int, int], int] = {}  # (location, reason, protocol) -> last count
         self.udp_seen: dict[bytes, tuple[int, int]] = {}  # udp_flows key -> packets at the last report
         self.ip_seen: dict[bytes, tuple[int, int, int]] = {}  # ip_flows key -> (first_ns, packets, bytes) reported
@@ -90,6 +93,10 @@ class KernelSource:
         # exact-counter records (flow_counters, ip_flow_counters, drop_count) since the consumer
         # last emptied it: the sampling meter compares them with what was emitted (H2)
         self.counter_records: list[KernelRecord] = []
+        # skb-lifecycle's exact counts (lifetimes seen, followed), read with the maps
+        self.skb_lifetimes = (0, 0)
+        # Zeek conn_state/history of each socket's summary, from the events before it
+        self.summaries = LiveSummaries()
         self.next_flow = time.monotonic() + flow_interval
         self.next_wall = time.monotonic() + WALL_RESAMPLE_S
 
@@ -115,12 +122,15 @@ class KernelSource:
             if len(self.counter_records) > MAX_TUPLES:
                 self.counter_records.clear()  # nobody consumes them (a bare KernelSource): stay bounded
             periodic = [*self.flow_counters(), *self.drop_counts(), *self.udp_flow_counters(), *self.ip_flow_counters()]
+            if "skb-lifecycle" in self.session.opts.providers:
+                self.skb_lifetimes = self.session.skb_sampling()
             out.extend(periodic)
             self.counter_records.extend(periodic)
             out.extend(self.skipped_runs())  # a syscall per program: read with the maps, not every poll
             self.next_flow = now + self.flow_interval
         out.extend(self.loss_reports())
-        return self.number(out)
+        out.extend(self.malformed_reports())
+        return self.number(self.summaries.fold(out))
 
     def number(self, records: list[KernelRecord]) -> list[KernelRecord]:
         self.seq = kernel.number(records, self.seq)
@@ -228,10 +238,10 @@ class KernelSource:
         now = time.monotonic_ns()
         for cookie, flow in self.session.flows().items():
             meta = self.flow_meta.get(cookie)
-            packets = int(flow["packets_in"]) + int(flow["packets_out"])
-            if meta is None or self.flow_seen.get(cookie) == packets:
+            skbs = int(flow["skbs"])  # every buffer siftr sees moves it; the counters move only then
+            if meta is None or self.flow_seen.get(cookie) == skbs:
                 continue
-            self.flow_seen[cookie] = packets
+            self.flow_seen[cookie] = skbs
             raw = {**meta, **{k: int(flow[k]) for k in FLOW_NAMES}, "ts_ns": now, "periodic": True}
             out.extend(translate_flow(raw, self.env))
         return out
@@ -345,6 +355,24 @@ class KernelSource:
             self.totals.received[name] = int(self.received[t])
             self.totals.lost[name] = int(lost[t])
             self.totals.generated[name] = int(generated[t])
+        return out
+
+    def malformed_reports(self) -> list[KernelRecord]:
+        """A LossReport per event type whose count of events read but not decodable moved:
+        such an event is lost to the trace like one the ring had no room for."""
+        out: list[KernelRecord] = []
+        for name, total in self.totals.malformed.items():
+            before = self.malformed_seen.get(name, 0)
+            if total != before:
+                out.append(
+                    LossReport(
+                        **collector_envelope(self.env, "malformed", "decode"),
+                        event_type=name,
+                        lost=total - before,
+                        lost_total=total,
+                    )
+                )
+                self.malformed_seen[name] = total
         return out
 
     def skipped_runs(self) -> list[KernelRecord]:

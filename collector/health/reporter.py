@@ -26,6 +26,7 @@ def sampling_meter(opts: Options) -> SamplingMeter:
         ip_sample=opts.ip_sample if "ip-flows" in chosen else 0,
         drop_rate=opts.drop_rate if chosen & {"skb", "skb-lifecycle"} else 0,
         ip_records="ip" in chosen,
+        skb_sample=opts.skb_sample if "skb-lifecycle" in chosen else 1,
     )
 
 
@@ -36,6 +37,7 @@ class SelfHealth:
         self.sampling = sampling_meter(source.session.opts)
         self.overhead = OverheadMeter(lambda: source.received, stats_interval_s)
         self.drops_seen = int(source.received[layout.EV_SKB_DROP])
+        self.lifetimes_seen = source.skb_lifetimes
         self.next_flow = source.next_flow
 
     def add(self, records: list[KernelRecord], final: bool = False) -> list[KernelRecord]:
@@ -43,8 +45,11 @@ class SelfHealth:
         src = self.source
         if self.sampling.active:
             drops = int(src.received[layout.EV_SKB_DROP])
-            self.sampling.observe(src.counter_records, drops - self.drops_seen)
+            now = src.skb_lifetimes
+            lifetimes = (now[0] - self.lifetimes_seen[0], now[1] - self.lifetimes_seen[1])
+            self.sampling.observe(src.counter_records, drops - self.drops_seen, lifetimes)
             self.drops_seen = drops
+            self.lifetimes_seen = now
             if final or src.next_flow != self.next_flow:  # this poll read the exact counters: a window ends
                 out.extend(self.sampling.records(self.env))
         src.counter_records.clear()

@@ -1,14 +1,20 @@
 """H2 sampling ratio per window: the kernel's exact counts against the records emitted.
 
-Three event types are sampled or rate-limited in the kernel:
+Four event types are sampled or rate-limited in the kernel:
 
-* ``siftr_sample`` (``--ppl N``): the ``flows`` map counts every packet of a flow and the
-  samples it emitted; ``flow_counters`` records carry both (periodic map reads and the
-  final one at tcp_destroy_sock), so the window's ratio is Δpackets / Δsamples.
+* ``siftr_sample`` (``--ppl N``): the ``flows`` map counts every buffer siftr saw of a flow
+  (``skbs``: the kernel samples buffer 0, N, 2N, ...) and the samples it emitted;
+  ``flow_counters`` records carry both (periodic map reads and the final one at
+  tcp_destroy_sock), so the window's ratio is Δskbs / Δsamples. Not Δpackets: those are
+  the socket's segments, several to a GSO or GRO buffer.
 * ``ip_packet`` (ip-flows with ``--ip-sample N``): ``ip_flow_counters`` carry
   ``packets_delta`` and the entry's ``samples`` total.
 * ``skb_drop`` (``--drop-rate N``): ``drop_count`` deltas are every drop; the drop
   events read from the ring in the window are what was emitted.
+* ``skb_event`` (skb-lifecycle with ``--skb-sample N``): the ``skb_sampling`` per-CPU
+  counts of buffer lifetimes started and followed (read with the other maps, once per
+  ``--flow-interval``); observed is lifetimes, emitted is lifetimes followed (each gives
+  several ``skb_event`` records, one per stage).
 
 ``SamplingMeter.records`` turns one window's counts into ``sampling_report`` records
 (one per sampled event type whose kernel count moved). Events lost in the ring are H1's
@@ -33,7 +39,7 @@ def _get(rec: Any, name: str) -> Any:
 
 
 class SamplingMeter:
-    def __init__(self, ppl: int, ip_sample: int, drop_rate: int, ip_records: bool = False) -> None:
+    def __init__(self, ppl: int, ip_sample: int, drop_rate: int, ip_records: bool = False, skb_sample: int = 1) -> None:
         self.settings: dict[str, str] = {}
         if ppl > 1:
             self.settings["siftr_sample"] = f"ppl {ppl}"
@@ -41,7 +47,9 @@ class SamplingMeter:
             self.settings["ip_packet"] = f"ip-sample {ip_sample}"
         if drop_rate > 0:
             self.settings["skb_drop"] = f"drop-rate {drop_rate}/s per CPU"
-        self.flows: dict[Any, tuple[int, int]] = {}  # flow -> (packets, samples) last reported
+        if skb_sample > 1:
+            self.settings["skb_event"] = f"skb-sample {skb_sample}"
+        self.flows: dict[Any, tuple[int, int]] = {}  # flow -> (skbs, samples) last reported
         self.ip_entries: dict[Any, int] = {}  # ip_flows entry -> samples last reported
         self.observed = dict.fromkeys(self.settings, 0)
         self.emitted = dict.fromkeys(self.settings, 0)
@@ -51,10 +59,16 @@ class SamplingMeter:
     def active(self) -> bool:
         return bool(self.settings)
 
-    def observe(self, counter_records: Iterable[KernelRecord], drop_events: int = 0) -> None:
-        """Fold one poll's counter records (and the drop events it read) into the window."""
+    def observe(
+        self, counter_records: Iterable[KernelRecord], drop_events: int = 0, lifetimes: tuple[int, int] = (0, 0)
+    ) -> None:
+        """Fold one poll's counter records (and the drop events it read, and the buffer
+        lifetimes (seen, followed) the kernel counted since the last poll) into the window."""
         if "skb_drop" in self.settings:
             self.emitted["skb_drop"] += drop_events
+        if "skb_event" in self.settings:
+            self.observed["skb_event"] += lifetimes[0]
+            self.emitted["skb_event"] += lifetimes[1]
         for rec in counter_records:
             kind = _get(rec, "kind")
             if kind == "flow_counters" and "siftr_sample" in self.settings and _get(rec, "proto") == "tcp":
@@ -66,7 +80,8 @@ class SamplingMeter:
 
     def _flow(self, rec: Any) -> None:
         key = (_get(rec, "conn_uuid"), _get(rec, "sock_cookie"))
-        packets = int(_get(rec, "packets_in")) + int(_get(rec, "packets_out"))
+        skbs = _get(rec, "skbs")  # None before the kernel counted buffers: packets were per buffer then
+        packets = int(skbs) if skbs is not None else int(_get(rec, "packets_in")) + int(_get(rec, "packets_out"))
         samples = int(_get(rec, "samples"))
         before = self.flows.get(key, (0, 0))
         self.observed["siftr_sample"] += max(0, packets - before[0])

@@ -3,7 +3,9 @@
 `write()` only appends to an in-memory list (beyond `max_pending` records, held up
 by a slow request, the oldest go to the spool); a background thread cuts batches
 (`batch_size` records or `flush_interval` seconds), encodes each as one MessagePack
-array and POSTs it to ``<server>/api/ingest`` with the host's bearer token.
+array and POSTs it to ``<server>/api/ingest`` with the host's bearer token,
+over HTTPS (a private CA with `ca_file`) or plain HTTP on loopback only unless
+`insecure` (collector/sinks/http_transport.py).
 
 What happens to a batch, by answer (the ingest contract in docs/api.md):
 - 200: delivered.
@@ -13,7 +15,8 @@ What happens to a batch, by answer (the ingest contract in docs/api.md):
 - 413: the batch is split in two and each half sent again (a single record too large
   is rejected as below).
 - any other 4xx: logged with the server's error and written to ``<spool>/rejected/``,
-  never silently dropped.
+  never silently dropped; its records are counted in ``refused_records`` (the
+  collector reports them as a LossReport, event_type "rejected": not in the database).
 The spool outlives the process: a new sink on the same directory replays it first.
 The server is idempotent on (host, boot, seq), so a batch replayed after a lost 200
 is stored once.
@@ -36,6 +39,7 @@ from typing import Any
 import msgspec
 import requests
 
+from collector.sinks.http_transport import check_server_url
 from collector.spool import DEFAULT_MAX_BYTES, Spool, SpoolError
 
 log = logging.getLogger("nettrail.sink.http")
@@ -91,9 +95,12 @@ class HttpSink:
         retry_interval: float = 1.0,
         max_retry_interval: float = 30.0,
         max_pending: int = DEFAULT_MAX_PENDING,
+        ca_file: str | Path | None = None,
+        insecure: bool = False,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        check_server_url(server_url, insecure=insecure, ca_file=ca_file)  # before any token is sent
         self.url = server_url.rstrip("/") + INGEST_PATH
         self.spool = Spool(spool_dir, max_spool_bytes)
         self.rejected_dir = Path(spool_dir) / "rejected"
@@ -105,6 +112,8 @@ class HttpSink:
         self.max_pending = max(max_pending, batch_size)
         self.stats = SinkStats()
         self._session = requests.Session()
+        # Given on every request: a session-level `verify` loses to $REQUESTS_CA_BUNDLE.
+        self._verify: str | bool = str(ca_file) if ca_file is not None else True
         self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/msgpack"}
         self._cond = threading.Condition()  # guards the pending list and counters (taken before _spool_lock)
         self._spool_lock = threading.Lock()  # the spool is shared by write() (overflow) and the sender
@@ -181,7 +190,14 @@ class HttpSink:
     @property
     def lost_records(self) -> int:
         """Records dropped for lack of spool space: report them as a LossReport (event_type "spool")."""
-        return self.spool.lost_records + self.stats.unspoolable_records + self.stats.rejected_dropped_records
+        return self.spool.lost_records + self.stats.unspoolable_records
+
+    @property
+    def refused_records(self) -> int:
+        """Records of batches the server refused (4xx): kept in rejected/ (the oldest deleted
+        to stay within the spool bound), never stored. A LossReport, event_type "rejected";
+        each refused record counts once, whether its file is kept or deleted later."""
+        return self.stats.rejected_records
 
     # --- sender thread --------------------------------------------------------------------
 
@@ -289,7 +305,13 @@ class HttpSink:
 
     def _post(self, payload: bytes, count: int) -> Outcome:
         try:
-            answer = self._session.post(self.url, data=payload, headers=self._headers, timeout=self.timeout)
+            answer = self._session.post(
+                self.url, data=payload, headers=self._headers, timeout=self.timeout, verify=self._verify
+            )
+        except requests.exceptions.SSLError as exc:  # a certificate problem: say which, it will not fix itself
+            if not self._down:
+                log.error("TLS with the ingest server failed (%s): spooling to %s", exc, self.spool.dir)
+            return Outcome.RETRY
         except requests.RequestException as exc:
             if not self._down:
                 log.warning("ingest server unreachable (%s): spooling to %s", type(exc).__name__, self.spool.dir)

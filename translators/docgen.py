@@ -91,7 +91,13 @@ def table(cls: type[msgspec.Struct]) -> list[str]:
 
 
 def nested_structs(cls: type[msgspec.Struct]) -> list[type[msgspec.Struct]]:
-    return [d.type for d in describe(cls) if isinstance(d.type, type) and issubclass(d.type, msgspec.Struct)]
+    """Structs inside a record: single ones (AnalysisCounts) and list items (Finding)."""
+    out = []
+    for d in describe(cls):
+        tp = d.item_type if d.type is list else d.type
+        if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+            out.append(tp)
+    return out
 
 
 def kind_section(cls: type[msgspec.Struct]) -> list[str]:

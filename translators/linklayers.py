@@ -17,15 +17,15 @@ one packet at a time, after that pass:
 A packet still not placed gets a label saying what it was (`link type 9 (PPP)`,
 `ethertype 0x88cc`, `802.11 management/control`, ...), which the analysis counts and
 reports, so an undecodable capture never comes back silently empty.
-Keep in sync with: translators/packet.py (the caller, _link_layer), docs/analyze.md (Input).
+
+Plain Python, no numpy: translators/packet.py applies these to the packets of a batch its
+columns left unplaced (``_resolve``), translators/packet_rows.py to every packet of a
+small capture.
+Keep in sync with: translators/packet.py (_link_layer, _resolve), translators/packet_rows.py,
+docs/analyze.md (Input).
 """
 
 from __future__ import annotations
-
-import numpy as np
-import numpy.typing as npt
-
-IntArray = npt.NDArray[np.int64]
 
 MAX_NESTING = 3
 VXLAN_PORT = 4789
@@ -204,36 +204,3 @@ def inner_packet(buf: bytes | bytearray, l3: int, ver: int, end: int) -> tuple[i
     except Unplaced:
         return None  # a tunnel of something else: the outer packet stays what it is
     return None
-
-
-def resolve(
-    buf: bytes | bytearray, linktype: IntArray, off: IntArray, cap: IntArray, l3: IntArray, ver: IntArray, et: IntArray
-) -> dict[int, str]:
-    """Places the packets packet.py could not and unwraps tunnels, in place (l3, ver);
-    -> packet index -> label of each packet still not placed."""
-    u8 = np.frombuffer(buf, np.uint8)
-    labels: dict[int, str] = {}
-    for i in np.flatnonzero(ver == 0).tolist():
-        end = int(off[i] + cap[i])
-        try:
-            l3[i], ver[i] = place(buf, int(linktype[i]), int(off[i]), end, int(l3[i]), int(et[i]))
-        except Unplaced as why:
-            labels[i] = str(why)
-    # Tunnel candidates, found for the whole batch: an IPv4/IPv6 next protocol of 4, 41 or
-    # 47, or UDP to port 4789 (no IPv6 extension headers are walked for this).
-    if not len(u8):
-        return labels
-    for _ in range(MAX_NESTING):
-        proto = np.where(ver == 4, u8.take(l3 + 9, mode="clip"), np.where(ver == 6, u8.take(l3 + 6, mode="clip"), 0))
-        hlen = np.where(ver == 4, (u8.take(l3, mode="clip") & 15).astype(np.int64) * 4, 40)
-        dport = (u8.take(l3 + hlen + 2, mode="clip").astype(np.int64) << 8) | u8.take(l3 + hlen + 3, mode="clip")
-        cand = np.isin(proto, (4, 41, 47)) | ((proto == 17) & (dport == VXLAN_PORT))
-        found = False
-        for i in np.flatnonzero(cand & (ver > 0)).tolist():
-            got = inner_packet(buf, int(l3[i]), int(ver[i]), int(off[i] + cap[i]))
-            if got is not None:
-                l3[i], ver[i] = got
-                found = True
-        if not found:
-            break
-    return labels

@@ -19,10 +19,12 @@ fixed part, is malformed.
 The decoder is four modules: this one (link layers, then the IP and TCP/UDP headers of a
 whole batch at once), packet_layers (vocabularies and the rare packets decoded one at a
 time), packet_decoded (the resulting columns) and packet_records (records from them).
-Callers import from here.
+Callers import from here. translators/packet_rows.py applies the same rules packet by
+packet in plain Python for small captures (no numpy import); a change to a check here
+must be made there too (tests/test_packet_rows.py compares the two).
 
-Keep in sync with: translators/packet_batch.py (Batch) and translators/records_packets.py
-(IpPacket, UdpDatagram, TcpSegment fields).
+Keep in sync with: translators/packet_batch.py (Batch), translators/packet_rows.py (the same
+rules per packet) and translators/records_packets.py (IpPacket, UdpDatagram, TcpSegment fields).
 """
 
 from __future__ import annotations
@@ -44,7 +46,6 @@ from translators.packet_layers import (
     V6_MARK,
     VLAN_TYPES,
     IcmpQuote,
-    IntArray,
     TcpOptions,
     addr_str,
     icmp_quote,
@@ -52,6 +53,8 @@ from translators.packet_layers import (
     walk_ipv6,
 )
 from translators.packet_records import packet_records, tcp_record
+
+IntArray = npt.NDArray[np.int64]
 
 __all__ = [
     "K_ICMP",
@@ -143,7 +146,40 @@ def _link_layer(v: _View, bt: Batch) -> tuple[IntArray, IntArray, dict[int, str]
     ver[pick] = nibble[pick]
     ver[(lt == 228) & (nibble != 4)] = 0
     ver[(lt == 229) & (nibble != 6)] = 0
-    return l3, ver, linklayers.resolve(bt.buf, lt, off, cap, l3, ver, et)
+    return l3, ver, _resolve(bt.buf, lt, off, cap, l3, ver, et)
+
+
+def _resolve(
+    buf: bytes | bytearray, linktype: IntArray, off: IntArray, cap: IntArray, l3: IntArray, ver: IntArray, et: IntArray
+) -> dict[int, str]:
+    """Places the packets packet.py could not and unwraps tunnels, in place (l3, ver);
+    -> packet index -> label of each packet still not placed."""
+    u8 = np.frombuffer(buf, np.uint8)
+    labels: dict[int, str] = {}
+    for i in np.flatnonzero(ver == 0).tolist():
+        end = int(off[i] + cap[i])
+        try:
+            l3[i], ver[i] = linklayers.place(buf, int(linktype[i]), int(off[i]), end, int(l3[i]), int(et[i]))
+        except linklayers.Unplaced as why:
+            labels[i] = str(why)
+    # Tunnel candidates, found for the whole batch: an IPv4/IPv6 next protocol of 4, 41 or
+    # 47, or UDP to port 4789 (no IPv6 extension headers are walked for this).
+    if not len(u8):
+        return labels
+    for _ in range(linklayers.MAX_NESTING):
+        proto = np.where(ver == 4, u8.take(l3 + 9, mode="clip"), np.where(ver == 6, u8.take(l3 + 6, mode="clip"), 0))
+        hlen = np.where(ver == 4, (u8.take(l3, mode="clip") & 15).astype(np.int64) * 4, 40)
+        dport = (u8.take(l3 + hlen + 2, mode="clip").astype(np.int64) << 8) | u8.take(l3 + hlen + 3, mode="clip")
+        cand = np.isin(proto, (4, 41, 47)) | ((proto == 17) & (dport == linklayers.VXLAN_PORT))
+        found = False
+        for i in np.flatnonzero(cand & (ver > 0)).tolist():
+            got = linklayers.inner_packet(buf, int(l3[i]), int(ver[i]), int(off[i] + cap[i]))
+            if got is not None:
+                l3[i], ver[i] = got
+                found = True
+        if not found:
+            break
+    return labels
 
 
 def decode_batch(bt: Batch, want_options: bool = False) -> Decoded:

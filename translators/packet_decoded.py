@@ -1,8 +1,9 @@
 """One decoded packet batch: numpy header columns per packet, Python lists on demand.
 
-What translators/packet.py's bulk decoder returns, and what the capture analysis reads
-(analysis/flows); ``portable()`` is the compact copy sent from the decoding worker
-process to the analysis process.
+What translators/packet.py's bulk decoder returns; the capture analysis (analysis/flows)
+reads it through translators/packet_view.py's PacketView, which translators/packet_rows.py's
+decoder of small captures satisfies too. ``portable()`` is the compact copy sent from the
+decoding worker process to the analysis process.
 
 Keep in sync with: translators/packet.py (the columns it fills), translators/packet_batch.py
 (the batch it keeps), analysis/capture/pcap_worker.py (sends portable copies).
@@ -13,9 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from translators.packet_batch import Batch
-from translators.packet_layers import K_TCP, IcmpQuote, IntArray, TcpOptions
+from translators.packet_layers import K_TCP, IcmpQuote, TcpOptions
+
+IntArray = npt.NDArray[np.int64]
 
 
 class Decoded:
@@ -126,6 +130,7 @@ class Decoded:
                 got[i] = opts
         return got
 
+    # per-packet lists (translators/packet_view.py)
     kind = property(lambda self: self._list("kind"))
     ip_ver = property(lambda self: self._list("ip_ver"))
     sport = property(lambda self: self._list("sport"))
@@ -137,6 +142,42 @@ class Decoded:
     payload = property(lambda self: self._list("payload"))
     ip_len = property(lambda self: self._list("ip_len"))
     fragment = property(lambda self: self._list("fragment"))
+
+    # single values and batch totals (translators/packet_view.py)
+    @property
+    def buf(self) -> bytes | bytearray:
+        return self.batch.buf
+
+    @property
+    def first_frame(self) -> int:
+        return self.batch.first_frame
+
+    def value(self, name: str, i: int) -> int:
+        return int(self.cols[name][i])
+
+    def ts_at(self, i: int) -> int:
+        return int(self.batch.ts_ns[i])
+
+    def frame_end(self, i: int) -> int:
+        return int(self.batch.data_off[i] + self.batch.caplen[i])
+
+    def file_offset(self, i: int) -> int:
+        return int(self.batch.file_off[i])
+
+    def caplen_total(self) -> int:
+        return int(self.batch.caplen.sum())
+
+    def wirelen_total(self) -> int:
+        return int(self.batch.wirelen.sum())
+
+    def count_kind(self, kind: int) -> int:
+        return int((self.cols["kind"] == kind).sum())
+
+    def count_fragments(self) -> int:
+        return int((self.cols["fragment"] > 0).sum())
+
+    def not_kind(self, kind: int) -> list[int]:
+        return list(np.flatnonzero(self.cols["kind"] != kind).tolist())
 
     def tcp_columns(self) -> tuple[list[Any], ...]:
         """Per-TCP-packet lists: frame, ts, ip_ver, src, sport, dst, dport, seq, ack, flags, window, payload, ip_len, options."""

@@ -16,11 +16,6 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 
-import numpy as np
-import numpy.typing as npt
-
-IntArray = npt.NDArray[np.int64]
-
 # per-packet kind codes (column `kind`)
 K_MALFORMED, K_OTHER, K_IP, K_TCP, K_UDP, K_ICMP = -1, 0, 1, 6, 17, 58
 VLAN_TYPES = (0x8100, 0x88A8, 0x9100)

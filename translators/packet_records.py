@@ -1,10 +1,10 @@
 """Packet records from a decoded batch: the --packets view and the translator tests.
 
-Turns packet i of a :class:`translators.packet_decoded.Decoded` batch into the
-IpPacket, UdpDatagram or TcpSegment record with the envelope the caller supplies.
+Turns packet i of a decoded batch (translators/packet_view.py: either decoder's) into
+the IpPacket, UdpDatagram or TcpSegment record with the envelope the caller supplies.
 
 Keep in sync with: translators/records_packets.py (the record fields),
-translators/packet_decoded.py (the columns read).
+translators/packet_view.py (the columns read).
 """
 
 from __future__ import annotations
@@ -12,20 +12,20 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from translators.packet_decoded import Decoded
 from translators.packet_layers import K_MALFORMED, K_OTHER, K_TCP, K_UDP, PROTO_NAMES, addr_str, parse_tcp_options
+from translators.packet_view import PacketView
 from translators.records import IpPacket, Record, TcpSegment, UdpDatagram, tcp_flags_str
 
 
-def ip_record(d: Decoded, i: int, env: dict[str, Any]) -> IpPacket:
+def ip_record(d: PacketView, i: int, env: dict[str, Any]) -> IpPacket:
     """The ip:::receive-style record of packet i (IPv4 or IPv6 header fields)."""
-    buf, c = d.batch.buf, d.cols
-    l3 = int(c["l3"][i])
+    buf = d.buf
+    l3 = d.value("l3", i)
     ver = d.ip_ver[i]
     fields: dict[str, Any] = {}
     if ver == 4:
         tos = buf[l3 + 1]
-        fo = int(c["frag_off"][i])
+        fo = d.value("frag_off", i)
         fields = dict(
             ttl=buf[l3 + 8], tos=tos, dscp=tos >> 2, ecn=tos & 3, ident=(buf[l3 + 4] << 8) | buf[l3 + 5],
             frag_flags=fo >> 13, frag_offset=(fo & 0x1FFF) * 8, checksum=(buf[l3 + 10] << 8) | buf[l3 + 11],
@@ -34,7 +34,7 @@ def ip_record(d: Decoded, i: int, env: dict[str, Any]) -> IpPacket:
         word = struct.unpack_from(">I", buf, l3)[0]
         tclass = (word >> 20) & 0xFF
         fields = dict(ttl=buf[l3 + 7], tos=tclass, dscp=tclass >> 2, ecn=tclass & 3, flow_label=word & 0xFFFFF)
-    proto = int(c["proto"][i])
+    proto = d.value("proto", i)
     return IpPacket(
         **env,
         probe="receive",
@@ -44,9 +44,9 @@ def ip_record(d: Decoded, i: int, env: dict[str, Any]) -> IpPacket:
         dst=addr_str(d.dst[i]),
         protocol=proto,
         protocol_name=PROTO_NAMES.get(proto, str(proto)),
-        header_length=int(c["hlen"][i]),
+        header_length=d.value("hlen", i),
         length=d.ip_len[i],
-        payload_length=d.ip_len[i] - int(c["hlen"][i]),
+        payload_length=d.ip_len[i] - d.value("hlen", i),
         is_fragment=d.fragment[i] > 0,
         frame=d.frame[i],
         wire_length=d.wire_len[i],
@@ -54,13 +54,13 @@ def ip_record(d: Decoded, i: int, env: dict[str, Any]) -> IpPacket:
     )
 
 
-def udp_record(d: Decoded, i: int, env: dict[str, Any]) -> UdpDatagram:
-    buf = d.batch.buf
-    l4 = int(d.cols["l4"][i])
+def udp_record(d: PacketView, i: int, env: dict[str, Any]) -> UdpDatagram:
+    buf = d.buf
+    l4 = d.value("l4", i)
     return UdpDatagram(
         **env,
         probe="receive",
-        provider="udp" if int(d.cols["proto"][i]) == 17 else "udplite",
+        provider="udp" if d.value("proto", i) == 17 else "udplite",
         ip_ver=d.ip_ver[i],
         src=addr_str(d.src[i]),
         sport=d.sport[i],
@@ -74,12 +74,12 @@ def udp_record(d: Decoded, i: int, env: dict[str, Any]) -> UdpDatagram:
     )
 
 
-def tcp_record(d: Decoded, i: int, env: dict[str, Any]) -> TcpSegment:
+def tcp_record(d: PacketView, i: int, env: dict[str, Any]) -> TcpSegment:
     """The header view of packet i; analysis fields are filled in by the caller."""
-    buf = d.batch.buf
-    l4 = int(d.cols["l4"][i])
-    thl = int(d.cols["thl"][i])
-    end_cap = int(d.batch.data_off[i] + d.batch.caplen[i])
+    buf = d.buf
+    l4 = d.value("l4", i)
+    thl = d.value("thl", i)
+    end_cap = d.frame_end(i)
     opts = d.option_map.get(i) or parse_tcp_options(buf, l4 + 20, min(l4 + thl, end_cap))
     flags = d.flags[i]
     return TcpSegment(
@@ -111,7 +111,7 @@ def tcp_record(d: Decoded, i: int, env: dict[str, Any]) -> TcpSegment:
     )
 
 
-def packet_records(d: Decoded, i: int, env: dict[str, Any]) -> list[Record]:
+def packet_records(d: PacketView, i: int, env: dict[str, Any]) -> list[Record]:
     """IP record plus the transport record of packet i (empty for non-IP or malformed packets)."""
     kind = d.kind[i]
     if kind in (K_MALFORMED, K_OTHER):

@@ -27,6 +27,7 @@ Schema changes: bump nothing silently, add a fix-up to ``UPGRADES`` instead.
 
 from __future__ import annotations
 
+import functools
 import typing
 from typing import Any, Literal, Union
 
@@ -74,8 +75,10 @@ from translators.records_skb import (
     SockEvent,
 )
 from translators.records_tcp import (
+    FINDING_KINDS,
     AnalysisCounts,
     Connection,
+    Finding,
     SiftrSample,
     TcpCongState,
     TcpDebugSnapshot,
@@ -101,6 +104,8 @@ __all__ = [
     "ZEEK_CONN_STATES",
     "Alert",
     "AnalysisCounts",
+    "FINDING_KINDS",
+    "Finding",
     "AnyRecord",
     "Blob",
     "Bool",
@@ -134,6 +139,7 @@ __all__ = [
     "UdpDatagram",
     "connection_uuid",
     "decode_batch",
+    "decode_trusted",
     "describe",
     "doc",
     "flow_uuid",
@@ -197,10 +203,14 @@ UPGRADES: dict[str, list[typing.Callable[[dict[str, Any]], dict[str, Any]]]] = {
 
 _json_encoder = msgspec.json.Encoder()
 _msgpack_encoder = msgspec.msgpack.Encoder()
-_json_decoder = msgspec.json.Decoder(AnyRecord)
-_msgpack_decoder = msgspec.msgpack.Decoder(AnyRecord)
-_json_batch_decoder = msgspec.json.Decoder(list[AnyRecord])
-_msgpack_batch_decoder = msgspec.msgpack.Decoder(list[AnyRecord])
+
+
+# The decoders are built on first use: building one for the union of every record type
+# takes tens of milliseconds, which `nettrail analyze` (it never decodes) need not pay.
+@functools.cache
+def _decoder(fmt: Literal["json", "msgpack"], batch: bool) -> Any:
+    tp: Any = list[AnyRecord] if batch else AnyRecord
+    return msgspec.json.Decoder(tp) if fmt == "json" else msgspec.msgpack.Decoder(tp)
 
 
 def to_json(record: Record) -> bytes:
@@ -213,19 +223,30 @@ def to_msgpack(record: Record) -> bytes:
 
 def from_json(data: bytes | str) -> Record:
     with _decoding():
-        return typing.cast(Record, _json_decoder.decode(data))
+        return typing.cast(Record, _decoder("json", False).decode(data))
 
 
 def from_msgpack(data: bytes) -> Record:
     with _decoding():
-        return typing.cast(Record, _msgpack_decoder.decode(data))
+        return typing.cast(Record, _decoder("msgpack", False).decode(data))
 
 
-def decode_batch(data: bytes, content_type: Literal["json", "msgpack"]) -> list[Record]:
-    """Decode a list of records; raises msgspec.ValidationError naming `$[index].field`."""
-    decoder = _json_batch_decoder if content_type == "json" else _msgpack_batch_decoder
-    with _decoding():
+def decode_batch(data: bytes, content_type: Literal["json", "msgpack"], trusted: bool = False) -> list[Record]:
+    """Decode a list of records; raises msgspec.ValidationError naming `$[index].field`.
+
+    trusted: records nettrail validated itself before (the writers reading the ingest
+    stream): msgspec's type checks only, not the vocabularies of __post_init__.
+    """
+    decoder = _decoder(content_type, True)
+    with _decoding(trusted):
         return typing.cast(list[Record], decoder.decode(data))
+
+
+def decode_trusted(decoder: Any, data: bytes) -> Any:
+    """Decode with a caller's msgspec decoder (e.g. a narrower view of the record types,
+    webapp/traces/view.py) data nettrail validated itself before: type checks only."""
+    with _decoding(True):
+        return decoder.decode(data)
 
 
 def to_builtins(record: Record) -> dict[str, Any]:

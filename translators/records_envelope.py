@@ -67,6 +67,8 @@ class Record(msgspec.Struct, kw_only=True, tag_field="kind", forbid_unknown_fiel
         return typing.cast(str, type(self).__struct_config__.tag)
 
     def __post_init__(self) -> None:
+        if _DECODING.trusted:
+            return  # re-read from nettrail's own ingest stream: validated before it was queued
         cls = type(self)
         plan = _PLANS.get(cls) or _plan(cls)
         if not _DECODING.active:
@@ -123,6 +125,7 @@ class _Plan:
 
 class _DecodingFlag(threading.local):
     active = False  # True while this thread's msgspec decoder builds records
+    trusted = False  # True while it re-reads records validated earlier (no checks at all)
 
 
 _PLANS: dict[type, _Plan] = {}
@@ -151,14 +154,19 @@ def _raise_type_error(rec: Record, plan: _Plan) -> typing.NoReturn:
 
 
 @contextlib.contextmanager
-def _decoding() -> typing.Iterator[None]:
-    """Marks this thread as decoding, so __post_init__ skips the type checks msgspec did."""
-    outer = _DECODING.active
-    _DECODING.active = True
+def _decoding(trusted: bool = False) -> typing.Iterator[None]:
+    """Marks this thread as decoding, so __post_init__ skips the type checks msgspec did.
+
+    trusted: the data was validated by nettrail before (the ingest tier validates a
+    batch before it queues it on the Redis stream): the vocabularies are skipped too.
+    msgspec still checks the types, so bytes that are not such records still fail.
+    """
+    outer = (_DECODING.active, _DECODING.trusted)
+    _DECODING.active, _DECODING.trusted = True, trusted
     try:
         yield
     finally:
-        _DECODING.active = outer
+        _DECODING.active, _DECODING.trusted = outer
 
 
 @functools.cache

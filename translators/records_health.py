@@ -41,11 +41,11 @@ class SamplingReport(Record, tag="sampling_report", kw_only=True):
     """H2: how sampled or rate-limited one event type was in one window, from the kernel's exact
     counts (flows, ip_flows, drops maps) against the records the collector emitted."""
 
-    event_type: Annotated[str, doc("record kind that is sampled: siftr_sample, ip_packet or skb_drop", key=True, brief=True)]
-    setting: Annotated[str, doc("what samples it, e.g. 'ppl 8', 'ip-sample 4', 'drop-rate 100/s per CPU'", brief=True)]
+    event_type: Annotated[str, doc("record kind that is sampled: siftr_sample, ip_packet, skb_drop or skb_event", key=True, brief=True)]
+    setting: Annotated[str, doc("what samples it, e.g. 'ppl 8', 'ip-sample 4', 'drop-rate 100/s per CPU', 'skb-sample 64'", brief=True)]
     window_s: Annotated[float, doc("length of the window the counts cover", unit="s", fmt="%.3f")]
-    observed: Annotated[int, doc("events the kernel counted exactly in the window (packets, drops)", brief=True)]
-    emitted: Annotated[int, doc("records of event_type emitted for them in the window", brief=True)]
+    observed: Annotated[int, doc("events the kernel counted exactly in the window (packets, drops; skb_event: buffer lifetimes started)", brief=True)]
+    emitted: Annotated[int, doc("records of event_type emitted for them in the window (skb_event: lifetimes followed, each several records)", brief=True)]
     ratio: Annotated[Float, doc("observed / emitted: one record per this many events; null when none was emitted", fmt="%.2f", brief=True)] = None
 
 
@@ -65,6 +65,7 @@ class CollectorStatus(Record, tag="collector_status", kw_only=True):
     ppl: Annotated[Int, doc("siftr: one sample per this many packets of a flow (--ppl)")] = None
     ip_sample: Annotated[Int, doc("ip-flows: one ip_packet record per this many packets of a flow (--ip-sample; 0: none)")] = None
     drop_rate: Annotated[Int, doc("skb: drop events per second per CPU (--drop-rate; 0: all)")] = None
+    skb_sample: Annotated[Int, doc("skb-lifecycle: one buffer lifetime followed in this many (--skb-sample; 1: all; null: skb-lifecycle not chosen)")] = None
     stack_counters: Annotated[Bool, doc("the TCP MIB counters of /proc/net are read (stack_counter records)")] = None
 
 

@@ -81,11 +81,12 @@ class FlowCounters(FlowRecord, tag="flow_counters", kw_only=True):
     """Exact per-flow counters kept in the kernel regardless of sampling (ppl)."""
 
     proto: Annotated[str, doc("transport protocol", choices=("tcp", "udp", "udplite"), brief=True)]
-    packets_in: Annotated[int, doc("packets received", brief=True)] = 0
-    packets_out: Annotated[int, doc("packets sent", brief=True)] = 0
-    bytes_in: Annotated[int, doc("payload bytes received", unit="bytes", brief=True)] = 0
-    bytes_out: Annotated[int, doc("payload bytes sent", unit="bytes", brief=True)] = 0
+    packets_in: Annotated[int, doc("packets received (tcp: segments, the socket's segs_in as ss -tin shows it)", brief=True)] = 0
+    packets_out: Annotated[int, doc("packets sent (tcp: segments incl. retransmissions, ss's segs_out)", brief=True)] = 0
+    bytes_in: Annotated[int, doc("payload bytes received (tcp: in-order bytes, a received FIN counts 1: ss's bytes_received)", unit="bytes", brief=True)] = 0
+    bytes_out: Annotated[int, doc("payload bytes sent (tcp: retransmissions included, ss's bytes_sent)", unit="bytes", brief=True)] = 0
     samples: Annotated[int, doc("sample records emitted for this flow")] = 0
+    skbs: Annotated[Int, doc("tcp: buffers siftr saw (tcp_probe in, net_dev_queue out), of which buffer k was sampled if k % ppl == 0")] = None
 
 
 class IpFlowCounters(FlowRecord, tag="ip_flow_counters", kw_only=True):

@@ -20,6 +20,7 @@ from translators.records_fields import (
     CA_STATES,
     DEBUG_DIRECTIONS,
     PRU_REQUESTS,
+    SEVERITIES,
     TCP_STATES,
     ZEEK_CONN_STATES,
     Bool,
@@ -94,6 +95,35 @@ class AnalysisCounts(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     zero_window_probe_ack: Annotated[int, doc("packets tshark flags tcp.analysis.zero_window_probe_ack")] = 0
 
 
+# What a connection's findings can say (analysis/flows/findings.py decides; docs/analyze.md
+# "Findings" gives each kind's rule).
+FINDING_KINDS = (
+    "refused", "no_answer", "handshake_incomplete", "syn_retries", "reset", "zero_window", "retransmissions",
+    "half_open", "one_sided", "capture_incomplete", "icmp_unreachable", "out_of_order", "reused_port",
+)  # fmt: skip
+FINDING_SIDES = ("orig", "resp")
+
+
+class Finding(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One problem of a connection in plain words, with its severity and the numbers behind it
+    (Wireshark's Expert Info, per connection and explained)."""
+
+    kind: Annotated[str, doc("what was found", choices=FINDING_KINDS, brief=True)]
+    severity: Annotated[str, doc("info, notice, warning or critical (anomalies.md §1)", choices=SEVERITIES, brief=True)]
+    message: Annotated[str, doc("the finding in plain words", brief=True)]
+    side: Annotated[Str, doc("the side concerned: who reset, stalled, retransmitted or was silent", choices=FINDING_SIDES)] = None
+    count: Annotated[Int, doc("how many: packets, episodes, retransmissions, SYNs or segments, by kind")] = None
+    seconds: Annotated[Float, doc("time concerned: stalled time, time spent retrying a SYN", unit="s")] = None
+    ratio: Annotated[Float, doc("share: of the connection's life (zero window) or of the side's data segments (retransmissions)")] = None
+    data_bytes: Annotated[Int, doc("payload bytes concerned: exchanged before a reset, missing from the capture", unit="bytes")] = None
+    state: Annotated[Str, doc("where the connection was when it happened (resets)", choices=("handshake", "established", "closing", "closed"))] = None
+    fast: Annotated[Int, doc("retransmissions after duplicate ACKs or SACKs (tcp.analysis.fast_retransmission)")] = None
+    timeout: Annotated[Int, doc("retransmissions after a timeout (RTO): the same data was last sent >= 200 ms before")] = None
+    spurious: Annotated[Int, doc("retransmissions of data the receiver had acknowledged (tcp.analysis.spurious_retransmission)")] = None
+    frame: Annotated[Int, doc("first frame showing it")] = None
+    ts: Annotated[Float, doc("time of that frame, seconds since the epoch", unit="s")] = None
+
+
 class Connection(Record, tag="connection", kw_only=True):
     """Connection summary (Zeek-like for captures; final counters at tcp_destroy_sock live)."""
 
@@ -137,6 +167,7 @@ class Connection(Record, tag="connection", kw_only=True):
     analysis: Annotated[AnalysisCounts | None, doc("packets per tcp.analysis flag (tshark filter counts)")] = None
     icmp_error: Annotated[Str, doc("last ICMP destination-unreachable error quoting this flow, e.g. port-unreachable")] = None
     icmp_errors: Annotated[Int, doc("ICMP destination-unreachable messages quoting this flow")] = None
+    findings: Annotated[list[Finding] | None, doc("what went wrong, worst first (captures; docs/analyze.md Findings)", brief=True)] = None
 
 
 # --- siftr and tcp debug ---------------------------------------------------------------

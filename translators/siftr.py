@@ -142,6 +142,7 @@ def translate_flow(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
                 bytes_in=raw["bytes_in"],
                 bytes_out=raw["bytes_out"],
                 samples=raw["samples"],
+                skbs=raw["skbs"],
             ),
             env,
         )

@@ -14,15 +14,17 @@ import base64
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jinja2
 import msgspec
 
 from translators.records import FieldDesc, describe
 from xo import escape
 from xo.fields import Field, finite, parse_format, printf, strip_width
 from xo.options import XoOptions
+
+if TYPE_CHECKING:
+    import jinja2
 
 # Separators between consecutive key fields on the display line: "src:sport -> dst:dport".
 KEY_SEPARATORS: dict[tuple[str, str], str] = {("src", "sport"): ":", ("sport", "dst"): " -> ", ("dst", "dport"): ":"}
@@ -111,10 +113,15 @@ def xo_name(name: str) -> str:
 def display_value(value: Any, fmt: str) -> str:
     """Text for humans: lists comma-joined, bools true/false, the field format applied."""
     if isinstance(value, list):
-        return ",".join(display_value(v, "%s") for v in value)
+        # items that are sentences (findings) are separated like sentences
+        sep = "; " if value and isinstance(value[0], msgspec.Struct) else ","
+        return sep.join(display_value(v, "%s") for v in value)
     if isinstance(value, dict):
         return ",".join(f"{k}={display_value(v, '%s')}" for k, v in value.items())
     if isinstance(value, msgspec.Struct):
+        message, severity = getattr(value, "message", None), getattr(value, "severity", None)
+        if isinstance(message, str) and isinstance(severity, str):  # a finding: for people, its sentence
+            return escape.text_safe(f"{severity}: {message}")
         return " ".join(f"{k}={display_value(v, '%s')}" for k, v in msgspec.structs.asdict(value).items())
     if isinstance(value, bytes):
         return value.hex()
@@ -197,17 +204,24 @@ def _xml_name(name: str) -> str:
     return escape.xml_text(element_name(name))
 
 
-# Escaping is explicit and per style (libxo.md §7), so jinja2's global autoescape stays off.
-ENV = jinja2.Environment(
-    autoescape=False,
-    keep_trailing_newline=True,
-    undefined=jinja2.StrictUndefined,
-    auto_reload=False,
-    cache_size=-1,
-)
-ENV.filters.update(FILTERS)
-# `is present`: a value the encodings carry (not None, not NaN/Inf).
-ENV.tests["present"] = lambda value: value is not None and finite(value)
+@functools.cache
+def environment() -> jinja2.Environment:
+    """The jinja2 environment of the XML and HTML record templates, made on first use
+    (JSON and text records need no template, and `nettrail analyze` starts faster)."""
+    import jinja2
+
+    # Escaping is explicit and per style (libxo.md §7), so jinja2's global autoescape stays off.
+    env = jinja2.Environment(
+        autoescape=False,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        auto_reload=False,
+        cache_size=-1,
+    )
+    env.filters.update(FILTERS)
+    # `is present`: a value the encodings carry (not None, not NaN/Inf).
+    env.tests["present"] = lambda value: value is not None and finite(value)
+    return env
 
 
 def literal(text: str) -> str:
@@ -222,7 +236,7 @@ def compile_template(
     source_fn: Callable[[type[msgspec.Struct], XoOptions], str], cls: type[msgspec.Struct], opts: XoOptions
 ) -> jinja2.Template:
     """Compile a style's record template once per (style, record type, options)."""
-    return ENV.from_string(source_fn(cls, opts))
+    return environment().from_string(source_fn(cls, opts))
 
 
 def stream_template(template: jinja2.Template, write: Callable[[str], None], **context: Any) -> None:

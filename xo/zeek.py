@@ -8,12 +8,14 @@ the end. Zeek's own rules are kept where nettrail has the value: `duration`,
 `orig_bytes` and `resp_bytes` are only written when the duration is above zero, an
 empty history is unset, a value that is only unset's `-` is escaped. Fields nettrail
 does not know (`service`, `local_orig`, `local_resp`, `tunnel_parents`, and for live
-connections `conn_state`, `history` and `missed_bytes` until the kernel provides them)
-are written `-`, as Zeek writes an unset field.
+connections `missed_bytes`) are written `-`, as Zeek writes an unset field.
 
-Live connections (source "kernel") have no per-direction wire counts: their local side
-is written as the originator (as in the record), with the kernel's segments out / in as
-packets and bytes acked / received as payload bytes; IP byte counts stay unset.
+Live connections (source "kernel") have no per-direction wire counts: the kernel's
+segments out / in are the packets and bytes acked / received the payload bytes; IP byte
+counts stay unset. Their conn_state and history (the collector derives them) are in
+Zeek's orientation, so a connection this host accepted is written with the remote side
+as the originator when the writer is told (`local_orig=False`); otherwise the local
+side is written as the originator, as in the record.
 `#open` and `#close` are UTC (Zeek writes local time; the appliance runs in UTC).
 Only translators is imported: the writer works in the collector, the CLI and the webapp.
 Keep in sync with: docs/analyze.md ("Zeek conn.log"), tests/test_zeek_conn_log.py.
@@ -104,20 +106,27 @@ def _opt(value: str | None) -> str:
     return UNSET if not value else escape(value)
 
 
-def row(rec: Connection) -> list[str]:
-    """The conn.log values of one connection, in FIELDS order."""
+def row(rec: Connection, local_orig: bool | None = None) -> list[str]:
+    """The conn.log values of one connection, in FIELDS order. local_orig: for a live
+    connection, whether this host opened it (a tcp_state record's `active`); False turns
+    the local-first record around, so the originator is the side that sent the SYN, as
+    the connection's conn_state and history (analysis/flows/live_summary.py) say."""
     live = rec.source == "kernel"
     pkts_o, pkts_r = (rec.segs_out, rec.segs_in) if live else (rec.packets_orig, rec.packets_resp)
     bytes_o, bytes_r = (rec.bytes_acked, rec.bytes_received) if live else (rec.bytes_orig, rec.bytes_resp)
+    orig_h, orig_p, resp_h, resp_p = rec.src, rec.sport, rec.dst, rec.dport
+    if live and local_orig is False:
+        orig_h, orig_p, resp_h, resp_p = resp_h, resp_p, orig_h, orig_p
+        pkts_o, pkts_r, bytes_o, bytes_r = pkts_r, pkts_o, bytes_r, bytes_o
     productive = rec.duration is not None and rec.duration > 0  # Zeek: set_conn(), `c$duration > 0secs`
     ts = rec.start if rec.start is not None else rec.ts_wall
     return [
         f"{ts:.6f}",
         uid_of(rec),
-        _opt(rec.src),
-        _count(rec.sport),
-        _opt(rec.dst),
-        _count(rec.dport),
+        _opt(orig_h),
+        _count(orig_p),
+        _opt(resp_h),
+        _count(resp_p),
         PROTO_ENUM[rec.proto],
         UNSET,  # service: nettrail does no protocol detection
         f"{rec.duration:.6f}" if productive and rec.duration is not None else UNSET,
@@ -157,8 +166,8 @@ class ZeekConnWriter:
             f"#types{SEPARATOR}{types}\n"
         )
 
-    def write(self, rec: Connection) -> None:
-        self.stream.write(SEPARATOR.join(row(rec)) + "\n")
+    def write(self, rec: Connection, local_orig: bool | None = None) -> None:
+        self.stream.write(SEPARATOR.join(row(rec, local_orig)) + "\n")
         if self.flush_each:
             self.stream.flush()
 

@@ -10,6 +10,8 @@ Keep in sync with: ../shared/docs/libxo.md §4, §5.3, §7 and xo/records.py.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -18,7 +20,7 @@ from translators.records import FieldDesc, describe
 from xo import escape
 from xo.fields import Field, finite, printf
 from xo.options import XoOptions
-from xo.records import compile_template, encoding_format, fields_of, kind_of, stream_template, xo_name
+from xo.records import encoding_format, fields_of, json_int, json_str, json_value, kind_of, xo_name
 from xo.styles.base import Renderer
 from xo.writer import CONTAINER, LIST, Frame
 
@@ -148,8 +150,7 @@ class JsonRenderer(Renderer):
 
     def record(self, rec: msgspec.Struct, name: str) -> None:
         frame = self.w.top
-        template = compile_template(record_source, type(rec), self.opts)
-        stream_template(template, self.write, r=rec, i=self.ind(self.member_level(frame)))
+        self.write(record_writer(type(rec), self.opts)(rec, self.ind(self.member_level(frame))))
         frame.children = len(fields_of(type(rec))) + 1
 
     def finish(self) -> None:
@@ -163,16 +164,21 @@ class JsonRenderer(Renderer):
             self.write(("\n" + self.ind(0) if self.pretty else "") + "}\n")
 
 
-def record_source(cls: type[msgspec.Struct], opts: XoOptions) -> str:
-    """jinja2 source of every field of a record kind as the members of its instance object."""
+# A record's members are written by plain functions built once per (record type, options)
+# from the field descriptions: the same text a template would give, without loading and
+# compiling jinja2 for a style whose record layout never varies (start-up, issue 17).
+Part = Callable[[Any, str], str]  # (object holding the field, indent) -> one member
+
+
+@functools.lru_cache(maxsize=512)
+def record_writer(cls: type[msgspec.Struct], opts: XoOptions) -> Callable[[msgspec.Struct, str], str]:
+    """-> write(record, indent): every field of a record kind as the members of its instance object."""
     descs = fields_of(cls)
-    keys = [d for d in descs if d.key]
-    rest = [d for d in descs if not d.key]
     kind = escape.json_string(kind_of(cls))
-    members = [_member(d, "r", opts, "") for d in keys]
-    members.append(_head("kind", opts, "") + kind.replace("{", "{{ '{' }}"))
-    members += [_member(d, "r", opts, "") for d in rest]
-    return _join(members, opts)
+    parts = [_part(d, opts, "") for d in descs if d.key]
+    parts.append(lambda obj, i: _head("kind", opts, i, "") + kind)
+    parts += [_part(d, opts, "") for d in descs if not d.key]
+    return lambda rec, i: _join([part(rec, i) for part in parts], opts)
 
 
 def _join(members: list[str], opts: XoOptions) -> str:
@@ -181,21 +187,48 @@ def _join(members: list[str], opts: XoOptions) -> str:
     return ",".join(members)
 
 
-def _head(name: str, opts: XoOptions, pad: str) -> str:
+def _head(name: str, opts: XoOptions, i: str, pad: str) -> str:
     sep = ": " if opts.pretty else ":"
-    return ("{{ i }}" + pad if opts.pretty else "") + json_name(name, opts) + sep
+    return (i + pad if opts.pretty else "") + json_name(name, opts) + sep
 
 
-def _member(d: FieldDesc, obj: str, opts: XoOptions, pad: str) -> str:
-    ref = f"{obj}.{d.name}"
-    head = _head(xo_name(d.name), opts, pad)
-    if isinstance(d.type, type) and issubclass(d.type, msgspec.Struct):
-        step = pad + "  "
-        inner = _join([_member(sub, ref, opts, step) for sub in describe(d.type)], opts)
-        close = ("\n{{ i }}" + pad if opts.pretty else "") + "}"
-        return f"{head}{{% if {ref} is none %}}null{{% else %}}{{{{ '{{' }}}}{inner}{close}{{% endif %}}"
+def _is_struct(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, msgspec.Struct)
+
+
+def _part(d: FieldDesc, opts: XoOptions, pad: str) -> Part:
+    name, attr = xo_name(d.name), d.name
+    nl = opts.pretty
+    if _is_struct(d.type):  # a nested object (analysis counts)
+        subs = [_part(sub, opts, pad + "  ") for sub in describe(d.type)]
+
+        def nested(obj: Any, i: str) -> str:
+            v = getattr(obj, attr)
+            if v is None:
+                return _head(name, opts, i, pad) + "null"
+            close = ("\n" + i + pad if nl else "") + "}"
+            return _head(name, opts, i, pad) + "{" + _join([sub(v, i) for sub in subs], opts) + close
+
+        return nested
+    if d.type is list and _is_struct(d.item_type):  # a list of objects (findings)
+        items = [_part(sub, opts, pad + "    ") for sub in describe(d.item_type)]
+        sep = "," if nl else ", "
+
+        def objects(obj: Any, i: str) -> str:
+            v = getattr(obj, attr)
+            head = _head(name, opts, i, pad)
+            if v is None:
+                return head + "null"
+            if not v:
+                return head + "[]"
+            edge = "\n" + i + pad + "  " if nl else ""
+            body = sep.join(edge + "{" + _join([sub(e, i) for sub in items], opts) + edge + "}" for e in v)
+            return head + "[" + body + ("\n" + i + pad if nl else "") + "]"
+
+        return objects
     if d.type is int:
-        return f"{head}{{{{ {ref}|json_int }}}}"
+        return lambda obj, i: _head(name, opts, i, pad) + json_int(getattr(obj, attr))
     if d.type is str:
-        return f"{head}{{{{ {ref}|json_str }}}}"
-    return f"{head}{{{{ {ref}|json({encoding_format(d)!r}) }}}}"
+        return lambda obj, i: _head(name, opts, i, pad) + json_str(getattr(obj, attr))
+    efmt = encoding_format(d)
+    return lambda obj, i: _head(name, opts, i, pad) + json_value(getattr(obj, attr), efmt)

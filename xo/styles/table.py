@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 import msgspec
 
-from translators.records import Connection, FieldDesc, describe
+from translators.records import SEVERITIES, Connection, FieldDesc, describe
 from xo import human
 from xo.escape import text_safe
 from xo.fields import printf
@@ -245,9 +245,13 @@ def connection_layout() -> Layout:
             out.append(("history", rec.history))
         if rec.icmp_error:
             out.append(("icmp", f"{rec.icmp_error} x{rec.icmp_errors or 1}"))
-        found = findings(rec)
-        if len(findings_cell(found)) < len("; ".join(found)):
-            out.append(("findings", "; ".join(found)))
+        own = getattr(rec, "findings", None)
+        if own:  # each finding's sentence, under the row, after its severity
+            out += [(f.severity, f.message) for f in own]
+        else:
+            found = findings(rec)
+            if len(findings_cell(found)) < len("; ".join(found)):
+                out.append(("findings", "; ".join(found)))
         proc = process(rec)
         return out + ([("process", proc)] if proc else [])
 
@@ -262,11 +266,12 @@ def retransmissions(rec: Any) -> str:
 
 
 def findings(rec: Any) -> list[str]:
-    """What went wrong, in words: a record's own `findings` when the schema has them,
-    else the Zeek state's meaning and the problem tcp.analysis counts."""
+    """What went wrong, in short words for the FINDINGS column: a record's own `findings`
+    (captures, analysis/flows/findings.py), else the Zeek state's meaning and the problem
+    tcp.analysis counts (live connections)."""
     own = getattr(rec, "findings", None)
     if own is not None:
-        return [str(getattr(f, "message", None) or getattr(f, "name", None) or f) for f in own]
+        return [finding_label(f) for f in own]
     out = [STATE_WORDS[rec.conn_state]] if rec.conn_state in STATE_WORDS else []
     if rec.analysis is not None:
         for flag, words in PROBLEM_FLAGS:
@@ -276,6 +281,22 @@ def findings(rec: Any) -> list[str]:
     if rec.icmp_error:
         out.append(rec.icmp_error)
     return out
+
+
+def finding_label(f: Any) -> str:
+    """A finding in a few words (its sentence goes on the lines under the row)."""
+    side = f" by {f.side}" if f.side else ""
+    if f.kind == "reset":
+        return f"reset{side}"
+    if f.kind == "zero_window":
+        return f"zero window{side} {f.ratio:.0%}" if f.ratio is not None else "zero window"
+    if f.kind == "retransmissions":
+        return f"retx{side} {f.ratio:.1%}" if f.ratio is not None else f"retx{side}"
+    if f.kind == "syn_retries":
+        return f"SYN retries {f.count}"
+    if f.kind in ("out_of_order", "capture_incomplete") and f.count:
+        return f"{f.kind.replace('_', ' ')} {f.count}"
+    return str(f.kind).replace("_", " ").replace("half open", "half-open").replace("one sided", "one-sided")
 
 
 def findings_cell(found: list[str]) -> str:
@@ -359,7 +380,8 @@ class Tables:
         current = ""
         for label, text in details:
             item = f"{label} {text}"
-            if current and len(current) + len(GAP) + len(item) <= room:
+            solo = label in SEVERITIES  # a finding's sentence: a line of its own
+            if current and not solo and len(current) + len(GAP) + len(item) <= room:
                 current += GAP + item
                 continue
             if current:
@@ -367,6 +389,9 @@ class Tables:
             wrapped = textwrap.wrap(item, room, subsequent_indent="  ", break_on_hyphens=False) or [item]
             lines.extend(wrapped[:-1])
             current = wrapped[-1]
+            if solo:
+                lines.append(current)
+                current = ""
         if current:
             lines.append(current)
         return [DETAIL_INDENT + line for line in lines]

@@ -123,7 +123,13 @@ def _field(d: FieldDesc, obj: str, opts: XoOptions, nl: str, pad: str) -> str:
     open_tag, close_tag = f"{{{{ i }}}}{pad}<{name}{_attrs(d, opts)}>", f"</{name}>{nl}"
     step = "  " if opts.pretty else ""
     if d.type is list:
-        if d.item_type is not None and getattr(d.item_type, "__origin__", None) is list:
+        item = d.item_type
+        if isinstance(item, type) and issubclass(item, msgspec.Struct):  # one element per item (findings)
+            from translators.records import describe
+
+            inner = "".join(_field(sub, "v", opts, nl, pad + step) for sub in describe(item))
+            return f"{{% for v in {ref} or () %}}{open_tag}{nl}{inner}{{{{ i }}}}{pad}{close_tag}{{% endfor %}}"
+        if item is not None and getattr(item, "__origin__", None) is list:
             inner = f"{{{{ i }}}}{pad}{step}<value>{{{{ e|xml }}}}</value>{nl}"
             body = f"{open_tag}{nl}{{% for e in v %}}{inner}{{% endfor %}}{{{{ i }}}}{pad}{close_tag}"
         else:

@@ -16,23 +16,38 @@ docs/alerts.md ("Which records each rule needs").
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from translators.records import Alert, Connection, Record
 
-from .config import RulesConfig, load_config
-from .engine import run
+from .outcomes import capture_outcome
+
+if TYPE_CHECKING:
+    from .config import RulesConfig
 
 
 class CaptureRules:
     def __init__(self, config: RulesConfig | None = None) -> None:
-        self.config = config if config is not None else load_config()
+        self._config = config
         self.latest: dict[str, Alert] = {}
+
+    @property
+    def config(self) -> RulesConfig:
+        """The given configuration, else the defaults and $NETTRAIL_RULES, read when a rule
+        first runs: a capture that needs no rule never reads TOML (start-up, issue 17 item 7)."""
+        if self._config is None:
+            from .config import load_config
+
+            self._config = load_config()
+        return self._config
 
     def _keep(self, alert: Alert) -> None:
         self.latest[alert.alert_id or str(alert.seq)] = alert
 
     def packets(self, records: Iterable[Record]) -> Iterator[Record]:
         """The packet records, passed through; the alerts they cause are kept."""
+        from .engine import run
+
         for rec in run(records, self.config):
             if isinstance(rec, Alert):
                 self._keep(rec)
@@ -41,6 +56,10 @@ class CaptureRules:
 
     def connections(self, connections: Iterable[Connection]) -> None:
         ordered: list[Connection] = sorted(connections, key=lambda c: c.ts_wall)
+        if all(capture_outcome(c) in (None, "success") for c in ordered):
+            return  # the rules count failed attempts: none, no alert (and no engine to import)
+        from .engine import run
+
         for rec in run(ordered, self.config):
             if isinstance(rec, Alert):
                 self._keep(rec)

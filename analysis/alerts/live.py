@@ -140,29 +140,35 @@ class Extras:
         self.sink = sink
         self.counters = counters
         self.health = health
-        self.lost_seen = self._lost()
+        self.lost_seen = {reason: self._lost(attribute) for reason, attribute in SINK_LOSSES.items()}
 
-    def _lost(self) -> int:
-        return int(getattr(self.sink, "lost_records", 0))
+    def _lost(self, attribute: str) -> int:
+        return int(getattr(self.sink, attribute, 0))
 
     def add(self, records: list[KernelRecord], final: bool = False) -> list[KernelRecord]:
         extra: list[KernelRecord] = []
         if self.counters is not None and self.counters.due(final):
             extra.extend(self.counters.records(self.env))
-        lost = self._lost()
-        if lost > self.lost_seen:
-            extra.append(self.spool_loss(lost - self.lost_seen, lost))
-            self.lost_seen = lost
+        for reason, attribute in SINK_LOSSES.items():
+            lost = self._lost(attribute)
+            if lost > self.lost_seen[reason]:
+                extra.append(self.sink_loss(reason, lost - self.lost_seen[reason], lost))
+                self.lost_seen[reason] = lost
         if self.health is not None:
             extra.extend(self.health.add(records, final))
         if not extra:
             return records
         return records + self.source.number(extra)
 
-    def spool_loss(self, lost: int, total: int) -> LossReport:
+    def sink_loss(self, reason: str, lost: int, total: int) -> LossReport:
         return LossReport(
-            **collector_envelope(self.env, "loss", "sink/spool"), event_type="spool", lost=lost, lost_total=total,
+            **collector_envelope(self.env, "loss", f"sink/{reason}"), event_type=reason, lost=lost, lost_total=total,
         )  # fmt: skip
+
+
+# Records the sink could not bring to the database, by loss_report event_type: dropped
+# for lack of spool space, and refused by the server (collector/sinks/http.py).
+SINK_LOSSES = {"spool": "lost_records", "rejected": "refused_records"}
 
 
 class Alerting:

@@ -1,4 +1,4 @@
-"""Pcap-derived alerts P1-P6 (anomalies.md §3.5), evaluated per connection after the analysis.
+"""Pcap-derived alerts P1-P7 (anomalies.md §3.5), evaluated per connection after the analysis.
 
 Inputs are what the TCP analyser keeps per conversation: the flagged-packet events,
 zero-window episodes, per-direction data-segment counts and the handshake RTT. Every
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analysis.flows.tcp_state import ACKLOST, ANY_RETRANS, DUPACK, KA, LOST, OOO, REUSED, ZWP, Conv, Flow
-from translators.records import Alert
+from translators.records import SEVERITIES, Alert, Finding
 
 
 @dataclass(frozen=True)
@@ -39,9 +39,13 @@ class AlertSink:
 
     env: Callable[[Conv | None, float], dict[str, Any]]
     out: list[Alert] = field(default_factory=list)
+    worst: dict[int, int] = field(default_factory=dict)  # stream -> rank of its most severe alert so far
 
     def add(self, conv: Conv | None, flow: tuple[str, int, str, int, int] | None, **kw: Any) -> None:
         start = kw["start"]
+        if conv is not None:
+            rank = SEVERITIES.index(kw["severity"])
+            self.worst[conv.stream] = max(self.worst.get(conv.stream, -1), rank)
         fields = self.env(conv, start)
         if flow is not None:
             fields.update(src=flow[0], sport=flow[1], dst=flow[2], dport=flow[3], ip_ver=flow[4])
@@ -114,13 +118,13 @@ def _p4(conv: Conv, ends: tuple[str, int, str, int, int], sink: AlertSink, th: T
     for is_orig, flow in _sides(conv):
         if flow.zw_since >= 0:
             episodes.append((flow.zw_since, -1, is_orig))
+    # Linux probes a closed window with a zero-length segment one below snd_una, which
+    # Wireshark calls a keep-alive; both kinds count as probes here. Picked out once: a bulk
+    # transfer can have thousands of short episodes and a million events.
+    candidates = [e for e in conv.events if e.flags & (ZWP | KA)] if episodes else []
     for start, end, receiver_is_orig in episodes:
         stop = end if end >= 0 else conv.last_ts
-        # Linux probes a closed window with a zero-length segment one below snd_una, which
-        # Wireshark calls a keep-alive; both kinds count as probes here.
-        probes = [
-            e for e in conv.events if e.flags & (ZWP | KA) and e.orig != receiver_is_orig and start <= e.ts <= stop
-        ]
+        probes = [e for e in candidates if e.orig != receiver_is_orig and start <= e.ts <= stop]
         duration = (stop - start) / 1e9
         if len(probes) < th.zw_probes and duration < th.zw_stall_s:
             continue
@@ -147,15 +151,18 @@ def _p5(conv: Conv, ends: tuple[str, int, str, int, int], sink: AlertSink, th: T
     # the receiver, its retransmission arrives a round trip later: accept any retransmission
     # of the acknowledged segment from the first duplicate to 2 iRTT (at least 1 ms) after the third.
     slack = max(2 * irtt, th.dupack_min_slack_s)
+    retransmitted: dict[tuple[bool, int], list[int]] | None = None  # (sender is orig, seq) -> times
     for (acker_is_orig, ack), dups in runs.items():
         if len(dups) < th.dupack_storm:
             continue
+        if retransmitted is None:  # once per connection, not once per run of duplicates
+            retransmitted = {}
+            for e in conv.events:
+                if e.flags & ANY_RETRANS:
+                    retransmitted.setdefault((e.orig, e.seq), []).append(e.ts)
         third = dups[th.dupack_storm - 1].ts
         deadline = third + int(slack * 1e9)
-        reacted = any(
-            e.flags & ANY_RETRANS and e.orig != acker_is_orig and e.seq == ack and dups[0].ts <= e.ts <= deadline
-            for e in conv.events
-        )
+        reacted = any(dups[0].ts <= ts <= deadline for ts in retransmitted.get((not acker_is_orig, ack), ()))
         if reacted:
             continue
         sink.add(
@@ -196,3 +203,43 @@ def _p6(
                     evidence=[h[1] for h in window[: th.max_evidence]],
                 )  # fmt: skip
                 break
+
+
+def p7(
+    convs: list[Conv],
+    sink: AlertSink,
+    endpoints: Callable[[Conv], tuple[str, int, str, int, int]],
+    findings_of: Callable[[Conv], list[Finding]],
+) -> list[Alert]:
+    """P7: connections whose worst finding (analysis/flows/findings.py) is a notice or worse
+    raise an alert at that severity, one per server address and kind of finding (a port
+    scan of 45 refused connects is one alert, not 45), unless P1-P6 already raised one at
+    least as severe for the connection: findings count towards the alerts without
+    repeating them."""
+    rank = {s: i for i, s in enumerate(SEVERITIES)}
+    groups: dict[tuple[str, str, str], list[tuple[Conv, Finding]]] = {}
+    for conv in convs:
+        if conv.orig is None:
+            continue
+        found = findings_of(conv)
+        if not found or rank[found[0].severity] < rank["notice"]:  # findings come worst first
+            continue
+        top = found[0]
+        if sink.worst.get(conv.stream, -1) >= rank[top.severity]:
+            continue
+        groups.setdefault((endpoints(conv)[2], top.kind, top.severity), []).append((conv, top))
+    for (server, _kind, severity), members in groups.items():
+        conv, top = members[0]
+        flow = endpoints(conv)
+        start = min(f.ts if f.ts is not None else c.first_ts / 1e9 for c, f in members)
+        ports = {endpoints(c)[3] for c, _ in members}
+        n = len(members)
+        more = f"; and {n - 1} more connection{'s' if n > 2 else ''} to {server} the same way" if n > 1 else ""
+        sink.out.append(Alert(
+            **sink.env(conv, start), src=flow[0], sport=flow[1] if n == 1 else 0, dst=server,
+            dport=flow[3] if len(ports) == 1 else 0, ip_ver=flow[4], proto="tcp", rule_id="P7", severity=severity,
+            start=start, end=max(c.last_ts for c, _ in members) / 1e9, count=n, message=top.message + more,
+            metric=float(n), thresholds={"severity": "notice"},
+            evidence=[f.frame for _, f in members if f.frame is not None][:20],
+        ))  # fmt: skip
+    return sink.out

@@ -15,10 +15,9 @@ import hashlib
 import os
 from collections.abc import Iterator
 
+from analysis.capture.decoding import decoded_batches
 from analysis.capture.pcap import CaptureReader
-from analysis.export.frames import with_frame_bytes
 from analysis.flows.capture_flows import CapturePipeline
-from translators.packet import decode_batch
 from translators.records import Record
 
 
@@ -36,10 +35,12 @@ def capture_records(
 ) -> Iterator[Record]:
     """Every record `nettrail analyze` derives from a capture file; raises CaptureError/OSError.
     keep_bytes: packet records carry their frame's bytes (for pcap export, analysis/export/frames.py)."""
+    from analysis.export.frames import with_frame_bytes  # the pcap writer: only for stored records
+
     pipeline = CapturePipeline(name or os.path.basename(path), capture_id(path), packets=packets, compat=compat)
     with CaptureReader(path) as reader:
-        for batch in reader.batches():
-            records = pipeline.feed(decode_batch(batch, want_options=packets))
+        for decoded, batch in decoded_batches(reader, want_options=packets):
+            records = pipeline.feed(decoded)
             yield from with_frame_bytes(records, batch) if keep_bytes else records
     yield from pipeline.connections()
     yield from pipeline.alerts()

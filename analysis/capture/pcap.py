@@ -4,7 +4,10 @@ The file is read in chunks (never whole); each chunk's records are walked once t
 where every packet starts, then the per-record header fields are pulled out with numpy
 in one go. A batch is the chunk's bytes plus column arrays (data offset, captured and
 wire length, timestamp in ns, link type, interface) that ``translators.packet`` decodes
-in bulk.
+in bulk. ``rows()`` gives the same chunks with Python lists for columns
+(translators.packet_batch.Rows, for translators/packet_rows.py): a small capture is read
+and decoded without importing numpy, which is imported only by the methods that build
+numpy batches.
 
 Formats: classic pcap in both byte orders with microsecond or nanosecond timestamps
 (magics a1b2c3d4 / a1b23c4d), pcapng sections in either byte order with SHB, IDB
@@ -27,10 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-import numpy as np
-import numpy.typing as npt
-
-from translators.packet_batch import PAD, Batch
+from translators.packet_batch import PAD, Batch, Rows
 
 PCAP_MAGIC_US = 0xA1B2C3D4
 PCAP_MAGIC_NS = 0xA1B23C4D
@@ -44,8 +44,6 @@ CHUNK = 8 << 20
 TS_LIMIT = (1 << 62) - 1
 # Keep the first few damaged-record offsets for warnings; count the rest.
 MAX_REPORTED = 10
-
-IntArray = npt.NDArray[np.int64]
 
 
 class CaptureError(Exception):
@@ -134,10 +132,22 @@ class CaptureReader:
         self.close()
 
     def batches(self) -> Iterator[Batch]:
+        """The packets, chunk by chunk, with numpy columns."""
         if self.format == "pcap":
-            yield from self._pcap_batches()
+            for buf, offs in self._pcap_chunks():
+                yield self._pcap_batch(buf, offs, self._order)
         else:
-            yield from self._pcapng_batches()
+            for buf, cols in self._pcapng_chunks():
+                yield self._pcapng_batch(buf, cols)
+
+    def rows(self) -> Iterator[Rows]:
+        """The same chunks with Python lists for columns: no numpy (for small captures)."""
+        if self.format == "pcap":
+            for buf, offs in self._pcap_chunks():
+                yield self._pcap_rows(buf, offs, self._order)
+        else:
+            for buf, cols in self._pcapng_chunks():
+                yield self._pcapng_rows(buf, cols)
 
     # --- opening ------------------------------------------------------------------
 
@@ -194,7 +204,8 @@ class CaptureReader:
 
     # --- classic pcap ---------------------------------------------------------------
 
-    def _pcap_batches(self) -> Iterator[Batch]:
+    def _pcap_chunks(self) -> Iterator[tuple[bytearray, list[int]]]:
+        """-> (chunk buffer, offsets of its records); the caller builds the batch before the next."""
         order = self._order
         hdr = struct.Struct(order + "I")
         carry = self._pending
@@ -222,7 +233,7 @@ class CaptureReader:
             elif eof and off < n:
                 self.damage.add(self._pos + off, f"truncated record: {n - off} bytes left at end of file")
             if offs:
-                yield self._pcap_batch(buf, offs, order)
+                yield buf, offs
             self._pos += off
             carry = bytes(buf[off:n]) if not stop else b""
             if eof:
@@ -255,6 +266,8 @@ class CaptureReader:
         return buf, n, eof
 
     def _pcap_batch(self, buf: bytearray, offs: list[int], order: str) -> Batch:
+        import numpy as np  # here, not at the top: small captures are read with rows() and no numpy
+
         u8 = np.frombuffer(buf, np.uint8)
         rec = np.asarray(offs, dtype=np.int64)
         idx = rec[:, None] + np.arange(16, dtype=np.int64)
@@ -276,9 +289,30 @@ class CaptureReader:
         self._frame += count
         return batch
 
+    def _pcap_rows(self, buf: bytearray, offs: list[int], order: str) -> Rows:
+        """_pcap_batch's columns as lists, read record by record."""
+        unpack = struct.Struct(order + "IIII").unpack_from
+        iface = self.interfaces[0]
+        mul = iface.ts_mul
+        ts, caplen, wirelen = [], [], []
+        for off in offs:
+            sec, frac, incl, orig = unpack(buf, off)
+            ts.append(sec * 1_000_000_000 + frac * mul)
+            caplen.append(incl)
+            wirelen.append(max(orig, incl))
+        count = len(offs)
+        rows = Rows(
+            buf=buf, data_off=[o + 16 for o in offs], caplen=caplen, wirelen=wirelen, ts_ns=ts,
+            linktype=[iface.linktype] * count, iface=[0] * count, file_off=[o + self._pos for o in offs],
+            first_frame=self._frame + 1,
+        )  # fmt: skip
+        self._frame += count
+        return rows
+
     # --- pcapng ---------------------------------------------------------------------
 
-    def _pcapng_batches(self) -> Iterator[Batch]:
+    def _pcapng_chunks(self) -> Iterator[tuple[bytearray, tuple[list[int], ...]]]:
+        """-> (chunk buffer, its packets' columns as lists); the caller builds the batch before the next."""
         carry = self._pending
         eof = False
         self._order = "<"
@@ -287,7 +321,7 @@ class CaptureReader:
             cols: tuple[list[int], ...] = ([], [], [], [], [], [], [])
             off, stop = self._walk_pcapng(buf, n, cols, eof)
             if cols[0]:
-                yield self._pcapng_batch(buf, cols)
+                yield buf, cols
             self._pos += off
             carry = b"" if stop else bytes(buf[off:n])
             if stop or eof:
@@ -392,6 +426,8 @@ class CaptureReader:
         links.append(iface.linktype)
 
     def _pcapng_batch(self, buf: bytearray, cols: tuple[list[int], ...]) -> Batch:
+        import numpy as np  # here, not at the top: small captures are read with rows() and no numpy
+
         data_off, caplen, wirelen, ts, ifc, file_off, links = (np.asarray(c, dtype=np.int64) for c in cols)
         batch = Batch(
             buf=buf,
@@ -406,6 +442,15 @@ class CaptureReader:
         )
         self._frame += len(data_off)
         return batch
+
+    def _pcapng_rows(self, buf: bytearray, cols: tuple[list[int], ...]) -> Rows:
+        data_off, caplen, wirelen, ts, ifc, file_off, links = cols
+        rows = Rows(
+            buf=buf, data_off=data_off, caplen=caplen, wirelen=wirelen, ts_ns=ts, linktype=links, iface=ifc,
+            file_off=file_off, first_frame=self._frame + 1,
+        )  # fmt: skip
+        self._frame += len(data_off)
+        return rows
 
     @property
     def frames(self) -> int:

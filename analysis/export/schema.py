@@ -56,14 +56,21 @@ def ordered_fields(kind: str) -> tuple[list[FieldDesc], list[FieldDesc]]:
 # --- JSON Schema --------------------------------------------------------------------------------------
 
 
+def is_struct(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, msgspec.Struct)
+
+
 def _json_field(d: FieldDesc) -> dict[str, Any]:
     if d.type is list:
         item = d.item_type
-        inner: dict[str, Any] = (
-            {"type": "array", "items": {"type": "integer"}}
-            if getattr(item, "__origin__", None) is list
-            else {"type": JSON_TYPES.get(item, "string")}
-        )
+        inner: dict[str, Any]
+        if is_struct(item):  # a list of objects (a connection's findings)
+            props = {xo(sub.name): _json_field(sub) for sub in describe(item)}
+            inner = _obj(props, [xo(sub.name) for sub in describe(item) if sub.required])
+        elif getattr(item, "__origin__", None) is list:
+            inner = {"type": "array", "items": {"type": "integer"}}
+        else:
+            inner = {"type": JSON_TYPES.get(item, "string")}
         out: dict[str, Any] = {"type": "array", "items": inner}
     elif d.type is dict or (isinstance(d.type, type) and issubclass(d.type, msgspec.Struct)):
         out = {"type": "object"}
@@ -209,6 +216,8 @@ def _el(name: str, tp: str, optional: bool = True, many: bool = False) -> str:
 def _xsd_field(d: FieldDesc) -> str:
     name = xo(d.name)
     if d.type is list:
+        if is_struct(d.item_type):  # one element per item, its fields as child elements
+            return _el(name, _struct_type(d.item_type), many=True)
         nested = getattr(d.item_type, "__origin__", None) is list
         return _el(name, "valueList" if nested else XSD_TYPES.get(d.item_type, "xs:string"), many=True)
     if d.type is dict or (isinstance(d.type, type) and issubclass(d.type, msgspec.Struct)):
@@ -224,6 +233,22 @@ def _choice_type(choices: tuple[str, ...]) -> str:
 
 
 _CHOICES: dict[tuple[str, ...], str] = {}
+_STRUCTS: dict[type[msgspec.Struct], str] = {}
+
+
+def _struct_type(cls: type[msgspec.Struct]) -> str:
+    """One named complex type per struct listed in a record (Finding -> struct-Finding)."""
+    return _STRUCTS.setdefault(cls, f"struct-{cls.__name__}")
+
+
+def _xsd_struct(cls: type[msgspec.Struct], name: str) -> str:
+    fields = [_xsd_field(d) if d.nullable or d.type is list else _el(xo(d.name), _xsd_type(d), optional=False)
+              for d in describe(cls)]  # fmt: skip
+    return _seq(name, fields)
+
+
+def _xsd_type(d: FieldDesc) -> str:
+    return _choice_type(d.choices) if d.choices else XSD_TYPES[d.type]
 
 
 def _xsd_record(kind: str) -> str:
@@ -242,7 +267,9 @@ def _seq(name: str, elements: list[str], indent: str = "  ") -> str:
 
 def xsd() -> str:
     _CHOICES.clear()
+    _STRUCTS.clear()
     records = [_xsd_record(kind) for kind in BY_KIND]
+    records += [_xsd_struct(cls, name) for cls, name in list(_STRUCTS.items())]
     kind_lists = [_el(list_name(kind), f"record-{kind}", many=True) for kind in BY_KIND]
     conn = [_el("conn-uuid", "xs:string", optional=False)]
     conn += [_el(xo(name), XSD_TYPES[tp]) for name, _, tp in CONNECTION_FIELDS]

@@ -1,7 +1,9 @@
 """Capture pipeline: decoded packet batches -> TCP analysis, UDP flows, ICMP correlation -> records.
 
-Shared by ``nettrail analyze`` (files) and ``nettrail capture`` (live scapy capture):
-both hand it :class:`translators.packet.Decoded` batches in capture order. It keeps
+Shared by ``nettrail analyze`` (files) and ``nettrail capture`` (live capture): both
+hand it decoded batches in capture order, read through translators/packet_view.py (numpy
+columns from translators/packet.py, or Python lists from translators/packet_rows.py for
+a small file: this module imports no numpy, so a small capture never loads it). It keeps
 per-connection state only (never the packets), so memory grows with the number of
 connections, not with the file.
 
@@ -18,14 +20,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from analysis.alerts.pcap_rules import AlertSink, Thresholds, evaluate
+from analysis.alerts.pcap_rules import AlertSink, Thresholds, evaluate, p7
 from analysis.flows import conn_summary as zeek
+from analysis.flows.findings import tcp_findings, udp_findings
 from analysis.flows.tcp_analysis import TcpAnalyzer
 from analysis.flows.tcp_state import Conv, counts_of, flag_names
-from translators.packet import K_ICMP, K_IP, K_MALFORMED, K_TCP, K_UDP, Decoded, addr_str, packet_records, tcp_record
-from translators.records import Alert, Connection, Record, flow_uuid
+from translators.packet_layers import K_ICMP, K_IP, K_MALFORMED, K_TCP, K_UDP, addr_str
+from translators.packet_records import packet_records, tcp_record
+from translators.packet_view import PacketView
+from translators.records import Alert, Connection, Finding, Record, flow_uuid
 
 MAX_WARNINGS = 10
 
@@ -75,7 +78,7 @@ class UdpFlow:
 
 
 class CapturePipeline:
-    """Feed :class:`Decoded` batches; read connections, totals and alerts at the end."""
+    """Feed decoded batches (:class:`PacketView`); read connections, totals and alerts at the end."""
 
     def __init__(
         self, host_id: str, boot_id: str, packets: bool = False, hook: str = "pcap", compat: str = "upstream"
@@ -89,27 +92,28 @@ class CapturePipeline:
         self.udp_list: list[UdpFlow] = []
         self.totals = Totals()
         self.seq = 0
+        self._findings: dict[int, list[Finding]] = {}  # tcp stream -> its findings, derived once
 
     # --- feeding -------------------------------------------------------------------
 
-    def feed(self, d: Decoded) -> Iterator[Record]:
+    def feed(self, d: PacketView) -> Iterator[Record]:
         """Process one batch; yields per-packet records only when packets=True."""
         t = self.totals
         t.packets += d.n
-        t.bytes_captured += int(d.batch.caplen.sum())
-        t.bytes_wire += int(d.batch.wirelen.sum())
+        t.bytes_captured += d.caplen_total()
+        t.bytes_wire += d.wirelen_total()
         if d.n:
-            first, last = int(d.batch.ts_ns[0]) / 1e9, int(d.batch.ts_ns[-1]) / 1e9
+            first, last = d.ts_at(0) / 1e9, d.ts_at(d.n - 1) / 1e9
             t.first_ts = first if t.first_ts is None else t.first_ts
             t.last_ts = last
         if not self.want_packets:
             self.tcp.feed_columns(d.tcp_columns())
-            t.packets_tcp += int((d.cols["kind"] == K_TCP).sum())
-            t.fragments += int((d.cols["fragment"] > 0).sum())
-            for i in np.flatnonzero(d.cols["kind"] != K_TCP).tolist():
+            t.packets_tcp += d.count_kind(K_TCP)
+            t.fragments += d.count_fragments()
+            for i in d.not_kind(K_TCP):
                 self._other(d, i)
             return
-        t.fragments += int((d.cols["fragment"] > 0).sum())
+        t.fragments += d.count_fragments()
         tcp_packet = self.tcp.packet
         kinds = d.kind
         for i in range(d.n):
@@ -124,10 +128,10 @@ class CapturePipeline:
             elif self._other(d, i):
                 yield from packet_records(d, i, self._env(d.ts_ns[i]))
 
-    def _other(self, d: Decoded, i: int) -> bool:
+    def _other(self, d: PacketView, i: int) -> bool:
         """A non-TCP packet: count it, track UDP flows and ICMP errors. -> it is an IP packet."""
         t = self.totals
-        k = int(d.cols["kind"][i])
+        k = d.value("kind", i)
         if k == K_UDP:
             t.packets_udp += 1
             self._udp(d, i)
@@ -139,9 +143,9 @@ class CapturePipeline:
         elif k == K_MALFORMED:
             t.packets_malformed += 1
             if len(t.warnings) < MAX_WARNINGS:
-                off = int(d.batch.file_off[i])
+                off = d.file_offset(i)
                 t.warnings.append(
-                    f"frame {d.batch.first_frame + i} at byte offset {off}: {d.reasons.get(i, 'malformed')}; skipped"
+                    f"frame {d.first_frame + i} at byte offset {off}: {d.reasons.get(i, 'malformed')}; skipped"
                 )
             return False
         else:
@@ -151,21 +155,16 @@ class CapturePipeline:
             return False
         return True
 
-    def _udp(self, d: Decoded, i: int) -> None:
-        c = d.cols
-        src, dst = d.v6.get(i) or (int(c["src"][i]), int(c["dst"][i]))
-        sport, dport, payload, ip_len = (
-            int(c["sport"][i]),
-            int(c["dport"][i]),
-            int(c["payload"][i]),
-            int(c["ip_len"][i]),
-        )
+    def _udp(self, d: PacketView, i: int) -> None:
+        v = d.value
+        src, dst = d.v6.get(i) or (v("src", i), v("dst", i))
+        sport, dport, payload, ip_len = v("sport", i), v("dport", i), v("payload", i), v("ip_len", i)
         key = (src, sport, dst, dport) if (src, sport) <= (dst, dport) else (dst, dport, src, sport)
         flow = self.udp.get(key)
-        ts = int(d.batch.ts_ns[i])
+        ts = d.ts_at(i)
         if flow is None:
-            proto = "udp" if int(d.cols["proto"][i]) == 17 else "udplite"
-            flow = UdpFlow(len(self.udp_list), (src, sport), (dst, dport), int(c["ip_ver"][i]), proto, ts)
+            proto = "udp" if v("proto", i) == 17 else "udplite"
+            flow = UdpFlow(len(self.udp_list), (src, sport), (dst, dport), v("ip_ver", i), proto, ts)
             self.udp[key] = flow
             self.udp_list.append(flow)
         side = 0 if (src, sport) == flow.orig else 1
@@ -175,7 +174,7 @@ class CapturePipeline:
         flow.last_ts = ts
         zeek.udp_event(flow.z, side == 0, payload)
 
-    def _icmp(self, d: Decoded, i: int) -> None:
+    def _icmp(self, d: PacketView, i: int) -> None:
         q = d.icmp.get(i)
         if q is None:
             return
@@ -199,7 +198,7 @@ class CapturePipeline:
             "ts_wall": ts_ns / 1e9, "hook": self.hook, "conn_uuid": conv_uuid,
         }  # fmt: skip
 
-    def _tcp_records(self, d: Decoded, i: int, res: Any) -> Iterator[Record]:
+    def _tcp_records(self, d: PacketView, i: int, res: Any) -> Iterator[Record]:
         env = self._env(d.ts_ns[i], flow_uuid(self.host_id, self.boot_id, "tcp", res.conv.stream))
         yield from packet_records(d, i, env)[:1]
         seg = tcp_record(d, i, env)
@@ -229,10 +228,12 @@ class CapturePipeline:
 
     def _tcp_connection(self, conv: Conv) -> Connection:
         assert conv.orig is not None
+        self.tcp.settle_all(conv)
         o = conv.orig
         r = conv.flow2 if o is conv.flow1 else conv.flow1
         src, sport, dst, dport, ver = self.endpoints(conv)
         env = self._env(conv.first_ts, flow_uuid(self.host_id, self.boot_id, "tcp", conv.stream))
+        state = zeek.conn_state(conv.z, "tcp")
         rtt = [
             (f.rtt_min // 1000, f.rtt_sum // f.rtt_n // 1000, f.rtt_max // 1000) if f.rtt_n else (None, None, None)
             for f in (o, r)
@@ -242,13 +243,21 @@ class CapturePipeline:
             start=conv.first_ts / 1e9, end=conv.last_ts / 1e9, duration=(conv.last_ts - conv.first_ts) / 1e9,
             packets_orig=o.packets, packets_resp=r.packets, bytes_orig=o.bytes, bytes_resp=r.bytes,
             wire_bytes_orig=o.wire_bytes, wire_bytes_resp=r.wire_bytes,
-            conn_state=zeek.conn_state(conv.z, "tcp"), history=zeek.history(conv.z), direction_guessed=conv.guessed,
+            conn_state=state, history=zeek.history(conv.z), direction_guessed=conv.guessed,
             stream=conv.stream, handshake_rtt_us=conv.first_rtt // 1000 if conv.first_rtt else None,
             retrans_bytes=o.retrans_bytes + r.retrans_bytes, completeness=conv.completeness, missed_bytes=o.missed + r.missed,
             analysis=counts_of(conv), icmp_error=conv.icmp_error, icmp_errors=conv.icmp_errors or None,
             rtt_orig_min_us=rtt[0][0], rtt_orig_mean_us=rtt[0][1], rtt_orig_max_us=rtt[0][2],
             rtt_resp_min_us=rtt[1][0], rtt_resp_mean_us=rtt[1][1], rtt_resp_max_us=rtt[1][2],
+            findings=self.findings_of(conv, state),
         )  # fmt: skip
+
+    def findings_of(self, conv: Conv, state: str | None = None) -> list[Finding]:
+        found = self._findings.get(conv.stream)
+        if found is None:
+            found = tcp_findings(conv, state or zeek.conn_state(conv.z, "tcp"))
+            self._findings[conv.stream] = found
+        return found
 
     def _udp_connection(self, f: UdpFlow) -> Connection:
         env = self._env(f.first_ts, flow_uuid(self.host_id, self.boot_id, f.proto, f.stream))
@@ -259,6 +268,7 @@ class CapturePipeline:
             packets_orig=f.packets[0], packets_resp=f.packets[1], bytes_orig=f.bytes[0], bytes_resp=f.bytes[1],
             wire_bytes_orig=f.wire[0], wire_bytes_resp=f.wire[1], conn_state=zeek.conn_state(f.z, "udp"),
             history=zeek.history(f.z), stream=f.stream, icmp_error=f.icmp_error, icmp_errors=f.icmp_errors or None,
+            findings=udp_findings((f.packets[0], f.packets[1]), f.icmp_error, f.icmp_errors),
         )  # fmt: skip
 
     def alerts(self, thresholds: Thresholds | None = None) -> list[Alert]:
@@ -269,4 +279,6 @@ class CapturePipeline:
             e["probe"] = "pcap-rule"
             return e
 
-        return evaluate(self.tcp.conversations, AlertSink(env), self.endpoints, thresholds or Thresholds())
+        sink = AlertSink(env)
+        evaluate(self.tcp.conversations, sink, self.endpoints, thresholds or Thresholds())
+        return p7(self.tcp.conversations, sink, self.endpoints, self.findings_of)

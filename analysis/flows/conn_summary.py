@@ -97,7 +97,10 @@ def tcp_event(
 def _transition(z: ZeekFlow, me: int, peer: int, syn: int, fin: int, rst: int, ack: int) -> None:
     st = z.states
     if rst:
-        st[me] = RESET
+        # Zeek (TCPSessionAdapter::UpdateClosedState): after a complete FIN exchange a RST
+        # changes neither side's state, so the connection stays SF (its `r` is recorded)
+        if not (st[me] == CLOSED and st[peer] == CLOSED):
+            st[me] = RESET
         return
     if fin:
         st[me] = CLOSED

@@ -50,6 +50,7 @@ from analysis.flows.tcp_state import (
     RETRANS,
     REUSED,
     RST,
+    RTO_MIN_NS,
     SFR,
     SPURIOUS,
     SYN,
@@ -60,12 +61,17 @@ from analysis.flows.tcp_state import (
     ZWPACK,
     Conv,
     Event,
+    FirstReset,
     Flow,
     PacketResult,
     gt,
     scaled_window,
 )
-from translators.packet import TcpOptions
+from translators.packet_layers import TcpOptions
+
+# Open holes kept per direction: a capture of one side only never settles them by an ACK,
+# and while any is open its packets take the full path
+MAX_HOLES = 64
 
 
 class TcpAnalyzer(SequenceChecks):
@@ -112,7 +118,18 @@ class TcpAnalyzer(SequenceChecks):
         aflags = 0
         synack = flags & (SYN | ACK)
         if synack and flags & SYN and fwd.base_set:
-            if seq != fwd.base_seq or conv.completeness & (COMPLETE_RST | COMPLETE_FIN):
+            if self.compat == "4.0":
+                # 4.0: only a pure SYN with a new ISN starts a new conversation; a SYN-ACK
+                # with a new ISN is flagged in the old one, a SYN repeating the ISN after a
+                # FIN or RST is that conversation's retransmission (one tcp.stream)
+                if seq != fwd.base_seq:
+                    aflags |= REUSED
+                    if synack == SYN:
+                        conv, fwd, rev = self._reuse(conv, src, sport, dst, dport, ip_ver, ts)
+                        is_new = True
+                elif synack == SYN:
+                    fwd.nextseq = fwd.maxseqtobeacked
+            elif seq != fwd.base_seq or conv.completeness & (COMPLETE_RST | COMPLETE_FIN):
                 conv, fwd, rev = self._reuse(conv, src, sport, dst, dport, ip_ver, ts)
                 aflags |= REUSED
                 is_new = True
@@ -159,16 +176,49 @@ class TcpAnalyzer(SequenceChecks):
         elif fwd.zw_since >= 0:
             conv.zw_stalls.append((fwd.zw_since, ts, fwd is conv.orig))
             fwd.zw_since = -1
+        if flags & (SYN | RST) or flags_now & ANY_RETRANS:
+            self._for_findings(conv, fwd, rev, frame, ts, flags, flags_now, seglen, rseq)
         z = conv.z
         bit = (1 if seglen else 2) << (0 if fwd is conv.orig else 2)
         if not z.quiet or not z.plain & bit or flags & SFR or flags_now & (ANY_RETRANS | LOST) or win == 0:
-            zeek.tcp_event(
-                z, fwd is conv.orig, flags, rseq, seglen, win, bool(flags_now & ANY_RETRANS), bool(flags_now & LOST)
-            )
+            zeek.tcp_event(z, fwd is conv.orig, flags, rseq, seglen, win, bool(flags_now & ANY_RETRANS), False)
+        if fwd.holes and seglen:
+            self._fill(fwd, rseq, seglen)
+        if rev.holes and flags & ACK:
+            self._settle(conv, rev, rack)
         if res is not None:
             res.is_orig = fwd is conv.orig
             res.window_scaled = scaled_window(fwd, win, flags)
         return res
+
+    @staticmethod
+    def _for_findings(
+        conv: Conv, fwd: Flow, rev: Flow, frame: int, ts: int, flags: int, aflags: int, seglen: int, rseq: int
+    ) -> None:
+        """What the findings need beyond the flag counts (analysis/flows/findings.py): SYNs
+        sent, the first RST with the states and data before it, timeout retransmissions.
+        Called before the packet updates the Zeek endpoint states."""
+        if flags & SYN:
+            if not fwd.syns:
+                fwd.syn_first = ts
+            fwd.syns += 1
+            fwd.syn_last = ts
+        if flags & RST:
+            conv.resets += 1
+            if conv.first_reset is None:
+                by_orig = fwd is conv.orig
+                o_bytes, r_bytes = (fwd.bytes, rev.bytes) if by_orig else (rev.bytes, fwd.bytes)
+                states = (conv.z.states[0], conv.z.states[1])
+                conv.first_reset = FirstReset(frame, ts, by_orig, states, o_bytes, r_bytes)
+        if seglen and aflags & RETRANS and not aflags & (FAST | SPURIOUS):
+            # when was this data last sent? (the unacked list holds every transmission, this
+            # one last; a missing original leaves the cause unknown)
+            last = -1
+            for entry in fwd.segs:
+                if entry[0] == rseq and entry[2] != frame and entry[3] > last:
+                    last = entry[3]
+            if last >= 0 and ts - last >= RTO_MIN_NS:
+                fwd.retrans_timeout += 1
 
     def feed_columns(self, cols: tuple[list[Any], ...]) -> None:
         """Analyse TCP packets given as columns (Decoded.tcp_columns), in capture order.
@@ -181,15 +231,19 @@ class TcpAnalyzer(SequenceChecks):
         full = self.packet
         active = self.active
         m32, half, ack_only, wfull, max_unacked = M32, HALF, ACK, WFULL, MAX_UNACKED  # locals: the loop runs per packet
-        # (src, sport, dst, dport) -> (conv, fwd, rev) for established conversations; cleared
-        # whenever the full path runs, since it may create or replace a conversation
+        # (src, sport, dst, dport) -> (conv, fwd, rev) for established conversations; both
+        # directions of a tuple are dropped whenever the full path runs for it, since it may
+        # change what _side tested, or create or replace the tuple's conversation (it touches
+        # no other conversation: dropping only these keeps the cache warm across hundreds of
+        # interleaved lossy connections)
         sides: dict[tuple[int, int, int, int], tuple[Conv, Flow, Flow, bool, bool]] = {}
         for frame, ts, ver, src, sport, dst, dport, seq, ack, flags, win, seglen, ip_len, opts in zip(
             *cols, strict=True
         ):
             if flags & 0x17 != ack_only or opts is not None or win == 0:
                 full(frame, ts, ver, src, sport, dst, dport, seq, ack, flags, win, seglen, ip_len, opts)
-                sides.clear()
+                sides.pop((src, sport, dst, dport), None)
+                sides.pop((dst, dport, src, sport), None)
                 continue
             key = (src, sport, dst, dport)
             hit = sides.get(key)
@@ -197,7 +251,8 @@ class TcpAnalyzer(SequenceChecks):
                 conv = active.get(key if (src, sport) <= (dst, dport) else (dst, dport, src, sport))
                 if conv is None or conv.orig is None:
                     full(frame, ts, ver, src, sport, dst, dport, seq, ack, flags, win, seglen, ip_len, opts)
-                    sides.clear()
+                    sides.pop((src, sport, dst, dport), None)
+                    sides.pop((dst, dport, src, sport), None)
                     continue
                 hit = sides[key] = self._side(conv, src, sport)
             conv, fwd, rev, ok_data, ok_ack = hit
@@ -206,7 +261,8 @@ class TcpAnalyzer(SequenceChecks):
             maxrev = rev.maxseqtobeacked
             if rseq != fwd.nextseq or not rseq or (maxrev and 0 < ((rack - maxrev) & m32) < half):
                 full(frame, ts, ver, src, sport, dst, dport, seq, ack, flags, win, seglen, ip_len, opts)
-                sides.clear()
+                sides.pop((src, sport, dst, dport), None)
+                sides.pop((dst, dport, src, sport), None)
                 continue
             if seglen:
                 end = (rseq + seglen) & m32
@@ -216,7 +272,8 @@ class TcpAnalyzer(SequenceChecks):
                     or (lastack_r and not 0 < ((end - lastack_r) & m32) < half)
                 ):  # fmt: skip
                     full(frame, ts, ver, src, sport, dst, dport, seq, ack, flags, win, seglen, ip_len, opts)
-                    sides.clear()
+                    sides.pop((src, sport, dst, dport), None)
+                    sides.pop((dst, dport, src, sport), None)
                     continue
                 aflags = 0
                 ws = rev.win_scale
@@ -244,7 +301,8 @@ class TcpAnalyzer(SequenceChecks):
             else:
                 if not ok_ack or rack == fwd.lastack:
                     full(frame, ts, ver, src, sport, dst, dport, seq, ack, flags, win, seglen, ip_len, opts)
-                    sides.clear()
+                    sides.pop((src, sport, dst, dport), None)
+                    sides.pop((dst, dport, src, sport), None)
                     continue
                 fwd.lastnondupack = frame
                 fwd.dupacknum = 0
@@ -291,14 +349,14 @@ class TcpAnalyzer(SequenceChecks):
     def _side(conv: Conv, src: int, sport: int) -> tuple[Conv, Flow, Flow, bool, bool]:
         """(conv, fwd, rev, data may take the fast path, pure ACKs may) for packets from src:sport.
 
-        Everything tested here changes only in the full path, which clears the cache."""
+        Everything tested here changes only in the full path, which drops the tuple from the cache."""
         f1 = conv.flow1
         fwd, rev = (f1, conv.flow2) if f1.addr == src and f1.port == sport else (conv.flow2, f1)
         z = conv.z
         shift = 0 if fwd is conv.orig else 2
         ok = (
             not fwd.sack and fwd.zw_since < 0 and not fwd.is_first_ack and z.quiet
-            and not (conv.ts_mru_syn and not conv.first_rtt)
+            and not (conv.ts_mru_syn and not conv.first_rtt) and not fwd.holes and not rev.holes
         )  # fmt: skip
         ok_data = ok and bool(z.plain & (1 << shift)) and bool(conv.completeness & COMPLETE_DATA)
         ok_ack = ok and bool(z.plain & (2 << shift)) and bool(conv.completeness & COMPLETE_ACK)
@@ -344,7 +402,9 @@ class TcpAnalyzer(SequenceChecks):
             if nextseq_f and gt(seq, nextseq_f) and not flags & RST:
                 aflags |= LOST
                 fwd.valid_bif = False
-                fwd.missed += (seq - nextseq_f) & M32
+                fwd.holes.append([nextseq_f, seq])
+                if len(fwd.holes) > MAX_HOLES:  # nobody ACKs (a one-sided capture): the oldest is a gap now
+                    self._settle(conv, fwd, fwd.holes[0][1])
             # 4. keep-alive
             if seglen <= 1 and seq == ((nextseq_f - 1) & M32) and not sfr:
                 aflags |= KA

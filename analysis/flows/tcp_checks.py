@@ -104,8 +104,10 @@ class SequenceChecks:
         self, conv: Conv, fwd: Flow, rev: Flow, ts: int, seq: int, seglen: int, flags: int, aflags: int
     ) -> int:
         """Wireshark 4.0's classification (Debian 12's tshark): entered only when the sequence
-        did not advance; fast retransmission from duplicate ACKs alone; out-of-order timed
-        from the packet that last advanced nextseq."""
+        did not advance; spurious checked before the "new data after a probe" exception
+        (seq = nextseq - 1, more than one byte), which then skips the rest (tshark 4.0.17 on
+        tests/test_flows_fidelity.py's capture); fast retransmission from duplicate ACKs
+        alone; out-of-order timed from the packet that last advanced nextseq."""
         nextseq_f = fwd.nextseq
         if not (nextseq_f and gt(nextseq_f, seq)):
             return aflags
@@ -115,15 +117,55 @@ class SequenceChecks:
         end = (seq + seglen) & M32
         if seglen > 0 and rev.lastack and not gt(end, rev.lastack):
             return aflags | SPURIOUS
-        if not_advanced:
-            t = ts - rev.lastacktime if ts > rev.lastacktime else 0
-            if rev.dupacknum >= 2 and rev.lastack == seq and t < 20_000_000:
-                return aflags | FAST
-            t = ts - fwd.nextseqtime if ts > fwd.nextseqtime else 0
-            thres = conv.first_rtt if conv.first_rtt else 3_000_000
-            if nextseq_f != ((end + (1 if flags & (SYN | FIN) else 0)) & M32) and t < thres:
-                return aflags | OOO
+        if not not_advanced:
+            # new data after a 1-byte zero window probe (seq = nextseq - 1, more than one
+            # byte): 4.0 leaves the retransmission family without a flag, like upstream
+            return aflags
+        t = ts - rev.lastacktime if ts > rev.lastacktime else 0
+        if rev.dupacknum >= 2 and rev.lastack == seq and t < 20_000_000:
+            return aflags | FAST
+        t = ts - fwd.nextseqtime if ts > fwd.nextseqtime else 0
+        thres = conv.first_rtt if conv.first_rtt else 3_000_000
+        if nextseq_f != ((end + (1 if flags & (SYN | FIN) else 0)) & M32) and t < thres:
+            return aflags | OOO
         return aflags | RETRANS
+
+    @staticmethod
+    def _fill(fwd: Flow, seq: int, seglen: int) -> None:
+        """Data that lands in a hole (a retransmission of what the capture first missed)
+        shrinks it: Zeek's reassembler only reports what it never got."""
+        end = (seq + seglen) & M32
+        kept: list[list[int]] = []
+        for start, stop in fwd.holes:
+            if not gt(stop, seq) or not gt(end, start):  # no overlap
+                kept.append([start, stop])
+                continue
+            if gt(seq, start):
+                kept.append([start, seq])
+            if gt(stop, end):
+                kept.append([end, stop])
+        fwd.holes = kept
+
+    @staticmethod
+    def _settle(conv: Conv, side: Flow, ack: int) -> None:
+        """The peer ACKed past holes of `side` that nothing filled: the receiver had the bytes,
+        the capture did not. Zeek reports them then as a content gap (g/G) and counts them
+        in missed_bytes; a hole the peer never ACKs past is settled at the end (`settle_all`)."""
+        kept: list[list[int]] = []
+        for start, stop in side.holes:
+            if gt(stop, ack):
+                kept.append([start, stop])
+            else:
+                side.missed += (stop - start) & M32
+                conv.z.letter("g", side is conv.orig)
+        side.holes = kept
+
+    @classmethod
+    def settle_all(cls, conv: Conv) -> None:
+        """At the end of the capture: the holes still open are gaps (Zeek flushes them at close)."""
+        for side in (conv.flow1, conv.flow2):
+            if side.holes:
+                cls._settle(conv, side, side.holes[-1][1])
 
     def _retire(self, rev: Flow, ack: int, ts: int) -> int | None:
         """Drop segments of the other direction covered by this ACK; -> ack RTT (ns) of the acked segment."""

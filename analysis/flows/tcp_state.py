@@ -20,6 +20,9 @@ M32 = 0xFFFFFFFF
 FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
 SFR = SYN | FIN | RST
 MAX_UNACKED = 10000
+# Linux's smallest retransmission timeout (TCP_RTO_MIN): a retransmission of data last sent
+# at least this long before is counted as after a timeout (the findings' "timeout" cause).
+RTO_MIN_NS = 200_000_000
 HALF = 0x80000000
 
 (REUSED, RETRANS, FAST, SPURIOUS, OOO, LOST, ACKLOST, WUPDATE, WFULL, KA, KAACK, DUPACK, ZWP, ZW, ZWPACK) = (
@@ -52,7 +55,7 @@ class Flow:
         "lastack", "lastacktime", "window", "win_scale", "is_first_ack", "dupacknum", "lastnondupack",
         "lastsegmentflags", "segs", "ordered", "lastacklen", "sack", "mss", "valid_bif",
         "packets", "bytes", "wire_bytes", "data_segments", "retrans_bytes", "rtt_min", "rtt_max", "rtt_sum", "rtt_n",
-        "zw_since", "missed",
+        "zw_since", "missed", "holes", "syns", "syn_first", "syn_last", "retrans_timeout",
     )  # fmt: skip
 
     def __init__(self, addr: int, port: int) -> None:
@@ -90,7 +93,28 @@ class Flow:
         self.rtt_sum = 0
         self.rtt_n = 0
         self.zw_since = -1
-        self.missed = 0  # bytes skipped by "previous segment not captured" gaps (Zeek's missed_bytes)
+        self.missed = 0  # bytes of gaps never filled (Zeek's missed_bytes), counted as each is settled
+        # sequence ranges [start, end) skipped by "previous segment not captured" and not
+        # filled yet: settled as a content gap only once the peer ACKs past them (Zeek)
+        self.holes: list[list[int]] = []
+        # for the findings (analysis/flows/findings.py): SYN or SYN-ACK packets sent and when,
+        # retransmissions whose data was last sent >= RTO_MIN_NS before
+        self.syns = 0
+        self.syn_first = 0
+        self.syn_last = 0
+        self.retrans_timeout = 0
+
+
+@dataclass(frozen=True)
+class FirstReset:
+    """The first RST of a conversation, for the reset finding: who, where, after how much data."""
+
+    frame: int
+    ts: int
+    by_orig: bool
+    states: tuple[int, int]  # Zeek endpoint states (orig, resp) just before it (conn_summary.py)
+    bytes_orig: int
+    bytes_resp: int
 
 
 @dataclass
@@ -127,6 +151,8 @@ class Conv:
     z: zeek.ZeekFlow = field(default_factory=zeek.ZeekFlow)
     icmp_error: str | None = None
     icmp_errors: int = 0
+    first_reset: FirstReset | None = None
+    resets: int = 0
 
 
 @dataclass

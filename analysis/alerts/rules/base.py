@@ -65,8 +65,9 @@ def who(subject: Subject) -> str:
 class Sampling:
     """H2: how sampled the SIFTR samples behind a rule are, so K6/K7 can say so.
 
-    Per flow, the latest window of its ``flow_counters`` (Δpackets / Δsamples, the kernel's
-    exact counts); before a flow's first full window, the host's ratio from its last
+    Per flow, the latest window of its ``flow_counters`` (Δskbs / Δsamples, the kernel's
+    exact counts: the buffers siftr saw, one in ppl sampled; records from before ``skbs``
+    existed counted packets per buffer, so their packets stand in); before a flow's first full window, the host's ratio from its last
     ``sampling_report`` or the ``collector_status`` ppl. A window counts once it holds
     ``MIN_WINDOW_SAMPLES`` samples: at ppl N a window of s samples is off by up to N/s (the
     phase of the flow's packet counter), so a report of one retransmit that happened to be
@@ -84,7 +85,7 @@ class Sampling:
         if isinstance(rec, FlowCounters):
             if rec.proto != "tcp" or rec.samples <= 0:
                 return
-            key, packets = flow_key(rec), rec.packets_in + rec.packets_out
+            key, packets = flow_key(rec), rec.skbs or rec.packets_in + rec.packets_out
             start = self.flows.peek(key) or (0, 0, None)  # where the open window began, the last ratio
             moved = (packets - start[0], rec.samples - start[1])
             if moved[0] < 0 or moved[1] < 0:  # counts restarted (a new collector): a window from zero

@@ -22,29 +22,12 @@ from dataclasses import dataclass, field
 from translators.records import Connection, Record, SkbDrop, TcpReset, TcpSegment, TcpStateChange
 
 from ..book import Subject
+from ..outcomes import capture_outcome
 from ..state import DistinctWindow, LruMap, Window
 from .base import Context, Rule, endpoint, flow_key
 
-# Zeek conn_state values of an attempt that never carried data (scan.zeek's notion).
-FAILED_STATES = frozenset({"S0", "REJ", "RSTOS0", "RSTRH", "SH", "SHR"})
-RESET_STATES = frozenset({"RSTO", "RSTR"})
 SYN, ACK = 0x02, 0x10
 UNSPECIFIED = frozenset({"0.0.0.0", "::"})
-
-
-def capture_outcome(rec: Connection) -> str | None:
-    """success, refused or timeout for a wire connection summary (None: not TCP/unknown)."""
-    if rec.source != "wire" or rec.proto != "tcp" or rec.conn_state is None:
-        return None
-    if rec.conn_state == "S0":
-        return "timeout"
-    if rec.conn_state in FAILED_STATES:
-        return "refused"
-    if rec.conn_state in RESET_STATES and not (rec.bytes_orig or rec.bytes_resp):
-        return "reset"
-    if rec.conn_state == "OTH":
-        return None
-    return "success"
 
 
 @dataclass(slots=True)

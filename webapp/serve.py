@@ -30,7 +30,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
     # The dashboard tells its own sockets from the traffic it shows (webapp/dashboard/own_traffic.py).
-    os.environ["NETTRAIL_WEBAPP_LISTEN"] = f"{args.host}:{args.port}"
+    # A worker on an inherited socket (--fd) keeps the address its cluster exports: its own
+    # --host/--port are only the defaults then.
+    if args.fd is None or "NETTRAIL_WEBAPP_LISTEN" not in os.environ:
+        os.environ["NETTRAIL_WEBAPP_LISTEN"] = f"{args.host}:{args.port}"
 
     from daphne.endpoints import build_endpoint_description_strings
     from daphne.server import Server

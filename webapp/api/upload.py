@@ -1,8 +1,13 @@
-"""`/captures/upload/`: a browser upload of a pcap/pcapng file, analysed and stored like `analyze --store`.
+"""`/captures/upload/`: a browser upload of a pcap/pcapng file, analysed and stored like
+`analyze --store --keep-bytes`.
 
 The file (at most NETTRAIL_UPLOAD_MAX_BYTES, default 64 MiB) is written to a
-temporary file, run through the capture pipeline (analysis.capture.file_records, webapp.traces.capture_store) and stored
-under a host named ``capture:`` + the uploaded file's name. The prefix is reserved
+temporary file, run through the capture pipeline with the alert rules `nettrail analyze`
+reports (analysis.capture.rule_records: packets with their bytes, summaries, P1-P6 and
+the K rules; webapp.traces.capture_store) and stored under a host named ``capture:`` +
+the uploaded file's name. A stored capture is answered with a redirect (303) to its
+result page on the dashboard's Captures page (webapp/dashboard/captures.py); a refusal
+with that page and the reason. The prefix is reserved
 (webapp/traces/tokens.py refuses it), so an upload never writes into a live host --
 not even one whose file is named like it (``vm``). The import is one transaction: a
 file that fails halfway leaves nothing behind, not even its host row; live pushes go
@@ -18,19 +23,22 @@ import tempfile
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods
 
-from analysis.capture.file_records import capture_records
+from analysis.alerts.config import ConfigError, load_config
 from analysis.capture.pcap import CaptureError
+from analysis.capture.rule_records import analysed_records
 from webapp.traces.capture_store import store_records
 from webapp.traces.tokens import CAPTURE_PREFIX
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 MAX_NAME = 255
 FORM_OVERHEAD = 64 * 1024  # multipart boundaries, headers and the CSRF field around the file
-TEMPLATE = "api/upload.html"
+TEMPLATE = "dashboard/captures.html"
 
 
 def max_bytes() -> int:
@@ -46,7 +54,9 @@ def capture_name(upload: UploadedFile) -> str:
 
 @require_http_methods(["GET", "POST"])
 def upload(request: HttpRequest) -> HttpResponse:
-    context = {"max_mib": max_bytes() // (1024 * 1024)}
+    from webapp.dashboard.views import captures_context
+
+    context = captures_context(request)
     if request.method == "GET":
         return render(request, TEMPLATE, context)
     declared = request.META.get("CONTENT_LENGTH") or "0"
@@ -66,11 +76,14 @@ def upload(request: HttpRequest) -> HttpResponse:
             tmp.write(chunk)
         tmp.flush()
         try:
+            config = load_config()  # $NETTRAIL_RULES, as `nettrail analyze` reads it
             with transaction.atomic():  # all of the capture or nothing, host row included
-                totals = store_records(capture_records(tmp.name, name), name)
+                totals = store_records(analysed_records(tmp.name, name, config), name)
+        except ConfigError as exc:
+            return render(request, TEMPLATE, {**context, "error": f"the alert rules file: {exc}"}, status=500)
         except (CaptureError, OSError, ValueError) as exc:
             shown = name.removeprefix(CAPTURE_PREFIX)
             error = f"{shown}: not a capture nettrail can read ({str(exc).replace(tmp.name, shown)})"
             return render(request, TEMPLATE, {**context, "error": error}, status=400)
-    result = {"host": name, "stored": totals.stored, "duplicates": totals.duplicates}
-    return render(request, TEMPLATE, {**context, "result": result})
+    query = urlencode({"host": name, "stored": totals.stored, "duplicates": totals.duplicates})
+    return HttpResponseRedirect(f"{reverse('dashboard:captures')}?{query}", status=303)

@@ -25,7 +25,6 @@ from webapp.api.rows import (
     record_columns,
     record_dicts,
 )
-from webapp.http import json_error
 from webapp.traces import owner
 from webapp.traces.models import KIND_MODELS, Connection, Host, RecordModel
 from webapp.traces.schema import CONNECTIONLESS_KINDS
@@ -125,17 +124,6 @@ def connections(request: ApiRequest) -> HttpResponse:
     return JsonResponse({"connections": [connection_dict(r) for r in rows], "next": following})
 
 
-def _connection(request: ApiRequest, conn_uuid: str) -> Connection | HttpResponse:
-    """The connection row (on the `host` parameter's host), or the 404/409 answer."""
-    try:
-        conn = owner.connection_of(conn_uuid, request.params["host"])
-    except owner.Ambiguous as exc:
-        return json_error(409, str(exc))
-    if conn is None:
-        return json_error(404, f"no connection {conn_uuid}")
-    return conn
-
-
 CONN_HOST = Param("host", "str", "the connection's host (needed only when two hosts have the same UUID)")
 
 
@@ -146,7 +134,7 @@ CONN_HOST = Param("host", "str", "the connection's host (needed only when two ho
     returns="{connection: {...}, records: {kind: n}, summary: {...}|null}",
 )
 def connection_detail(request: ApiRequest, conn_uuid: str) -> HttpResponse:
-    conn = _connection(request, conn_uuid)
+    conn = owner.connection_or_error(conn_uuid, request.params["host"])  # 404/409 as JSON
     if isinstance(conn, HttpResponse):
         return conn
     counts = {}
@@ -180,7 +168,7 @@ def connection_detail(request: ApiRequest, conn_uuid: str) -> HttpResponse:
     returns="{conn_uuid, records: [...], next: cursor|null}",
 )
 def lifecycle(request: ApiRequest, conn_uuid: str) -> HttpResponse:
-    conn = _connection(request, conn_uuid)
+    conn = owner.connection_or_error(conn_uuid, request.params["host"])  # 404/409 as JSON
     if isinstance(conn, HttpResponse):
         return conn
     host = conn.host_id

@@ -54,6 +54,9 @@ class Cluster:
         self._sock = socket.create_server((self.host, self.port), family=family, backlog=1024)
         self._sock.set_inheritable(True)
         fd = self._sock.fileno()
+        # Every child, writers included, knows the address the webapp listens on: alert mail
+        # and the dashboard leave out the sockets toward it (webapp/dashboard/own_traffic.py).
+        self.env = {**self.env, "NETTRAIL_WEBAPP_LISTEN": f"{self.host}:{self.port}"}
         prefix = socket.gethostname()
         for i in range(self.workers):
             self.slots.append(Slot(f"worker-{i}", [self.python, "-m", "webapp.serve", "--fd", str(fd)]))

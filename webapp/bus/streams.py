@@ -1,7 +1,10 @@
 """The Redis stream between the HTTP ingest tier and the writer processes.
 
 One stream, ``nettrail:ingest``; one entry per accepted batch: ``host`` (the
-token's host), ``n`` (records) and ``body`` (the validated records, MessagePack).
+token's host), ``n`` (records), ``body`` (the validated records, MessagePack) and,
+when the database is PostgreSQL, ``copy`` (the same records' rows as COPY text per
+kind, with their days: webapp/traces/pgcopy.encode), which a writer sends to COPY
+as it is. An entry without ``copy`` (an older ingest worker's) is stored from ``body``.
 One consumer group, ``writers``: each entry goes to one writer, stays pending
 until that writer has committed it and XACKs it (then it is deleted), and is
 claimed by another writer (XAUTOCLAIM) when its writer died holding it. Writers
@@ -26,6 +29,7 @@ from typing import Any
 import msgspec
 import redis
 from django.conf import settings
+from django.db import connection
 
 from translators.records import Record
 
@@ -52,8 +56,24 @@ def client() -> redis.Redis:
 
 def append(host: str, records: Sequence[Record]) -> str:
     """XADD one batch; returns its entry id once Redis has it (raises redis.RedisError otherwise)."""
-    entry = client().xadd(STREAM, {"host": host, "n": len(records), "body": _encode(records)})
+    entry = client().xadd(STREAM, entry_fields(host, records))
     return entry.decode() if isinstance(entry, bytes) else str(entry)
+
+
+def entry_fields(host: str, records: Sequence[Record], copy_ready: bool | None = None) -> dict[_Value, _Value]:
+    """One entry's fields: host, n, body, and on PostgreSQL ``copy``, the rows COPY-ready.
+
+    The ingest tier has just validated the records, so it also formats their rows
+    (webapp/traces/pgcopy.encode): the writer then sends those bytes to COPY as they
+    are, and its own work per record is only the decode and the Connection fold.
+    copy_ready: add ``copy`` (default: when the database is PostgreSQL).
+    """
+    fields: dict[_Value, _Value] = {"host": host, "n": len(records), "body": _encode(records)}
+    if copy_ready if copy_ready is not None else connection.vendor == "postgresql":
+        from webapp.traces import pgcopy  # the models: imported once Django is set up
+
+        fields["copy"] = _encode(pgcopy.encode(records))
+    return fields
 
 
 def ensure_group(conn: redis.Redis | None = None) -> None:

@@ -18,13 +18,26 @@ from django.db.models import Count, Max, Min, Q, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from webapp.bus import health as bus_health
-from webapp.dashboard import alert_versions, buffers, counters, detail, own_traffic, queries, selfhealth
+from webapp.dashboard import (
+    alert_versions,
+    buffers,
+    captures,
+    counters,
+    detail,
+    empty_panels,
+    own_traffic,
+    queries,
+    selfhealth,
+    stitch_match,
+    time_wait,
+)
 from webapp.dashboard.filterlang import INT64_MAX, FilterError
 from webapp.dashboard.models import AlertAck
 from webapp.dashboard.tables import Alert, LossReport, SockEvent, UdpDatagram
 from webapp.http import json_error
 from webapp.traces import owner
 from webapp.traces.models import KIND_MODELS, Connection, Host
+from webapp.traces.tokens import CAPTURE_PREFIX
 
 View = Callable[..., HttpResponse]
 RATE_WINDOW_S = 10  # overview rates: records in the last 10 seconds / 10
@@ -71,11 +84,21 @@ def _limit(request: HttpRequest) -> int:
     return int(raw)
 
 
+def _peer(both: stitch_match.Folded, c: Connection) -> dict[str, str] | None:
+    """The other end of a row shown for both ends: its host, uuid and connection page."""
+    other = both.peers.get(c.pk)
+    if other is None:
+        return None
+    return {"host_id": other.host_id, "conn_uuid": other.conn_uuid, "url": stitch_match.link(other)}
+
+
 @api("GET")
 def connections(request: HttpRequest) -> HttpResponse:
     """One page of connections: ?q=<filter>&sort=<key|-key>&cursor=<c>&limit=<n>&uuids=<a,b>&own=1.
 
-    nettrail's own connections (own_traffic.py) are left out unless ``own=1``.
+    nettrail's own connections (own_traffic.py) are left out unless ``own=1``. Both ends of
+    one connection on the page are one row (stitch_match.fold); a host filter keeps only that
+    host's rows, so it shows that host's end.
     """
     started = time.perf_counter()
     qs = queries.filtered(request.GET.get("q", ""))
@@ -88,13 +111,22 @@ def connections(request: HttpRequest) -> HttpResponse:
         page = queries.Page(rows, None, len(rows))
     else:
         page = queries.page(qs, request.GET.get("sort") or queries.DEFAULT_SORT, request.GET.get("cursor"), limit)
-    rules = queries.alert_rules([c for c in page.rows if c.alerts])
+    # A connection traced at both ends (two hosts, or one over loopback) is shown once:
+    # the opener's row, naming the other end. Matched among this page's rows only.
+    both = stitch_match.fold(page.rows)
+    rules = queries.alert_rules([c for c in both.rows if c.alerts])
     hints = queries.empty_result_hints(request.GET.get("q", "")) if page.total == 0 and not uuids else []
+    # rows without a kernel state (uploaded captures) show their summary's Zeek conn_state
+    zeek = captures.zeek_states([c for c in both.rows if c.state is None])
     return JsonResponse(
         {
-            "rows": [queries.row_json(c, rules) for c in page.rows],
+            "rows": [
+                {**queries.row_json(c, rules), **zeek.get((c.host_id, c.conn_uuid), {}), "peer": _peer(both, c)}
+                for c in both.rows
+            ],
             "next": page.next,
-            "total": page.total,
+            "total": page.total,  # rows matching the filter, before folding
+            "folded": both.folded,  # rows of this page shown as their other end's "both ends"
             "hints": hints,
             "hosts": host_names(),
             "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
@@ -105,20 +137,20 @@ def connections(request: HttpRequest) -> HttpResponse:
 @api("GET")
 def connection(request: HttpRequest, uuid: str) -> HttpResponse:
     """?host= names the connection's host (needed only when two hosts have the uuid)."""
-    try:
-        row = owner.connection_of(uuid, request.GET.get("host") or None)
-    except owner.Ambiguous as exc:
-        return json_error(409, str(exc))
-    conn = queries.annotated().filter(pk=row.pk).first() if row is not None else None
+    row = owner.connection_or_error(uuid, request.GET.get("host") or None)
+    if not isinstance(row, Connection):
+        return row
+    conn = queries.annotated().filter(pk=row.pk).first()
     if conn is None:
-        return json_error(404, "no such connection")
+        return json_error(404, f"no connection {uuid}")
     host = conn.host_id
     rules = queries.alert_rules([conn])
     body = queries.row_json(conn, rules)
     summary = detail.summary_fields(host, uuid)
+    retransmitted = detail.retransmitted(host, uuid)
     return JsonResponse(
         {
-            "conn": {**summary, **body},
+            "conn": {**summary, **body, **retransmitted},
             "timeline": detail.timeline(conn),
             "marks": detail.marks(host, uuid),
             "siftr": detail.siftr(host, uuid),
@@ -126,8 +158,10 @@ def connection(request: HttpRequest, uuid: str) -> HttpResponse:
             "tseq": detail.tseq(conn),
             "tcpdebug": detail.tcpdebug(host, uuid),
             "skbs": detail.skbs(host, uuid),
+            "skb_sampling": selfhealth.lifecycle_sampling(host),
             "drops": detail.drops(host, uuid),
             "alerts": detail.alerts(host, uuid),
+            "empty_why": empty_panels.connection_panels(host),  # shown under a panel with no rows
         }
     )
 
@@ -140,7 +174,9 @@ def _host_counters(host: str, now: float) -> dict[str, Any]:
     recent = {"host_id": host, "ts_wall__gte": since}
     records = sum(model.objects.filter(**recent).count() for model in KIND_MODELS.values())
     new = Connection.objects.filter(host_id=host, last_seen__gte=since, first_seen__gte=since).count()
-    retrans = KIND_MODELS["tcp_retransmit"].objects.filter(**recent).count()
+    # segments, the kernel's unit (TcpRetransSegs adds tcp_skb_pcount per retransmission):
+    # one record stands for a whole GSO skb; a record without segs is one segment
+    retrans = detail.retransmitted_segments(KIND_MODELS["tcp_retransmit"].objects.filter(**recent))
     reasons = buffers.drop_rates(host, since)
     lost = LossReport.objects.filter(host_id=host).aggregate(n=Sum("lost"))["n"] or 0
     last = Host.objects.filter(name=host).values_list("last_seen", flat=True).first()
@@ -148,7 +184,7 @@ def _host_counters(host: str, now: float) -> dict[str, Any]:
         "host_id": host,
         "open": Connection.objects.filter(host_id=host, closed=False).count(),
         "new_per_s": new / RATE_WINDOW_S,
-        "retrans_per_s": retrans / RATE_WINDOW_S,
+        "retrans_segs_per_s": retrans / RATE_WINDOW_S,
         "drops_per_s": sum(reasons.values()) / RATE_WINDOW_S,
         "top_drop_reasons": [
             {"reason": r, "per_s": n / RATE_WINDOW_S} for r, n in sorted(reasons.items(), key=lambda x: -x[1])[:3]
@@ -162,10 +198,14 @@ def _host_counters(host: str, now: float) -> dict[str, Any]:
 @api("GET")
 def overview(request: HttpRequest) -> HttpResponse:
     now = time.time()
-    hosts = [_host_counters(h, now) for h in host_names()]
+    # The live overview: uploaded captures (host capture:NAME) are not live hosts, and their
+    # connections never count as open or as talkers here (their page is /captures/).
+    hosts = [_host_counters(h, now) for h in host_names() if not captures.is_capture(h)]
     alert_cols = ("id", "start", "severity", "rule_id", "host_id", "message", "conn_uuid")
-    latest = list(alert_versions.latest(Alert.objects).order_by("-start").values(*alert_cols)[:TOP_N])
-    conns = queries.annotated()
+    # nettrail's own traffic (the browser viewing this page) raises no alert here (own_traffic.py)
+    shown = Alert.objects.exclude(own_traffic.own_alert_q()).exclude(host_id__startswith=CAPTURE_PREFIX)
+    latest = list(alert_versions.latest(shown).order_by("-start").values(*alert_cols)[:TOP_N])
+    conns = queries.annotated().exclude(host_id__startswith=CAPTURE_PREFIX)
     top_bytes = conns.filter(total_bytes__gt=0).order_by("-total_bytes")[:TOP_N]
     top_retrans = conns.filter(retransmits__gt=0).order_by("-retransmits")[:TOP_N]
     return JsonResponse(
@@ -175,6 +215,8 @@ def overview(request: HttpRequest) -> HttpResponse:
             "alerts": latest,
             "top_bytes": [queries.row_json(c, {}) for c in top_bytes],
             "top_retrans": [queries.row_json(c, {}) for c in top_retrans],
+            # the TIME_WAIT pile-up story: sockets per host and destination, each with its filter
+            "time_wait": time_wait.by_destination([h["host_id"] for h in hosts]),
         }
     )
 
@@ -188,7 +230,15 @@ def buffers_view(request: HttpRequest) -> HttpResponse:
     host = request.GET.get("host") or None
     reason = request.GET.get("reason") or None
     conn = request.GET.get("conn") or None
-    return JsonResponse(buffers.summary(host, reason, conn))
+    # why the drops chart may be empty, per live host (empty_panels.py)
+    live = [host] if host else [h for h in selfhealth.hosts_with_status() if not captures.is_capture(h)]
+    return JsonResponse(
+        {
+            **buffers.summary(host, reason, conn),
+            "empty_why": empty_panels.hosts_panel(live, "drops"),
+            "sampling": selfhealth.lifecycle_sampling(host),
+        }
+    )
 
 
 @api("GET")
@@ -202,7 +252,8 @@ def skb(request: HttpRequest, uid: int) -> HttpResponse:
         if life["conn_uuid"]
         else None
     )
-    return JsonResponse({"skb": life, "conn": queries.row_json(conn, {}) if conn else None})
+    sampling = selfhealth.lifecycle_sampling(life["host_id"])
+    return JsonResponse({"skb": life, "conn": queries.row_json(conn, {}) if conn else None, "sampling": sampling})
 
 
 @api("GET")
@@ -301,8 +352,11 @@ def _alert_json(a: Any, history: dict[str, dict[str, Any]] | None = None) -> dic
 
 @api("GET")
 def alerts(request: HttpRequest) -> HttpResponse:
-    """?severity=&rule=&host=&acked=yes|no: the newest matching alerts."""
+    """?severity=&rule=&host=&acked=yes|no&own=1: the newest matching alerts; alerts about
+    nettrail's own traffic (own_traffic.py) only with ``own=1``."""
     qs = alert_versions.latest(Alert.objects.select_related("ack", "ack__user")).order_by("-start", "-id")
+    if request.GET.get("own") != "1":
+        qs = qs.exclude(own_traffic.own_alert_q())
     for param, column in (("severity", "severity"), ("rule", "rule_id"), ("host", "host_id"), ("status", "status")):
         value = request.GET.get(param)
         if value:

@@ -1,6 +1,6 @@
 """The buffers page's data: drop reasons over time (stacked), by kernel location and by
 process, exact in-kernel drop counts, recent drops, and the lifecycles of the buffers of
-a selected flow or drop reason.
+a selected flow or drop reason (the newest buffers followed when none is chosen).
 
 Exact counts come from ``drop_count`` records (in-kernel map deltas, never sampled);
 the per-drop breakdowns come from ``skb_drop`` events, which may be sampled — the page
@@ -80,8 +80,17 @@ def summary(host: str | None, reason: str | None, conn: str | None) -> dict[str,
         "exact": list(exact_rows),
         "recent": recent,
         "reasons": sorted(set(drops.values_list("drop_reason_str", flat=True).distinct())),
-        "lifecycles": lifecycles(_selected_uids(selected, conn), host) if (reason or conn) else [],
+        # nothing chosen: the newest buffers followed (one in --skb-sample N on a live host)
+        "lifecycles": lifecycles(_selected_uids(selected, conn) if (reason or conn) else _recent_uids(host), host),
     }
+
+
+def _recent_uids(host: str | None) -> list[int]:
+    """The newest buffers whose first sighting was recorded (complete lifecycles first seen)."""
+    firsts = SkbEvent.objects.filter(stage__in=("tx-first", "rx-first"), skb_uid__isnull=False)
+    if host:
+        firsts = firsts.filter(host_id=host)
+    return list(firsts.order_by("-ts_ns").values_list("skb_uid", flat=True)[:MAX_LIFECYCLES])
 
 
 def _selected_uids(selected: QuerySet[SkbDrop], conn: str | None) -> list[int]:

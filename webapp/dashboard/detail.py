@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Q, Sum, Value
+from django.db.models.functions import Coalesce
+
 from translators.records import tcp_flags_str
 from translators.tcp import FREEBSD_INITIAL_SSTHRESH
-from webapp.dashboard import alert_versions, retrans_runs
+from webapp.dashboard import alert_versions, retrans_runs, tseq_kernel
 from webapp.dashboard.tables import (
     Alert,
     ConnectionSummary,
@@ -117,8 +120,9 @@ def siftr(host: str, uuid: str) -> dict[str, list[Any]]:
     return out
 
 
-def tseq(conn: Connection) -> dict[str, list[Any]]:
-    """Aligned series for the time-sequence graph of the direction carrying most data."""
+def tseq(conn: Connection) -> dict[str, Any]:
+    """Aligned series for the time-sequence graph of the direction carrying most data
+    (from the packets; without packets from the kernel records, tseq_kernel.py)."""
     cols = (
         "ts_wall",
         "src",
@@ -129,6 +133,7 @@ def tseq(conn: Connection) -> dict[str, list[Any]]:
         "tcp_payload_len",
         "analysis",
         "opt_sack_blocks",
+        "window_scaled",
     )
     rows = list(
         TcpSegment.objects.filter(host_id=conn.host_id, conn_uuid=conn.conn_uuid)
@@ -136,16 +141,17 @@ def tseq(conn: Connection) -> dict[str, list[Any]]:
         .values_list(*cols)[:MAX_POINTS]
     )
     rows.reverse()
-    out: dict[str, list[Any]] = {k: [] for k in ("t", "data", "retrans", "sack", "ack")}
-    if not rows:
-        return out
+    out: dict[str, Any] = {k: [] for k in ("t", "data", "retrans", "sack", "ack", "win")}
+    if not rows:  # no packets (a live connection): the kernel's view of the send side
+        return tseq_kernel.tseq(conn.host_id, conn.conn_uuid)
+    out["source"] = "tcp_segment"
     sent: dict[tuple[str, int], int] = {}
     for r in rows:
         sent[(r[1], r[2])] = sent.get((r[1], r[2]), 0) + (r[6] or 0)
     data_side = max(sent, key=lambda k: sent[k])
     isn = next(((r[3] - (r[5] or 0)) for r in rows if (r[1], r[2]) == data_side and r[3] is not None), 0)
-    for t, src, sport, seq, ack, _rel, length, analysis, sacks in rows:
-        point: dict[str, Any] = {"data": None, "retrans": None, "sack": None, "ack": None}
+    for t, src, sport, seq, ack, _rel, length, analysis, sacks, window in rows:
+        point: dict[str, Any] = {"data": None, "retrans": None, "sack": None, "ack": None, "win": None}
         if (src, sport) == data_side:
             if not length or seq is None:
                 continue
@@ -154,6 +160,8 @@ def tseq(conn: Connection) -> dict[str, list[Any]]:
         else:
             if ack is not None:
                 point["ack"] = (ack - isn) % (1 << 32)
+                if window is not None:  # the receive window the peer advertised, from its ACK
+                    point["win"] = point["ack"] + window
             if sacks:
                 point["sack"] = max((right - isn) % (1 << 32) for _left, right in sacks)
             if point["ack"] is None and point["sack"] is None:
@@ -281,6 +289,28 @@ def alerts(host: str, uuid: str) -> list[dict[str, Any]]:
     cols = ("id", "start", "end", "severity", "rule_id", "status", "count", "message")
     newest = alert_versions.latest(Alert.objects.filter(host_id=host, conn_uuid=uuid))
     return list(newest.order_by("-start").values(*cols)[:MAX_ROWS])
+
+
+def retransmitted_segments(records: Any) -> int:
+    """Segments the tcp_retransmit records stand for (TcpRetransSegs' unit: a record is one
+    skb, `segs` of them for a GSO skb; a record without segs counts one)."""
+    total = _sent(records).aggregate(n=Sum(Coalesce("segs", Value(1))))["n"]
+    return int(total or 0)
+
+
+def _sent(records: Any) -> Any:
+    """Retransmissions the stack made (err 0, or unknown on kernels whose tracepoint has no
+    err): a failed one (-EBUSY while the queue drains) counts in neither ss nor nstat."""
+    return records.filter(Q(err__isnull=True) | Q(err=0))
+
+
+def retransmitted(host: str, uuid: str) -> dict[str, Any]:
+    """What this socket retransmitted, from its tcp_retransmit records: segments (as
+    `ss -tin` retrans's total and nstat TcpRetransSegs count) and payload bytes (ss's
+    bytes_retrans), shown apart from the bytes sent, which include them."""
+    records = _sent(TcpRetransmit.objects.filter(host_id=host, conn_uuid=uuid))
+    agg = records.aggregate(segs=Sum(Coalesce("segs", Value(1))), payload=Sum("tcp_payload_len"))
+    return {"retrans_segs": int(agg["segs"] or 0), "retrans_bytes_out": int(agg["payload"] or 0)}
 
 
 SUMMARY_FIELDS = (

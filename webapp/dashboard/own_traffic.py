@@ -7,18 +7,26 @@ envelope's pid; every run) on its host; the webapp knows its own pid and the add
 (``webapp.serve`` exports ``NETTRAIL_WEBAPP_LISTEN``), and those apply to the hosts whose
 collector runs on this very machine (the same kernel boot id). A connection is nettrail's
 own when its process is one of those, or one of its ends is the webapp's listening socket
-on this machine. Keep in sync with: webapp/serve.py, api.connections, js/connections.js.
+on this machine. Alerts about such traffic (the browser's K7 "smoothed RTT ... toward the
+dashboard port") are left out of the alert views by the same identity: an alert is
+nettrail's own when its connection is, or when its own process and address fields (an
+alert record carries them as a connection row does) match the same conditions. Alert e-mail (webapp/traces/alert_mail.py) leaves out the same
+alerts, through ``own_alerts`` below, so the browser viewing the dashboard mails nobody.
+Keep in sync with: webapp/serve.py, api.connections, api.alerts, api.overview, js/connections.js,
+webapp/traces/alert_mail.py.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
+from collections.abc import Collection
 from pathlib import Path
 
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
-from webapp.dashboard.tables import CollectorStatus
+from webapp.dashboard.tables import Alert, CollectorStatus
+from webapp.traces.models import Connection
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
@@ -67,3 +75,26 @@ def own_q() -> Q:
             )
             q |= Q(host_id__in=local) & ends
     return q
+
+
+def own_alert_q() -> Q:
+    """Alerts about nettrail's own traffic: their connection is one of own_q()'s, or the
+    alert's own pid/address fields match own_q() directly (an alert without a stored
+    connection row, e.g. one that fired before the connection's first record arrived)."""
+    own = own_q()
+    same_conn = Connection.objects.filter(own, host_id=OuterRef("host_id"), conn_uuid=OuterRef("conn_uuid"))
+    return own | (Q(conn_uuid__isnull=False) & Q(Exists(same_conn)))
+
+
+AlertKey = tuple[str, str, int]  # (host_id, boot_id, seq): a stored record's identity
+
+
+def own_alerts(keys: Collection[AlertKey]) -> set[AlertKey]:
+    """Which of these stored alert records are about nettrail's own traffic: own_alert_q()
+    applied to their rows, so mail and the alert views can never disagree about one."""
+    if not keys:
+        return set()
+    rows = Alert.objects.filter(
+        own_alert_q(), host_id__in={k[0] for k in keys}, seq__in={k[2] for k in keys}
+    ).values_list("host_id", "boot_id", "seq")
+    return {(h, b, s) for h, b, s in rows} & set(keys)

@@ -26,7 +26,7 @@ MAX_WINDOWS = 500  # newest flow_counters windows of a connection
 SELF_HEALTH_RULES = ("H1", "H2", "H3", "H4")
 STATUS_FIELDS = (
     "ts_wall", "pid", "comm", "boot_id", "providers", "attached", "absent", "failed", "missing_drop_reasons",
-    "rules_unavailable", "rules_degraded", "kernel_release", "ppl", "ip_sample", "drop_rate", "stack_counters",
+    "rules_unavailable", "rules_degraded", "kernel_release", "ppl", "ip_sample", "drop_rate", "skb_sample", "stack_counters",
 )  # fmt: skip
 
 
@@ -40,7 +40,7 @@ def cpu_budget() -> float:
 
 # Rules outside the rules file: the capture rules (analysis/alerts/pcap_rules.py, no
 # thresholds to configure) and the self-health ones the collector raises itself.
-RULES_OUTSIDE_CONFIG = ("P1", "P2", "P3", "P4", "P5", "P6", *SELF_HEALTH_RULES)
+RULES_OUTSIDE_CONFIG = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", *SELF_HEALTH_RULES)
 
 
 def known_rules() -> set[str]:
@@ -58,6 +58,23 @@ def provider_off(provider: str, host: str | None = None) -> list[dict[str, Any]]
         row = CollectorStatus.objects.filter(host_id=h).order_by("-ts_wall", "-id").values("providers").first()
         if row is not None and provider not in (row["providers"] or []):
             out.append({"host_id": h, "providers": list(row["providers"] or [])})
+    return out
+
+
+def lifecycle_sampling(host: str | None = None) -> list[dict[str, Any]]:
+    """Per host running skb-lifecycle: one buffer in how many its collector follows
+    (``collector_status.skb_sample``) and the newest exact counts beside it (the
+    ``sampling_report`` of skb_event: buffers seen and followed in that window), for the
+    note every lifecycle view carries (issue 18 item 9)."""
+    out = []
+    for h in [host] if host else hosts_with_status():
+        status = CollectorStatus.objects.filter(host_id=h).order_by("-ts_wall", "-id").values("providers", "skb_sample")
+        row = status.first()
+        if row is None or "skb-lifecycle" not in (row["providers"] or []):
+            continue
+        cols = ("observed", "emitted", "window_s", "ts_wall")
+        report = SamplingReport.objects.filter(host_id=h, event_type="skb_event").order_by("-ts_wall", "-id")
+        out.append({"host_id": h, "skb_sample": row["skb_sample"] or 1, "last": report.values(*cols).first()})
     return out
 
 
@@ -103,8 +120,10 @@ def status(host: str | None) -> dict[str, Any]:
 
 
 def connection_sampling(host: str, uuid: str) -> dict[str, Any]:
-    """SIFTR sampling of one connection per flow_counters window: Δpackets / Δsamples (H2)."""
-    cols = ("ts_wall", "packets_in", "packets_out", "samples")
+    """SIFTR sampling of one connection per flow_counters window: Δbuffers / Δsamples (H2).
+    The buffers siftr saw (``skbs``), of which the kernel sampled one in ppl; records from
+    before ``skbs`` existed (0) counted packets per buffer, so their packets stand in."""
+    cols = ("ts_wall", "packets_in", "packets_out", "samples", "skbs")
     rows = list(
         FlowCounters.objects.filter(host_id=host, conn_uuid=uuid, proto="tcp")
         .order_by("-ts_ns", "-id")
@@ -114,18 +133,18 @@ def connection_sampling(host: str, uuid: str) -> dict[str, Any]:
     windows: list[dict[str, Any]] = []
     prev = (0, 0)
     if len(rows) > MAX_WINDOWS:  # older reports exist: the oldest row read is only a baseline
-        prev = (rows[0][1] + rows[0][2], rows[0][3])
+        prev = (rows[0][4] or rows[0][1] + rows[0][2], rows[0][3])
         rows = rows[1:]
-    for t, pin, pout, samples in rows:
-        packets = pin + pout
+    for t, pin, pout, samples, skbs in rows:
+        packets = skbs or pin + pout
         dp, ds = packets - prev[0], samples - prev[1]
         if dp > 0 or ds > 0:
             windows.append({"t": t, "packets": dp, "samples": ds, "ratio": round(dp / ds, 2) if ds > 0 else None})
         prev = (packets, samples)
     if not rows:
         return {"packets": None, "samples": None, "ratio": None, "windows": []}
-    _, pin, pout, samples = rows[-1]
-    total = pin + pout
+    _, pin, pout, samples, skbs = rows[-1]
+    total = skbs or pin + pout
     return {
         "packets": total,
         "samples": samples,

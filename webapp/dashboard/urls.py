@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.urls import URLPattern, path
 from django.views.generic import RedirectView
 
-from webapp.dashboard import api, views
+from webapp.dashboard import api, stitched, views
 
 app_name = "dashboard"
 
@@ -21,9 +21,11 @@ urlpatterns: list[URLPattern] = [
     path("counters/", views.counters, name="counters"),
     path("alerts/", views.alerts, name="alerts"),
     path("status/", views.status, name="status"),
+    path("captures/", views.captures_page, name="captures"),
     path("api/dash/overview", api.overview, name="api-overview"),
     path("api/dash/connections", api.connections, name="api-connections"),
     path("api/dash/connections/<str:uuid>", api.connection, name="api-connection"),
+    path("api/dash/connections/<str:uuid>/stitched", stitched.api_stitched, name="api-stitched"),
     # The connection's downloads are the report documents of webapp/reports (one exporter,
     # issue 14); the dashboard's old export URL redirects there with its query string.
     path(

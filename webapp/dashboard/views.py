@@ -15,12 +15,16 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 
+from analysis.export.pcap import PACKET_KINDS as PCAP_KINDS
 from translators.records import SEVERITIES
-from webapp.dashboard import queries
+from webapp.dashboard import captures, queries, stitched
 from webapp.dashboard.api import host_names
 from webapp.dashboard.counters import DEFAULT_FLOW_SORT
 from webapp.dashboard.filterlang import FIELDS
+from webapp.dashboard.findings import findings_of
+from webapp.dashboard.tables import SiftrSample
 from webapp.traces import owner
+from webapp.traces.models import KIND_MODELS
 
 View = Callable[..., HttpResponse]
 
@@ -80,13 +84,33 @@ def connections(request: HttpRequest) -> HttpResponse:
     return _page(request, "connections.html", data, fields=FIELDS, columns=columns, page_sizes=queries.PAGE_SIZES)
 
 
+def _unavailable(uuid: str, host: str) -> dict[str, str]:
+    """Why a download cannot be made for this connection, by format: the page shows the
+    button disabled with the reason instead of saving a file that holds an error (the
+    report endpoint answers 409 for them). Same conditions as webapp/reports/exports.py."""
+    mine = {"host_id": host, "conn_uuid": uuid}
+    why: dict[str, str] = {}
+    if not any(KIND_MODELS[k].objects.filter(**mine, frame_bytes__isnull=False).exists() for k in PCAP_KINDS):
+        why["pcap"] = (
+            "No packets to download: a live connection is traced in the kernel, which records no packet bytes; "
+            "packets exist for uploaded captures (Captures page) and `nettrail analyze FILE --store --keep-bytes`."
+        )
+    if not SiftrSample.objects.filter(**mine).exists():
+        why["siftr"] = "No SIFTR samples for this connection: the collector's siftr provider was not running."
+    return why
+
+
 def _exports(uuid: str, host: str) -> list[dict[str, str]]:
     try:
         base = reverse("connection-export", args=[uuid])
     except NoReverseMatch:
         return []
     on_host = f"&host={quote(host)}"  # a connection is its host's: exports name it
-    return [{"format": f, "label": label, "url": f"{base}?format={f}{on_host}"} for f, label in EXPORTS]
+    why = _unavailable(uuid, host)
+    return [
+        {"format": f, "label": label, "url": f"{base}?format={f}{on_host}", "unavailable": why.get(f, "")}
+        for f, label in EXPORTS
+    ]
 
 
 @page
@@ -98,7 +122,9 @@ def connection(request: HttpRequest, uuid: str) -> HttpResponse:
     if conn is None:
         raise Http404("no such connection")
     data = {"conn_uuid": uuid, "host": conn.host_id}
-    return _page(request, "connection.html", data, exports=_exports(uuid, conn.host_id))
+    both = stitched.stitched(conn)  # the other end's half, when it was traced too
+    found = findings_of(conn.host_id, uuid)  # captured connections: what went wrong, worst first
+    return _page(request, "connection.html", data, exports=_exports(uuid, conn.host_id), stitched=both, findings=found)
 
 
 @page
@@ -120,10 +146,39 @@ def counters(request: HttpRequest) -> HttpResponse:
 
 @page
 def alerts(request: HttpRequest) -> HttpResponse:
-    data = {k: request.GET.get(k, "") for k in ("severity", "rule", "host", "acked")}
+    data = {k: request.GET.get(k, "") for k in ("severity", "rule", "host", "acked", "own")}
     return _page(request, "alerts.html", {**data, "hosts": host_names()}, severities=SEVERITIES)
 
 
 @page
 def status(request: HttpRequest) -> HttpResponse:
     return _page(request, "status.html", {"hosts": host_names(), "host": request.GET.get("host", "")})
+
+
+def captures_context(request: HttpRequest) -> dict[str, Any]:
+    """The Captures page's context (also the upload view's, webapp/api/upload.py): the
+    upload form, the uploaded captures and, with ?host=capture:NAME, that capture's result."""
+    from webapp.api.upload import max_bytes
+
+    host = request.GET.get("host", "")
+    result = captures.capture(host) if host and captures.is_capture(host) else None
+    stored = request.GET.get("stored", "")
+    context: dict[str, Any] = {
+        "max_mib": max_bytes() // (1024 * 1024),
+        "uploaded": captures.uploaded(),
+        "result": result,
+        "stored": int(stored) if result and stored.isdigit() else None,
+        "duplicates": request.GET.get("duplicates", "0"),
+        "page_data": {"host": host},
+        "logout_url": reverse("logout"),
+    }
+    return context
+
+
+@page
+def captures_page(request: HttpRequest) -> HttpResponse:
+    host = request.GET.get("host", "")
+    context = captures_context(request)
+    if host and context["result"] is None:
+        raise Http404(f"no uploaded capture {host!r}")
+    return render(request, "dashboard/captures.html", context)

@@ -29,7 +29,7 @@ from analysis.export.filters import CONNECTIONLESS, FilterError, ReportFilter
 from analysis.export.schema import CONNECTION_FIELDS, list_name
 from translators.records import BY_KIND, Record, describe
 from webapp.traces.models import KIND_MODELS, Connection, Host, RecordModel
-from xo import Writer
+from xo import Writer, human
 
 CHUNK = 2000
 REPORT = "nettrail-report"
@@ -324,6 +324,9 @@ def _value_format(value: Any) -> str:
 
 
 def _emit_connection(w: Writer, conn: Connection) -> None:
+    if w.options.style == "text":
+        w.emit("{d:connection/%s}\n", connection=connection_lines(conn, w.options.no_humanize))
+        return
     parts = ["{Lwc:connection}{k:conn-uuid/%s}"]
     values: dict[str, Any] = {"conn_uuid": conn.conn_uuid}
     for name, fmt, _ in CONNECTION_FIELDS:
@@ -335,6 +338,55 @@ def _emit_connection(w: Writer, conn: Connection) -> None:
         parts.append(f" {{Lw:{xo}}}{{{mods}:{xo}/{fmt}}}")
         values[name] = str(value).lower() if isinstance(value, bool) else value
     w.emit("".join(parts) + "\n", **values)
+
+
+def connection_lines(conn: Connection, raw: bool = False) -> str:
+    """A connection's header in the text style, for people (issue 17 item 2): who, where,
+    when and how much on three lines, like the rest of the text style (the encodings keep
+    their fields, _emit_connection). `raw` (no-humanize): epoch seconds and plain counts."""
+
+    def when(ts: float) -> str:
+        return f"{ts:.6f}" if raw else human.iso_time(ts)
+
+    def size(n: int) -> str:
+        return f"{n} B" if raw else human.byte_count(n)
+
+    def flow(host: str | None, port: int | None) -> str:
+        h = host or "*"
+        return f"{f'[{h}]' if ':' in h else h}:{'*' if port is None else port}"
+
+    head = f"connection {conn.conn_uuid}  host {conn.host_id}" + (f"  boot {conn.boot_id}" if conn.boot_id else "")
+    where = [f"{conn.proto} {flow(conn.src, conn.sport)} -> {flow(conn.dst, conn.dport)}"]
+    if conn.state:
+        where.append(conn.state + (" (closed)" if conn.closed and conn.state != "CLOSED" else ""))
+    if conn.first_seen is not None:
+        span = f"from {when(conn.first_seen)}"
+        if conn.last_seen is not None:
+            took = conn.last_seen - conn.first_seen
+            span += f" to {when(conn.last_seen)} ({f'{took:.6f} s' if raw else human.duration(took)})"
+        where.append(span)
+    amounts = []
+    for label, nbytes, packets in (("out", conn.bytes_out, conn.packets_out), ("in", conn.bytes_in, conn.packets_in)):
+        if nbytes is not None or packets is not None:
+            text = size(nbytes) if nbytes is not None else "?"
+            amounts.append(f"{label} {text}" + (f" in {packets} packets" if packets is not None else ""))
+    if not amounts:  # captures: by originator and responder
+        for label, nbytes in (("orig", conn.bytes_orig), ("resp", conn.bytes_resp)):
+            if nbytes is not None:
+                amounts.append(f"{label} {size(nbytes)}")
+    for label, value in (("retransmits", conn.retransmits), ("resets", conn.resets), ("alerts", conn.alerts)):
+        if value is not None:
+            amounts.append(f"{label} {value}")
+    if conn.srtt_us is not None:
+        amounts.append(f"srtt {conn.srtt_us} us" if raw else f"srtt {human.duration(conn.srtt_us / 1e6)}")
+    if conn.snd_cwnd is not None:
+        amounts.append(f"cwnd {size(conn.snd_cwnd)}")
+    if conn.comm is not None or conn.pid is not None:
+        amounts.append(f"process {conn.comm or ''}{f'[{conn.pid}]' if conn.pid is not None else ''}")
+    lines = [head, "    " + "  ".join(where)]
+    if amounts:
+        lines.append("    " + "  ".join(amounts))
+    return "\n".join(lines)
 
 
 def count_in_scope(f: ReportFilter) -> int:

@@ -4,14 +4,16 @@ GET /api/report?...&format=zeek and /api/connections/<uuid>/export?format=zeek s
 `connection` records in scope (hosts, connection, time range of the filter), in start
 order, through xo/zeek.py, for captures and live connections alike. `#open`/`#close`
 are the first and last connection's times, so the same data always exports the same
-bytes. Raises ExportUnavailable (HTTP 409) before writing anything when there is none.
+bytes. A live connection this host accepted is written with the remote side as the
+originator, as its conn_state and history have it (the connection row's `active`). Raises ExportUnavailable (HTTP 409) before writing anything when there is none.
 Keep in sync with: xo/zeek.py, docs/reports.md, webapp/reports/views.py.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
-from typing import TextIO
+from typing import Any, TextIO
 
 from django.db.models import Max, Min
 
@@ -19,7 +21,21 @@ from analysis.export.filters import ReportFilter
 from translators.records import Connection
 from webapp.reports.exports import ExportUnavailable
 from webapp.reports.render import as_records, scoped
+from webapp.traces.models import Connection as ConnectionRow
 from xo.zeek import ZeekConnWriter
+
+CHUNK = 500  # records per lookup of their connection rows (conn_uuid IN (...))
+
+
+def _opened_here(chunk: list[Any]) -> dict[tuple[str, str], bool]:
+    """(host, conn_uuid) -> whether that host opened the connection (the row's `active`,
+    from its tcp_state records), for the live summaries of the chunk: a connection the
+    host accepted is written with the remote side as the originator (xo/zeek.py)."""
+    uuids = {rec.conn_uuid for rec in chunk if rec.source == "kernel" and rec.conn_uuid}
+    if not uuids:
+        return {}
+    rows = ConnectionRow.objects.filter(conn_uuid__in=sorted(uuids), active__isnull=False)
+    return {(host, uuid): active for host, uuid, active in rows.values_list("host_id", "conn_uuid", "active")}
 
 
 def zeek_steps(out: TextIO, f: ReportFilter) -> Iterator[None]:
@@ -29,9 +45,12 @@ def zeek_steps(out: TextIO, f: ReportFilter) -> Iterator[None]:
     if span["first"] is None:
         raise ExportUnavailable("no connection summary in scope")
     writer = ZeekConnWriter(out, open_ts=span["first"])
-    for rec in as_records(qs.order_by("ts_wall", "seq"), "connection"):
-        assert isinstance(rec, Connection)
-        writer.write(rec)
-        yield None
+    records = as_records(qs.order_by("ts_wall", "seq"), "connection")
+    while chunk := list(itertools.islice(records, CHUNK)):
+        active = _opened_here(chunk)
+        for rec in chunk:
+            assert isinstance(rec, Connection)
+            writer.write(rec, active.get((rec.host_id, rec.conn_uuid or "")))
+            yield None
     writer.close(span["last"])
     yield None

@@ -8,7 +8,10 @@ ingest. An alert is emitted again each time it escalates, is fired again or clos
 (same ``alert_id``): it is mailed when it first arrives, when its severity rises and
 when it closes, not for every repeat. Below ``NETTRAIL_ALERT_EMAIL_MIN_SEVERITY``
 (default warning) and info alerts are never mailed. Failures are logged; when the
-queue is full the alert is dropped from mail (it is stored) and counted.
+queue is full the alert is dropped from mail (it is stored) and counted. Alerts about
+nettrail's own traffic (the browser viewing the dashboard, the collector's ingest) are
+never mailed: the identity rule of the alert views, webapp/dashboard/own_traffic.py,
+read against the stored rows (one query per batch that has alerts worth a mail).
 
 Keep in sync with docs/alerts.md (Notifications) and webapp/traces/ingest.py.
 """
@@ -59,6 +62,15 @@ def recipients() -> list[str]:
     return [a.strip() for a in os.environ.get(RECIPIENTS_ENV, "").split(",") if a.strip()]
 
 
+def _own_traffic(alerts: Sequence[Alert]) -> set[tuple[str, str, int]]:
+    """The (host_id, boot_id, seq) of the alerts about nettrail's own traffic; they are
+    stored already (submit runs after the commit). Imported here: Django's models load
+    only when there is an alert to mail."""
+    from webapp.dashboard.own_traffic import own_alerts
+
+    return own_alerts({(a.host_id, a.boot_id, a.seq) for a in alerts})
+
+
 class AlertMailer:
     def __init__(self, queue_size: int = QUEUE_SIZE) -> None:
         self._queue: queue.Queue[tuple[Alert, list[str]]] = queue.Queue(maxsize=queue_size)
@@ -75,9 +87,13 @@ class AlertMailer:
         if not to:
             return 0
         level = os.environ.get(MIN_SEVERITY_ENV, "warning")
+        worth = [rec for rec in records if type(rec) is Alert and worth_notifying(rec, level)]
+        if not worth:
+            return 0
+        own = _own_traffic(worth)
         queued = 0
-        for rec in records:
-            if type(rec) is Alert and worth_notifying(rec, level) and self._news(rec):
+        for rec in worth:
+            if (rec.host_id, rec.boot_id, rec.seq) not in own and self._news(rec):
                 try:
                     self._queue.put_nowait((rec, to))
                 except queue.Full:

@@ -16,14 +16,15 @@ import itertools
 import operator
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from django.db import connection
+from django.db import connection, models
 from django.db.models import Count
 
 from translators.records import BY_KIND, Record
-from webapp.traces import pgbulk
+from webapp.traces import pgbulk, view
 from webapp.traces.models import KIND_MODELS, Connection
 
 LOOKUP_CHUNK = 500  # conn_uuids per IN (...) query: well under every backend's parameter limit
@@ -32,14 +33,16 @@ UPDATE_FIELDS = tuple(f.name for f in Connection._meta.concrete_fields if f.name
 # Column defaults of a new row (models.Connection): the fields a record may never set.
 DEFAULTS = {f.name: f.get_default() for f in Connection._meta.concrete_fields if f.name in UPDATE_FIELDS}
 
+_FLOATS = {f.name for f in Connection._meta.concrete_fields if isinstance(f, models.FloatField)}
 # A Connection row being folded: a msgspec Struct built from the row tuple in one C
 # call. Django's Model.__init__ (and bulk_create) cost more than the folding itself.
 _Conn: Any = msgspec.defstruct(
     "_Conn",
     [
-        ("pk", Any),
+        ("id", Any),
         *((name, Any) for name in KEY_FIELDS),
-        *((name, Any, DEFAULTS[name]) for name in UPDATE_FIELDS),
+        # Typed floats: PostgreSQL's JSON (pgbulk.load) writes a whole float without ".0".
+        *((name, float if name in _FLOATS else Any, DEFAULTS[name]) for name in UPDATE_FIELDS),
         ("loaded", Any, ()),  # the stored values, to write back only what changed
     ],
 )
@@ -49,42 +52,101 @@ _POSITIONS = range(len(UPDATE_FIELDS))
 
 def apply(records: Iterable[Record]) -> int:
     """Fold tracked records into their connections; returns how many connections changed."""
+    batch = prepare(records)
+    batch.fold()
+    return batch.finish()
+
+
+@dataclass
+class Fold:
+    """One batch's fold in steps, so that a writer can fold while PostgreSQL takes the
+    batch's COPY (store.store_new_batch): prepare() (before the records are stored),
+    fold() (Python only), finish() (once they are: alerts, then the write)."""
+
+    touched: dict[tuple[str, str], list[tuple[Any, Record]]]
+    alerts: list[tuple[tuple[str, str], Record]]
+    conns: dict[tuple[str, str], Any] = field(default_factory=dict)  # every connection folded
+    existing: dict[tuple[str, str], Any] = field(default_factory=dict)  # loaded, not new
+    new: list[Any] = field(default_factory=list)
+
+    def fold(self) -> None:
+        """Fold the records of the tracked kinds but alerts into their (loaded or new) rows."""
+        self._fold(self.touched)
+
+    def finish(self) -> int:
+        """Fold the alerts seen for the first time (the batch must be stored) and write the rows."""
+        by_key: dict[tuple[str, str], list[tuple[Any, Record]]] = {}
+        for key, rec in _first_versions(self.alerts):
+            by_key.setdefault(key, []).append((_fold_alert, rec))
+        unloaded = [key for key in by_key if key not in self.conns]
+        if unloaded:
+            self.existing.update(_load(unloaded))
+        self._fold(by_key)
+        if not self.conns:
+            return 0
+        if connection.vendor == "postgresql":
+            # Two statements for the batch: the new rows, the changed ones (pgbulk.py).
+            pgbulk.insert(Connection, [*KEY_FIELDS, *UPDATE_FIELDS], self.new)
+            changed, rows = _changes(self.existing.values())
+            pgbulk.update_by_id(Connection, [UPDATE_FIELDS[i] for i in changed], rows)
+        else:
+            _insert(self.new)
+            _update(self.existing.values())
+        return len(self.conns)
+
+    def _fold(self, touched: dict[tuple[str, str], list[tuple[Any, Record]]]) -> None:
+        for key, recs in touched.items():
+            conn = self.conns.get(key)
+            if conn is None:
+                conn = self.existing.get(key)
+                if conn is None:
+                    conn = _new_connection(recs[0][1])
+                    self.new.append(conn)
+                self.conns[key] = conn
+            _fold_into(conn, recs)
+
+
+def prepare(records: Iterable[Record]) -> Fold:
+    """The batch's tracked records by connection, and the stored rows of those connections."""
     touched: dict[tuple[str, str], list[tuple[Any, Record]]] = {}
     folders = _FOLDERS_BY_TYPE
     alerts: list[tuple[tuple[str, str], Record]] = []
-    for rec in records:
+    records = records if isinstance(records, list) else list(records)
+    # Only the tracked kinds (picked in C: compress, map), and the kind first: the writer's
+    # views of untracked kinds have no conn_uuid (view.py).
+    for rec in itertools.compress(records, map(folders.__contains__, map(type, records))):
         uuid = rec.conn_uuid
-        if uuid is not None:
-            folder = folders.get(type(rec))
-            if folder is _fold_alert:
-                alerts.append(((rec.host_id, uuid), rec))
-            elif folder is not None:
-                touched.setdefault((rec.host_id, uuid), []).append((folder, rec))
-    for key, rec in _first_versions(alerts):
-        touched.setdefault(key, []).append((_fold_alert, rec))
-    if not touched:
-        return 0
-    existing = _load(list(touched))
-    new: list[Any] = []
-    for key, recs in touched.items():
-        conn = existing.get(key)
-        if conn is None:
-            conn = _new_connection(recs[0][1])
-            new.append(conn)
-        for folder, rec in recs:
-            ts = rec.ts_wall
-            if ts < conn.first_seen:
-                conn.first_seen = ts
-            if ts > conn.last_seen:
-                conn.last_seen = ts
-            if conn.sport in _UNKNOWN or conn.src in _UNKNOWN or conn.dport in _UNKNOWN:
-                _fill_flow(conn, rec)
-            if rec.comm is not None or rec.pid is not None:
-                _fill_owner(conn, rec)
-            folder(conn, rec)
-    _insert(new)
-    _update(existing.values())
-    return len(touched)
+        if uuid is None:
+            continue
+        folder = folders[type(rec)]
+        if folder is _fold_alert:
+            alerts.append(((rec.host_id, uuid), rec))
+        else:
+            touched.setdefault((rec.host_id, uuid), []).append((folder, rec))
+    batch = Fold(touched, alerts)
+    if touched:
+        batch.existing = _load(list(touched))
+    return batch
+
+
+def _fold_into(conn: Any, recs: list[tuple[Any, Record]]) -> None:
+    # Only _fill_flow changes the 4-tuple: known once, it stays known (the common case).
+    unknown = conn.sport in _UNKNOWN or conn.src in _UNKNOWN or conn.dport in _UNKNOWN
+    for folder, rec in recs:
+        ts = rec.ts_wall
+        if ts < conn.first_seen:
+            conn.first_seen = ts
+        if ts > conn.last_seen:
+            conn.last_seen = ts
+        if unknown:
+            _fill_flow(conn, rec)
+            unknown = conn.sport in _UNKNOWN or conn.src in _UNKNOWN or conn.dport in _UNKNOWN
+        if rec.comm is not None or rec.pid is not None:
+            # Softirq context has no meaningful current task: such attribution only
+            # fills gaps, while task-context attribution (ctx == "task") replaces it.
+            if rec.ctx == "task" or (conn.comm is None and conn.pid is None):
+                conn.pid, conn.tgid, conn.comm, conn.uid = rec.pid, rec.tgid, rec.comm, rec.uid
+        folder(conn, rec)
 
 
 def _first_versions(alerts: list[tuple[tuple[str, str], Record]]) -> list[tuple[tuple[str, str], Record]]:
@@ -132,8 +194,22 @@ def _insert(conns: list[Any]) -> None:
         cursor.executemany(sql, [(c.host_id, c.boot_id, c.conn_uuid, *_values(c)) for c in conns])
 
 
+def _changes(conns: Iterable[Any]) -> tuple[list[int], list[tuple[Any, ...]]]:
+    """The positions (in UPDATE_FIELDS) any loaded row changed, and the changed rows'
+    values at those positions, then their id."""
+    union: set[int] = set()
+    changed = []
+    for conn in conns:
+        after = _values(conn)
+        if conn.loaded != after:
+            union.update(itertools.compress(_POSITIONS, map(operator.ne, conn.loaded, after)))
+            changed.append((after, conn.id))
+    positions = sorted(union)
+    return positions, [(*(after[i] for i in positions), pk) for after, pk in changed]
+
+
 def _update(conns: Iterable[Any]) -> None:
-    """UPDATE by primary key only the columns that changed, one executemany per set of
+    """SQLite: UPDATE by primary key only the columns that changed, one executemany per set of
     changed columns: a column in SET makes SQLite rewrite every index holding it, even
     for an unchanged value, and Connection has many indexes (the process and address
     filters) whose columns rarely change. (Django's bulk_update builds a CASE per
@@ -143,11 +219,7 @@ def _update(conns: Iterable[Any]) -> None:
         after = _values(conn)
         changed = tuple(itertools.compress(_POSITIONS, map(operator.ne, conn.loaded, after)))
         if changed:
-            by_change.setdefault(changed, []).append((*(after[i] for i in changed), conn.pk))
-    if connection.vendor == "postgresql":
-        for changed, rows in by_change.items():  # one UPDATE ... FROM unnest(...) per set
-            pgbulk.update_by_id(Connection, [UPDATE_FIELDS[i] for i in changed], rows)
-        return
+            by_change.setdefault(changed, []).append((*(after[i] for i in changed), conn.id))
     quote = connection.ops.quote_name
     with connection.cursor() as cursor:
         for changed, rows in by_change.items():
@@ -163,12 +235,19 @@ def _load(keys: list[tuple[str, str]]) -> dict[tuple[str, str], Any]:
     """The stored rows of these (host_id, conn_uuid) keys (by the conn_uuid index, then host)."""
     wanted = set(keys)
     uuids = sorted({uuid for _, uuid in keys})
-    quote = connection.ops.quote_name
     names = ["id", *KEY_FIELDS, *UPDATE_FIELDS]
+    found: dict[tuple[str, str], Any] = {}
+    if connection.vendor == "postgresql":
+        for conn in pgbulk.load(Connection, names, "conn_uuid", uuids, _Conn):
+            key = (conn.host_id, conn.conn_uuid)
+            if key in wanted:
+                conn.loaded = _values(conn)
+                found[key] = conn
+        return found
+    quote = connection.ops.quote_name
     select = (
         f"SELECT {', '.join(_columns(names))} FROM {quote(Connection._meta.db_table)} WHERE {quote('conn_uuid')} IN "
     )
-    found: dict[tuple[str, str], Any] = {}
     first = len(KEY_FIELDS) + 1
     with connection.cursor() as cursor:
         for start in range(0, len(uuids), LOOKUP_CHUNK):
@@ -205,13 +284,6 @@ def _fill_flow(conn: Any, rec: Record) -> None:
         value = getattr(rec, name, None)
         if getattr(conn, name) in _UNKNOWN and value not in _UNKNOWN:
             setattr(conn, name, value)
-
-
-def _fill_owner(conn: Any, rec: Record) -> None:
-    # Softirq context has no meaningful current task: such attribution only fills gaps,
-    # while task-context attribution (ctx == "task") replaces it.
-    if rec.ctx == "task" or (conn.comm is None and conn.pid is None):
-        conn.pid, conn.tgid, conn.comm, conn.uid = rec.pid, rec.tgid, rec.comm, rec.uid
 
 
 def _set_state(conn: Any, state: str | None, ts_ns: int) -> None:
@@ -284,6 +356,8 @@ def _fold_summary(conn: Any, rec: Any) -> None:
     for name in ("bytes_orig", "bytes_resp", "bytes_acked", "bytes_received"):
         if getattr(rec, name) is not None:
             setattr(conn, name, getattr(rec, name))
+    if rec.conn_state is not None or rec.history is not None:  # Zeek's words, live or captured
+        conn.conn_state, conn.history = rec.conn_state, rec.history
     # The summary's kernel counter covers retransmissions the events may have missed.
     conn.retransmits = max(conn.retransmits, rec.total_retrans or 0)
     _set_state(conn, rec.state, rec.ts_ns)
@@ -306,5 +380,7 @@ _FOLDERS: dict[str, Any] = {
     "flow_counters": _fold_counters,
 }
 # Record type -> its folder: one dict lookup per record picks tracked kinds and their fold.
+# The writer's views of the same kinds (view.py) fold alike.
 _FOLDERS_BY_TYPE: dict[type[Record], Any] = {BY_KIND[kind]: folder for kind, folder in _FOLDERS.items()}
+_FOLDERS_BY_TYPE.update({view.view_of(kind): folder for kind, folder in _FOLDERS.items()})
 TRACKED_KINDS = frozenset(_FOLDERS)  # the kinds that update connections

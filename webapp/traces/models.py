@@ -133,6 +133,10 @@ class Connection(models.Model):
     # This host opened the connection (a tcp_state record's `active`); None: not known.
     # Maps the local side's flow_counters bytes to originator/responder.
     active = models.BooleanField(null=True)
+    # Zeek conn_state and history of the connection summary (captures, and live
+    # connections: analysis/flows/live_summary.py in the collector); None until it comes.
+    conn_state = models.TextField(null=True)
+    history = models.TextField(null=True)
 
     class Meta:
         constraints = [

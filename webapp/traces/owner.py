@@ -7,7 +7,8 @@ the cookie or the stream and refuses (403) one that does not match; a record wit
 them (a capture's tcp_state, a SIFTR-log sample) may not name a connection another host
 already has. Connection rows are keyed by (host_id, conn_uuid) (lifecycle.py), so even a
 conn_uuid two hosts share never mixes their records: every read goes through
-`connection_of`, which names the host, and reads records by host and conn_uuid.
+`connection_of`, which names the host, and reads records by host and conn_uuid; the JSON
+views (the host-token API's and the dashboard's) answer through `connection_or_error`.
 Keep in sync with: translators/records.py (the derivations), webapp/traces/ingest.py.
 """
 
@@ -16,7 +17,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from django.http import JsonResponse
+
 from translators.records import Record, connection_uuid, flow_uuid
+from webapp.http import json_error
 from webapp.traces.models import Connection
 
 LOOKUP_CHUNK = 500
@@ -98,3 +102,15 @@ def connection_of(conn_uuid: str, host: str | None = None) -> Connection | None:
     if len(found_rows) > 1:
         raise Ambiguous(conn_uuid, sorted(r.host_id for r in rows))
     return found_rows[0] if found_rows else None
+
+
+def connection_or_error(conn_uuid: str, host: str | None = None) -> Connection | JsonResponse:
+    """`connection_of` as a JSON view answers it: the row, or the error to return (409 when
+    several hosts have the uuid and none is named, 404 when `host` has no such connection)."""
+    try:
+        conn = connection_of(conn_uuid, host)
+    except Ambiguous as exc:
+        return json_error(409, str(exc))
+    if conn is None:
+        return json_error(404, f"no connection {conn_uuid}")
+    return conn

@@ -2,8 +2,8 @@
 
 Per kind, the day partitions the rows need are made sure of (partitions.py), then:
 
-* the common batch, all new: one ``COPY table (columns) FROM STDIN`` straight into
-  the partitioned table, under a savepoint. It is the raw COPY peer of
+* the common batch, all new: one ``COPY table (columns) FROM STDIN`` per kind straight
+  into the partitioned tables, all under one savepoint. It is the raw COPY peer of
   bench/bench_pg_ingest.py plus the row building, nothing more.
 * a batch with a record already stored (a collector's resend, a Redis redelivery
   after a writer died between commit and XACK): the unique index refuses the
@@ -12,27 +12,38 @@ Per kind, the day partitions the rows need are made sure of (partitions.py), the
   NOTHING RETURNING`` the keys that went in. So a redelivered batch is a duplicate,
   never a double, and the duplicate count and the Connection updates stay exact.
 
+COPY-ready batches (``encode``): the scale-out ingest tier, which validates a batch
+before it queues it on the Redis stream, also formats its rows as COPY text, per
+kind, with the days they fall in (psycopg's own C row formatter, with the adapters
+of its database connection). A writer given them (``store(records, encoded)``)
+sends those bytes as they are (``copy.write``): no row tuples, no formatting in the
+writer. The duplicate path builds its rows from the records as before.
+
 Staging writes every row twice (temporary table, then the table) and plans an
 INSERT ... SELECT; the direct COPY avoids both for the common batch.
-bench/bench_pg_ingest.py measures both paths (docs/benchmarks.md); on the shared
-2-CPU machine they were within its noise of each other.
+bench/bench_pg_ingest.py measures both paths (docs/benchmarks.md); with COPY-ready
+rows the direct path is the cheaper by far (the staged one builds the rows too).
 Called by store.py's ``_store`` on PostgreSQL, inside the batch's transaction.
-Keep in sync with: store.py (StoreResult, the row builder), partitions.py.
+Keep in sync with: store.py (StoreResult, the row builder), partitions.py, webapp/bus/streams.py (the
+entry's `copy` field), bench/bench_pg_ingest.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from django.db import IntegrityError, connection, transaction
+from psycopg._copy_base import format_row_text
+from psycopg.adapt import Transformer
 
 from translators.records import Record
 from webapp.traces import partitions
 from webapp.traces.models import KIND_MODELS
-from webapp.traces.schema import KIND_BY_TYPE
-from webapp.traces.store import StoreResult, _table
+from webapp.traces.store import StoreResult, _group, _table
 
 
 @dataclass(frozen=True)
@@ -46,26 +57,66 @@ class _Plan:
     merge_sql: str  # staging -> table, returning the keys stored
 
 
+# One kind's COPY-ready rows: (kind, the days of its rows (partitions.day_of), COPY text data).
+Encoded = list[tuple[str, list[int], bytes]]
 _plans: dict[str, _Plan] = {}
 # False: every batch goes through the staging table (bench/bench_pg_ingest.py measures both).
 DIRECT_FIRST = True
 
 
-def store(records: Sequence[Record]) -> StoreResult:
+def encode(records: Sequence[Record]) -> Encoded:
+    """The batch's rows as COPY text data per kind, in the columns and order store() copies."""
+    # The connection's adapters, as the writer's write_row would use: bytea's text form
+    # depends on the server (hex escapes), so not psycopg's connection-less defaults.
+    connection.ensure_connection()
+    transformer = Transformer(connection.connection)
+    out: Encoded = []
+    day_of = partitions.day_of
+    for kind, group in _group(records).items():
+        row = _table(kind).row
+        data = bytearray()  # psycopg's (C) formatter of COPY text rows appends each row here
+        for rec in group:
+            format_row_text(row(rec), transformer, data)
+        days = sorted({day_of(ts) for ts in map(_TS_WALL, group)}) if partitions.is_partitioned(kind) else []
+        out.append((kind, days, bytes(data)))
+    return out
+
+
+def decode(data: bytes) -> Encoded:
+    return _decode_encoded(data)
+
+
+_decode_encoded = msgspec.msgpack.Decoder(list[tuple[str, list[int], bytes]]).decode
+_TS_WALL = operator.attrgetter("ts_wall")
+
+
+def store(records: Sequence[Record], encoded: Encoded | None = None) -> StoreResult:
+    """Store a batch; `encoded` (encode() of the same records) skips the row building of the common batch."""
     result = StoreResult()
-    groups: dict[str, list[Record]] = {}
-    for rec in records:
-        groups.setdefault(KIND_BY_TYPE[type(rec)], []).append(rec)
+    groups = _group(records)
+    direct = DIRECT_FIRST
+    if encoded is not None and direct:
+        direct = False  # if this COPY is refused, a record is already stored: staged path, no second try
+        if copy_new(encoded):
+            for group in groups.values():
+                result.stored += len(group)
+                result.new.extend(group)
+            return result
+    work: list[tuple[_Plan, list[Record], list[tuple[Any, ...]]]] = []
     for kind, group in groups.items():
         plan = _plan(kind)
         if plan.partitioned:
             partitions.ensure(plan.table, {partitions.day_of(rec.ts_wall) for rec in group})
         row = _table(kind).row
-        rows = [row(rec) for rec in group]
-        if DIRECT_FIRST and _copy_direct(plan, rows):
+        work.append((plan, group, [row(rec) for rec in group]))
+    # The common batch, all new: every kind COPYed under one savepoint (two round trips
+    # for the batch, not two per kind).
+    if direct and _copy_direct([(plan, rows) for plan, _, rows in work]):
+        for _, group, _ in work:
             result.stored += len(group)
             result.new.extend(group)
-            continue
+        return result
+    for plan, group, rows in work:
         try:
             stored = _copy_merge(plan, rows)
         except IntegrityError:
@@ -80,11 +131,28 @@ def store(records: Sequence[Record]) -> StoreResult:
     return result
 
 
-def _copy_direct(plan: _Plan, rows: list[tuple[Any, ...]]) -> bool:
-    """COPY every row into the table; False (and nothing written) when one was already stored."""
+def copy_new(encoded: Encoded, meanwhile: Callable[[], None] | None = None) -> bool:
+    """COPY a batch's COPY-ready rows as they are; False (nothing written) when one was already stored.
+
+    meanwhile: run once the largest kind's rows are sent, before its COPY's end is
+    awaited, so the server stores them while this process works (the writer's fold).
+    """
+    plans = [(_plan(kind), days, data) for kind, days, data in encoded]
+    for plan, days, _ in plans:
+        if plan.partitioned:
+            partitions.ensure(plan.table, days)
+    return _copy_direct([(plan, data) for plan, _, data in plans], meanwhile)
+
+
+def _copy_direct(
+    batches: Sequence[tuple[_Plan, list[tuple[Any, ...]] | bytes]], meanwhile: Callable[[], None] | None = None
+) -> bool:
+    """COPY every row into its table; False (and nothing written) when one was already stored."""
+    largest = max(range(len(batches)), key=lambda i: len(batches[i][1])) if meanwhile is not None else -1
     try:
         with transaction.atomic(), connection.cursor() as cursor, connection.wrap_database_errors:
-            _copy(cursor.cursor, plan.copy_sql, rows)
+            for i, (plan, rows) in enumerate(batches):
+                _copy(cursor.cursor, plan.copy_sql, rows, meanwhile if i == largest else None)
     except IntegrityError:
         return False
     return True
@@ -101,11 +169,16 @@ def _copy_merge(plan: _Plan, rows: list[tuple[Any, ...]]) -> set[tuple[str, str,
         return {(host, boot, seq) for host, boot, seq in raw.fetchall()}
 
 
-def _copy(raw: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
+def _copy(raw: Any, sql: str, rows: list[tuple[Any, ...]] | bytes, meanwhile: Callable[[], None] | None = None) -> None:
     with raw.copy(sql) as copy:
-        write = copy.write_row
-        for values in rows:
-            write(values)
+        if isinstance(rows, bytes):  # encode()'s COPY text: sent as it is
+            copy.write(rows)
+        else:
+            write = copy.write_row
+            for values in rows:
+                write(values)
+        if meanwhile is not None:
+            meanwhile()
 
 
 def _first_of_each(group: list[Record], stored: set[tuple[str, str, int]]) -> list[Record]:

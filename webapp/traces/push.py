@@ -68,7 +68,19 @@ def groups_for(records: Sequence[Record], wanted: Callable[[str], bool] = lambda
     return {group: [payloads[i] for i in indexes] for group, indexes in members.items()}
 
 
-def push(records: Sequence[Record]) -> None:
+class PushFailed(Exception):
+    """A strict push could not reach the channel layer; the offsets of what was not sent were taken back."""
+
+
+def push(records: Sequence[Record], strict: bool = False) -> None:
+    """Send the records to their groups.
+
+    Not strict (ingest on the appliance): a failure is logged and the offsets stay
+    moved on, so subscribers see the gap. Strict (the scale-out writer, which keeps
+    its stream entry pending and pushes the batch again): the offsets of the messages
+    not sent are taken back and PushFailed is raised, so the retry continues the
+    sequence and subscribers see every record, some of them twice.
+    """
     layer = get_channel_layer()
     if layer is None or not records:
         return
@@ -76,11 +88,20 @@ def push(records: Sequence[Record]) -> None:
     if wanted is None:
         return  # nobody is listening: no per-record work at all
     try:
-        async_to_sync(_send)(layer, groups_for(records, wanted))
-    except Exception:
+        async_to_sync(_send)(layer, groups_for(records, wanted), strict)
+    except Exception as exc:
+        if strict:
+            raise PushFailed(f"live push of {len(records)} records failed: {exc!r}") from exc
         # Stored is stored: a 500 here would make the collector resend a committed batch.
         # The offsets moved on, so subscribers see the gap and their browsers say so.
         log.exception("live push of %d records failed", len(records))
+
+
+def listening() -> bool:
+    """False when push() would send nothing (no channel layer, or the in-memory one with
+    no browser listening): the scale-out writer then skips decoding whole records."""
+    layer = get_channel_layer()
+    return layer is not None and _listened(layer) is not None
 
 
 def _listened(layer: Any) -> Callable[[str], bool] | None:
@@ -105,8 +126,8 @@ def _advance(group: str, count: int) -> int:
     return offset
 
 
-async def _send(layer: Any, groups: dict[str, list[dict[str, Any]]]) -> None:
-    messages = []
+async def _send(layer: Any, groups: dict[str, list[dict[str, Any]]], take_back: bool = False) -> None:
+    messages: list[tuple[str, dict[str, Any]]] = []
     for group, payloads in groups.items():
         for start in range(0, len(payloads), CHUNK):
             chunk = payloads[start : start + CHUNK]
@@ -114,5 +135,13 @@ async def _send(layer: Any, groups: dict[str, list[dict[str, Any]]]) -> None:
             messages.append(
                 (group, {"type": MESSAGE_TYPE, "records": chunk, "group": group, "sender": SENDER, "offset": offset})
             )
-    for group, message in messages:  # offsets are taken first: a failed send still counts
-        await layer.group_send(group, message)
+    sent = 0
+    try:
+        for group, message in messages:  # offsets are taken first: a failed send still counts
+            await layer.group_send(group, message)
+            sent += 1
+    except Exception:
+        if take_back:  # newest first, so each group ends at its first message not sent
+            for group, message in reversed(messages[sent:]):
+                _offsets[group] = message["offset"]
+        raise

@@ -3,9 +3,11 @@
 Each live socket joins the channel-layer group of its session (``session.<digest>``,
 a digest so the session key itself never reaches the channel layer). Logging out
 sends ``session.ended`` to that group and every socket of the session closes with
-4401 at once; a session that expires, is deleted or whose user changed password is
-found by a re-check every SESSION_CHECK_S seconds (NETTRAIL_LIVE_SESSION_CHECK_S in
-settings for tests), and its sockets close the same way.
+4401 at once. Expiry closes them at once too: each socket sleeps until its session's
+stored expiry time (re-read on waking, so a session whose expiry moved on, as on
+activity when sessions slide, re-arms the timer), and a session deleted or whose user
+changed password is found by a re-check every SESSION_CHECK_S seconds
+(NETTRAIL_LIVE_SESSION_CHECK_S in settings for tests); its sockets close the same way.
 Used by webapp/traces/consumers.py; the logout receiver is connected in apps.py.
 """
 
@@ -14,14 +16,20 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable
-from typing import Any
+from datetime import datetime
+from importlib import import_module
+from typing import Any, cast
 
 from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.http import HttpRequest
+from django.utils import timezone
 
 SESSION_CHECK_S = 30.0
+# Wake this long after the stored expiry, so the check that follows finds it past.
+EXPIRY_MARGIN_S = 0.05
 CLOSE_SESSION_ENDED = 4401
 
 
@@ -73,8 +81,24 @@ class SessionBound:
 
         every = float(getattr(settings, "NETTRAIL_LIVE_SESSION_CHECK_S", SESSION_CHECK_S))
         while True:
-            await asyncio.sleep(every)
+            expiry = await session_expiry(key)
+            left = every if expiry is None else (expiry - timezone.now()).total_seconds() + EXPIRY_MARGIN_S
+            await asyncio.sleep(min(every, max(0.0, left)))
             if not await session_is_logged_in(key):
                 self._session_watch = None  # this task: nothing to cancel
                 await self.session_ended({})
                 return
+
+
+@database_sync_to_async
+def session_expiry(key: str) -> datetime | None:
+    """The stored expiry time of a database-backed session (None: unknown, or no such session).
+
+    Read from the row, not ``SessionStore.get_expiry_date()``: without a custom expiry
+    that method answers "now plus SESSION_COOKIE_AGE", as if the session were saved now.
+    """
+    model_class = getattr(import_module(settings.SESSION_ENGINE).SessionStore, "get_model_class", None)
+    if model_class is None:  # a cookie or cache session: the periodic re-check alone
+        return None
+    found = model_class().objects.filter(session_key=key).values_list("expire_date", flat=True).first()
+    return cast("datetime | None", found)

@@ -20,7 +20,7 @@ import operator
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 from django.db import DataError, IntegrityError, connection, transaction
@@ -29,6 +29,9 @@ from translators.records import Record, describe
 from webapp.traces import lifecycle
 from webapp.traces.models import KIND_MODELS, RecordModel
 from webapp.traces.schema import KIND_BY_TYPE, is_json
+
+if TYPE_CHECKING:
+    from webapp.traces.pgcopy import Encoded
 
 INT64 = (-(2**63), 2**63 - 1)
 _json = msgspec.json.Encoder()
@@ -96,11 +99,16 @@ _tables: dict[tuple[str, str], _Table] = {}
 STORE_HOOKS: list[Callable[[Sequence[Record]], None]] = []
 
 
-def store_batch(records: Sequence[Record]) -> StoreResult:
-    """Insert every new record and update connections, in one transaction."""
+def store_batch(records: Sequence[Record], encoded: Encoded | None = None) -> StoreResult:
+    """Insert every new record and update connections, in one transaction.
+
+    encoded: pgcopy.encode() of the same records, made by the ingest tier (PostgreSQL
+    only): the rows of an all-new batch are COPYed from it as they are.
+    """
     try:
         with transaction.atomic():
-            result = _store(records)
+            result = _store(records, encoded)
+            result.new = _batch_order(records, result.new)
             lifecycle.apply(result.new)
             for hook in STORE_HOOKS:
                 hook(result.new)
@@ -112,12 +120,53 @@ def store_batch(records: Sequence[Record]) -> StoreResult:
     return result
 
 
-def _store(records: Sequence[Record]) -> StoreResult:
+def store_new_batch(views: Sequence[Any], encoded: Encoded) -> StoreResult | None:
+    """PostgreSQL, the scale-out writer: store an all-new batch from its COPY-ready rows,
+    folding and counting its records from their views (view.py); in one transaction.
+
+    None, with nothing written, when the batch cannot be stored this way: a record of
+    it is already stored (a resend, a redelivery) or the database refuses a value. The
+    caller then stores the whole records with store_batch, which counts the duplicates
+    exactly and names the refused value.
+    """
+    from webapp.traces import pgcopy
+
+    new = list(views)  # in batch order, as store_batch gives them
+    try:
+        with transaction.atomic():
+            fold = lifecycle.prepare(new)
+            # The fold's Python work overlaps the server's storing of the largest COPY.
+            if not pgcopy.copy_new(encoded, meanwhile=fold.fold):
+                return None
+            fold.finish()
+            for hook in STORE_HOOKS:
+                hook(new)
+    except (DataError, OverflowError):
+        return None
+    return StoreResult(stored=len(new), new=new)
+
+
+def _batch_order(records: Sequence[Record], new: list[Record]) -> list[Record]:
+    """The new records in the order of the batch (_store goes kind by kind): the fold's
+    outcome can depend on the order (attribution, the 4-tuple filled in), and the batch's
+    is the order the collector saw them in."""
+    if len(new) == len(records):
+        return list(records)
+    kept = set(map(id, new))
+    out = []
+    for rec in records:
+        if id(rec) in kept:  # once: a batch may hold one record object twice
+            kept.discard(id(rec))
+            out.append(rec)
+    return out
+
+
+def _store(records: Sequence[Record], encoded: Encoded | None = None) -> StoreResult:
     if connection.vendor == "postgresql":
         # COPY into day partitions (pgcopy.py); the executemany path below is SQLite's.
         from webapp.traces import pgcopy
 
-        return pgcopy.store(records)
+        return pgcopy.store(records, encoded)
     result = StoreResult()
     for kind, group in _group(records).items():
         table = _table(kind)

@@ -51,9 +51,18 @@
 
   const fetchAlerts = NT.latest();
 
+  /* The rule and host lists are filled from the first answer, so on the first load the
+     URL's choice (page data) is what the select would hold: without it ?host=H listed
+     every host's alerts. */
+  let first = true;
   async function load() {
     const p = new URLSearchParams();
-    for (const k of ["severity", "rule", "host", "acked"]) { const v = form.elements[k].value; if (v) p.set(k, v); }
+    for (const k of ["severity", "rule", "host", "acked"]) {
+      const v = form.elements[k].value || (first ? pd[k] : "");
+      if (v) p.set(k, v);
+    }
+    if (form.elements.own.checked) p.set("own", "1");
+    first = false;
     history.replaceState(null, "", location.pathname + (p.toString() ? "?" + p : ""));
     let d;
     try { d = await fetchAlerts("/api/dash/alerts?" + p); } catch (e) { NT.showError(e.message); return; }
@@ -75,6 +84,7 @@
   }
 
   form.addEventListener("submit", (ev) => { ev.preventDefault(); load(); });
+  form.elements.own.addEventListener("change", load);
   load();
   let pending = false;
   NT.live([{ alerts: true }], () => {

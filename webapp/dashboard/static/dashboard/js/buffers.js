@@ -16,11 +16,14 @@
     return p;
   }
 
-  function stacked(tl) {
+  function stacked(tl, whyEmpty) {
     const container = document.getElementById("chart-drops");
     if (chart) { chart.destroy(); chart = null; }
     container.replaceChildren();
-    document.getElementById("drops-empty").hidden = tl.t.length > 0;
+    const none = document.getElementById("drops-empty");
+    none.hidden = tl.t.length > 0;
+    // Why there is nothing: per host, its collector's providers (empty_panels.py)
+    if (!tl.t.length) none.replaceChildren("No drops recorded.", ...(whyEmpty || []).map((h) => el("span", { class: "empty-why", text: ` ${h.why}` })));
     if (!tl.t.length) return;
     // Stacked bars: each reason's bar reaches the running total up to it; the tallest
     // (all reasons) is drawn first so each smaller one paints its own slice on top.
@@ -65,6 +68,7 @@
     try { d = await NT.fetchJSON(`/api/dash/skb/${uid}${on}`); } catch (e) { NT.showError(e.message); return; }
     const b = d.skb;
     const panel = document.getElementById("skb-panel");
+    sampling("skb-sampling", d.sampling);
     const rows = b.stages.map((s) => el("tr", {}, el("td", { text: time(s.ts) }), el("td", { text: s.stage }),
       el("td", { class: "num", text: duration((s.since_prev_ns || 0) / 1e9) }), el("td", { text: s.if_name || "–" }), el("td", { class: "num", text: num(s.len) })));
     const conn = d.conn
@@ -78,6 +82,22 @@
     panel.focus();
   }
 
+  // Next to every lifecycle view: how many of the buffers the kernel followed (--skb-sample),
+  // with the exact counts of the newest report (webapp/dashboard/selfhealth.lifecycle_sampling).
+  function sampling(id, list) {
+    const p = document.getElementById(id);
+    p.dataset.skbSample = (list || []).map((s) => s.skb_sample).join(",");
+    if (!list || !list.length) {
+      p.textContent = "No host runs skb-lifecycle: lifecycles need `nettrail collect --providers …,skb-lifecycle --skb-sample N` (with nettrail up: NETTRAIL_SKB_SAMPLE=N).";
+      return;
+    }
+    p.textContent = "Sampling: " + list.map((s) => {
+      const ratio = s.skb_sample > 1 ? `1 buffer in ${num(s.skb_sample)} followed` : "every buffer followed";
+      const last = s.last ? ` (last report: ${num(s.last.observed)} buffers seen, ${num(s.last.emitted)} followed)` : "";
+      return `${s.host_id}: ${ratio}${last}`;
+    }).join("; ");
+  }
+
   const fetchBuffers = NT.latest();
 
   async function load() {
@@ -88,7 +108,7 @@
     const reason = form.elements.reason;
     const chosen = reason.value || pd.reason;
     reason.replaceChildren(el("option", { value: "", text: "any" }), ...d.reasons.map((r) => el("option", { value: r, text: r, selected: r === chosen })));
-    stacked(d.timeline);
+    stacked(d.timeline, d.empty_why);
     document.querySelector("#by-location tbody").replaceChildren(...d.by_location.map((r) => el("tr", {},
       el("td", { class: "trunc", title: r.drop_reason_str, text: r.drop_reason_str }),
       el("td", { class: "trunc", title: r.drop_location || "", text: r.drop_location || "–" }), el("td", { class: "num", text: num(r.n) }))));
@@ -116,6 +136,7 @@
     }));
     document.querySelector("#lifecycles tbody").replaceChildren(...lifecycleRows(d.lifecycles));
     document.getElementById("life-empty").hidden = d.lifecycles.length > 0;
+    sampling("life-sampling", d.sampling);
     document.body.dataset.loaded = "1";
   }
 

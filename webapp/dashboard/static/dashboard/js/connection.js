@@ -19,14 +19,14 @@
   function summary(c) {
     const items = [
       ["Host", c.host_id], ["Protocol", c.proto], ["Local", endpoint(c.src, c.sport)], ["Remote", endpoint(c.dst, c.dport)],
-      ["Process", c.comm ? `${c.comm} (pid ${c.pid ?? "?"}, uid ${c.uid ?? "?"})` : "–"], ["State", c.state || "–"],
-      ["Opened", NT.datetime(c.start)], ["Duration", duration(c.duration)], ["Bytes out", bytes(c.bytes_out)],
-      ["Bytes in", bytes(c.bytes_in)], ["Packets out", num(c.packets_out)], ["Packets in", num(c.packets_in)], ["Retransmits", num(c.retrans)], ["Handshake RTT", c.handshake_rtt_us ? duration(c.handshake_rtt_us / 1e6) : "–"],
+      ["Process", c.comm ? `${c.comm} (pid ${c.pid ?? "?"}, uid ${c.uid ?? "?"})` : "–"], ["State", c.state || (c.conn_state ? `${c.conn_state} (Zeek conn_state; history ${c.history || "–"})` : "–")],
+      ["Opened", NT.datetime(c.start)], ["Duration", duration(c.duration)], ["Bytes out", bytes(c.bytes_out) + (c.retrans_bytes_out ? ` (incl. ${bytes(c.retrans_bytes_out)} retransmitted)` : "")],
+      ["Bytes in", bytes(c.bytes_in)], ["Packets out", num(c.packets_out)], ["Packets in", num(c.packets_in)], ["Retransmitted", c.retrans_segs ? `${num(c.retrans_segs)} segments, ${bytes(c.retrans_bytes_out)}` : num(c.retrans)], ["Handshake RTT", c.handshake_rtt_us ? duration(c.handshake_rtt_us / 1e6) : "–"],
     ];
     document.getElementById("summary").replaceChildren(...items.map(([k, v]) => el("div", {}, el("dt", { text: k }), el("dd", { text: v ?? "–" }))));
   }
 
-  function timeline(items) {
+  function timeline(items, current) {
     const ol = document.getElementById("timeline");
     const when = NT.stamps(items.map((it) => it.ts));
     ol.replaceChildren(...items.map((it, i) => {
@@ -48,7 +48,11 @@
         el("span", { text: when[i] }), el("span", { text: "⚠ RST" }),
         el("span", {}), el("span", { text: it.text }));
     }));
-    if (!items.length) ol.append(el("li", { class: "muted", text: "No state changes recorded." }));
+    if (!items.length) {
+      // A capture's connection has no kernel state changes: its summary's Zeek states say what happened.
+      const zeek = current && current.conn_state ? ` The capture's summary: conn_state ${current.conn_state}, history ${current.history || "–"}.` : "";
+      ol.append(el("li", { class: "muted", text: "No state changes recorded." + zeek }));
+    }
   }
   function syncZoom(source) {
     if (zooming) return;
@@ -150,9 +154,15 @@
     siftrChart("chart-inflight", "bytes in flight", [{ label: "in flight", color: "#10243b" }], ["inflight"], bytes, data);
   }
 
+  const TSEQ_SOURCES = {
+    tcp_segment: "From the packets (tcp_segment records).",
+    siftr_sample: "From the kernel's SIFTR samples (no packets recorded): snd_nxt, the ACK line snd_una, the window line snd_una + snd_wnd, retransmissions at the tcp_retransmit records' sequence; SACKs estimated as snd_una + sacked_out × mss.",
+    tcpdebug_snapshot: "From the kernel's tcpdebug snapshots (no packets or SIFTR samples recorded): snd_nxt, the ACK line snd_una, the window line snd_una + snd_wnd, retransmissions at the tcp_retransmit records' sequence.",
+  };
   function tseq(data) {
     const empty = !data.t.length;
     document.getElementById("tseq-empty").hidden = !empty;
+    document.getElementById("tseq-source").textContent = TSEQ_SOURCES[data.source] || "";
     const container = document.getElementById("chart-tseq");
     if (charts["chart-tseq"]) charts["chart-tseq"].destroy();
     container.replaceChildren();
@@ -168,10 +178,13 @@
         Object.assign({ label: "data" }, dots("#0b5cad", 4)),
         Object.assign({ label: "retransmission" }, dots("#b3261e", 7)),
         Object.assign({ label: "SACK" }, dots("#1f7a3a", 5)),
-        { label: "ACK", stroke: "#555", width: 1.5, spanGaps: true, paths: uPlot.paths.stepped({ align: 1 }) }],
+        { label: "ACK", stroke: "#555", width: 1.5, spanGaps: true, paths: uPlot.paths.stepped({ align: 1 }) },
+        { label: "receive window", stroke: "#c9a227", width: 1, spanGaps: true, paths: uPlot.paths.stepped({ align: 1 }) }],
       axes: [{}, { size: 80 }],
     };
-    charts["chart-tseq"] = NT.chart(container, opts, [data.t, data.data, data.retrans, data.sack, data.ack]);
+    // Without packets the points are the kernel's: the data "points" are snd_nxt (drawn as a line).
+    if (data.source !== "tcp_segment") opts.series[1] = { label: "snd_nxt (sent)", stroke: "#0b5cad", width: 1.5, spanGaps: true, paths: uPlot.paths.stepped({ align: 1 }) };
+    charts["chart-tseq"] = NT.chart(container, opts, [data.t, data.data, data.retrans, data.sack, data.ack, data.win]);
   }
 
   function alerts(rows) {
@@ -202,6 +215,16 @@
       el("td", { class: "num", text: duration(b.total_ns / 1e9) }), el("td", { text: b.end || "–" }))));
   }
 
+  // How many of this host's buffers the kernel follows (--skb-sample), beside the lifecycles.
+  function skbSampling(list) {
+    const p = document.getElementById("skbs-sampling");
+    const s = (list || [])[0];
+    p.dataset.skbSample = s ? String(s.skb_sample) : "";
+    p.textContent = !s ? "This host's collector does not run skb-lifecycle, so no buffer lifecycles (nettrail up: NETTRAIL_SKB_SAMPLE=N adds them)."
+      : s.skb_sample > 1 ? `Sampled: the kernel follows 1 buffer in ${num(s.skb_sample)} from its first sighting to its end; the others are counted, not shown.`
+        : "Every buffer is followed (--skb-sample 1).";
+  }
+
   function tcpdebug(rows) {
     document.querySelector("#tcpdebug tbody").replaceChildren(...rows.map((d) => el("tr", {},
       el("td", { text: time(d.ts_wall) }), el("td", { text: d.direction }), el("td", { text: d.prureq_str || "–" }),
@@ -209,6 +232,17 @@
       el("td", { class: "num", text: d.rcv_nxt ?? "–" }), el("td", { class: "num", text: num(d.snd_cwnd) }),
       el("td", { class: "num", text: num(d.snd_ssthresh) }), el("td", { class: "num", text: num(d.srtt_us) }),
       el("td", { class: "num", text: num(d.rto_ms) }), el("td", { text: d.ca_state || "–" }), el("td", { text: d.flags || "–" }))));
+  }
+
+  /* An empty panel says why (webapp/dashboard/empty_panels.py): its provider is not
+     running (and how to enable it), the host is a capture, or nothing was recorded. */
+  function emptyWhy(d) {
+    const rows = { siftr: d.siftr.t.length, drops: d.drops.length, skbs: d.skbs.length, tcpdebug: d.tcpdebug.length };
+    for (const [panel, n] of Object.entries(rows)) {
+      const p = document.getElementById(`${panel}-empty`);
+      p.hidden = n > 0;
+      if (!n && d.empty_why[panel]) p.textContent = d.empty_why[panel];
+    }
   }
 
   let loading = false;
@@ -220,14 +254,16 @@
       const d = await NT.fetchJSON(`/api/dash/connections/${uuid}?host=${encodeURIComponent(NT.pageData.host || "")}`);
       summary(d.conn);
       marks = d.marks;
-      timeline(d.timeline);
+      timeline(d.timeline, d.conn);
       sampling(d.sampling);
       siftr(d.siftr);
       tseq(d.tseq);
       alerts(d.alerts);
       drops(d.drops);
       skbs(d.skbs);
+      skbSampling(d.skb_sampling);
       tcpdebug(d.tcpdebug);
+      emptyWhy(d);
       document.body.dataset.loaded = "1";
     } catch (e) {
       NT.showError(e.message);

@@ -1,7 +1,9 @@
 /* Connections page: the table from /api/dash/connections (filter language q, sort, cursor
    pages), kept live by the websocket: unknown connections are fetched (only those matching
    the filter come back) and inserted on the first page; known rows update state, bytes and
-   retransmits in place. Keep column keys in sync with views.CONNECTION_COLUMNS. */
+   retransmits in place. A connection traced at both ends is one row (the server pairs the
+   rows of each page or live batch: webapp/dashboard/stitch_match.py) with a "both ends"
+   link; records of the folded end are not new rows. Keep column keys in sync with views.CONNECTION_COLUMNS. */
 "use strict";
 
 (() => {
@@ -33,8 +35,13 @@
       el("td", { class: "num", dataset: { col: "pid" }, text: c.pid ?? "–" }),
       el("td", { class: "num", dataset: { col: "uid" }, text: c.uid ?? "–" }),
       el("td", { class: "trunc addr", title: local, dataset: { col: "local" } }, el("a", { href: NT.connHref(c), text: local })),
-      el("td", { class: "trunc addr", title: remote, dataset: { col: "remote" }, text: remote }),
-      el("td", { dataset: { col: "state" } }, el("span", { class: `state-${c.state}`, text: c.state || "–" })),
+      // Both ends traced (stitch_match.fold): this is the opener's row; the badge opens the other end's.
+      el("td", { class: "trunc addr", title: remote, dataset: { col: "remote" } }, remote, c.peer
+        ? el("a", { class: "badge both-ends", href: c.peer.url, title: `both ends traced: the other end is ${c.peer.host_id}'s row`, text: "both ends" })
+        : null),
+      el("td", { dataset: { col: "state" } }, c.state || !c.conn_state
+        ? el("span", { class: `state-${c.state}`, text: c.state || "–" })
+        : el("span", { class: "zeek-state", title: `Zeek conn_state of the capture's summary; history ${c.history || "–"}`, text: `${c.conn_state} (${c.history || "–"})` })),
       el("td", { dataset: { col: "start" }, text: NT.time(c.start) }),
       el("td", { dataset: { col: "last" }, text: NT.time(c.last) }),
       el("td", { class: "num", dataset: { col: "duration" }, text: duration(c.duration) }),
@@ -42,6 +49,7 @@
       el("td", { class: "num", dataset: { col: "retrans" }, text: num(c.retrans) }),
       el("td", { dataset: { col: "alerts" } }, c.alerts ? el("span", { class: "badge sev-warning", text: `${c.alerts} (${c.alert_rules.join(",")})` }) : "–"),
     );
+    if (c.peer) tr.dataset.peer = c.peer.conn_uuid; // the other end, folded into this row
     return NT.linkRow(tr, NT.connHref(c));
   }
 
@@ -96,10 +104,12 @@
     for (const h of data.hosts) feed.add({ host: h, kind: liveKinds });
     state.next = data.next;
     document.getElementById("total").textContent = num(data.total);
+    // Rows of this page whose other end is shown ("both ends") are left out; the total counts them.
+    const folded = data.folded ? `, ${num(data.folded)} folded into their other end's row (both ends traced)` : "";
     document.getElementById("next").disabled = !data.next;
     document.getElementById("first").disabled = state.cursors.length === 1;
     const page = state.cursors.length;
-    document.getElementById("page-info").textContent = `page ${page}, ${data.rows.length} rows, ${data.elapsed_ms} ms`;
+    document.getElementById("page-info").textContent = `page ${page}, ${data.rows.length} rows${folded}, ${data.elapsed_ms} ms`;
   }
 
   /* --- live updates --------------------------------------------------------- */
@@ -140,7 +150,8 @@
       }
       if (data.rows.length) {
         const total = document.getElementById("total");
-        total.textContent = num((Number(total.textContent.replace(/,/g, "")) || 0) + data.rows.length);
+        // folded: ends shown in their other end's row still count, as on a page load
+        total.textContent = num((Number(total.textContent.replace(/,/g, "")) || 0) + data.rows.length + (data.folded || 0));
         document.getElementById("page-info").textContent = `page 1, ${tbody.children.length} rows, live`;
       }
     } catch (e) {
@@ -157,6 +168,8 @@
       if (!r.conn_uuid) continue;
       const tr = tbody.querySelector(`tr[data-uuid="${r.conn_uuid}"]`);
       if (tr) applyToRow(tr, r);
+      // The other end of a row shown for both: its records do not make it a row of its own.
+      else if (tbody.querySelector(`tr[data-peer="${r.conn_uuid}"]`)) continue;
       else if (onFirstPage && r.kind !== "alert") unknown.add(r.conn_uuid);
     }
     fetchUnknown();

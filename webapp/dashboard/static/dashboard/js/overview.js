@@ -1,4 +1,4 @@
-/* Overview page: host counters, latest alerts, top talkers from /api/dash/overview.
+/* Overview page: host counters, latest alerts, top talkers, TIME_WAIT by destination from /api/dash/overview.
    Every batch the live websocket pushes triggers a refresh (at most one per second), and a
    slow timer refreshes anyway so rates fall back to zero when a host goes quiet. */
 "use strict";
@@ -20,7 +20,7 @@
       el("th", { scope: "row" }, el("a", { href: `/connections/?q=${encodeURIComponent("host " + h.host_id)}`, text: h.host_id })),
       el("td", { class: "num", dataset: { counter: "open" }, text: num(h.open) }),
       el("td", { class: "num", dataset: { counter: "new" }, text: num(h.new_per_s, 1) }),
-      el("td", { class: "num", dataset: { counter: "retrans" }, text: num(h.retrans_per_s, 1) }),
+      el("td", { class: "num", dataset: { counter: "retrans" }, text: num(h.retrans_segs_per_s, 1) }),
       el("td", { class: "num", dataset: { counter: "drops" }, text: num(h.drops_per_s, 1) }),
       el("td", { class: "wrap", text: h.top_drop_reasons.map((r) => `${r.reason} ${num(r.per_s, 1)}/s`).join(", ") || "–" }),
       el("td", { class: "num", dataset: { counter: "records" }, text: num(h.records_per_s, 1) }),
@@ -40,6 +40,12 @@
       connCell(c), el("td", { text: proc(c) }), el("td", { class: "num", text: bytes(c.bytes) }))));
     document.querySelector("#top-retrans tbody").replaceChildren(...data.top_retrans.map((c) => el("tr", {},
       connCell(c), el("td", { text: proc(c) }), el("td", { class: "num", text: num(c.retrans) }))));
+    const tw = document.querySelector("#time-wait tbody");
+    tw.replaceChildren(...data.time_wait.map((r) => el("tr", { dataset: { host: r.host_id, dst: endpoint(r.dst, r.dport) } },
+      el("td", { class: "wrap", text: r.host_id }),
+      el("td", {}, el("a", { href: `/connections/?q=${encodeURIComponent(r.q)}`, text: endpoint(r.dst, r.dport) })),
+      el("td", { class: "num", text: num(r.sockets) }))));
+    if (!data.time_wait.length) tw.append(el("tr", {}, el("td", { colspan: 3, class: "muted", text: "No socket in TIME_WAIT." })));
   }
 
   const kinds = ["connection", "tcp_state", "tcp_retransmit", "skb_drop", "drop_count", "loss_report", "alert"];

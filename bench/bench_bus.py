@@ -4,9 +4,9 @@ Needs PostgreSQL (DATABASE_URL or NETTRAIL_TEST_POSTGRES_URL; the run creates an
 drops its own database) and redis-server (started here on a free port, AOF
 everysec, as docs/scale-out.md recommends). For each writer count: empty tables and
 stream, start the writers (``python -m webapp.bus.writer_main``) and wait until
-they read, then append every batch at once (MessagePack, as the ingest tier does)
-and time until the stream is empty and nothing is pending: decode, COPY, Connection
-updates, push, XACK. The records are bench_ingest.py's mix, spread over 4 hosts.
+they read, then append every batch at once (as the ingest tier does: MessagePack
+records and their rows COPY-ready, webapp/bus/streams.entry_fields) and time until
+the stream is empty and nothing is pending: decode, COPY, Connection updates, push, XACK. The records are bench_ingest.py's mix, spread over 4 hosts.
 Keep in sync with: webapp/bus/writer.py; docs/benchmarks.md ("## Ingest bus").
 """
 
@@ -124,11 +124,12 @@ def run(writers: int, count: int, batch: int, env: dict[str, str]) -> float:
         while len(client.xinfo_consumers(streams.STREAM, streams.GROUP)) < writers:
             assert time.monotonic() < deadline, "writers did not start"
             time.sleep(0.1)
-        encoded = [(host, streams._encode(recs), len(recs)) for host, recs in batches]
+        # The entries as the ingest tier makes them: body and COPY-ready rows (streams.entry_fields).
+        entries = [streams.entry_fields(host, recs) for host, recs in batches]
         start = time.perf_counter()
         pipe = client.pipeline(transaction=False)
-        for host, body, n in encoded:
-            pipe.xadd(streams.STREAM, {"host": host, "n": n, "body": body})
+        for fields in entries:
+            pipe.xadd(streams.STREAM, fields)
         pipe.execute()
         while client.xlen(streams.STREAM) or client.xinfo_groups(streams.STREAM)[0]["pending"]:
             assert time.monotonic() < deadline + 600, "writers did not drain the stream"

@@ -39,9 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "bench"))
-from bpf_stats import Share, bpf_stats, empty_programs, prog_stats, share_lines  # noqa: E402
+from bpf_stats import Share, bpf_stats, empty_programs, floor_ns, prog_stats, share_lines  # noqa: E402
 from doc_section import DOC, write_section  # noqa: E402
-from toggled import PHASE, toggled  # noqa: E402
+from toggled import PHASE, TRACER_CPU, TRAFFIC_CPU, cpu_kept_awake, pinned_toggled, ratio_rows  # noqa: E402
 
 from collector.bpf.loader import Filters, KernelSession, Options  # noqa: E402
 from collector.bpf.source import KernelSource, wall_offset  # noqa: E402
@@ -49,10 +49,6 @@ from translators.kernel import KernelEnv  # noqa: E402
 
 SECTION = "## Kernel collector overhead"
 PORT = 52017
-# iperf3's client and server share one CPU, the tracer's user space gets the other: the
-# comparison then measures what tracing adds to the traffic's CPU, not how two busy
-# processes happen to be scheduled on a 2-CPU machine (which swamps everything else).
-TRAFFIC_CPU, TRACER_CPU = "1", "0"
 BPFTRACE = (
     'tracepoint:tcp:tcp_probe { printf("%d %d %u %u %u %u\\n", args->sport, args->dport, args->snd_cwnd, '
     "args->srtt, args->snd_una, args->data_len); } "
@@ -158,11 +154,7 @@ def bpf_time_share(name: str, seconds: float) -> Share:
         stats = prog_stats({int(i) for i in info["ids"].split()})
         floor = prog_stats(floor_ids)
     share = sum(ns for _, ns in stats.values()) / (wall * 1e9)
-    floor_ns = 0.0
-    for prog, (runs, _) in stats.items():
-        e_runs, e_ns = floor.get(f"e_{prog}", (0, 0))
-        floor_ns += runs * e_ns / e_runs if e_runs else 0.0
-    return share, floor_ns / (wall * 1e9), stats, floor
+    return share, floor_ns(stats, floor) / (wall * 1e9), stats, floor
 
 
 SHARE_CONTENDERS = (
@@ -190,19 +182,6 @@ IP_ONLY = (
     "nettrail ip-flows --ip-sample 64 + skb",
 )
 IP_SECTION = "## ip always-on mode (ip-flows) overhead"
-
-
-@contextmanager
-def cpu_kept_awake(cpu: str) -> Iterator[None]:
-    """A nice-19 spinner on the tracer's CPU. On this VM an idle vCPU halts and waking it
-    costs so much that loopback throughput doubles whenever the other CPU is busy; the
-    spinner keeps that CPU equally awake for every contender and yields to the tracer."""
-    spin = subprocess.Popen(["nice", "-n", "19", "taskset", "-c", cpu, sys.executable, "-c", "while True: pass"])
-    try:
-        yield
-    finally:
-        spin.kill()
-        spin.wait()
 
 
 def overhead(rounds: int, seconds: float, names: tuple[str, ...] = ()) -> tuple[list[str], dict[str, list[float]]]:
@@ -247,14 +226,7 @@ TARGETS: dict[str, dict[str, Any]] = {
 
 
 def toggled_ratios(name: str, cycles: int) -> list[float]:
-    opts = Options(filters=Filters(port=PORT), ringbuf_bytes=64 << 20, **TARGETS[name])
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {int(TRACER_CPU)})  # the draining thread beside the tracer's user space
-    try:
-        with cpu_kept_awake(TRACER_CPU):
-            return toggled(opts, cycles, PORT, TRAFFIC_CPU)
-    finally:
-        os.sched_setaffinity(0, before)
+    return pinned_toggled(Options(filters=Filters(port=PORT), ringbuf_bytes=64 << 20, **TARGETS[name]), cycles, PORT)
 
 
 def toggled_lines(ratios: dict[str, list[float]], cycles: int) -> list[str]:
@@ -269,10 +241,7 @@ def toggled_lines(ratios: dict[str, list[float]], cycles: int) -> list[str]:
         "| contender | median ratio | quartiles | min – max |",
         "|---|---|---|---|",
     ]
-    for name, r in ratios.items():
-        q = statistics.quantiles(r, n=4)
-        lines.append(f"| {name} | {statistics.median(r):.3f} | {q[0]:.3f} – {q[2]:.3f} | {min(r):.3f} – {max(r):.3f} |")
-    return [*lines, ""]
+    return [*lines, *ratio_rows(ratios), ""]
 
 
 def verdicts(

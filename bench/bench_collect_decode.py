@@ -32,13 +32,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_collect  # noqa: E402
 from doc_section import write_section  # noqa: E402
+from toggled import TRACER_CPU, TRAFFIC_CPU, on_cpu  # noqa: E402
 
 from collector.bpf.loader import Filters, KernelSession, Options  # noqa: E402
 from collector.bpf.source import KernelSource, wall_offset  # noqa: E402
 from collector.sinks.file import FileSink  # noqa: E402
 from translators.kernel import KernelEnv  # noqa: E402
 
-TRAFFIC_CPU = bench_collect.TRAFFIC_CPU
 SECTION = "## Collector decode rate"
 PORT = 52019  # not bench_collect's port: the two may run at the same time
 TARGET = 200_000
@@ -123,12 +123,8 @@ def run_path(
 
 
 def measure(args: argparse.Namespace) -> tuple[list[str], float]:
-    cpu = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(set(cpu) - {int(TRAFFIC_CPU)} or cpu)})
-    try:
+    with on_cpu(TRACER_CPU):
         batches, drain_s, lost, generated = fill(args.fill_seconds, args.ring, args.write_len, args.providers)
-    finally:
-        os.sched_setaffinity(0, cpu)
     events = sum(len(b) for b in batches)
     if args.save:
         np.save(args.save, np.concatenate(batches))
@@ -142,32 +138,31 @@ def measure(args: argparse.Namespace) -> tuple[list[str], float]:
     }
     rows = [f"| bare drain (peer: mmap reader, batches copied out) | {events / drain_s:,.0f} | — | 1.00 |"]
     best_jsonl = 0.0
-    os.sched_setaffinity(0, {min(cpu)})
     try:
-        for name, make in sinks.items():
-            times = []
-            n = 0
-            for _ in range(args.repeat):
-                write, close = make()
-                t, n = run_path(session, batches, write)
-                close()
-                times.append(t)
-            t = min(times)  # CPU time: other work on the machine only adds to it
-            eps = events / (drain_s + t)
-            if name.startswith("JSONL"):
-                best_jsonl = eps
-            rows.append(f"| drain + {name} | {eps:,.0f} | {n / (drain_s + t):,.0f} | {eps / (events / drain_s):.3f} |")
-            print(rows[-1], flush=True)
-        tracer_cpu = min(set(cpu) - {int(TRAFFIC_CPU)} or cpu)
-        os.sched_setaffinity(0, {tracer_cpu})
-        received, live_lost, live_gen, wall, used, peak = live(args.live_seconds, tmp / "live.jsonl")
+        with on_cpu(TRACER_CPU):  # the sinks, then the live loop beside the traffic's CPU
+            for name, make in sinks.items():
+                times = []
+                n = 0
+                for _ in range(args.repeat):
+                    write, close = make()
+                    t, n = run_path(session, batches, write)
+                    close()
+                    times.append(t)
+                t = min(times)  # CPU time: other work on the machine only adds to it
+                eps = events / (drain_s + t)
+                if name.startswith("JSONL"):
+                    best_jsonl = eps
+                rows.append(
+                    f"| drain + {name} | {eps:,.0f} | {n / (drain_s + t):,.0f} | {eps / (events / drain_s):.3f} |"
+                )
+                print(rows[-1], flush=True)
+            received, live_lost, live_gen, wall, used, peak = live(args.live_seconds, tmp / "live.jsonl")
     finally:
-        os.sched_setaffinity(0, cpu)
         for p in tmp.iterdir():
             p.unlink()
         tmp.rmdir()
     live_lines = [
-        f"Live: `KernelSource.poll` into the JSONL file sink on CPU {tracer_cpu} (default 16 MiB ring) while "
+        f"Live: `KernelSource.poll` into the JSONL file sink on CPU {TRACER_CPU} (default 16 MiB ring) while "
         f"{args.live_seconds:g} s of bulk iperf3 ran on CPU {TRAFFIC_CPU}: {received:,} events received, "
         f"{live_lost:,} lost, {live_gen:,} generated; {received / wall:,.0f} events/s of wall time, "
         f"{used / wall:.0%} of one CPU busy; the ring was at most {peak:.1%} full before a poll"

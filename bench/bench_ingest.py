@@ -53,7 +53,7 @@ def make_records(count: int, host: str) -> list[Any]:
         base: dict[str, Any] = {
             "host_id": host, "boot_id": "boot-bench", "seq": seq, "ts_ns": 10**12 + seq * 1000,
             "ts_wall": 1.7e9 + seq / 1e5, "cpu": seq % 2, "netns": 4026531840, "ctx": "task",
-            "conn_uuid": r.connection_uuid(host, "boot-bench", conn), "sock_cookie": conn + 1, "pid": 1000 + conn,
+            "conn_uuid": r.connection_uuid(host, "boot-bench", conn + 1), "sock_cookie": conn + 1, "pid": 1000 + conn,
             "tgid": 1000 + conn, "comm": "iperf3", "uid": 1000, "gid": 1000, "cgroup_id": 1,
             "attribution": "current", "ip_ver": 4, "src": "10.0.0.1", "sport": 40000 + conn, "dst": "10.0.0.2",
             "dport": 5201,

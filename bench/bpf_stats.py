@@ -41,6 +41,27 @@ def prog_stats(ids: set[int]) -> dict[str, tuple[int, int]]:
     }
 
 
+def floor_ns(stats: dict[str, tuple[int, int]], floor: dict[str, tuple[int, int]]) -> float:
+    """What the runs in `stats` would have cost at the empty programs' time per run on the
+    same tracepoints (`floor`, named e_<tracepoint>): the cost of attaching, no work done."""
+    total = 0.0
+    for prog, (runs, _) in stats.items():
+        e_runs, e_ns = floor.get(f"e_{prog}", (0, 0))
+        total += runs * e_ns / e_runs if e_runs else 0.0
+    return total
+
+
+def per_program(stats: dict[str, tuple[int, int]], floor: dict[str, tuple[int, int]], least: int = 1000) -> str:
+    """ "name runs, ns per run (the empty program's)" of the programs that ran at least
+    `least` times, the costliest in total first."""
+    busy = sorted(((n, c, t) for n, (c, t) in stats.items() if c >= least), key=lambda x: -x[2])
+    per = []
+    for n, c, t in busy:
+        e_runs, e_ns = floor.get(f"e_{n}", (0, 0))
+        per.append(f"{n} {c:,}, {t / c:,.0f}" + (f" ({e_ns / e_runs:,.0f})" if e_runs else ""))
+    return "; ".join(per)
+
+
 EMPTY_PROGRAMS = Path(__file__).with_name("empty_programs.bpf.c")
 
 
@@ -91,10 +112,6 @@ def share_lines(shares: dict[str, Share]) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for name, (share, floor_share, stats, floor) in shares.items():
-        busy = sorted(((n, c, t) for n, (c, t) in stats.items() if c >= 1000), key=lambda x: -x[2])
-        per = []
-        for n, c, t in busy:
-            e_runs, e_ns = floor.get(f"e_{n}", (0, 0))
-            per.append(f"{n} {c:,}, {t / c:,.0f}" + (f" ({e_ns / e_runs:,.0f})" if e_runs else ""))
-        lines.append(f"| {name} | {share:.2%} | {floor_share:.2%} | {share - floor_share:.2%} | {'; '.join(per)} |")
+        per = per_program(stats, floor)
+        lines.append(f"| {name} | {share:.2%} | {floor_share:.2%} | {share - floor_share:.2%} | {per} |")
     return [*lines, ""]

@@ -18,3 +18,11 @@ SEC("tp_btf/inet_sock_set_state") int e_inet_sock_set_state(void *ctx) { return 
 SEC("tp_btf/kfree_skb") int e_kfree_skb(void *ctx) { return 0; }
 SEC("tp_btf/softirq_entry") int e_softirq_entry(void *ctx) { return 0; }
 SEC("tp_btf/softirq_exit") int e_softirq_exit(void *ctx) { return 0; }
+/* skb-lifecycle's stage hooks (bench/bench_skb_sample.py) */
+SEC("tp_btf/napi_gro_receive_entry") int e_napi_gro_receive_entry(void *ctx) { return 0; }
+SEC("tp_btf/netif_rx_entry") int e_netif_rx_entry(void *ctx) { return 0; }
+SEC("tp_btf/netif_receive_skb_entry") int e_netif_receive_skb_entry(void *ctx) { return 0; }
+SEC("tp_btf/net_dev_start_xmit") int e_net_dev_start_xmit(void *ctx) { return 0; }
+SEC("tp_btf/net_dev_xmit") int e_net_dev_xmit(void *ctx) { return 0; }
+SEC("tp_btf/skb_copy_datagram_iovec") int e_skb_copy_datagram_iovec(void *ctx) { return 0; }
+SEC("tp_btf/consume_skb") int e_consume_skb(void *ctx) { return 0; }

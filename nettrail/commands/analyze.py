@@ -12,34 +12,41 @@ and the byte offset and exits 1. Damaged packets are skipped and counted
 (totals.packets_malformed); their first offsets are printed as warnings with
 `--libxo warn`.
 
+Start-up time (issue 17 item 7): the alert rules (and their TOML defaults), the SIFTR
+reader, the Zeek writer, the store/send path and, for a small capture, numpy are
+imported only when used; tests/test_analyze_startup.py checks which modules a plain run
+loads.
+
 Keep in sync with: docs/analyze.md, analysis/flows/capture_flows.py (Totals).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from analysis.alerts.capture_rules import CaptureRules
-from analysis.alerts.config import ConfigError, load_config
+from analysis.capture.decoding import decoded_batches, is_small
 from analysis.capture.file_records import capture_id
 from analysis.capture.pcap import CaptureError, CaptureReader, Damage
-from analysis.capture.pcap_worker import DecodedStream
-from analysis.capture.siftr import analyze_siftr, looks_like_siftr
 from analysis.flows.capture_flows import CapturePipeline, Totals
 from nettrail.commands import analyze_store as store
-from translators.packet import decode_batch
 from translators.records import Record
 from xo import Writer, add_libxo_argument, libxo_from_args
-from xo.zeek import write_conn_log
+
+if TYPE_CHECKING:
+    from analysis.alerts.capture_rules import CaptureRules
 
 PROGRESS_MIN_BYTES = 4 << 20
+# The first bytes of the containers CaptureReader reads (pcap both orders, usec and nsec; pcapng; gzip).
+CAPTURE_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d",
+                  b"\x0a\x0d\x0d\x0a", b"\x1f\x8b")  # fmt: skip
 # Labels (translators/linklayers.py) of non-IP traffic every LAN carries: counted, not warned about.
 EXPECTED_NON_IP = (
     "ethertype 0x0806", "ethertype 0x88cc", "ethertype 0x888e", "ethertype 0x8863", "802.2 LLC without SNAP",
@@ -99,16 +106,24 @@ def run(args: argparse.Namespace) -> int:
     if args.zeek and (args.packets or args.libxo is not None):
         print("nettrail: analyze: --zeek writes conn.log only: it takes no --packets or --libxo", file=sys.stderr)
         return 2
-    if looks_like_siftr(path):  # a siftr(4) log: starts with enable_time_secs= (issue 9)
+    if maybe_siftr(path):  # a siftr(4) log: starts with enable_time_secs= (issue 9)
+        from analysis.capture.siftr import analyze_siftr
+
         if args.zeek:
             print(f"nettrail: analyze: {path}: a SIFTR log has no connection summaries for conn.log", file=sys.stderr)
             return 2
         return analyze_siftr(args, store.store_passing if getattr(args, "store", False) else None)
-    try:
-        rules = CaptureRules(load_config(args.rules))
-    except ConfigError as exc:
-        print(f"nettrail: analyze: {exc}", file=sys.stderr)
-        return 2
+    from analysis.alerts.capture_rules import CaptureRules
+
+    rules = CaptureRules()
+    if args.rules is not None or os.environ.get("NETTRAIL_RULES"):  # a user's file: its errors before any work
+        from analysis.alerts.config import ConfigError, load_config
+
+        try:
+            rules = CaptureRules(load_config(args.rules))
+        except ConfigError as exc:
+            print(f"nettrail: analyze: {exc}", file=sys.stderr)
+            return 2
     try:
         reader = CaptureReader(path)
     except CaptureError as exc:
@@ -130,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"nettrail: analyze: {exc}", file=sys.stderr)
                 return 1
             pipeline.boot_id = hashing.result()
+            from xo.zeek import write_conn_log
+
             write_conn_log(sys.stdout, pipeline.connections(), pipeline.totals.first_ts, pipeline.totals.last_ts)
             warn_undecoded(writer, path, pipeline.totals)
             return store.ship(args) if store.wanted(args) else 0
@@ -147,6 +164,21 @@ def run(args: argparse.Namespace) -> int:
         write_results(writer, pipeline, damage, reader.path, rules)
     writer.finish()
     return store.ship(args) if store.wanted(args) else 0
+
+
+def maybe_siftr(path: str) -> bool:
+    """A SIFTR log rather than a capture? Captures are told by their magic number without
+    importing the SIFTR reader; anything else asks it."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        return False  # CaptureReader reports the error
+    if head.startswith(CAPTURE_MAGICS):
+        return False
+    from analysis.capture.siftr import looks_like_siftr
+
+    return looks_like_siftr(path)
 
 
 class CaptureIdThread(threading.Thread):
@@ -191,20 +223,41 @@ def consume(
     With --packets the records are written as they come, from this process, and pass
     through the alert rules on the way (SYN floods need the SYNs). Without, a
     child process reads and decodes (analysis/capture/pcap_worker.py) while this one
-    analyses, so a file keeps two cores busy."""
+    analyses, so a file keeps two cores busy; a small file is decoded here, in plain
+    Python (analysis/capture/decoding.py): forking the worker, or importing numpy, would
+    cost more than it saves."""
+    if not packets and is_small(reader):
+        with progress(reader, reader.progress) as tick:
+            for decoded, _batch in decoded_batches(reader, want_options=False):
+                for _ in pipeline.feed(decoded):
+                    pass
+                tick()
+        return reader.damage
     if not packets:
+        from analysis.capture.pcap_worker import DecodedStream
+
+        # The cycle collector's passes cost 5-10 % of a big file's analysis CPU (the unacked
+        # segments and events it keeps are all tracked) and find next to nothing: what is
+        # loaded now lives as long as the process (frozen), and young collections wait for
+        # 50,000 new objects instead of 700 (docs/benchmarks.md, lossy traffic).
+        gc.freeze()
+        gc.set_threshold(50_000, 20, 20)
+
         with DecodedStream(reader.path, reader.chunk_size) as stream, progress(reader, stream.progress) as tick:
             for decoded in stream:
                 for _ in pipeline.feed(decoded):
                     pass
                 tick()
             return stream.damage
-    rules = rules if rules is not None else CaptureRules()
+    if rules is None:
+        from analysis.alerts.capture_rules import CaptureRules
+
+        rules = CaptureRules()
     with progress(reader, reader.progress) as tick:
 
         def records() -> Iterator[Record]:
-            for batch in reader.batches():
-                yield from pipeline.feed(decode_batch(batch, want_options=True))
+            for decoded, _batch in decoded_batches(reader, want_options=True):
+                yield from pipeline.feed(decoded)
                 tick()
 
         opened = False
@@ -224,7 +277,10 @@ def write_results(
     """The connection list, totals and alerts (P1-P6, then the kernel-agnostic K rules:
     the packets' alerts are in ``rules`` already, a fresh one has none); with `--libxo
     warn` the first damaged offsets on stderr."""
-    rules = rules if rules is not None else CaptureRules()
+    if rules is None:
+        from analysis.alerts.capture_rules import CaptureRules
+
+        rules = CaptureRules()
     connections = pipeline.connections()
     rules.connections(connections)
     alerts = pipeline.alerts() + rules.alerts()

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 
 from analysis.capture.file_records import capture_records
+from collector.sinks.http_transport import add_transport_arguments, check_server_url, transport_options
 from collector.sinks.token_source import add_token_arguments, resolve_token
 from translators.records import Record
 
@@ -28,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--store", action="store_true", help="store the records in the local nettrail database")
     where.add_argument("--server", metavar="URL", help="send the records to a nettrail server (needs a token)")
     add_token_arguments(group, "ingest token of the capture's host on --server")
+    add_transport_arguments(group)
     group.add_argument(
         "--keep-bytes",
         action="store_true",
@@ -59,6 +61,12 @@ def ship(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.server:
+        try:
+            check_server_url(args.server, **transport_options(args))
+        except ValueError as exc:
+            print(f"nettrail: analyze: {exc}", file=sys.stderr)
+            return 2
     if args.store:
         from nettrail.commands._django import migrate, setup_django
 
@@ -104,7 +112,7 @@ def _send(args: argparse.Namespace, name: str, packets: bool, token: str) -> int
     from collector.sinks.http import HttpSink
 
     spool = args.spool or default_spool_dir()
-    sink = HttpSink(args.server, token, spool)
+    sink = HttpSink(args.server, token, spool, **transport_options(args))
     count = 0
     for rec in capture_records(args.file, name, packets, _compat(args), keep_bytes=packets):
         sink.write([rec])

@@ -33,6 +33,7 @@ from collector.bpf.source import KernelSource, wall_offset
 from collector.health import coverage
 from collector.health.overhead import DEFAULT_INTERVAL_S
 from collector.health.reporter import SelfHealth
+from collector.sinks.http_transport import add_transport_arguments, transport_options
 from collector.sinks.token_source import add_token_arguments, resolve_token
 from translators.kernel import KernelEnv, KernelRecord
 from xo import add_libxo_argument, libxo_from_args
@@ -67,6 +68,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", default=None, help="write records to FILE.jsonl or FILE.msgpack (- = JSON lines on stdout)")
     p.add_argument("--server", default=None, help="ship records to the webapp at URL (needs a token)")
     add_token_arguments(p, "the host's ingest token for --server")
+    add_transport_arguments(p)
     p.add_argument("--spool", default=None, help="spool directory for --server (default $NETTRAIL_DATA/spool)")
     p.add_argument(
         "--ringbuf-size", type=int, default=loader.DEFAULT_RINGBUF_BYTES, help="ring buffer bytes (power of 2)"
@@ -88,6 +90,13 @@ def register(subparsers: Any) -> None:
         type=int,
         default=0,
         help="ip-flows: an ip_packet record for 1 packet in N of each flow (default 0 = exact counters only)",
+    )
+    p.add_argument(
+        "--skb-sample",
+        type=int,
+        default=1,
+        help="skb-lifecycle: follow 1 buffer in N from its first sighting to its end, chosen in the kernel "
+        "(default 1 = every buffer; the counts of buffers seen stay exact: sampling_report)",
     )
     p.add_argument(
         "--ip-flows-max",
@@ -132,6 +141,8 @@ def parse_options(args: argparse.Namespace) -> Options:
         raise ValueError("--ppl must be at least 1")
     if args.ip_sample < 0:
         raise ValueError("--ip-sample must be 0 (counters only) or a positive N")
+    if args.skb_sample < 1:
+        raise ValueError("--skb-sample must be at least 1 (1 = every buffer)")
     if not 1 <= args.ip_flows_max <= 1 << 20:
         raise ValueError("--ip-flows-max must be between 1 and 1048576")
     size = args.ringbuf_size
@@ -150,6 +161,7 @@ def parse_options(args: argparse.Namespace) -> Options:
         drop_rate=max(0, args.drop_rate),
         ip_sample=args.ip_sample,
         ip_flows_max=args.ip_flows_max,
+        skb_sample=args.skb_sample,
     )
 
 
@@ -182,7 +194,7 @@ def open_sink(args: argparse.Namespace) -> Sink:
             from collector.sinks.http import HttpSink
         except ImportError as exc:
             raise ImportError(f"--server: the HTTP sink is not available ({exc})") from None
-        return HttpSink(args.server, token, args.spool or default_spool())
+        return HttpSink(args.server, token, args.spool or default_spool(), **transport_options(args))
     if getattr(args, "zeek", False):
         from collector.sinks.zeek import ZeekSink
 
@@ -320,7 +332,7 @@ def status_record(session: KernelSession, env: KernelEnv, stack_counters: bool) 
     return coverage.collector_status(
         env, opts.providers, session.program_ids(), session.absent, session.failed, session.drop_reasons.values(),
         stack_counters=stack_counters, ppl=opts.ppl, ip_sample=opts.ip_sample, drop_rate=opts.drop_rate,
-        lost=variants.by_provider(session.degraded),
+        skb_sample=opts.skb_sample if "skb-lifecycle" in opts.providers else None, lost=variants.by_provider(session.degraded),
     )  # fmt: skip
 
 

@@ -53,7 +53,11 @@ def run_serve(args: argparse.Namespace) -> int:
     python, popen = sys.executable, dict[str, Any](cwd=str(data))
     if account is not None:
         up._chown_tree(data, account)
-        python = up._python_for_others(env)
+        try:
+            python = up.webapp_python(account)  # nettrail's own interpreter, or a clear refusal
+        except up.WebappUnrunnable as exc:
+            print(f"nettrail serve: {exc}", file=sys.stderr)
+            return 1
         popen.update(user=account.pw_uid, group=account.pw_gid, extra_groups=[], umask=0o027)
 
     from webapp.bus.cluster import Cluster

@@ -7,15 +7,18 @@ token for the local host (revoking the previous one), start daphne via
 ``python -m webapp.serve`` -- as root, in a child switched to the ``nettrail``
 system user (created if missing, owner of the data directory) -- then, as root and
 when the ``collect`` command exists, ``nettrail collect --server URL --token-file F
---alerts --ppl 8 --providers tcp,siftr,skb,ip-flows`` as a root child (F: ``collector.token`` in the data directory, mode 0600, owned by root;
+--alerts --ppl 8 --providers tcp,siftr,skb,ip-flows,udp,skb-lifecycle --skb-sample 256`` (sampled
+buffer lifecycles: $NETTRAIL_SKB_SAMPLE=N follows one buffer in N instead, 1 every buffer,
+0 none) as a root child (F: ``collector.token`` in the data directory, mode 0600, owned by root;
 a token on the command line would be visible to every local user in ``ps``). Ctrl-C / SIGTERM stop both:
 the collector first (it drains its ring buffer and ships its last batches while the
 webapp still takes them), then the webapp.
 
-The webapp child runs on this interpreter (``sys.executable``) when the ``nettrail``
-user can run it; otherwise (a venv on a Python under /root) on the system Python of the
-same version with this environment's packages. Either way a probe, run as that user
-with the webapp's settings, imports everything the configured channel layer and
+The webapp child runs on this interpreter (``sys.executable``) and its packages, never on
+another Python: when the ``nettrail`` user cannot reach it (a venv under /root, a pyenv
+Python in a private home), ``nettrail up`` refuses, naming the private directory and the
+fix (install under /opt, or ``chmod o+rx`` that directory). Then a probe, run as that
+user with the webapp's settings, imports everything the configured channel layer and
 database need before daphne starts: a missing package is reported with its name and
 the fix, never as "port in use?". Keep in sync with docs/webapp.md, README.md.
 """
@@ -62,18 +65,46 @@ if "redis" in backend:
 connection.ensure_connection()
 """
 FIX = (
-    "install nettrail where the {user} user can read it, e.g. `python3 -m venv /opt/nettrail && "
+    # A system Python: a venv keeps pointing at the Python it was made from (a pyenv one under /root).
+    "install nettrail where the {user} user can read it, e.g. `/usr/bin/python3 -m venv /opt/nettrail && "
     "/opt/nettrail/bin/pip install /path/to/nettrail`, then run `/opt/nettrail/bin/nettrail up`"
 )
+# The same, when a directory on the way is private: opening it is the other way out.
+FIX_PRIVATE = FIX + "; or let other users through that directory: `chmod o+rx {path}`"
 TOKEN_FILE = "collector.token"  # in the data directory: the local token for the collector child
 # One siftr sample per 8 packets of a flow: a busy host's bulk flows would otherwise fill
 # the ring buffer faster than one core decodes it and lose events (docs/benchmarks.md);
 # the exact per-flow counters stay exact whatever the sampling (docs/collector.md).
 COLLECTOR_PPL = 8
-# The always-on set: besides tcp and siftr, skb drop events (skb) and exact per-flow IP
-# counters (ip-flows, no record per packet); together they cost about nothing on loopback
-# throughput, where ip's record per packet costs ~9% (docs/benchmarks.md).
-COLLECTOR_PROVIDERS = "tcp,siftr,skb,ip-flows"
+# The always-on set: besides tcp and siftr, skb drop events (skb), exact per-flow IP
+# counters (ip-flows, no record per packet), UDP datagrams (udp: the UDP page; it takes
+# ip-flows' parse of each packet and reads nothing of a TCP packet) and buffer lifecycles, the kernel following one
+# buffer in COLLECTOR_SKB_SAMPLE (skb-lifecycle --skb-sample N: the Buffers page and each
+# connection's page, beside exact counts of the buffers seen). Following one buffer in 256
+# adds 1.9% to the set's CPU per byte of loopback TCP, one in 64 3.5%; the whole set costs
+# 1.082 of untraced with lifecycles at 256, 1.061 without: over the 3% always-on budget
+# either way (docs/benchmarks.md, "Sampled skb lifecycles and nettrail up's default
+# providers").
+# NETTRAIL_SKB_SAMPLE=N chooses another N (1: every buffer, the full tracing switch), 0
+# turns lifecycles off.
+COLLECTOR_PROVIDERS = "tcp,siftr,skb,ip-flows,udp"  # without lifecycles (NETTRAIL_SKB_SAMPLE=0)
+COLLECTOR_SKB_SAMPLE = 256  # the default N, the one the benchmark measures
+SKB_SAMPLE_ENV = "NETTRAIL_SKB_SAMPLE"
+
+
+def collector_providers(env: dict[str, str]) -> list[str]:
+    """`nettrail collect`'s provider arguments: the always-on set with sampled buffer
+    lifecycles, one buffer in $NETTRAIL_SKB_SAMPLE (default COLLECTOR_SKB_SAMPLE; 0: none)."""
+    value = env.get(SKB_SAMPLE_ENV, "").strip()
+    n = COLLECTOR_SKB_SAMPLE
+    if value.isdigit():
+        n = int(value)
+    elif value:  # said, and tracing goes on with the default
+        print(f"nettrail up: ${SKB_SAMPLE_ENV} must be 0 (no lifecycles) or N (follow one buffer in N), "
+              f"got {value!r}: following one buffer in {n}", file=sys.stderr, flush=True)  # fmt: skip
+    if n == 0:
+        return ["--providers", COLLECTOR_PROVIDERS]
+    return ["--providers", COLLECTOR_PROVIDERS + ",skb-lifecycle", "--skb-sample", str(n)]
 
 
 def register(subparsers: Any) -> None:
@@ -216,14 +247,10 @@ def _start_webapp(args: argparse.Namespace, data: Path, account: pwd.struct_pass
     if "ALLOWED_HOSTS" not in env and args.host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"):
         # Listening on a specific address: requests naming it must be accepted too.
         env["ALLOWED_HOSTS"] = f"127.0.0.1,localhost,[::1],{_url_host(args.host)}"
-    python = sys.executable
+    python = sys.executable if account is None else webapp_python(account)
     drop: dict[str, Any] = {}
     if account is not None:
         drop = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": [], "umask": 0o027}
-        try:
-            python = _python_for_others(env)
-        except SystemExit as exc:
-            raise WebappUnrunnable(f"{exc}; {FIX.format(user=account.pw_name)}") from None
     _probe(python, env, data, drop, account)
     command = [python, "-m", "webapp.serve", "--host", args.host, "--port", str(args.port)]
     # stderr stays the terminal's: a webapp that dies at start says why there.
@@ -275,26 +302,46 @@ def _world_traversable(path: Path) -> bool:
     return all(p.stat().st_mode & stat.S_IXOTH for p in [path, *path.parents] if p.is_dir())
 
 
-def _python_for_others(env: dict[str, str]) -> str:
-    """An interpreter the unprivileged user can run, with this environment's packages.
+def webapp_python(account: pwd.struct_passwd) -> str:
+    """This interpreter, when `account` can run it with its standard library and packages.
 
-    A venv made from a pyenv Python under /root points at an interpreter and standard
-    library the webapp user cannot read. Then the system Python of the same version
-    runs the webapp, with this venv's site-packages and the source tree on PYTHONPATH
-    (same version, so the same compiled-extension ABI).
+    Raises WebappUnrunnable naming the first directory on the way that the account
+    cannot pass, and the fix. No other Python is tried: the webapp must run on the
+    interpreter and packages nettrail was installed with (another one of the same
+    version once ran it on the system's packages, without the channel layer's).
     """
-    if _world_traversable(Path(os.path.realpath(sys.executable)).parent) and _world_traversable(Path(sys.base_prefix)):
-        return sys.executable
-    system = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
-    if not system.exists():
-        raise SystemExit(
-            f"nettrail up: the webapp user cannot run {sys.executable} (its directory is private) and {system} "
-            "is missing: build .venv from a system Python (python3 -m venv)"
-        )
-    source_root = str(SOURCE_ROOT)
-    venv_paths = [p for p in sys.path if p.startswith(sys.prefix) and p.endswith("site-packages")]
-    env["PYTHONPATH"] = os.pathsep.join([source_root, *venv_paths])
-    return str(system)
+    needed = [Path(os.path.realpath(sys.executable)).parent, Path(sys.base_prefix), Path(sys.prefix)]
+    needed += [Path(p) for p in sys.path if p.startswith(sys.prefix) and p.endswith("site-packages")]
+    for place in needed:
+        private = _private_dir(place, account)
+        if private is not None:
+            mode = stat.S_IMODE(private.stat().st_mode)
+            real = os.path.realpath(sys.executable)
+            named = sys.executable if real == sys.executable else f"{sys.executable} (a venv of {real})"
+            raise WebappUnrunnable(
+                f"the {account.pw_name} user cannot run nettrail's interpreter {named}: {private} "
+                f"(mode {mode:04o}, owner uid {private.stat().st_uid}) is closed to it; "
+                + FIX_PRIVATE.format(user=account.pw_name, path=private)
+            )
+    return sys.executable
+
+
+def _private_dir(path: Path, account: pwd.struct_passwd) -> Path | None:
+    """The first directory from / to `path` that `account` may not pass through (search permission)."""
+    for place in [*reversed(path.parents), path]:
+        try:
+            info = place.stat()
+        except OSError:
+            return place
+        if info.st_uid == account.pw_uid:
+            allowed = info.st_mode & stat.S_IXUSR
+        elif info.st_gid == account.pw_gid:
+            allowed = info.st_mode & stat.S_IXGRP
+        else:
+            allowed = info.st_mode & stat.S_IXOTH
+        if not allowed:
+            return place
+    return None
 
 
 def _collector_available() -> bool:
@@ -309,7 +356,7 @@ def _start_collector(url: str, token: str, token_file: Path) -> subprocess.Popen
         *(sys.executable, "-m", "nettrail.cli", "collect"),
         *("--server", url.rstrip("/"), "--token-file", str(token_file)),
         *("--alerts", "--ppl", str(COLLECTOR_PPL)),  # alerts reach the dashboard live
-        *("--providers", COLLECTOR_PROVIDERS),
+        *collector_providers(dict(os.environ)),
     ]
     print("nettrail: collector started (live kernel tracing)", flush=True)
     env = {k: v for k, v in os.environ.items() if k != "NETTRAIL_ADMIN_PASSWORD"}

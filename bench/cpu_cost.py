@@ -1,0 +1,186 @@
+"""CPU time a fixed amount of loopback TCP costs, traced and untraced: the always-on
+budget's measure that other engineers' load on this 2-CPU machine does not move.
+
+Throughput ratios need the traffic CPU to themselves: another process on it takes time
+from the transfer, and single phases then scatter by far more than the 3% to be
+measured. The CPU time a fixed transfer needs does not depend on how long it waited for
+the CPU. The transfer here is one thread on the traffic CPU (WORKER) that writes 128 KiB
+to a loopback TCP socket and reads it back from the other end, block after block: the
+whole path -- send, loopback's receive softirq, which runs in that thread when it
+re-enables bottom halves, the ACKs, the copy out -- is in that one thread's CPU time
+(CLOCK_THREAD_CPUTIME_ID; this kernel has no IRQ_TIME_ACCOUNTING, so softirq time stays
+with the thread it interrupted), and no scheduling decides how much work a byte takes.
+Separate runs a second apart still differ by ±15% here (the other vCPU's work shares the
+host's core and caches), so the contenders take turns block by block: untraced, one
+contender, untraced, the next, ..., each block a fixed number of bytes (about 0.1 s),
+every contender's programs loaded once (each its own KernelSession) and attached only
+for its own blocks. A ratio is a traced block's CPU per byte over the mean of the
+untraced blocks either side of it. Needs root.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+
+from bpf_stats import bpf_stats, empty_programs, floor_ns, prog_stats
+from toggled import TRACER_CPU, TRAFFIC_CPU, cpu_kept_awake, drain, on_cpu
+
+from collector.bpf.loader import KernelSession, Options
+
+CHUNK = 128 * 1024  # one write, as iperf3's: about two data segments and two ACKs on loopback
+# The worker: a loopback TCP pair in one thread, pinned; per line "g" on stdin one block,
+# answered with its thread CPU ns; at EOF its user and system seconds (rusage, ticks).
+WORKER = f"""
+import os, resource, socket, sys, time
+os.sched_setaffinity(0, {{int(sys.argv[2])}})
+block, chunk = int(sys.argv[1]), {CHUNK}
+lst = socket.socket()
+lst.bind(("127.0.0.1", 0))
+lst.listen(1)
+tx = socket.create_connection(lst.getsockname())
+rx, _ = lst.accept()
+for s in (tx, rx):  # the buffers autotuned, as a bulk transfer's (fixed sizes make small segments)
+    s.settimeout(10)  # the one thread never waits for itself: a stall is an error, not a hang
+out, buf = memoryview(bytes(chunk)), bytearray(chunk)
+view = memoryview(buf)
+for line in sys.stdin:
+    start, sent = time.thread_time_ns(), 0
+    while sent < block:
+        tx.sendall(out)
+        got = 0
+        while got < chunk:
+            got += rx.recv_into(view[got:], chunk - got)
+        sent += chunk
+    print(time.thread_time_ns() - start, flush=True)
+r = resource.getrusage(resource.RUSAGE_THREAD)
+print(r.ru_utime, r.ru_stime, flush=True)
+"""
+
+
+class Worker:
+    """The transfer thread's process; block() runs one block and returns its CPU ns."""
+
+    def __init__(self, block_bytes: int) -> None:
+        self.block_bytes = block_bytes
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(block_bytes), TRAFFIC_CPU],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.user_share = 0.0
+
+    def block(self) -> float:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("g\n")
+        self.proc.stdin.flush()
+        return float(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        """Ends the worker; keeps the share of its CPU time spent in user space (Python's
+        own per-write work, which dilutes every ratio towards 1 by about that much)."""
+        out, _ = self.proc.communicate(timeout=30)
+        user, system = (float(x) for x in out.split())
+        self.user_share = user / (user + system) if user + system else 0.0
+
+
+@dataclass
+class Contender:
+    """One provider set; None options: untraced."""
+
+    name: str
+    opts: Options | None
+    session: KernelSession | None = None
+    costs: list[float] = field(default_factory=list)  # CPU ns per byte of each of its blocks
+    ratios: list[float] = field(default_factory=list)  # each block over the untraced ones either side
+    stats: dict[str, tuple[int, int]] = field(default_factory=dict)  # program -> (runs, ns) under bpf_stats
+    empty: dict[str, tuple[int, int]] = field(default_factory=dict)  # the empty programs' meanwhile
+    floor: float = 0.0  # ns the same runs cost empty programs
+    stats_bytes: int = 0
+
+
+@contextmanager
+def loaded(contenders: list[Contender]) -> Iterator[None]:
+    """Every traced contender's session loaded and detached, a thread draining each ring
+    (on the tracer's CPU: this process is pinned there)."""
+    stop = threading.Event()
+    with ExitStack() as stack:
+        threads = []
+        for c in contenders:
+            if c.opts is None:
+                continue
+            c.session = stack.enter_context(KernelSession(c.opts))
+            c.session.detach()
+            threads.append(threading.Thread(target=drain, args=(c.session, stop), daemon=True))
+            threads[-1].start()
+        try:
+            yield
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+
+
+@contextmanager
+def attached(c: Contender) -> Iterator[None]:
+    if c.session is not None:
+        c.session.attach_programs()
+    try:
+        yield
+    finally:
+        if c.session is not None:
+            c.session.detach()
+
+
+def measure(contenders: list[Contender], rounds: int, worker: Worker, stats_blocks: int) -> None:
+    """`rounds` rounds of untraced, contender, untraced, next contender, ..., untraced
+    (the order rotated round by round), then `stats_blocks` blocks per traced contender
+    with kernel.bpf_stats_enabled (which adds two clock reads per run, so the rounds run
+    without it). contenders[0] is the untraced one."""
+    base, traced = contenders[0], [c for c in contenders if c.opts is not None]
+    per_byte = 1.0 / worker.block_bytes
+    with on_cpu(TRACER_CPU), cpu_kept_awake(TRACER_CPU), loaded(contenders):
+        for _ in range(3):  # warm-up: caches, socket buffers grown
+            worker.block()
+        for r in range(rounds):
+            before = worker.block() * per_byte
+            base.costs.append(before)
+            for c in traced[r % len(traced) :] + traced[: r % len(traced)]:
+                with attached(c):
+                    cost = worker.block() * per_byte
+                after = worker.block() * per_byte
+                base.costs.append(after)
+                c.costs.append(cost)
+                c.ratios.append(cost / ((before + after) / 2))
+                before = after
+            if r % 10 == 9:
+                print(
+                    f"  round {r + 1}: " + ", ".join(f"{statistics.median(c.ratios):.3f}" for c in traced), flush=True
+                )
+        with empty_programs() as floor_ids, bpf_stats():
+            for c in traced:
+                assert c.session is not None
+                ids = set(c.session.program_ids().values())
+                before_stats, e_before = prog_stats(ids), prog_stats(floor_ids)
+                with attached(c):
+                    for _ in range(stats_blocks):
+                        worker.block()
+                c.stats = delta(prog_stats(ids), before_stats)
+                c.empty = delta(prog_stats(floor_ids), e_before)
+                c.floor = floor_ns(c.stats, c.empty)
+                c.stats_bytes = stats_blocks * worker.block_bytes
+
+
+def delta(after: dict[str, tuple[int, int]], before: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    return {n: (r - before.get(n, (0, 0))[0], t - before.get(n, (0, 0))[1]) for n, (r, t) in after.items()}
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+    return q[0], statistics.median(values), q[2]

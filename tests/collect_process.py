@@ -28,10 +28,12 @@ class Collector:
         )
         self.stderr_lines: list[str] = []
 
-    def wait_attached(self, timeout: float = 30.0) -> dict[str, int]:
+    def wait_attached(self, timeout: float = 120.0) -> dict[str, int]:
         """Program name -> id, from the line collect prints once everything is attached.
         Reads the pipe's fd directly: a buffered readline() could pull later lines into
-        Python's buffer, where select() no longer sees them."""
+        Python's buffer, where select() no longer sees them. The timeout is a bound, not a
+        speed claim: loading and verifying every program took over 30 s in a CI run on a
+        2-CPU machine busy with other work."""
         assert self.proc.stderr is not None
         fd = self.proc.stderr.fileno()
         sel = selectors.DefaultSelector()

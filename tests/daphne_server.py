@@ -1,18 +1,24 @@
 """The real webapp (daphne via ``python -m webapp.serve``) in a subprocess, for tests over sockets.
 
-A throw-away NETTRAIL_DATA is migrated, an admin, a viewer and a host token are made
-through the ORM in a subprocess, and the server listens on a free loopback port. As
-root it runs as ``nobody`` (the webapp refuses root), on an interpreter that user can
-read. Used by tests/browser/conftest.py and the refuse-early and fuzz tests.
-Keep in sync with: webapp/serve.py, webapp/traces/tokens.py.
+One helper for every test that needs a server: a throw-away NETTRAIL_DATA is
+migrated, an admin, a viewer and a host token are made, and the server listens on a
+free loopback port; it can be stopped, killed and started again on the same port and
+data (``Server.stop``/``kill``/``start``). As root everything of the server's runs as
+``nobody`` (the webapp refuses root) on an interpreter that user can run
+(``readable_python``): like ``nettrail up``, the webapp never runs on another
+interpreter than the one given. Used by tests/browser/conftest.py and the refuse-early,
+live, spool and start-up window tests.
+Keep in sync with: webapp/serve.py, webapp/traces/tokens.py, nettrail/commands/up.py.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +26,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HOST = "browser-host"
 ADMIN = ("admin", "browser-test-admin-pw")
 VIEWER = ("viewer", "browser-test-viewer-pw")
+SERVER_USER = "nobody"
 
 SETUP = """
 import django, sys
@@ -39,8 +46,79 @@ from webapp.traces.tokens import create_token
 User = get_user_model()
 User.objects.create_superuser(sys.argv[1], "", sys.argv[2])
 User.objects.create_user(sys.argv[3], "", sys.argv[4])
-print(create_token(sys.argv[5], "browser tests")[1])
+print(create_token(sys.argv[5], "tests")[1])
 """
+TOKEN = """
+import django, sys
+django.setup()
+from webapp.traces.tokens import create_token
+print(create_token(sys.argv[1], "tests")[1])
+"""
+
+
+def readable_python(user: str = SERVER_USER) -> str:
+    """An interpreter with this environment's packages that `user` can run.
+
+    This one when `user` can (nettrail up's own check); otherwise -- the test venv made
+    from a pyenv Python under /root -- a venv of the system Python of the same version
+    in a world-readable directory under /tmp, made once per checkout, whose site
+    imports this venv's site-packages: an installation the user can read, as
+    `nettrail up` asks for.
+    """
+    from nettrail.commands.up import WebappUnrunnable, webapp_python
+
+    try:
+        return webapp_python(pwd.getpwnam(user))
+    except WebappUnrunnable:
+        pass
+    tag = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+    home = Path(tempfile.gettempdir()) / f"nettrail-test-python-{os.geteuid()}-{tag}"
+    python = home / "bin" / "python"
+    if not python.exists():
+        building = Path(tempfile.mkdtemp(prefix=f"{home.name}-"))
+        system_venv(building / "venv")
+        building.chmod(0o755)
+        try:
+            (building / "venv").rename(home)
+        except OSError:  # another test process made it first
+            pass
+        shutil.rmtree(building, ignore_errors=True)
+    return str(python)
+
+
+def system_venv(path: Path) -> Path:
+    """A venv of /usr/bin/pythonX.Y at `path` that imports this environment's packages."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    system = Path(f"/usr/bin/python{version}")
+    if not system.exists():
+        raise RuntimeError(f"{system} is missing: the tests' server user needs a Python {version} it can run")
+    subprocess.run([str(system), "-m", "venv", "--without-pip", str(path)], check=True)
+    ours = [p for p in sys.path if p.startswith(sys.prefix) and p.endswith("site-packages")]
+    site = next((path / "lib").glob("python*/site-packages"))
+    # addsitedir, not a plain path line: the editable install's own .pth files must run too.
+    lines = [f"import site; site.addsitedir({p!r})" for p in ours]
+    (site / "nettrail-tests.pth").write_text("\n".join(lines) + "\n")
+    return path / "bin" / "python"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def manage_env(data_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CHANNEL_LAYER", "REDIS_URL")}
+    env.update(NETTRAIL_DATA=str(data_dir), DJANGO_SETTINGS_MODULE="webapp.settings", PYTHONPATH=str(ROOT),
+               NETTRAIL_TRIM_INTERVAL="0", PYTHONDONTWRITEBYTECODE="1", HOME=str(data_dir))  # fmt: skip
+    return env
+
+
+def _drop_to(user: str) -> dict[str, Any]:
+    if os.geteuid() != 0:
+        return {}
+    pw = pwd.getpwnam(user)
+    return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
 
 
 @dataclass
@@ -49,6 +127,64 @@ class Server:
     token: str
     data_dir: Path
     pid: int = 0  # the daphne process (0: a copy naming another host's token on the same server)
+    env: dict[str, str] = field(default_factory=dict, repr=False)
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def run(self, *args: str) -> str:
+        """`python ARGS` in the checkout, as the server's user, with its settings; its stdout."""
+        done = subprocess.run([_python(), *args], cwd=ROOT, env=self.env, capture_output=True, text=True,
+                              timeout=120, **_drop_to(SERVER_USER))  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"{args} failed: {done.stderr[-2000:]}")
+        return done.stdout
+
+    def make_token(self, host: str) -> str:
+        return self.run("-c", TOKEN, host).strip().splitlines()[-1]
+
+    def start(self) -> None:
+        """Start (again) on the same port and data; returns once it answers."""
+        log = open(self.data_dir / "server.log", "a")  # noqa: SIM115 - the child holds it; closed below
+        self.proc = subprocess.Popen(
+            [_python(), "-m", "webapp.serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, **_drop_to(SERVER_USER),
+        )  # fmt: skip
+        log.close()
+        self.pid = self.proc.pid
+        for _ in range(600):  # up to 60 s for daphne to listen (a loaded machine)
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"webapp exited: {self.log()[-2000:]}")
+            try:
+                requests.get(f"{self.url}/accounts/login/", timeout=5)
+                return
+            except (requests.ConnectionError, requests.Timeout):
+                time.sleep(0.1)
+        raise RuntimeError("webapp did not start listening within 60 s")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL: no clean shutdown, in-flight requests die."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        self.proc = None
+
+    def log(self) -> str:
+        path = self.data_dir / "server.log"
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def ingest(self, records: list[Any]) -> dict[str, Any]:
         from translators.records import to_builtins
@@ -80,71 +216,32 @@ class Server:
         assert resp.status_code == 302, resp.text[:500]
         return session
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    def session_cookie(self, user: tuple[str, str] = ADMIN) -> str:
+        """A `Cookie` header value of a fresh login (for websocket clients)."""
+        return f"sessionid={self.login(user).cookies['sessionid']}"
 
 
-def manage_env(data_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CHANNEL_LAYER")}
-    env.update(NETTRAIL_DATA=str(data_dir), DJANGO_SETTINGS_MODULE="webapp.settings", PYTHONPATH=str(ROOT))
-    return env
-
-
-def _drop_to(user: str) -> dict[str, Any]:
-    if os.geteuid() != 0:
-        return {}
-    pw = pwd.getpwnam(user)
-    return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
+def _python() -> str:
+    return readable_python() if _drop_to(SERVER_USER) else sys.executable
 
 
 @contextmanager
-def running_webapp(extra_env: dict[str, str] | None = None, prefix: str = "nettrail-daphne-") -> Iterator[Server]:
+def running_webapp(
+    extra_env: dict[str, str] | None = None, prefix: str = "nettrail-daphne-", host: str = HOST
+) -> Iterator[Server]:
+    """A migrated server with ADMIN, VIEWER and a token for `host`, stopped and removed on exit."""
+    # Under /tmp itself, not pytest's private tmp_path: the server's user must reach it.
     data_dir = Path(tempfile.mkdtemp(prefix=prefix))
-    env = {**manage_env(data_dir), **(extra_env or {})}
-    py = sys.executable
-    subprocess.run([py, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    out = subprocess.run(
-        [py, "-c", SETUP, *ADMIN, *VIEWER, HOST], cwd=ROOT, env=env, check=True, capture_output=True, text=True
-    )
-    token = out.stdout.strip().splitlines()[-1]
-    drop = _drop_to("nobody")
+    drop = _drop_to(SERVER_USER)
     if drop:
-        for path in [data_dir, *data_dir.rglob("*")]:
-            os.chown(path, drop["user"], drop["group"])
-    server_py = py
-    if drop:  # the webapp user may not reach a venv built on a Python under /root
-        from nettrail.commands.up import _python_for_others
-
-        server_py = _python_for_others(env)
-    port = free_port()
-    log = open(data_dir / "server.log", "w")  # noqa: SIM115 - closed after the server stops
-    proc = subprocess.Popen(
-        [server_py, "-m", "webapp.serve", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT, env={**env, "HOME": str(data_dir)}, stdout=log, stderr=subprocess.STDOUT, **drop,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+        os.chown(data_dir, drop["user"], drop["group"])
+    server = Server(f"http://127.0.0.1:{free_port()}", "", data_dir, env={**manage_env(data_dir), **(extra_env or {})})
     try:
-        for _ in range(300):  # up to 30 s for daphne to listen (a loaded machine)
-            if proc.poll() is not None:
-                raise RuntimeError(f"webapp exited: {(data_dir / 'server.log').read_text()[-2000:]}")
-            try:
-                requests.get(f"{url}/accounts/login/", timeout=5)
-                break
-            except (requests.ConnectionError, requests.Timeout):
-                time.sleep(0.1)
-        else:
-            raise RuntimeError("webapp did not start listening within 30 s")
-        yield Server(url, token, data_dir, proc.pid)
+        server.run("manage.py", "migrate", "-v0")
+        server.token = server.run("-c", SETUP, *ADMIN, *VIEWER, host).strip().splitlines()[-1]
+        server.start()
+        yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        print("--- webapp log (tail) ---\n" + (data_dir / "server.log").read_text()[-4000:])  # shown on failure
+        server.stop()
+        print("--- webapp log (tail) ---\n" + server.log()[-4000:])  # shown on failure
         shutil.rmtree(data_dir, ignore_errors=True)

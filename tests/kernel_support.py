@@ -1,4 +1,5 @@
-"""Helpers for the kernel collector tests: skip reasons, a tracing session, loopback traffic.
+"""Helpers for the kernel collector tests: skip reasons, a tracing session, loopback traffic,
+skb lifetimes.
 
 Every kernel test filters on ports it owns so concurrent traffic on this shared
 machine cannot change its exact counts. Keep in sync with collector/bpf/loader.py.
@@ -10,7 +11,8 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -22,7 +24,7 @@ from collector.bpf.loader import Filters, KernelSession, Options
 from collector.bpf.source import KernelSource, wall_offset
 from translators import kernel as kernel_translators
 from translators.kernel import KernelEnv
-from translators.records import Record
+from translators.records import Record, SkbEvent
 
 kernel_translators.VALIDATE = True  # every record the kernel tests see passes Record.__post_init__
 
@@ -75,11 +77,14 @@ def tracing(
     ringbuf: int = 1 << 22,
     drop_rate: int = 0,
     counts_every: float = 3600.0,
+    skb_sample: int = 1,
     **filters: object,
 ) -> Iterator[Capture]:
     """A loaded session; counts_every: seconds between FlowCounters/DropCount map reads."""
     filt = Filters(**filters)  # type: ignore[arg-type]
-    opts = Options(providers=providers, ppl=ppl, filters=filt, ringbuf_bytes=ringbuf, drop_rate=drop_rate)
+    opts = Options(
+        providers=providers, ppl=ppl, filters=filt, ringbuf_bytes=ringbuf, drop_rate=drop_rate, skb_sample=skb_sample
+    )
     env = KernelEnv(
         host_id="test-host", boot_id="test-boot", wall_offset=wall_offset(), symbolize=kernel_symbols().symbolize
     )
@@ -152,6 +157,17 @@ def pinned(cpu: int) -> Iterator[None]:
         yield
     finally:
         os.sched_setaffinity(0, before)
+
+
+def lifetimes(records: Iterable[Record]) -> dict[int | None, list[SkbEvent]]:
+    """The skb events among records, one list per buffer lifetime in arrival order, keyed by
+    skb_uid (a new one per lifetime, even at a reused address: the generations test of
+    tests/test_collect_skb_lifecycle.py), the lifetimes in the order they started."""
+    out: dict[int | None, list[SkbEvent]] = defaultdict(list)
+    for r in records:
+        if isinstance(r, SkbEvent):
+            out[r.skb_uid].append(r)
+    return out
 
 
 def short_connections(count: int, size: int) -> int:

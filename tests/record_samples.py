@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from translators.records import RECORD_TYPES, AnalysisCounts, FieldDesc, Record, connection_uuid, describe
+from translators.records import RECORD_TYPES, AnalysisCounts, FieldDesc, Finding, Record, connection_uuid, describe
 
 HOST, BOOT = "web-01", "7f3c2a9e-52b1-4c7e-9a0d-3e1f00c0ffee"
 
@@ -233,6 +233,31 @@ NAME_VALUES: dict[str, Any] = {
     "metric": 0.042,
     "thresholds": {"rate": 0.02, "window_s": 10, "scope": "connection"},
     "evidence": [4201, 4207, 4213],
+    "findings": [
+        Finding(
+            kind="zero_window",
+            severity="warning",
+            side="resp",
+            count=7,
+            seconds=4.55,
+            ratio=0.7,
+            frame=12,
+            ts=1764403200.25,
+            message="zero-window stall: the responder closed its receive window 7 times, "
+            "stalling the originator for 4.55 s in all (70% of the connection's life)",
+        ),
+        Finding(
+            kind="reset",
+            severity="notice",
+            side="orig",
+            count=1,
+            data_bytes=0,
+            state="handshake",
+            frame=3,
+            ts=1764403200.5,
+            message="reset by the originator during the handshake, before any data",
+        ),
+    ],
     "incomplete": False,
 }
 # Values that differ by record kind because the field's choices differ.

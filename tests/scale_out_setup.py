@@ -17,6 +17,7 @@ def main(hosts: list[str]) -> None:
     import django
 
     django.setup()
+    from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.test import Client
@@ -28,7 +29,7 @@ def main(hosts: list[str]) -> None:
     user = get_user_model().objects.create_user("watcher", password="not-used-here")
     client = Client()
     client.force_login(user)
-    print(json.dumps({"tokens": tokens, "session": client.cookies["sessionid"].value}))
+    print(json.dumps({"tokens": tokens, "session": client.cookies[settings.SESSION_COOKIE_NAME].value}))
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def ratio_in_force(recs: list[Record], firing: Record) -> float:
         if r is firing:
             break
         if r.kind == "flow_counters" and r.conn_uuid == firing.conn_uuid:
-            packets = r.packets_in + r.packets_out
+            packets = r.skbs  # the buffers siftr saw: the kernel samples one in ppl of them
             if r.samples - start[1] >= MIN_WINDOW_SAMPLES:
                 flow, start = (packets - start[0]) / (r.samples - start[1]), (packets, r.samples)
         elif r.kind == "sampling_report" and r.event_type == "siftr_sample" and r.emitted >= MIN_WINDOW_SAMPLES:
@@ -139,13 +139,13 @@ def test_the_kernel_takes_exactly_one_sample_per_3_packets_of_each_flow_and_repo
             finals[r.conn_uuid] = r  # the last one is tcp_destroy_sock's total
     ports = {p for f in finals.values() for p in (f.sport, f.dport)}
     assert {QUEUE_PORT, BLACKOUT_PORT, CLEAN_PORT} <= ports
-    # packet 0, 3, 6, ... of a flow is sampled: ceil(P / 3) samples of P packets
+    # buffer 0, 3, 6, ... of a flow is sampled: ceil(B / 3) samples of B buffers siftr saw
     assert {f.conn_uuid: f.samples for f in finals.values()} == {
-        f.conn_uuid: math.ceil((f.packets_in + f.packets_out) / PPL) for f in finals.values()
+        f.conn_uuid: math.ceil(f.skbs / PPL) for f in finals.values()
     }
     reports = [r for r in recs if r.kind == "sampling_report"]
     assert {(r.event_type, r.setting) for r in reports} == {("siftr_sample", f"ppl {PPL}")}
-    assert sum(r.observed for r in reports) == sum(f.packets_in + f.packets_out for f in finals.values())
+    assert sum(r.observed for r in reports) == sum(f.skbs for f in finals.values())
     assert sum(r.emitted for r in reports) == sum(f.samples for f in finals.values())
     # a sample the kernel took but could not reserve in the ring is H1's loss, not a record
     written = sum(1 for r in recs if r.kind == "siftr_sample")

@@ -68,7 +68,10 @@ def test_a_capture_of_refused_connects_raises_a_port_scan_and_connect_failures(t
     states = [c["conn_state"] for c in doc["connection"]]
     assert states.count("REJ") == 45
     alerts = doc["alert"]
-    assert sorted((a["rule_id"], a["condition"]) for a in alerts) == [("K14", "connect-failures"), ("K9", "port-scan")]
+    assert sorted((a["rule_id"], a["condition"]) for a in alerts) == [
+        ("K14", "connect-failures"), ("K9", "port-scan"), ("P7", None)]  # fmt: skip
+    refused = next(a for a in alerts if a["rule_id"] == "P7")  # the findings: one alert for the server
+    assert (refused["severity"], refused["count"], refused["dst"], refused["dport"]) == ("notice", 45, "127.0.0.1", 0)
     scan = next(a for a in alerts if a["rule_id"] == "K9")
     assert (scan["src"], scan["dst"], scan["metric"], scan["host_id"]) == ("127.0.0.1", "127.0.0.1", 21, "scan.pcap")
     assert "failed TCP connection attempts to 21 distinct ports of 127.0.0.1" in scan["message"]
@@ -79,14 +82,14 @@ def test_a_capture_of_refused_connects_raises_a_port_scan_and_connect_failures(t
     # the same alerts with --packets (the records stream through the engine as well)
     with_packets = analyze(pcap, "--packets")
     assert sorted((a["rule_id"], a["condition"]) for a in with_packets["alert"]) == [
-        ("K14", "connect-failures"), ("K9", "port-scan")]  # fmt: skip
+        ("K14", "connect-failures"), ("K9", "port-scan"), ("P7", None)]  # fmt: skip
 
 
 def test_a_rules_file_can_switch_the_capture_rules_off(tmp_path):
     pcap = capture_refusals(tmp_path)
     rules = tmp_path / "rules.toml"
     rules.write_text("[K9]\nenabled = false\n[K14]\nenabled = false\n")
-    assert analyze(pcap, "--rules", str(rules))["alert"] == []
+    assert [a["rule_id"] for a in analyze(pcap, "--rules", str(rules))["alert"]] == ["P7"]  # not a K rule
     rules.write_text("[K9]\nport_scan_ports = 'many'\n")
     out = subprocess.run(
         [sys.executable, "-m", "nettrail.cli", "analyze", pcap, "--rules", str(rules)],

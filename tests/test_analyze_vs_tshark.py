@@ -124,7 +124,13 @@ def test_it_derives_zeek_states_for_each_scenario(captures: dict[str, Path], res
             assert conns[PORTS[port]]["dst"] == (SERVER_IP6 if v6 else SERVER_IP)
             assert conns[PORTS[port]]["direction_guessed"] is False
         assert "w" in conns[PORTS["slow"]]["history"]
-    assert "G" in by_port(results["server"])[PORTS["loss"]]["history"]
+    # the server's capture point is past the lossy router: it misses segments (holes,
+    # Wireshark's lost_segment) that the retransmissions fill, which Zeek reports as no gap;
+    # only a segment the capture itself dropped (tcpdump on a loaded machine) is a gap
+    # (the exact rule is tested on built captures in tests/test_flows_fidelity.py)
+    loss = by_port(results["server"])[PORTS["loss"]]
+    assert loss["analysis"]["lost_segment"] > 0 and "T" in loss["history"]
+    assert ("G" in loss["history"]) == (loss["missed_bytes"] > 0)
 
 
 def test_it_correlates_port_unreachable_with_the_udp_flow(results: dict[str, Any]) -> None:

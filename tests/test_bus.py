@@ -10,13 +10,16 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from django.db import connection
 from django.test import Client, override_settings
 from redis_server import RedisServer
 from webapp_cast import Cast, cast, drop, post, retransmit  # noqa: F401 (cast is a fixture)
 
 from webapp.bus import streams
 from webapp.bus.writer import Writer
-from webapp.traces.models import Connection, SkbDrop, TcpRetransmit
+from webapp.traces.models import KIND_MODELS, Connection, SkbDrop, TcpRetransmit
+
+LossReport = KIND_MODELS["loss_report"]
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
@@ -42,6 +45,8 @@ def test_ingest_appends_the_batch_and_a_writer_stores_then_acknowledges_it(cast:
     assert bus.xlen(streams.STREAM) == 1
     (entry_id, fields), *_ = bus.xrange(streams.STREAM)
     assert (fields[b"host"], fields[b"n"]) == (b"host-a", b"3")
+    # On PostgreSQL the ingest tier queues the rows COPY-ready too (tests/test_pg_copy_ready.py).
+    assert (b"copy" in fields) == (connection.vendor == "postgresql")
 
     writer = Writer(name="w1", block_ms=10)
     streams.ensure_group()
@@ -147,3 +152,11 @@ def test_an_entry_that_cannot_be_stored_goes_to_the_refused_stream_and_is_acknow
     assert fields[b"error"].startswith(b"MessagePack data is malformed")
     state = streams.status()
     assert (state.length, state.pending, writer.batches) == (0, 0, 0)
+    # Lost to the database after ingest said 200: a loss report of the host says so.
+    assert list(LossReport.objects.values_list("host_id", "hook", "event_type", "lost")) == [
+        ("host-a", "writer/refused", "refused", 1)
+    ]
+    client = Client()
+    client.force_login(cast.admin)
+    losses = client.get("/api/dash/status", {"host": "host-a"}).json()["hosts"][0]["losses"]
+    assert losses == [{"event_type": "refused", "lost": 1}]

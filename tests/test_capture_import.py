@@ -50,8 +50,13 @@ def test_the_upload_page_analyses_and_stores_an_uploaded_capture(viewer_client: 
     capture = write_capture(tmp_path / "lab-upload.pcap")
     with capture.open("rb") as f:
         answer = viewer_client.post("/captures/upload/", {"capture": f})
-    assert answer.status_code == 200
-    assert b"under host\n      <strong>capture:lab-upload.pcap</strong>" in answer.content
+    # stored: a redirect to the capture's result on the Captures page
+    assert answer.status_code == 303
+    # 22 records and the P7 alert of the refused connect's finding
+    assert answer["Location"] == "/captures/?host=capture%3Alab-upload.pcap&stored=23&duplicates=0"
+    result = viewer_client.get(answer["Location"])
+    assert b"under host <strong>capture:lab-upload.pcap</strong>" in result.content
+    assert b'<td class="conn-state">REJ</td><td class="history">Sr</td>' in result.content
     body = get_json(viewer_client, "/api/connections", host="capture:lab-upload.pcap")
     assert [c["dport"] for c in body["connections"]] == [81, 80]
 
@@ -82,7 +87,7 @@ def test_an_upload_named_like_a_live_host_never_writes_into_it(viewer_client: Cl
     create_token("vm")  # a live collector's host
     capture = write_capture(tmp_path / "vm")
     with capture.open("rb") as f:
-        assert viewer_client.post("/captures/upload/", {"capture": f}).status_code == 200
+        assert viewer_client.post("/captures/upload/", {"capture": f}).status_code == 303
     assert sorted(Host.objects.values_list("name", flat=True)) == ["capture:vm", "vm"]
     assert Connection.objects.filter(host_id="vm").count() == 0
     assert Connection.objects.filter(host_id="capture:vm").count() == 2
@@ -102,3 +107,23 @@ def test_the_upload_needs_a_login_and_a_csrf_token(client: Client, tmp_path: Pat
     csrf_client.force_login(get_user_model().objects.create_user("u2", password="pw-not-used-1"))
     with write_capture(tmp_path / "c.pcap").open("rb") as f:
         assert csrf_client.post("/captures/upload/", {"capture": f}).status_code == 403
+
+
+def test_the_same_capture_uploaded_twice_stores_nothing_twice_alerts_included(
+    viewer_client: Client, tmp_path: Path
+) -> None:
+    """The K rules' alerts (numbered and named by the engine from the clock) are renumbered
+    after the capture's records and named from what they are about (rule_records.stable)."""
+    from tests.browser.capture_story import write_story_capture
+    from webapp.dashboard.tables import Alert
+
+    capture = write_story_capture(tmp_path / "twice.pcap")
+    answers = []
+    for _ in range(2):
+        with capture.open("rb") as f:
+            answers.append(viewer_client.post("/captures/upload/", {"capture": f}))
+    first, second = (a["Location"] for a in answers)
+    assert "stored=329&duplicates=0" in first  # 327 records + 2 P7 alerts (findings)
+    assert "stored=0&duplicates=329" in second
+    rules = sorted(Alert.objects.filter(host_id="capture:twice.pcap").values_list("rule_id", flat=True))
+    assert rules == ["K14", "K9", "P7", "P7"]  # P7: the refused and the reset findings

@@ -62,6 +62,8 @@ def test_the_last_records_of_an_aborted_connection_keep_its_tuple_and_counters()
     [conn] = [r for r in records if r.kind == "connection"]
     assert (conn.bytes_acked, conn.bytes_received, conn.segs_out, conn.segs_in) == (acked, received, segs_out, segs_in)  # type: ignore[attr-defined]
     [final] = [r for r in records if r.kind == "flow_counters"]
+    # the socket's own counters at its change to CLOSE (ss -tin just before the abort)
     assert (final.bytes_out, final.bytes_in) == (1000, 500)  # type: ignore[attr-defined]
+    assert (final.packets_out, final.packets_in) == (segs_out, segs_in)  # type: ignore[attr-defined]
     detach = [r for r in records if r.kind == "tcpdebug_snapshot" and r.prureq_str == "DETACH"]  # type: ignore[attr-defined]
     assert [(r.src, r.sport, r.dst, r.dport) for r in detach] == [tuple_]  # type: ignore[attr-defined]

@@ -97,14 +97,14 @@ def test_a_sampled_run_reports_its_attach_coverage_sampling_ratio_and_cpu(tmp_pa
     assert sorted(first.rules_unavailable) == ["K11", "K12"]  # no skb provider: no drops
     assert first.kernel_release == os.uname().release
 
-    # H2: the windows add up to the kernel's exact per-flow counts, at one sample per ~4 packets
+    # H2: the windows add up to the kernel's exact per-flow counts, at one sample per ~4 buffers
     reports = [r for r in records if r.kind == "sampling_report"]
     finals: dict[str, Any] = {}
     for r in records:
         if r.kind == "flow_counters":
             finals[r.conn_uuid] = r  # the last report of each flow is its tcp_destroy_sock total
     assert len(finals) == 2 and all(r.setting == "ppl 4" and r.event_type == "siftr_sample" for r in reports)
-    assert sum(r.observed for r in reports) == sum(f.packets_in + f.packets_out for f in finals.values())
+    assert sum(r.observed for r in reports) == sum(f.skbs for f in finals.values())
     assert sum(r.emitted for r in reports) == sum(f.samples for f in finals.values())
     # the kernel counts a sample when it decides to take it: one whose ring reservation then
     # failed is a loss_report (H1), not a record

@@ -6,22 +6,13 @@ import os
 import socket
 import threading
 import time
-from collections import defaultdict
 
 import pytest
 
-from tests.kernel_support import bound_listener, cookie_of, kernel, pinned, tracing
+from tests.kernel_support import bound_listener, cookie_of, kernel, lifetimes, pinned, tracing
 from translators.records import SkbEvent
 
 pytestmark = kernel
-
-
-def lifetimes(records: list) -> dict[int, list[SkbEvent]]:  # type: ignore[type-arg]
-    out: dict[int, list[SkbEvent]] = defaultdict(list)
-    for r in records:
-        if isinstance(r, SkbEvent):
-            out[r.skb_uid].append(r)  # type: ignore[index]
-    return out
 
 
 def test_a_tcp_data_segment_is_followed_from_send_through_receive_and_copy_to_its_consume() -> None:

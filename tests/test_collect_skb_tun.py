@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import os
 import socket
-from collections import defaultdict
 
-from tests.kernel_support import cookie_of, kernel, pinned, tracing
+from tests.kernel_support import cookie_of, kernel, lifetimes, pinned, tracing
 from tests.packets import ACK, PSH, SYN, tcp, udp
 from tests.tun_lab import LOCAL, PEER, tun_lab
-from translators.records import Record, SkbEvent, connection_uuid
+from translators.records import SkbEvent, connection_uuid
 
 pytestmark = kernel
 
@@ -21,15 +20,6 @@ ENTRY = "tp_btf/netif_receive_skb_entry"
 RX = "tp_btf/netif_receive_skb"
 RECV = "tp_btf/sock_recv_length"
 INFERRED = ["ts_ns", "since_prev_ns", "since_first_ns"]
-
-
-def lifetimes(records: list[Record]) -> list[list[SkbEvent]]:
-    """Stages per (skb_uid, skb_gen), lifetimes in the order they started."""
-    out: dict[tuple[int | None, int | None], list[SkbEvent]] = defaultdict(list)
-    for r in records:
-        if isinstance(r, SkbEvent):
-            out[(r.skb_uid, r.skb_gen)].append(r)
-    return list(out.values())
 
 
 def stages(life: list[SkbEvent]) -> list[tuple[str | None, str | None, str | None]]:
@@ -59,7 +49,7 @@ def test_udp_datagrams_written_to_a_tun_device_start_at_netif_receive_skb_entry(
             records = cap.wait_for(consumes(3))
             cookie = cookie_of(rx)
             rx.close()
-    lives = lifetimes(records)
+    lives = list(lifetimes(records).values())
     assert [stages(life) for life in lives] == [
         [("rx-first", ENTRY, None), ("rx", RX, None), ("copy", RECV, None), ("consume", RECV, "consumed")]
     ] * 3
@@ -95,7 +85,7 @@ def test_a_tcp_segment_written_to_a_tun_device_is_followed_to_its_reader_connect
             cookie = cookie_of(server)
             server.close()
             lst.close()
-    lives = lifetimes(records)
+    lives = list(lifetimes(records).values())
     received = [life for life in lives if life[0].src == PEER]
     # every segment the peer wrote starts at the entry hook, then netif_receive_skb
     assert [stages(life)[:2] for life in received] == [[("rx-first", ENTRY, None), ("rx", RX, None)]] * 3

@@ -6,25 +6,16 @@ from __future__ import annotations
 
 import socket
 import time
-from collections import defaultdict
 
 import pytest
 
-from tests.kernel_support import cookie_of, kernel, pinned, tracing
+from tests.kernel_support import cookie_of, kernel, lifetimes, pinned, tracing
 from tests.veth_lab import veth_lab
 from translators.records import SkbEvent, connection_uuid
 
 pytestmark = kernel
 
 ENTRY_HOOK = {True: "tp_btf/napi_gro_receive_entry", False: "tp_btf/netif_rx_entry"}
-
-
-def lifetimes(records: list) -> dict[int, list[SkbEvent]]:  # type: ignore[type-arg]
-    out: dict[int, list[SkbEvent]] = defaultdict(list)
-    for r in records:
-        if isinstance(r, SkbEvent):
-            out[r.skb_uid].append(r)  # type: ignore[index]
-    return out
 
 
 def consumed(records: list) -> bool:  # type: ignore[type-arg]

@@ -77,3 +77,9 @@ def test_a_malformed_event_in_a_column_wise_kind_is_counted_and_the_rest_transla
     records = src.translate(raw)
     assert [r["direction"] for r in records] == ["input", "output", "user", "drop"]
     assert src.totals.malformed == {"tcpdebug_snapshot": 1}
+    # ... and reported as lost, once (docs/collector.md, "Where records can be lost").
+    reports = src.malformed_reports()
+    assert [(r.kind, r.probe, r.hook, r.event_type, r.lost, r.lost_total) for r in reports] == [
+        ("loss_report", "malformed", "decode", "tcpdebug_snapshot", 1, 1)
+    ]
+    assert src.malformed_reports() == []

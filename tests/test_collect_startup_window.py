@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from test_live_daphne import Daphne, session_cookie
+from daphne_server import Server, running_webapp
 
 from tests.kernel_support import kernel, short_connections
 
@@ -29,21 +29,14 @@ pytestmark = [*kernel, pytest.mark.slow]
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Daphne]:
-    srv = Daphne(tmp_path / "data")
-    (tmp_path / "data").mkdir()
-    srv.token = srv.run("-m", "nettrail.cli", "token", "create", socket.gethostname()).strip()  # type: ignore[attr-defined]
-    srv.run("manage.py", "createsuperuser", "--noinput", "--username", "viewer", "--email", "v@example.org")
-    srv.start()
-    try:
+def server() -> Iterator[Server]:
+    with running_webapp(prefix="nettrail-window-", host=socket.gethostname()) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
-def test_connections_made_right_after_tracing_all_reach_the_database(server: Daphne, tmp_path: Path) -> None:
+def test_connections_made_right_after_tracing_all_reach_the_database(server: Server, tmp_path: Path) -> None:
     token_file = tmp_path / "token"
-    token_file.write_text(server.token + "\n")  # type: ignore[attr-defined]
+    token_file.write_text(server.token + "\n")
     token_file.chmod(0o600)
     command = [
         *(sys.executable, "-m", "nettrail.cli", "collect", "--server", server.url, "--token-file", str(token_file)),
@@ -59,7 +52,7 @@ def test_connections_made_right_after_tracing_all_reach_the_database(server: Dap
             assert line, "collect ended before tracing"
         target = short_connections(CONNECTIONS, SIZE)  # at once after the line
         http = requests.Session()
-        http.headers["Cookie"] = session_cookie(server)
+        http.headers["Cookie"] = server.session_cookie()
         rows: list[dict[str, object]] = []
         for _ in range(120):  # at most 60 s: a bound, not a speed expectation
             answer = http.get(f"{server.url}/api/connections", params={"port": target, "limit": 100}, timeout=10)

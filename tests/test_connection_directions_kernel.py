@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -36,9 +37,7 @@ def read_exactly(sock: socket.socket, size: int) -> int:
 
 
 def transfer(listener: socket.socket) -> None:
-    """SENT bytes to the server, which reads them all and answers REPLY bytes; then both close.
-    Everything is sent while both ends are ESTABLISHED: the kernel's per-flow counters do not
-    count data a socket receives after it sent its own FIN (found while writing this test)."""
+    """SENT bytes to the server, which reads them all and answers REPLY bytes; then both close."""
     port = listener.getsockname()[1]
     listener.listen(1)
     got: list[int] = []
@@ -57,6 +56,12 @@ def transfer(listener: socket.socket) -> None:
         reply = read_exactly(client, REPLY)
     server.join(10)
     assert (got, reply) == ([SENT], REPLY)
+
+
+def retransmitted_bytes(viewer: Client, row: dict[str, Any]) -> int:
+    """The payload bytes the row's socket retransmitted, from its connection page."""
+    page = viewer.get(f"/api/dash/connections/{row['conn_uuid']}", {"host": row["host_id"]}).json()["conn"]
+    return int(page["retrans_bytes_out"])
 
 
 def read_records(path: Path) -> list[Record]:
@@ -85,12 +90,12 @@ def test_each_end_of_a_loopback_transfer_shows_its_own_sent_and_received(tmp_pat
     by_side = {("server" if row["sport"] == port else "client"): row for row in rows}
     assert sorted(by_side) == ["client", "server"], rows
     client, server = by_side["client"], by_side["server"]
-    # What one end sent is what the other received, and each row says it from its own
-    # socket: the passive end's row is not swapped. (The kernel's byte counter for the bulk
-    # direction reads 1,014,875 on both ends for 1,000,000 bytes of payload on this kernel:
-    # the same on both ends, so a counting question for the kernel side, not a direction one.)
-    assert client["bytes_out"] == server["bytes_in"] >= SENT
-    assert client["bytes_in"] == server["bytes_out"] == REPLY
+    # Each row says what its own socket sent and received, the passive end's not swapped: its
+    # tcp_info counters (ss -tin), so bytes in are ss's bytes_received, in which the peer's FIN
+    # counts one, and bytes out ss's bytes_sent, retransmitted payload included.
+    assert (server["bytes_in"], client["bytes_in"]) == (SENT + 1, REPLY + 1)
+    assert client["bytes_out"] == SENT + retransmitted_bytes(viewer, client)
+    assert server["bytes_out"] == REPLY + retransmitted_bytes(viewer, server)
     assert client["bytes_out"] > 100 * client["bytes_in"]  # the client is the sender
     # Packets: each row holds its own socket's kernel counts, unswapped.
     finals = {r.sock_cookie: r for r in records if r.kind == "flow_counters"}  # the last report wins

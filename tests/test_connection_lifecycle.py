@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.test import Client
 
 from translators import records as r
@@ -86,6 +87,25 @@ def test_the_kernel_summary_sets_bytes_and_closes_the_connection() -> None:
     assert (conn.retransmits, conn.first_seen, conn.last_seen, conn.state, conn.closed) == (4, 0.5, 5.0, "CLOSED", True)
 
 
+def test_the_summary_gives_a_live_connection_its_zeek_conn_state_and_history() -> None:
+    """The collector fills them (analysis/flows/live_summary.py); the row, and so the API's
+    connection list, keeps them, and a summary without them (an older collector) keeps none."""
+    store_batch([state(1, 1.0, "CLOSED", "SYN_SENT")])
+    assert Connection.objects.values_list("conn_state", "history").get() == (None, None)
+    summary = r.Connection(
+        **env(2, 5.0), provider="tcp", probe="connection", proto="tcp", source="kernel", start=1.0, end=5.0,
+        state="CLOSED", conn_state="RSTR", history="ShADar",
+    )  # fmt: skip
+    store_batch([summary])
+    assert Connection.objects.values_list("conn_state", "history").get() == ("RSTR", "ShADar")
+    client = Client()
+    client.force_login(get_user_model().objects.create_user("viewer", password="viewer-password-1"))
+    listed = client.get("/api/connections")
+    assert listed.status_code == 200
+    [row] = listed.json()["connections"]
+    assert (row["conn_state"], row["history"]) == ("RSTR", "ShADar")
+
+
 def test_task_context_attribution_replaces_softirq_attribution() -> None:
     store_batch([state(1, 1.0, "SYN_RECEIVED", "ESTABLISHED", pid=0, comm="swapper/0", ctx="softirq")])
     store_batch([state(2, 2.0, "ESTABLISHED", "CLOSE_WAIT", pid=321, tgid=321, comm="nginx", uid=33, ctx="task")])
@@ -149,3 +169,26 @@ def test_a_partly_resent_batch_counts_only_its_new_records() -> None:
     result = store_batch([first, second])
     assert (result.stored, result.duplicates, result.new) == (0, 2, [])
     assert Connection.objects.values_list("retransmits", "last_seen").get() == (2, 12.0)
+
+
+def test_the_zeek_export_writes_an_accepted_live_connection_from_its_originator() -> None:
+    """The row's `active` (from the tcp_state records) tells webapp/reports/zeek.py that this
+    host accepted the connection: the remote side is the originator, as the history says."""
+    uuid = "6f2d7a1e-3b5c-4c1e-9f51-6e6574747262"
+    accepted = state(1, 1.0, "LISTEN", "SYN_RECEIVED", conn_uuid=uuid, active=False)
+    summary = r.Connection(
+        **env(2, 5.0, conn_uuid=uuid), provider="tcp", probe="connection", proto="tcp", source="kernel",
+        start=1.0, end=5.0, duration=4.0, state="CLOSED", conn_state="SF", history="ShADFf", bytes_acked=1,
+        bytes_received=3001, segs_in=5, segs_out=4,
+    )  # fmt: skip
+    store_batch([accepted, summary])
+    client = Client()
+    client.force_login(get_user_model().objects.create_user("viewer", password="viewer-password-1"))
+    resp = client.get(f"/api/connections/{uuid}/export", {"format": "zeek", "host": HOST})
+    assert resp.status_code == 200
+    lines = [ln for ln in b"".join(resp.streaming_content).decode().splitlines() if not ln.startswith("#")]  # type: ignore[attr-defined]
+    [line] = lines
+    cols = line.split("\t")
+    # id.orig_h id.orig_p id.resp_h id.resp_p ... orig_bytes resp_bytes conn_state ... history
+    assert cols[2:6] == ["10.0.0.2", "443", "10.0.0.1", "40000"]
+    assert (cols[9], cols[10], cols[11], cols[15]) == ("3001", "1", "SF", "ShADFf")

@@ -44,9 +44,14 @@ def undated(text: str) -> str:
 def test_the_connection_page_links_every_download_to_the_report_exporter(viewer: Client) -> None:
     page = viewer.get(f"/connections/{CONN_A}/").content.decode()
     links = re.findall(r'<a href="([^"]+)" download data-format="([^"]+)"', page)
-    formats = ("json", "xml", "text", "html", "pcap", "siftr", "zeek")
+    formats = ("json", "xml", "text", "html", "siftr", "zeek")
     # a connection is its host's: every link names it (host isolation, issue 15)
     assert links == [(f"{EXPORT}?format={f}&amp;host=alpha", f) for f in formats]
+    # a live connection has no packet bytes: the pcap button is disabled and the page says why
+    # (the endpoint would answer 409; a download would save a file holding that error)
+    assert '<button type="button" disabled data-format="pcap"' in page
+    assert "pcap: No packets to download: a live connection is traced in the kernel" in page
+    assert viewer.get(EXPORT, {"format": "pcap", "host": "alpha"}).status_code == 409
 
 
 @pytest.mark.parametrize("style", STYLES)

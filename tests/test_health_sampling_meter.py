@@ -12,9 +12,11 @@ from translators.kernel import KernelEnv
 ENV = KernelEnv(host_id="h1", boot_id="b1", wall_offset=0.0)
 
 
-def flow(conn: str, packets_in: int, packets_out: int, samples: int, proto: str = "tcp") -> dict[str, Any]:
+def flow(conn: str, skbs: int, samples: int, proto: str = "tcp") -> dict[str, Any]:
+    """A flow_counters record of `skbs` buffers, each standing for 3 segments (GSO/GRO): the
+    kernel samples one buffer in ppl, so the meter must count buffers, not segments."""
     return {"kind": "flow_counters", "conn_uuid": conn, "sock_cookie": hash(conn), "proto": proto,
-            "packets_in": packets_in, "packets_out": packets_out, "samples": samples}  # fmt: skip
+            "packets_in": 2 * skbs, "packets_out": skbs, "skbs": skbs, "samples": samples}  # fmt: skip
 
 
 def test_nothing_sampled_means_an_inactive_meter():
@@ -22,15 +24,15 @@ def test_nothing_sampled_means_an_inactive_meter():
     assert not SamplingMeter(ppl=1, ip_sample=4, drop_rate=0, ip_records=True).active  # ip records every packet
 
 
-def test_siftr_windows_count_each_flows_packets_and_samples_since_its_last_report():
+def test_siftr_windows_count_each_flows_buffers_and_samples_since_its_last_report():
     m = SamplingMeter(ppl=8, ip_sample=0, drop_rate=0)
-    m.observe([flow("a", 400, 400, 100), flow("b", 8, 0, 1), flow("u", 50, 50, 0, proto="udp")])
+    m.observe([flow("a", 800, 100), flow("b", 8, 1), flow("u", 100, 0, proto="udp")])
     [first] = m.records(ENV)
     assert (first.event_type, first.setting, first.observed, first.emitted, first.ratio) == (
         "siftr_sample", "ppl 8", 808, 101, 8.0
     )  # fmt: skip
-    m.observe([flow("a", 800, 800, 200)])  # periodic report: 800 packets, 100 samples more
-    m.observe([flow("b", 12, 4, 2)])  # b's final counters at tcp_destroy_sock
+    m.observe([flow("a", 1600, 200)])  # periodic report: 800 buffers, 100 samples more
+    m.observe([flow("b", 16, 2)])  # b's final counters at tcp_destroy_sock
     [second] = m.records(ENV)
     assert (second.observed, second.emitted, second.ratio) == (808, 101, 8.0)
     assert m.records(ENV) == []  # no packet counted in this window: no report

@@ -202,6 +202,24 @@ def test_the_dashboards_connection_page_data_is_the_hosts_own(shared: Cast) -> N
     assert f"/api/connections/{SHARED}/export?format=json&amp;host=host-b" in page.content.decode()
 
 
+def test_every_json_view_of_one_connection_answers_an_unnamed_shared_uuid_and_a_wrong_host_alike(
+    shared: Cast,
+) -> None:
+    """The host-token API's and the dashboard's connection views (one lookup: owner.connection_or_error)."""
+    client = viewer(shared)
+    ambiguous = {"error": f"connection {SHARED} exists on hosts host-a, host-b: add host="}
+    for path in (
+        f"/api/connections/{SHARED}",
+        f"/api/connections/{SHARED}/lifecycle",
+        f"/api/dash/connections/{SHARED}",
+        f"/api/dash/connections/{SHARED}/stitched",
+    ):
+        answer = client.get(path)
+        assert (answer.status_code, answer.json()) == (409, ambiguous), path
+        answer = client.get(path, {"host": "host-c"})
+        assert (answer.status_code, answer.json()) == (404, {"error": f"no connection {SHARED}"}), path
+
+
 # --- exports -------------------------------------------------------------------------------------
 
 

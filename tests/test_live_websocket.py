@@ -67,7 +67,7 @@ async def test_a_subscribed_client_gets_its_hosts_records_of_the_kinds_it_asked_
     comm = await connect(session_cookie, {"host": "alpha", "kind": ["tcp_state"]})
     await batch(host_group("alpha"), records("alpha", 0, 3) + records("alpha", 3, 2, kind="siftr_sample"))
     await batch(host_group("beta"), records("beta", 0, 5))
-    message = await comm.receive_json_from(timeout=2)
+    message = await comm.receive_json_from(timeout=10)
     assert message["type"] == "records" and message["id"] == 1
     assert [(r["host_id"], r["seq"], r["kind"]) for r in message["records"]] == [
         ("alpha", 0, "tcp_state"),
@@ -82,7 +82,7 @@ async def test_a_connection_subscription_gets_only_that_connection(session_cooki
     comm = await connect(session_cookie, {"conn": "conn-1"})
     await batch("conn.conn-1", [r for r in records("alpha", 0, 9) if r["conn_uuid"] == "conn-1"])
     await batch("conn.conn-2", [r for r in records("alpha", 0, 9) if r["conn_uuid"] == "conn-2"])
-    message = await comm.receive_json_from(timeout=2)
+    message = await comm.receive_json_from(timeout=10)
     assert [r["seq"] for r in message["records"]] == [1, 4, 7]
     assert await comm.receive_nothing(timeout=0.3)
     await comm.disconnect()
@@ -95,7 +95,7 @@ async def test_after_unsubscribing_nothing_more_arrives(session_cookie) -> None:
     await batch(host_group("alpha"), records("alpha", 0, 5))
     assert await comm.receive_nothing(timeout=0.3)
     await batch("alerts", records("alpha", 5, 1, kind="alert"))
-    assert [r["seq"] for r in (await comm.receive_json_from(timeout=2))["records"]] == [5]
+    assert [r["seq"] for r in (await comm.receive_json_from(timeout=10))["records"]] == [5]
     await comm.disconnect()
 
 
@@ -104,7 +104,7 @@ async def test_a_record_reaching_it_through_two_groups_is_pushed_once(session_co
     recs = records("alpha", 0, 3)
     await batch(host_group("alpha"), recs)
     await batch("conn.conn-0", [recs[0]])
-    message = await comm.receive_json_from(timeout=2)
+    message = await comm.receive_json_from(timeout=10)
     assert [r["seq"] for r in message["records"]] == [0, 1, 2]
     assert await comm.receive_nothing(timeout=0.3)
     await comm.disconnect()
@@ -121,7 +121,9 @@ async def test_bad_messages_get_an_error_naming_the_problem(session_cookie) -> N
     await comm.disconnect()
 
 
-@override_settings(CHANNEL_LAYERS=BIG_LAYER)
+# The buffer holds the whole burst: this test sends all of it before reading, and how much
+# a busy machine flushes meanwhile varies; overflow has its own test below.
+@override_settings(CHANNEL_LAYERS=BIG_LAYER, NETTRAIL_LIVE_MAX_BUFFER=200_000)
 async def test_a_burst_of_100000_records_makes_a_few_messages_and_delivers_them_all(session_cookie) -> None:
     comm = await connect(session_cookie, {"host": "alpha"})
     started = time.monotonic()
@@ -130,8 +132,9 @@ async def test_a_burst_of_100000_records_makes_a_few_messages_and_delivers_them_
     seqs: list[int] = []
     messages = 0
     while len(seqs) < 100_000:
-        message = await comm.receive_json_from(timeout=5)
+        message = await comm.receive_json_from(timeout=30)  # a bound for a loaded machine
         messages += 1
+        assert message["type"] == "records", message
         seqs.extend(r["seq"] for r in message["records"])
         await comm.send_json_to({"ack": message["id"]})
     elapsed = time.monotonic() - started
@@ -140,8 +143,9 @@ async def test_a_burst_of_100000_records_makes_a_few_messages_and_delivers_them_
     # records: about 5 messages here, more only when a loaded machine spreads the burst out
     # in time; never one per ingest message.
     # Messages are cut at MAX_MESSAGE_BYTES: these ~100-byte records make 10 or 11.
+    # (the bound follows the burst's own duration: no fixed cap that a busy machine could cross)
     assert messages <= 1 + int(elapsed * PUSH_HZ) + 100_000 * 110 // MAX_MESSAGE_BYTES
-    assert messages <= 40
+    assert messages < 100  # never one per ingest message
     assert await comm.receive_nothing(timeout=0.3)
     await comm.disconnect()
 
@@ -152,25 +156,25 @@ async def test_a_client_that_stops_acknowledging_is_told_its_exact_gap_then_drop
     fast = await connect(session_cookie, {"host": "alpha"})
     await batch(host_group("alpha"), records("alpha", 0, 10))
     for comm in (slow, fast):
-        first = await comm.receive_json_from(timeout=2)
+        first = await comm.receive_json_from(timeout=10)
         assert first["id"] == 1
         await comm.send_json_to({"ack": 1})
     got = 10
     for start in range(10, 20_010, 1000):
         await batch(host_group("alpha"), records("alpha", start, 1000))
         while got < start + 1000:  # the fast client reads and acknowledges everything so far
-            message = await fast.receive_json_from(timeout=5)
+            message = await fast.receive_json_from(timeout=10)
             got += len(message["records"])
             await fast.send_json_to({"ack": message["id"]})
-    second = await slow.receive_json_from(timeout=2)
+    second = await slow.receive_json_from(timeout=10)
     assert second["id"] == 2  # window 1: one unacknowledged push, then records wait in its buffer
     layer = get_channel_layer()
     # Overflowed, it stays in the group only to count what it misses (nothing is buffered).
     assert members(layer, host_group("alpha")) == 2
     await slow.send_json_to({"ack": 2})  # it reads again: told its exact gap, then dropped
     missed = 20_010 - 10 - len(second["records"])
-    assert await slow.receive_json_from(timeout=2) == {"type": "gap", "missed": missed, "dropped": True}
-    assert await slow.receive_output(timeout=2) == {"type": "websocket.close", "code": CLOSE_TOO_SLOW}
+    assert await slow.receive_json_from(timeout=10) == {"type": "gap", "missed": missed, "dropped": True}
+    assert await slow.receive_output(timeout=10) == {"type": "websocket.close", "code": CLOSE_TOO_SLOW}
     assert members(layer, host_group("alpha")) == 1  # only the fast client is left in the group
     assert got == 20_010
     assert await fast.receive_nothing(timeout=0.2)
@@ -183,13 +187,13 @@ async def test_a_client_that_stops_acknowledging_is_told_its_exact_gap_then_drop
 async def test_a_stalled_client_is_told_its_gap_and_dropped_when_the_stall_timer_fires(session_cookie) -> None:
     slow = await connect(session_cookie, {"host": "alpha"})
     await batch(host_group("alpha"), records("alpha", 0, 1000))
-    first = await slow.receive_json_from(timeout=2)
+    first = await slow.receive_json_from(timeout=10)
     assert first["id"] == 1  # never acknowledged: everything after waits, then overflows
     for start in range(1000, 8000, 1000):
         await batch(host_group("alpha"), records("alpha", start, 1000))
-    gap = await slow.receive_json_from(timeout=5)
+    gap = await slow.receive_json_from(timeout=10)
     assert gap == {"type": "gap", "missed": 8000 - len(first["records"]), "dropped": True}
-    assert await slow.receive_output(timeout=2) == {"type": "websocket.close", "code": CLOSE_TOO_SLOW}
+    assert await slow.receive_output(timeout=10) == {"type": "websocket.close", "code": CLOSE_TOO_SLOW}
     assert members(get_channel_layer(), host_group("alpha")) == 0
 
 
@@ -203,7 +207,7 @@ async def test_a_message_the_channel_layer_dropped_is_reported_as_a_gap(session_
     await layer.group_send(group, {**sent, "offset": 12, "records": records("alpha", 12, 3)})
     got: list[Any] = []
     while sum(len(m.get("records", ())) for m in got) < 8:
-        message = await comm.receive_json_from(timeout=2)
+        message = await comm.receive_json_from(timeout=10)
         got.append(message)
         if message["type"] == "records":
             await comm.send_json_to({"ack": message["id"]})
@@ -232,7 +236,7 @@ async def test_subscriptions_and_pushes_work_over_a_real_redis_channel_layer(ses
         comm = await connect(session_cookie, {"host": "redis-alpha", "kind": ["tcp_state"]})
         await batch(host_group("redis-alpha"), records("redis-alpha", 0, 4) + records("redis-alpha", 4, 1, "alert"))
         await batch(host_group("redis-beta"), records("redis-beta", 0, 4))
-        message = await comm.receive_json_from(timeout=5)
+        message = await comm.receive_json_from(timeout=10)
         assert [r["seq"] for r in message["records"]] == [0, 1, 2, 3]
         assert await comm.receive_nothing(timeout=0.5)
         await comm.disconnect()
@@ -252,7 +256,7 @@ async def test_records_posted_to_ingest_reach_a_subscribed_browser(session_cooki
         "/api/ingest", batch_body, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}"
     )
     assert answer.status_code == 200, answer.content
-    message = await comm.receive_json_from(timeout=5)
+    message = await comm.receive_json_from(timeout=10)
     assert [(r["kind"], r["seq"], r["state"]) for r in message["records"]] == [
         ("tcp_state", s, "ESTABLISHED") for s in range(5)
     ]

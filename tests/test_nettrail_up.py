@@ -21,11 +21,16 @@ import psutil
 import pytest
 import requests
 
+from nettrail.commands.up import COLLECTOR_SKB_SAMPLE
+from tests.daphne_server import readable_python, system_venv
 from tests.kernel_support import short_connections
 
 REPO = Path(__file__).resolve().parents[1]
 ADMIN_PASSWORD = "up-test-admin-Rk82-pass"
 START_LIMIT = 90.0  # seconds: a bound for a hung start, not a performance expectation
+# nettrail installed where the nettrail user can read it (the test venv may be on a
+# Python under /root, which `nettrail up` refuses; tested below).
+PYTHON = readable_python() if os.geteuid() == 0 else sys.executable
 
 
 def readable_by_others(path: Path) -> bool:
@@ -46,6 +51,14 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def up_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    """The environment `nettrail up` runs in here: its own data, a given admin password."""
+    skip = ("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "CHANNEL_LAYER", "NETTRAIL_SKB_SAMPLE")  # up's defaults
+    env = {k: v for k, v in os.environ.items() if k not in skip}
+    env.update(NETTRAIL_DATA=str(data_dir), NETTRAIL_ADMIN_PASSWORD=ADMIN_PASSWORD, NETTRAIL_TRIM_INTERVAL="0")
+    return {**env, **extra}
 
 
 @pytest.fixture
@@ -86,9 +99,8 @@ def stop_up(proc: subprocess.Popen[str]) -> None:
 
 def test_up_serves_the_login_page_as_an_unprivileged_user_and_stops_on_sigterm(data_dir: Path) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
-    env.update(NETTRAIL_DATA=str(data_dir), NETTRAIL_ADMIN_PASSWORD=ADMIN_PASSWORD, NETTRAIL_TRIM_INTERVAL="0")
-    command = [sys.executable, "-m", "nettrail.cli", "up", "--port", str(port), "--no-collect"]
+    env = up_env(data_dir)
+    command = [PYTHON, "-m", "nettrail.cli", "up", "--port", str(port), "--no-collect"]
     proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         lines = wait_for_line(proc, f"webapp running at http://127.0.0.1:{port}/")
@@ -103,6 +115,7 @@ def test_up_serves_the_login_page_as_an_unprivileged_user_and_stops_on_sigterm(d
             p for p in psutil.Process(proc.pid).children(recursive=True) if "webapp.serve" in " ".join(p.cmdline())
         ]
         assert len(server) == 1
+        assert server[0].cmdline()[0] == PYTHON  # nettrail's own interpreter, no other Python
         nettrail_uid = pwd.getpwnam("nettrail").pw_uid
         assert server[0].uids().real == server[0].uids().effective == nettrail_uid != 0
         assert data_dir.stat().st_uid == nettrail_uid
@@ -126,15 +139,39 @@ def test_up_serves_the_login_page_as_an_unprivileged_user_and_stops_on_sigterm(d
             proc.wait()
 
 
+def test_up_as_root_refuses_an_interpreter_the_webapp_user_cannot_reach_and_names_the_fix(data_dir: Path) -> None:
+    """nettrail installed in a venv inside a 0700 directory (as a venv under /root): no other
+    Python is tried, the refusal names the closed directory and both fixes."""
+    from nettrail.commands.up import FIX_PRIVATE
+
+    private = Path(tempfile.mkdtemp(prefix="nettrail-private-"))  # mode 0700, root's
+    try:
+        python = system_venv(private / "venv")
+        port = free_port()
+        env = up_env(data_dir, PYTHONPATH=str(REPO))
+        command = [str(python), "-m", "nettrail.cli", "up", "--port", str(port), "--no-collect"]
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=START_LIMIT)
+        assert done.returncode == 1, done.stdout + done.stderr
+        fix = FIX_PRIVATE.format(user="nettrail", path=private)
+        assert done.stderr.strip().splitlines()[-1] == (
+            f"nettrail up: the nettrail user cannot run nettrail's interpreter {python} (a venv of "
+            f"{os.path.realpath(python)}): {private} "
+            f"(mode 0700, owner uid 0) is closed to it; {fix}"
+        )
+        assert "chmod o+rx " + str(private) in fix and "/opt/nettrail" in fix
+        with socket.socket() as probe:  # no webapp was started on any other interpreter
+            assert probe.connect_ex(("127.0.0.1", port)) != 0
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
 def test_up_without_root_starts_only_the_webapp_and_says_tracing_needs_root(data_dir: Path) -> None:
     # Run `nettrail up` as the unprivileged nettrail user (made by the root test above or here).
     account = ensure_account()
     os.chown(data_dir, account.pw_uid, account.pw_gid)
     port = free_port()
     python, pythonpath = interpreter_for(account)
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
-    env.update(NETTRAIL_DATA=str(data_dir), NETTRAIL_ADMIN_PASSWORD=ADMIN_PASSWORD, NETTRAIL_TRIM_INTERVAL="0",
-               HOME=str(data_dir), PYTHONPATH=pythonpath)  # fmt: skip
+    env = up_env(data_dir, HOME=str(data_dir), PYTHONPATH=pythonpath)
     command = [python, "-m", "nettrail.cli", "up", "--port", str(port)]
     proc = subprocess.Popen(command, cwd=data_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, user=account.pw_uid, group=account.pw_gid, extra_groups=[])  # fmt: skip
@@ -160,11 +197,8 @@ def ensure_account() -> pwd.struct_passwd:
 
 
 def interpreter_for(account: pwd.struct_passwd) -> tuple[str, str]:
-    """The interpreter `nettrail up` would give that user, and the PYTHONPATH it needs."""
-    from nettrail.commands.up import _python_for_others
-
-    env: dict[str, str] = {}
-    return _python_for_others(env), env.get("PYTHONPATH", str(REPO))
+    """An interpreter with nettrail's packages that user can run, and the PYTHONPATH it needs."""
+    return readable_python(account.pw_name), str(REPO)
 
 
 def collector_missing() -> str | None:
@@ -183,9 +217,8 @@ def test_up_as_root_starts_the_collector_and_its_records_reach_the_webapp(data_d
     if reason:
         pytest.skip(reason)
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
-    env.update(NETTRAIL_DATA=str(data_dir), NETTRAIL_ADMIN_PASSWORD=ADMIN_PASSWORD, NETTRAIL_TRIM_INTERVAL="0")
-    command = [sys.executable, "-m", "nettrail.cli", "up", "--port", str(port)]
+    env = up_env(data_dir)
+    command = [PYTHON, "-m", "nettrail.cli", "up", "--port", str(port)]
     proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for_line(proc, "nettrail collect: tracing")
@@ -227,6 +260,10 @@ def assert_token_kept_off_command_lines(up_pid: int, token_file: Path) -> str:
     collectors = [p.cmdline() for p in processes if "collect" in p.cmdline()]
     assert len(collectors) == 1
     assert "--alerts" in collectors[0] and collectors[0][collectors[0].index("--ppl") + 1] == "8"
+    # the always-on set with sampled buffer lifecycles, by default
+    providers = collectors[0][collectors[0].index("--providers") + 1]
+    assert providers == "tcp,siftr,skb,ip-flows,udp,skb-lifecycle"
+    assert collectors[0][collectors[0].index("--skb-sample") + 1] == str(COLLECTOR_SKB_SAMPLE)
     assert collectors[0][collectors[0].index("--token-file") + 1] == str(token_file)
     return token
 
@@ -279,9 +316,8 @@ def test_connections_made_right_after_tracing_starts_all_arrive_and_stop_drains_
     if reason:
         pytest.skip(reason)
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "CHANNEL_LAYER")}
-    env.update(NETTRAIL_DATA=str(data_dir), NETTRAIL_ADMIN_PASSWORD=ADMIN_PASSWORD, NETTRAIL_TRIM_INTERVAL="0")
-    command = [sys.executable, "-m", "nettrail.cli", "up", "--port", str(port)]
+    env = up_env(data_dir)
+    command = [PYTHON, "-m", "nettrail.cli", "up", "--port", str(port)]
     proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         try:
@@ -336,12 +372,10 @@ def test_the_redis_channel_layer_works_under_up(data_dir: Path) -> None:
     from translators.records import to_json
 
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
-    env.update(NETTRAIL_DATA=str(data_dir), NETTRAIL_ADMIN_PASSWORD=ADMIN_PASSWORD, NETTRAIL_TRIM_INTERVAL="0",
-               CHANNEL_LAYER=os.environ["NETTRAIL_TEST_REDIS_URL"])  # fmt: skip
-    make_token = [sys.executable, "-m", "nettrail.cli", "token", "create", "redis-host"]
+    env = up_env(data_dir, CHANNEL_LAYER=os.environ["NETTRAIL_TEST_REDIS_URL"])
+    make_token = [PYTHON, "-m", "nettrail.cli", "token", "create", "redis-host"]
     token = subprocess.run(make_token, cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout.strip()
-    command = [sys.executable, "-m", "nettrail.cli", "up", "--port", str(port), "--no-collect"]
+    command = [PYTHON, "-m", "nettrail.cli", "up", "--port", str(port), "--no-collect"]
     proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for_line(proc, "webapp running at")

@@ -142,7 +142,7 @@ WORDS = set(
     sender sent severity since size source spurious stage start state status stream thresholds total
     type update urgent value wall window wire zero counter sampling
     providers attached absent failed missing reasons rules unavailable degraded kernel release sample
-    rate stack counters setting observed emitted ratio interval time percent events records
+    rate stack counters setting observed emitted ratio interval time percent events records findings
     """.split()
 )
 # Abbreviations kept because the kernel, FreeBSD, Zeek or tshark use them for the same data
@@ -155,7 +155,7 @@ ABBREVIATIONS: dict[str, str] = {
         "flags2 hiwater cc segqlen flowid flowtype sz prureq m compat".split(), "FreeBSD siftr / tcp_debug / mbuf"
     ),
     **dict.fromkeys(
-        "skb len truesize nr frags gso segs pkt sk rmem rcvbuf netns cgroup comm tgid pid uid gid".split(),
+        "skb skbs len truesize nr frags gso segs pkt sk rmem rcvbuf netns cgroup comm tgid pid uid gid".split(),
         "Linux kernel",
     ),
     **dict.fromkeys("ca algo app rc err inflight retrans ctx alloc".split(), "Linux kernel"),

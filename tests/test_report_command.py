@@ -4,6 +4,7 @@ filters, SIFTR export, exit statuses, and -o never leaving a partial file."""
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -112,22 +113,43 @@ def test_text_and_html_styles_show_one_line_per_connection_and_record(
     status, text, _ = run(capsys, "--connection", CONN_B)
     assert status == 0
     lines = text.splitlines()
-    assert any(line.startswith("connection: " + CONN_B) for line in lines)
+    assert any(line.startswith("connection " + CONN_B + "  host alpha") for line in lines)
     # one table row per record, each starting with its ISO 8601 time
     assert sum(line.startswith("1970-01-01T") and " siftr " in line for line in lines) == 2
     status, text, _ = run(capsys, "--connection", CONN_A)
     lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"connection: {CONN_A} host-id"))
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"connection {CONN_A}  host alpha"))
     probes = [line.split()[1] for line in lines[start + 1 :] if line.startswith("1970-01-01T")]
     # text shows the lifecycle in kernel-time order, whatever the kind (a table per run of a kind)
     assert probes == ["state-change", "state-change", "siftr", "siftr", "siftr", "retransmit",
                       "alert", "reset-received", "state-change"]  # fmt: skip
     assert (
-        lines[start + 2] == "TIME                         PROBE         SRC             DST           PREV-STATE  STATE"
+        lines[start + 4] == "TIME                         PROBE         SRC             DST           PREV-STATE  STATE"
     )
     status, html, _ = run(capsys, "--libxo", "html", "--connection", CONN_B)
     assert (
         status == 0 and html.count('data-tag="conn-uuid"') == 1 and html.count('<div class="title">siftr_sample') == 2
+    )
+
+
+def test_each_connection_opens_with_a_line_for_people_not_key_value_pairs(
+    stored: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The text style's connection header (issue 17 item 2), against a golden file;
+    NETTRAIL_REGEN_GOLDEN=1 rewrites it. JSON, XML and HTML keep the fields."""
+    status, text, _ = run(capsys)
+    assert status == 0
+    lines = text.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith("connection ")]
+    got = "".join("\n".join(lines[i : i + 3]) + "\n" for i in heads)
+    golden = Path(__file__).parent / "golden" / "text" / "report-connections.text.out"
+    if os.environ.get("NETTRAIL_REGEN_GOLDEN") == "1":
+        golden.write_text(got, encoding="utf-8")
+    assert got == golden.read_text(encoding="utf-8")
+    assert not any(" host-id " in line or " bytes-out " in line for line in lines)
+    status, raw, _ = run(capsys, "--libxo", "text,no-humanize", "--connection", CONN_A)
+    assert (
+        f"connection {CONN_A}  host alpha  boot boot-1" in raw and "from 1001.000000 to 1009.000000 (8.000000 s)" in raw
     )
 
 

@@ -7,9 +7,8 @@ token, POST their records concurrently, resending a batch until it is answered
 worker are killed with SIGKILL (the cluster starts them again) and Redis is
 restarted once. At the end every record is stored exactly once (count and
 sequence per host), nothing is pending, and a live websocket client subscribed to
-every host saw every record or was told of it: a push the channel layer lost while Redis
-restarted arrives as a gap with its record count (docs/api.md), never silently. (Issue
-19 asks for every record seen; pushes lost in a Redis restart are not replayed yet.)
+every host saw every record, with no gap announced: a push that fails while Redis
+restarts keeps the writer's entry pending and is sent again (webapp/bus/writer.py).
 
 The worker killed is the one not holding the websocket: a browser whose server
 dies must reconnect, and the live view has no replay of what it missed.
@@ -260,7 +259,7 @@ def test_twenty_hosts_through_two_workers_and_two_writers_survive_kills_and_a_re
         while time.monotonic() < settled:
             (group,) = client.xinfo_groups("nettrail:ingest")
             with run.lock:
-                seen_all = len(expected - run.seen) <= run.missed
+                seen_all = expected <= run.seen
             if group["pending"] == 0 and group["lag"] == 0 and client.xlen("nettrail:ingest") == 0 and seen_all:
                 break
             time.sleep(0.5)
@@ -271,10 +270,8 @@ def test_twenty_hosts_through_two_workers_and_two_writers_survive_kills_and_a_re
         assert (group["pending"], group["lag"], client.xlen("nettrail:ingest")) == (0, 0, 0)
         assert _stored_per_host(database) == {host: (PER_HOST, PER_HOST, 1, PER_HOST) for host in HOSTS}
         assert run.ws_error is None, run.ws_error
-        # nothing lost silently: every record the client did not see was announced in a gap
-        assert len(expected - run.seen) <= run.missed, (len(expected - run.seen), run.missed)
-        if run.missed:
-            print(f"live client: {run.missed} records announced as a gap (pushes lost in the Redis restart)")
+        # The live client saw every record (some twice: pushes are at least once), and was never told of a gap.
+        assert (len(expected - run.seen), run.missed) == (0, 0)
         # The killed processes were started again: two of each run at the end.
         assert (len(run.children("webapp.serve")), len(run.children("writer_main"))) == (2, 2)
         log = (run.data / "serve.log").read_text()

@@ -1,30 +1,27 @@
 """The HTTP sink against the real webapp (daphne, SQLite): kill the server mid-stream, keep
 writing, restart it -- every record is stored exactly once. Also `analyze --server`.
 
-The server is `daphne webapp.asgi:application` as the test's own user (the venv's
-interpreter may live under /root, out of an unprivileged user's reach; `nettrail up`
-is what drops privileges, tested with it), on a free port, with its own NETTRAIL_DATA;
-the database is read with sqlite3 directly.
+The server is the real webapp (tests/daphne_server.py) on a free port with its own
+NETTRAIL_DATA; the database is read with sqlite3 directly.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from capture_sample import write_capture
+from daphne_server import Server, running_webapp
 from ingest_stub import make_records
 
+from analysis.alerts.live import Extras
 from collector.sinks.http import HttpSink
 from nettrail.cli import main
+from translators.kernel import KernelEnv
 from webapp.traces.models import KIND_MODELS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,79 +30,22 @@ INGEST_LIMIT = 60_000
 pytestmark = pytest.mark.slow
 
 
-class WebappServer:
-    def __init__(self, data: Path) -> None:
-        self.data = data
-        self.env = {
-            **os.environ,
-            "NETTRAIL_DATA": str(data),
-            "DJANGO_SETTINGS_MODULE": "webapp.settings",
-            "NETTRAIL_TRIM_INTERVAL": "0",
-            # 200-record batches (about 80 KB) are over the limit: the sink must split them.
-            "NETTRAIL_INGEST_MAX_BYTES": str(INGEST_LIMIT),
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
-        self.env.pop("DATABASE_URL", None)
-        self.env.pop("CHANNEL_LAYER", None)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def run(self, *args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, *args], cwd=REPO, env=self.env,
-            capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
-        return done.stdout
-
-    def token(self, host: str) -> str:
-        return self.run("-m", "nettrail.cli", "token", "create", host).strip()
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "webapp.asgi:application"],
-            cwd=REPO, env=self.env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        for _ in range(300):
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.1).close()
-                return
-            except OSError:
-                assert self.proc.poll() is None, "daphne exited during start-up"
-                time.sleep(0.05)
-        raise AssertionError("daphne did not start listening within 15 s")
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)  # no clean shutdown: in-flight requests die
-        self.proc.wait(timeout=10)
-        self.proc = None
-
-    def seqs(self, kind: str, host: str) -> list[int]:
-        table = KIND_MODELS[kind]._meta.db_table
-        with sqlite3.connect(self.data / "nettrail.sqlite3") as db:
-            return [row[0] for row in db.execute(f"SELECT seq FROM {table} WHERE host_id = ? ORDER BY seq", (host,))]
+def seqs(server: Server, kind: str, host: str) -> list[int]:
+    table = KIND_MODELS[kind]._meta.db_table
+    # Read-only: root must not leave a -shm or -wal file the server's user cannot open.
+    with sqlite3.connect(f"file:{server.data_dir / 'nettrail.sqlite3'}?mode=ro", uri=True) as db:
+        return [row[0] for row in db.execute(f"SELECT seq FROM {table} WHERE host_id = ? ORDER BY seq", (host,))]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebappServer]:
-    srv = WebappServer(tmp_path_factory.mktemp("nettrail-data"))
-    srv.start()
-    yield srv
-    if srv.proc is not None:
-        srv.kill()
+def server() -> Iterator[Server]:
+    # 200-record batches (about 80 KB) are over the limit: the sink must split them.
+    with running_webapp({"NETTRAIL_INGEST_MAX_BYTES": str(INGEST_LIMIT)}, prefix="nettrail-spool-", host=HOST) as srv:
+        yield srv
 
 
-def test_every_record_reaches_the_database_exactly_once_across_a_server_kill(
-    server: WebappServer, tmp_path: Path
-) -> None:
-    token = server.token(HOST)
+def test_every_record_reaches_the_database_exactly_once_across_a_server_kill(server: Server, tmp_path: Path) -> None:
+    token = server.token
     sink = HttpSink(
         server.url, token, tmp_path / "spool", batch_size=200, flush_interval=0.05,
         timeout=5.0, retry_interval=0.1, max_retry_interval=0.5,
@@ -128,35 +68,73 @@ def test_every_record_reaches_the_database_exactly_once_across_a_server_kill(
     assert sink.stats.spooled_batches > 0
     assert sink.stats.rejected_batches == 0
     assert sink.stats.split_batches > 0  # the server's 413s
-    assert server.seqs("tcp_state", HOST) == list(range(total))
+    assert seqs(server, "tcp_state", HOST) == list(range(total))
 
 
 def test_analyze_server_sends_a_capture_to_the_real_webapp(
-    server: WebappServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     capture = write_capture(tmp_path / "lab.pcap")
-    token = server.token("lab.pcap")
+    token = server.make_token("lab.pcap")
     spool = tmp_path / "spool"
     args = ["analyze", str(capture), "--server", server.url, "--token", token, "--spool", str(spool), "--libxo", "json"]
     assert main(args) == 0
-    assert "sent 2 records" in capsys.readouterr().err  # the two connection summaries (no alert fires)
-    assert len(server.seqs("connection", "lab.pcap")) == 2
+    assert "sent 3 records" in capsys.readouterr().err  # the two connection summaries, P7 of the refused one
+    assert len(seqs(server, "connection", "lab.pcap")) == 2
 
 
 def test_analyze_server_reads_the_token_from_a_file_or_the_environment(
-    server: WebappServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first, second = write_capture(tmp_path / "from-file.pcap"), write_capture(tmp_path / "from-env.pcap")
     token_file = tmp_path / "token"
-    token_file.write_text(server.token("from-file.pcap") + "\n")
+    token_file.write_text(server.make_token("from-file.pcap") + "\n")
     spool = str(tmp_path / "spool")
     common = ["--server", server.url, "--spool", spool, "--libxo", "json"]
     monkeypatch.delenv("NETTRAIL_TOKEN", raising=False)
     assert main(["analyze", str(first), *common, "--token-file", str(token_file)]) == 0
-    monkeypatch.setenv("NETTRAIL_TOKEN", server.token("from-env.pcap"))
+    monkeypatch.setenv("NETTRAIL_TOKEN", server.make_token("from-env.pcap"))
     assert main(["analyze", str(second), *common]) == 0
-    assert capsys.readouterr().err.count("sent 2 records") == 2
-    assert (len(server.seqs("connection", "from-file.pcap")), len(server.seqs("connection", "from-env.pcap"))) == (2, 2)
+    assert capsys.readouterr().err.count("sent 3 records") == 2
+    assert (len(seqs(server, "connection", "from-file.pcap")), len(seqs(server, "connection", "from-env.pcap"))) == (
+        2,
+        2,
+    )
     token_file.write_text("")
     assert main(["analyze", str(first), *common, "--token-file", str(token_file)]) == 2
     assert f"--token-file {token_file}: the file is empty" in capsys.readouterr().err
+
+
+class Numbering:
+    """The collector's record numbering (the source's seq), for the sink's own loss records."""
+
+    seq = 1_000_000
+
+    def number(self, records: list[Any]) -> list[Any]:
+        for record in records:
+            record.seq, self.seq = self.seq, self.seq + 1
+        return records
+
+
+def test_a_batch_the_server_refuses_becomes_a_rejected_loss_report_on_the_status_page(
+    server: Server, tmp_path: Path
+) -> None:
+    """Records that never reach the database because the server refused them (here: another
+    host's records, 403) are counted in a loss report that does reach it."""
+    sink = HttpSink(server.url, server.token, tmp_path / "spool", batch_size=50, flush_interval=0.02)
+    extras = Extras(Numbering(), KernelEnv(host_id=HOST, boot_id="r" * 16, wall_offset=0.0), sink, None)
+    try:
+        sink.write(make_records(0, 7, host="another-host"))
+        assert sink.flush(timeout=30)
+        reports = extras.add([])
+        assert [(r.kind, r.event_type, r.lost, r.lost_total, r.hook) for r in reports] == [
+            ("loss_report", "rejected", 7, 7, "sink/rejected")
+        ]
+        assert extras.add([]) == []  # told once
+        sink.write(reports)
+        assert sink.flush(timeout=30)
+    finally:
+        sink.close(timeout=30)
+    assert (sink.stats.rejected_records, sink.stats.sent_records) == (7, 1)
+    status = server.login().get(f"{server.url}/api/dash/status", params={"host": HOST}, timeout=30).json()
+    assert status["hosts"][0]["losses"] == [{"event_type": "rejected", "lost": 7}]

@@ -183,9 +183,10 @@ def test_a_siftr_sample_uses_freebsd_units_and_flags() -> None:
 
 
 def test_flow_counters_copy_the_kernels_exact_counts() -> None:
-    [rec] = translate(event(layout.EV_FLOW, **V4, packets_in=3, packets_out=5, bytes_in=10, bytes_out=7000, samples=1))
-    assert (rec.kind, rec.proto, rec.packets_in, rec.packets_out, rec.bytes_in, rec.bytes_out, rec.samples) == (  # type: ignore[attr-defined]
-        "flow_counters", "tcp", 3, 5, 10, 7000, 1,
+    raw = event(layout.EV_FLOW, **V4, packets_in=3, packets_out=5, bytes_in=10, bytes_out=7000, samples=1, skbs=4)
+    [rec] = translate(raw)
+    assert (rec.kind, rec.proto, rec.packets_in, rec.packets_out, rec.bytes_in, rec.bytes_out, rec.samples, rec.skbs) == (  # type: ignore[attr-defined]
+        "flow_counters", "tcp", 3, 5, 10, 7000, 1, 4,
     )  # fmt: skip
 
 

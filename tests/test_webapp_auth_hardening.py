@@ -1,5 +1,5 @@
 """Authentication hardening: login lockout (django-axes), the Content-Security-Policy header,
-logout and session end closing the session's websockets, secure cookies under TLS,
+logout, session expiry (at its time) and session end closing the session's websockets, secure cookies under TLS,
 static files through WhiteNoise. The browser side of the CSP is in
 tests/browser/test_dashboard_csp.py; the origin check in tests/test_webapp_security.py.
 """
@@ -8,13 +8,16 @@ tests/browser/test_dashboard_csp.py; the origin check in tests/test_webapp_secur
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.contrib.sessions.backends.db import SessionStore
 from django.contrib.sessions.models import Session
 from django.test import Client, override_settings
+from django.utils import timezone
 from test_webapp_settings import run_settings
 from webapp_cast import ADMIN_PASSWORD, Cast, cast  # noqa: F401 (cast is a fixture)
 
@@ -117,10 +120,10 @@ async def test_logout_closes_the_sessions_open_websocket_and_not_another_session
     closed, open_ = await _open_socket(leaving), await _open_socket(staying)
     resp = await sync_to_async(leaving.post)("/accounts/logout/")
     assert resp.status_code == 302
-    assert await closed.receive_output(timeout=2) == {"type": "websocket.close", "code": CLOSE_SESSION_ENDED}
+    assert await closed.receive_output(timeout=10) == {"type": "websocket.close", "code": CLOSE_SESSION_ENDED}
     assert await open_.receive_nothing(timeout=0.3)
     await open_.send_json_to({"subscribe": {"alerts": True}})
-    assert (await open_.receive_json_from(timeout=2))["type"] == "subscribed"
+    assert (await open_.receive_json_from(timeout=10))["type"] == "subscribed"
     await open_.disconnect()
 
 
@@ -132,7 +135,41 @@ async def test_a_session_that_ends_without_a_logout_closes_its_websocket(cast: C
     comm = await _open_socket(client)
     assert await comm.receive_nothing(timeout=0.3)  # re-checked a few times: still logged in
     await sync_to_async(Session.objects.all().delete)()  # expired and cleared, or deleted by an admin
-    assert await comm.receive_output(timeout=3) == {"type": "websocket.close", "code": CLOSE_SESSION_ENDED}
+    assert await comm.receive_output(timeout=10) == {"type": "websocket.close", "code": CLOSE_SESSION_ENDED}
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(SESSION_COOKIE_AGE=2)  # the re-check stays at its 30 s: only the expiry timer can close
+async def test_a_session_that_expires_closes_its_websocket_at_its_expiry_time(cast: Cast) -> None:
+    client = Client()
+    await sync_to_async(client.force_login)(cast.viewer)
+    expiry = await sync_to_async(lambda: Session.objects.get().expire_date)()
+    comm = await _open_socket(client)
+    assert await comm.receive_nothing(timeout=max(0.0, (expiry - timezone.now()).total_seconds() - 0.5))
+    assert await comm.receive_output(timeout=10) == {"type": "websocket.close", "code": CLOSE_SESSION_ENDED}
+    assert timezone.now() >= expiry
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(SESSION_COOKIE_AGE=2)
+async def test_a_session_whose_expiry_moved_on_keeps_its_websocket_until_the_new_expiry(cast: Cast) -> None:
+    client = Client()
+    await sync_to_async(client.force_login)(cast.viewer)
+    first = await sync_to_async(lambda: Session.objects.get().expire_date)()
+    comm = await _open_socket(client)
+
+    def slide() -> datetime:  # activity on a sliding session: saved again, expiry moved on
+        store = SessionStore(client.cookies["sessionid"].value)
+        store.set_expiry(4)
+        store.save()
+        return Session.objects.get().expire_date
+
+    later = await sync_to_async(slide)()
+    assert later > first
+    assert await comm.receive_nothing(timeout=max(0.0, (later - timezone.now()).total_seconds() - 0.5))
+    assert timezone.now() > first  # it lived past the first expiry
+    assert await comm.receive_output(timeout=10) == {"type": "websocket.close", "code": CLOSE_SESSION_ENDED}
+    assert timezone.now() >= later
 
 
 def test_under_tls_the_cookies_are_secure_host_only_and_http_only(tmp_path: Path) -> None:

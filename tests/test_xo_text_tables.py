@@ -128,7 +128,7 @@ def test_a_long_message_wraps_under_its_row_at_the_output_width() -> None:
 
 
 def test_kinds_change_tables_and_each_table_is_separated_by_a_blank_line() -> None:
-    a, b = full_record(TcpStateChange), full_record(Connection)
+    a, b = full_record(TcpStateChange), full_record(Connection, findings=[])
     lines = render([a, a, b, a]).splitlines()
     # header, row, process, row, process | header, row, start/history/icmp, process | header, ...
     assert [i for i, line in enumerate(lines) if line == ""] == [5, 10]

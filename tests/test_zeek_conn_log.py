@@ -178,6 +178,27 @@ def test_a_live_connection_uses_the_kernel_counters_and_leaves_the_rest_unset() 
     assert {k: got[k] for k in unset} == dict.fromkeys(unset)
 
 
+def test_a_live_connection_this_host_accepted_is_written_from_its_originator() -> None:
+    """conn_state/history are in Zeek's orientation (the SYN's sender is the originator):
+    told that this host did not open it, the writer turns the local-first record around."""
+    live = Connection(
+        **_envelope(conn_uuid="6f2d7a1e-3b5c-4c1e-9f51-6e6574747262"), proto="tcp", source="kernel",
+        src="127.0.0.1", sport=8080, dst="127.0.0.2", dport=51000, start=1764403200.25, end=1764403201.0,
+        duration=0.75, state="CLOSED", bytes_acked=1, bytes_received=3001, segs_in=5, segs_out=4,
+        conn_state="SF", history="ShADFf",
+    )  # fmt: skip
+    keys = ("id.orig_h", "id.orig_p", "id.resp_h", "id.resp_p", "orig_bytes", "resp_bytes", "orig_pkts", "resp_pkts")
+    out = io.StringIO()
+    writer = zeek.ZeekConnWriter(out, open_ts=1764403200.0)
+    writer.write(live, local_orig=False)
+    writer.write(live, local_orig=True)
+    writer.close(1764403260.0)
+    accepted, opened = parse(out.getvalue())
+    assert [accepted[k] for k in keys] == ["127.0.0.2", 51000, "127.0.0.1", 8080, 3001, 1, 5, 4]
+    assert [opened[k] for k in keys] == ["127.0.0.1", 8080, "127.0.0.2", 51000, 1, 3001, 4, 5]
+    assert (accepted["conn_state"], accepted["history"]) == ("SF", "ShADFf")
+
+
 # --- the dashboard / report export ------------------------------------------------------------------
 
 
@@ -245,13 +266,19 @@ def test_collect_zeek_writes_the_live_connections_as_conn_log() -> None:
     text = out.decode()
     check_frame(text)
     got = parse(text)
-    [srv] = [r for r in got if r["id.orig_p"] == port and r["id.resp_p"] == peer[1]]
+    # both sockets' lines are written from the originator (the client), as their histories say
+    [cli, srv] = sorted(
+        (r for r in got if r["id.resp_p"] == port and r["id.orig_p"] == peer[1]), key=lambda r: -r["orig_bytes"]
+    )
+    # the client's bytes acked hold its SYN and FIN; its history has the FIN exchange its way round
+    assert (cli["orig_bytes"], cli["resp_bytes"], cli["conn_state"], cli["history"]) == (3002, 1, "SF", "ShADFaf")
     assert (srv["id.orig_h"], srv["id.resp_h"], srv["proto"], srv["ip_proto"]) == ("127.0.0.1", "127.0.0.1", "tcp", 6)
     # the kernel's counters count a FIN as one byte: 3000 bytes and the client's FIN received,
     # no data and the server's own FIN acknowledged (documented in docs/analyze.md)
-    assert (srv["resp_bytes"], srv["orig_bytes"]) == (3001, 1)
-    assert srv["conn_state"] is None and srv["history"] is None  # not derived from the kernel yet (issue 17 item 5)
-    assert srv["orig_pkts"] >= 2 and srv["resp_pkts"] >= 3
+    assert (srv["orig_bytes"], srv["resp_bytes"]) == (3001, 1)
+    # derived from the kernel's events (tcp provider only: the data letter from the counters)
+    assert (srv["conn_state"], srv["history"]) == ("SF", "ShADFf")
+    assert srv["resp_pkts"] >= 2 and srv["orig_pkts"] >= 3
 
 
 def test_a_siftr_log_has_no_conn_log(tmp_path: Path) -> None:

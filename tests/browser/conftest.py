@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-# VIEWER, _drop_to and _manage_env are re-exported for the browser tests, which import them from here.
-from daphne_server import ADMIN, HOST, ROOT, VIEWER, Server, _drop_to, running_webapp  # noqa: F401
-from daphne_server import manage_env as _manage_env  # noqa: F401
+# VIEWER is re-exported for the browser tests, which import it from here.
+from daphne_server import ADMIN, HOST, ROOT, VIEWER, Server, running_webapp  # noqa: F401
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

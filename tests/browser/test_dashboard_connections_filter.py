@@ -102,7 +102,7 @@ def test_a_row_opens_its_connection_from_the_keyboard(server: Server, page: Any,
     ("expr", "message"),
     [
         ("anomaly K99", "no such rule 'K99'; did you mean 'K9'? rules: H1, H2, H3, H4, K1, K2, K3, K4, K5, K6, K7, "
-         "K8, K9, K10, K11, K12, K13, K14, P1, P2, P3, P4, P5, P6 (at character 9)"),
+         "K8, K9, K10, K11, K12, K13, K14, P1, P2, P3, P4, P5, P6, P7 (at character 9)"),
         ('comm "my app', 'unclosed quote: add the closing " (at character 6)'),
         ("retrnas > 0", "no such field 'retrnas'; did you mean 'retrans'? fields: host, comm, pid, uid, src, dst, addr, sport, "
          "dport, port, state, proto, duration, bytes, retrans, resets, anomaly (at character 1)"),

@@ -14,7 +14,17 @@ from .conftest import Server
 
 pytestmark = pytest.mark.browser
 
-PAGES = ("/", "/connections/", "/buffers/", "/udp/", "/counters/", "/alerts/", "/status/", "/captures/upload/")
+PAGES = (
+    "/",
+    "/connections/",
+    "/buffers/",
+    "/udp/",
+    "/counters/",
+    "/alerts/",
+    "/status/",
+    "/captures/",
+    "/captures/upload/",
+)
 
 
 @pytest.fixture()

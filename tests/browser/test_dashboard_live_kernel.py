@@ -4,11 +4,8 @@ without a reload; its detail page lists the kernel's states in order."""
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,17 +15,10 @@ from typing import Any
 import pytest
 import requests
 
-from .conftest import HOST, ROOT, Server, screenshot
+from .conftest import HOST, Server, screenshot
+from .kernel_env import WARMUP_S, collecting, need_root_and_btf
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel, pytest.mark.slow]
-WARMUP_S = 90.0  # the collector may first compile kmod/ (fresh checkout), then loads its programs
-
-
-def _need_root_and_bpf() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to load eBPF programs (nettrail collect)")
-    if not Path("/sys/kernel/btf/vmlinux").exists():
-        pytest.skip("needs kernel BTF (/sys/kernel/btf/vmlinux)")
 
 
 class Listener:
@@ -62,24 +52,15 @@ class Listener:
 
 @pytest.fixture()
 def collector(server: Server, tmp_path: Path) -> Iterator[Listener]:
-    _need_root_and_bpf()
+    need_root_and_btf("to load eBPF programs (nettrail collect)")
     listener = Listener()
-    env = {**os.environ, "NETTRAIL_HOST_ID": HOST, "NETTRAIL_DATA": str(tmp_path)}
-    cmd = [sys.executable, "-m", "nettrail.cli", "collect", "--server", server.url, "--token", server.token]
-    cmd += ["--filter", f"port={listener.port}", "--spool", str(tmp_path / "spool")]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     try:
-        yield listener
+        with collecting(server, tmp_path, "--filter", f"port={listener.port}") as col:
+            yield listener
+        if col.proc.returncode not in (0, -signal.SIGINT):
+            print("collector stderr:", col.log())
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
         listener.close()
-        if proc.returncode not in (0, -signal.SIGINT):
-            print("collector stderr:", proc.stderr.read() if proc.stderr else "")
 
 
 def _count(server: Server, cookies: dict[str, str], port: int) -> int:

@@ -96,3 +96,47 @@ def test_the_udp_page_lists_the_flow_with_its_datagrams(server: Server, page: An
     cells = row.locator("td").all_inner_texts()
     assert cells[3] == "curl" and cells[4] == "5" and cells[5] == "500 B"
     screenshot(page, "udp")
+
+
+def test_the_overview_counts_time_wait_per_destination_and_links_its_filter(server: Server, page: Any) -> None:
+    """The TIME_WAIT pile-up story (issue 18 item 3): three sockets that entered TIME_WAIT
+    toward 10.77.0.9:7950 are one Overview row counting 3, whose link lists those three."""
+    import time
+
+    from translators.records import TcpStateChange, connection_uuid
+
+    from .dashboard_batch import BOOT, _seq
+
+    now = time.time() - 2.0
+    for cookie in (7950_01, 7950_02, 7950_03):
+        flow = {
+            "host_id": HOST, "boot_id": BOOT, "provider": "tcp", "probe": "state-change", "ip_ver": 4,
+            "conn_uuid": connection_uuid(HOST, BOOT, cookie), "src": "127.0.0.1", "sport": cookie % 100 + 41000,
+            "dst": "10.77.0.9", "dport": 7950, "comm": "shortconn", "pid": 5150, "tgid": 5150,
+        }  # fmt: skip
+        states = (("CLOSED", "SYN_SENT"), ("SYN_SENT", "ESTABLISHED"), ("ESTABLISHED", "FIN_WAIT_1"),
+                  ("FIN_WAIT_1", "FIN_WAIT_2"), ("FIN_WAIT_2", "TIME_WAIT"), ("TIME_WAIT", "CLOSED"))  # fmt: skip
+        server.ingest(
+            [
+                TcpStateChange(
+                    **flow,
+                    seq=next(_seq),
+                    ts_ns=int((now + i * 1e-3) * 1e9),
+                    ts_wall=now + i * 1e-3,
+                    prev_state=prev,
+                    state=new,
+                    inferred=new == "CLOSED",
+                )  # fmt: skip
+                for i, (prev, new) in enumerate(states)
+            ]
+        )
+    page.goto(f"{server.url}/")
+    row = page.locator(f'#time-wait tbody tr[data-host="{HOST}"][data-dst="10.77.0.9:7950"]')
+    row.wait_for()
+    assert row.locator("td.num").inner_text() == "3"
+    screenshot(page, "overview-time-wait")
+    row.locator("a").click()
+    page.wait_for_url("**/connections/?q=*")
+    page.wait_for_function("document.querySelector('#total').textContent === '3'")
+    assert page.locator("#q").input_value() == f"host {HOST} and state TIME_WAIT and dst 10.77.0.9 and dport 7950"
+    assert page.locator("#conns tbody tr").count() == 3

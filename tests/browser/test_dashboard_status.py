@@ -5,8 +5,6 @@ sampling ratio beside the cwnd and srtt charts. Records: tests/selfhealth_cast.p
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import msgspec
@@ -14,32 +12,17 @@ import pytest
 
 from tests.selfhealth_cast import ABSENT, ATTACHED, PID, conn_uuid, records
 
-from .conftest import PAINTED, ROOT, Server, _drop_to, _manage_env, screenshot
+from .conftest import PAINTED, Server, screenshot
 
 pytestmark = pytest.mark.browser
 # A host of its own: the live kernel test's real collector reports its status for the
 # package's shared host, and the newest status is what the page shows.
 HOST = "status-host"
-TOKEN = """
-import django, sys
-django.setup()
-from webapp.traces.tokens import create_token
-print(create_token(sys.argv[1], "status page tests")[1])
-"""
 
 
 @pytest.fixture(scope="module")
 def selfhealth(server: Server) -> list[Any]:
-    env = {**_manage_env(server.data_dir), "HOME": str(server.data_dir)}
-    drop = _drop_to("nobody")  # the server's user: files the ORM creates stay the server's
-    python = sys.executable
-    if drop:
-        from nettrail.commands.up import _python_for_others
-
-        python = _python_for_others(env)
-    made = subprocess.run([python, "-c", TOKEN, HOST], cwd=ROOT, env=env, capture_output=True, text=True, check=True,
-                          **drop)  # fmt: skip
-    host = Server(server.url, made.stdout.strip().splitlines()[-1], server.data_dir)
+    host = Server(server.url, server.make_token(HOST), server.data_dir)
     batch = records(HOST)
     assert host.ingest(batch) == {"stored": len(batch), "duplicates": 0}
     return [host, *batch]

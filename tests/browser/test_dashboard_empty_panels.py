@@ -1,0 +1,63 @@
+"""Empty panels say why (issue 18 item 3): on a host whose collector runs tcp and siftr
+only, a connection's skb-lifecycle, tcpdebug and drops panels name the missing provider
+and the command that enables it; the Buffers page's empty drop chart says the same per
+host. A host of its own (its newest collector_status decides)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from translators.records import CollectorStatus, SkbDrop, SkbEvent, TcpDebugSnapshot
+
+from .conftest import Server, screenshot
+from .dashboard_batch import BOOT, _seq, build
+
+pytestmark = pytest.mark.browser
+HOST = "panels-host"
+
+
+@pytest.fixture(scope="module")
+def conn(server: Server) -> Any:
+    # a token made as the server's user (daphne_server.Server.make_token)
+    host = Server(server.url, server.make_token(HOST), server.data_dir)
+    batch = build(HOST, sport=40860, cookie=860)
+    kept = [r for r in batch.records if not isinstance(r, SkbEvent | SkbDrop | TcpDebugSnapshot)]
+    status = CollectorStatus(
+        host_id=HOST, boot_id=BOOT, seq=next(_seq), ts_ns=1, ts_wall=time.time(), provider="nettrail", probe="status",
+        providers=["tcp", "siftr"], attached={},
+    )  # fmt: skip
+    assert host.ingest([status, *kept])["stored"] == len(kept) + 1
+    return batch
+
+
+def test_a_connections_empty_panels_name_the_provider_and_how_to_enable_it(
+    server: Server, page: Any, conn: Any
+) -> None:
+    page.goto(f"{server.url}/connections/{conn.uuid}/?host={HOST}")
+    page.wait_for_function("document.body.dataset.loaded === '1'")
+    expect = {
+        "skbs": "No skb lifecycles: the collector on panels-host runs tcp, siftr, not skb-lifecycle. "
+        "Enable it: nettrail collect --providers tcp,siftr,skb-lifecycle.",
+        "tcpdebug": "No tcpdebug snapshots: the collector on panels-host runs tcp, siftr, not tcpdebug. "
+        "Enable it: nettrail collect --providers tcp,siftr,tcpdebug.",
+        "drops": "No drops: the collector on panels-host runs tcp, siftr, not skb. "
+        "Enable it: nettrail collect --providers tcp,siftr,skb.",
+    }
+    for panel, text in expect.items():
+        shown = page.locator(f"#{panel}-empty")
+        assert shown.is_visible(), panel
+        assert shown.inner_text() == text
+    assert page.locator("#siftr-empty").is_hidden()  # siftr runs and recorded samples
+    screenshot(page, "empty-panels")
+
+
+def test_the_buffers_page_says_why_a_host_has_no_drops(server: Server, page: Any, conn: Any) -> None:
+    page.goto(f"{server.url}/buffers/?host={HOST}")
+    page.wait_for_function("document.body.dataset.loaded === '1'")
+    assert page.locator("#drops-empty").inner_text() == (
+        "No drops recorded. No drops: the collector on panels-host runs tcp, siftr, not skb. "
+        "Enable it: nettrail collect --providers tcp,siftr,skb."
+    )

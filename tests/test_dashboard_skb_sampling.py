@@ -1,0 +1,114 @@
+"""Issue 18 items 1, 3 and 9 in the dashboard API: the Overview's retransmitted segments
+per second (the kernel's unit), a connection's retransmitted segments and bytes apart
+from its bytes sent, the Buffers page's newest sampled lifecycles with each host's
+sampling beside them, and nettrail up's provider arguments."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from nettrail.commands.up import COLLECTOR_PROVIDERS, COLLECTOR_SKB_SAMPLE, collector_providers
+from translators.records import (
+    CollectorStatus,
+    SamplingReport,
+    SkbEvent,
+    TcpRetransmit,
+    TcpStateChange,
+    connection_uuid,
+)
+from webapp.traces.models import Host
+from webapp.traces.store import store_batch
+
+pytestmark = pytest.mark.django_db
+HOST, OTHER, BOOT = "web1", "db1", "boot-1"
+_seq = itertools.count(1)
+
+
+@pytest.fixture()
+def client() -> Client:
+    user = get_user_model().objects.create_user("viewer", password="pw-for-tests-only")
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+def env(host: str, t: float, **kw: Any) -> dict[str, Any]:
+    return {"host_id": host, "boot_id": BOOT, "seq": next(_seq), "ts_ns": int(t * 1e9), "ts_wall": t, **kw}
+
+
+def test_retransmits_count_in_segments_and_failed_ones_do_not_count(client: Client) -> None:
+    t = time.time() - 0.5  # inside the Overview's 10 s window
+    uuid = connection_uuid(HOST, BOOT, 9)
+    flow = {"provider": "tcp", "conn_uuid": uuid, "src": "10.0.0.1", "sport": 5000, "dst": "10.0.0.2", "dport": 80}
+    store_batch(
+        [
+            TcpStateChange(**env(HOST, t, **flow), probe="state-change", prev_state="SYN_SENT", state="ESTABLISHED"),
+            # a GSO skb of 3 segments, a record without segs (one), a failed retransmission
+            TcpRetransmit(**env(HOST, t + 0.1, **flow), probe="retransmit", segs=3, tcp_payload_len=4344, err=0),
+            TcpRetransmit(**env(HOST, t + 0.2, **flow), probe="retransmit", tcp_payload_len=1448),
+            TcpRetransmit(**env(HOST, t + 0.3, **flow), probe="retransmit", segs=2, tcp_payload_len=2896, err=-16),
+        ]
+    )
+    Host.objects.create(name=HOST)  # the Overview lists the hosts that may send records
+    [row] = [h for h in client.get("/api/dash/overview").json()["hosts"] if h["host_id"] == HOST]
+    assert row["retrans_segs_per_s"] == pytest.approx(4 / 10)
+    conn = client.get(f"/api/dash/connections/{uuid}").json()["conn"]
+    assert (conn["retrans_segs"], conn["retrans_bytes_out"]) == (4, 4344 + 1448)
+
+
+def status(host: str, t: float, providers: list[str], skb_sample: int | None) -> CollectorStatus:
+    return CollectorStatus(
+        **env(host, t), provider="nettrail", probe="status", providers=providers, attached={}, skb_sample=skb_sample
+    )
+
+
+def test_the_buffers_page_lists_the_newest_followed_buffers_with_their_hosts_sampling(client: Client) -> None:
+    t = time.time() - 5
+    stages = [("tx-first", None), ("xmit", None), ("rx", None), ("copy", None), ("consume", "consumed")]
+    lives = [
+        SkbEvent(
+            **env(HOST, t + uid + i * 0.001), provider="skb", probe=f"skb-{s}", skb_uid=uid, stage=s, end=e, len=100
+        )
+        for uid in (11, 12)
+        for i, (s, e) in enumerate(stages)
+    ]
+    report = SamplingReport(
+        **env(HOST, t + 3), provider="nettrail", probe="sampling", event_type="skb_event", setting="skb-sample 64",
+        window_s=1.0, observed=6400, emitted=100, ratio=64.0,
+    )  # fmt: skip
+    store_batch(
+        [
+            status(HOST, t, ["tcp", "skb", "skb-lifecycle"], 64),
+            status(OTHER, t, ["tcp", "skb"], None),
+            report,
+            *lives,
+        ]
+    )
+    d = client.get("/api/dash/buffers").json()
+    # nothing chosen: the newest buffers followed, oldest first, each complete
+    assert [(b["skb_uid"], [s["stage"] for s in b["stages"]], b["end"]) for b in d["lifecycles"]] == [
+        (11, [s for s, _ in stages], "consumed"),
+        (12, [s for s, _ in stages], "consumed"),
+    ]
+    # the host running skb-lifecycle, with N and the last exact counts; the other is not listed
+    assert [(s["host_id"], s["skb_sample"], s["last"]["observed"], s["last"]["emitted"]) for s in d["sampling"]] == [
+        (HOST, 64, 6400, 100)
+    ]
+    one = client.get("/api/dash/skb/11", {"host": HOST}).json()
+    assert [s["skb_sample"] for s in one["sampling"]] == [64]
+
+
+def test_nettrail_up_runs_sampled_lifecycles_by_default_and_the_variable_sets_n_or_turns_them_off() -> None:
+    sampled = ["--providers", COLLECTOR_PROVIDERS + ",skb-lifecycle", "--skb-sample"]
+    assert COLLECTOR_PROVIDERS == "tcp,siftr,skb,ip-flows,udp"
+    assert collector_providers({}) == [*sampled, str(COLLECTOR_SKB_SAMPLE)]
+    assert collector_providers({"NETTRAIL_SKB_SAMPLE": "256"}) == [*sampled, "256"]
+    assert collector_providers({"NETTRAIL_SKB_SAMPLE": "1"}) == [*sampled, "1"]  # every buffer
+    assert collector_providers({"NETTRAIL_SKB_SAMPLE": "0"}) == ["--providers", COLLECTOR_PROVIDERS]
+    assert collector_providers({"NETTRAIL_SKB_SAMPLE": "many"}) == [*sampled, str(COLLECTOR_SKB_SAMPLE)]

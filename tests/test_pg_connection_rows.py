@@ -1,0 +1,61 @@
+"""PostgreSQL: a batch's Connection rows read and written in one statement each (webapp/traces/pgbulk.py).
+
+Run with `-m postgres` and DATABASE_URL; on SQLite the fold keeps its executemany.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+
+from webapp.traces import lifecycle, pgbulk
+from webapp.traces.models import Connection
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+NAMES = [*lifecycle.KEY_FIELDS, *lifecycle.UPDATE_FIELDS]
+
+
+@pytest.fixture(autouse=True)
+def _postgres_only() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("pgbulk is PostgreSQL's (run with -m postgres and DATABASE_URL)")
+
+
+def conn(uuid: str, **values: object) -> object:
+    return lifecycle._Conn(None, "h", "b", uuid, first_seen=1.5, last_seen=2.0, **values)
+
+
+def test_rows_go_in_and_come_back_with_every_value() -> None:
+    big = 2**63 - 1
+    pgbulk.insert(Connection, NAMES, [conn("u1", bytes_orig=big, comm='x"y', active=False)])
+    [row] = pgbulk.load(Connection, ["id", *NAMES], "conn_uuid", ["u1", "u2"], lifecycle._Conn)
+    assert (row.conn_uuid, row.first_seen, row.last_seen, row.bytes_orig, row.comm) == ("u1", 1.5, 2.0, big, 'x"y')
+    assert (row.active, row.closed, row.retransmits, row.state) == (False, False, 0, None)
+    assert row.id == Connection.objects.get().id
+
+
+def test_the_changed_columns_of_loaded_rows_are_updated_in_place() -> None:
+    pgbulk.insert(Connection, NAMES, [conn("u1"), conn("u2")])
+    rows = {
+        row.conn_uuid: row
+        for row in pgbulk.load(Connection, ["id", *NAMES], "conn_uuid", ["u1", "u2"], lifecycle._Conn)
+    }
+    for row in rows.values():
+        row.loaded = lifecycle._values(row)
+    rows["u1"].last_seen, rows["u1"].state = 3.0, "CLOSED"
+    rows["u2"].retransmits = 2
+    positions, values = lifecycle._changes(rows.values())
+    assert [lifecycle.UPDATE_FIELDS[i] for i in positions] == ["state", "last_seen", "retransmits"]
+    pgbulk.update_by_id(Connection, [lifecycle.UPDATE_FIELDS[i] for i in positions], values)
+    assert sorted(Connection.objects.values_list("id", "conn_uuid", "last_seen", "state", "retransmits")) == [
+        (rows["u1"].id, "u1", 3.0, "CLOSED", 0),
+        (rows["u2"].id, "u2", 2.0, None, 2),
+    ]
+
+
+def test_a_new_row_another_transaction_inserted_first_is_refused_not_overwritten() -> None:
+    # The fold read no row for u1, another writer inserted one since: the INSERT's error.
+    Connection.objects.create(host_id="h", boot_id="b", conn_uuid="u1", first_seen=0.5, last_seen=9.0, resets=4)
+    with pytest.raises(IntegrityError, match="nt_conn_host_uuid"), transaction.atomic():
+        pgbulk.insert(Connection, NAMES, [conn("u1"), conn("u2")])
+    assert list(Connection.objects.values_list("conn_uuid", "last_seen", "resets")) == [("u1", 9.0, 4)]

@@ -360,3 +360,42 @@ def test_every_batch_translator_matches_its_row_translator_on_random_events(
     batch = KERNEL_BATCH_TRANSLATORS[kind](rows, env)
     one_by_one = row_by_row(rows, env, KERNEL_TRANSLATORS[kind])
     assert [to_json(r) for r in batch] == [to_json(r) for r in one_by_one]  # type: ignore[arg-type]
+
+
+def _text_fields(event_type: int) -> list[str]:
+    dtype = layout.EVENT_DTYPES[event_type]
+    return [n for n in dtype.names or () if dtype.fields[n][0].kind == "S"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("event_type", [t for t in sorted(layout.EVENT_DTYPES) if _text_fields(t)])
+def test_a_kernel_string_ends_at_its_first_nul_not_at_the_stale_bytes_after_it(event_type: int) -> None:
+    """BPF_CORE_READ_STR_INTO writes "cubic\\0" into a ring slot that is not zeroed: the bytes
+    after the NUL are an earlier event's. They once reached ingest, which refused the batch."""
+    stale = {name: b"ab\0stale-bytes" for name in _text_fields(event_type)}
+    extra = {"oldstate": 1, "newstate": 5, "new_ca_state": 2, "mss_cache": 1448, "flags": 0x80}
+    names = layout.EVENT_DTYPES[event_type].names or ()
+    fields: dict[str, Any] = {**V4, **OWNER, **{k: v for k, v in extra.items() if k in names}, **stale}
+    records = translate(event(event_type, **fields))
+    assert records
+    for rec in records:
+        texts = {name: getattr(rec, name, None) for name in ("comm", "cc_algo", "if_name")}
+        assert "\0" not in to_json(rec).decode()
+        assert {v for v in texts.values() if v is not None} <= {"ab"}
+        assert any(v == "ab" for v in texts.values()), texts
+
+
+def test_the_siftr_batch_cuts_kernel_strings_at_the_first_nul_like_the_row_form(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from translators.kernel import row_by_row
+    from translators.siftr import translate_sample, translate_sample_batch
+
+    rows = random_rows(layout.EV_SIFTR, 50, seed=3)
+    rows["cc_algo"] = [b"cubic\0\0\0stale"[: 4 + i % 11] for i in range(50)]
+    rows["comm"] = b"curl\0old-comm"
+    monkeypatch.setattr(kernel, "VALIDATE", False)
+    env = KernelEnv(**{**ENV.__dict__, "wire": True})
+    batch = translate_sample_batch(rows, env)
+    assert [to_json(r) for r in batch] == [to_json(r) for r in row_by_row(rows, env, translate_sample)]  # type: ignore[arg-type]
+    assert {r["cc_algo"] for r in batch} == {"cubi", "cubic"}  # type: ignore[index]
+    assert {r["comm"] for r in batch} <= {"curl", None}  # type: ignore[index]

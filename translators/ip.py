@@ -77,7 +77,7 @@ def translate_packet(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     length = ip_length(raw["version"], raw["length"], raw["skb_len"])
     kwargs = dict(
         **envelope(raw, env, "ip", probe, hook),
-        if_name=raw["if_name"].decode(errors="replace") or None,
+        if_name=kernel.kernel_text(raw["if_name"]) or None,
         if_index=raw["if_index"] or None,
         if_local=bool(raw["dev_flags"] & IFF_LOOPBACK),
         protocol=proto,
@@ -140,7 +140,7 @@ def translate_packet_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[Kern
     columns.update(
         {
             "approx": [["length", "payload_length"] if s > 1 else [] for s in segs.tolist()],
-            "if_name": [n.decode(errors="replace") or None for n in a["if_name"].tolist()],
+            "if_name": [kernel.kernel_text(n) or None for n in a["if_name"].tolist()],
             "if_index": [i or None for i in a["if_index"].tolist()],
             "if_local": ((a["dev_flags"] & IFF_LOOPBACK) != 0).tolist(),
             "protocol": proto,

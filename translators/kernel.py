@@ -212,9 +212,7 @@ def envelope_columns(
         "sock_cookie": [c or None for c in cookies],
         "pid": owned("pid"),
         "tgid": owned("tgid"),
-        "comm": [
-            c.decode(errors="replace") if how else None for c, how in zip(a["comm"].tolist(), owners, strict=True)
-        ],
+        "comm": [kernel_text(c) if how else None for c, how in zip(a["comm"].tolist(), owners, strict=True)],
         "uid": owned("uid"),
         "gid": owned("gid"),
         "cgroup_id": owned("cgroup_id"),
@@ -325,6 +323,12 @@ def set_seq(rec: KernelRecord, seq: int) -> None:
         rec.seq = seq  # type: ignore[union-attr]  # every WireRow class has the Record's seq
 
 
+def kernel_text(raw: bytes) -> str:
+    """A fixed-size C string from the kernel: up to its first NUL. The bytes after it are
+    whatever the buffer held before (ring slots are not zeroed), never part of the name."""
+    return raw.split(b"\0", 1)[0].decode(errors="replace")
+
+
 def format_address(family: int, raw: bytes) -> str | None:
     """IPv4 dotted quad, IPv6 RFC 5952 (mapped addresses stay IPv6), None if unknown."""
     if family == AF_INET:
@@ -392,7 +396,7 @@ def envelope(raw: Raw, env: KernelEnv, provider: str, probe: str, hook: str) -> 
         out.update(
             pid=raw["pid"],
             tgid=raw["tgid"],
-            comm=raw["comm"].decode(errors="replace"),
+            comm=kernel_text(raw["comm"]),
             uid=raw["uid"],
             gid=raw["gid"],
             cgroup_id=raw["cgroup_id"],

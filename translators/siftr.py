@@ -115,7 +115,7 @@ def translate_sample(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
             th_seq=raw["th_seq"],
             th_ack=raw["th_ack"],
             data_sz=raw["data_sz"],
-            cc_algo=raw["cc_algo"].decode(errors="replace") or None,
+            cc_algo=kernel.kernel_text(raw["cc_algo"]) or None,
             approx=list(SAMPLE_APPROX),
         ),
         env,
@@ -230,5 +230,5 @@ _STATE_NUMBERS = tuple(FREEBSD_STATE_NUMBER.get(state_name(s) or "") for s in ra
 
 def _decoded(names: list[bytes]) -> list[str | None]:
     """Each name decoded as the row form does, once per distinct value."""
-    text = {raw: raw.decode(errors="replace") or None for raw in set(names)}
+    text = {raw: kernel.kernel_text(raw) or None for raw in set(names)}
     return list(map(text.__getitem__, names))

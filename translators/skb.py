@@ -79,7 +79,7 @@ def translate_drop(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
                 protocol=raw["protocol"],
                 l4_proto=L4_NAMES.get(l4, str(l4)) if l4 else None,
                 if_index=raw["if_index"] or None,
-                if_name=raw["if_name"].decode(errors="replace") or None,
+                if_name=kernel.kernel_text(raw["if_name"]) or None,
                 mark=raw["mark"],
                 drop_reason=raw["reason"],
                 drop_reason_str=drop_reason_name(env, raw["reason"]),

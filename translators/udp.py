@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from translators import ip6ext
-from translators.kernel import AF_INET, AF_INET6, KernelEnv, KernelRecord, Raw, envelope, make
+from translators.kernel import AF_INET, AF_INET6, KernelEnv, KernelRecord, Raw, envelope, kernel_text, make
 from translators.records import FlowCounters, SockEvent, UdpDatagram
 
 SOCK_PROTOCOLS = {6: "tcp", 17: "udp", 136: "udplite"}
@@ -98,7 +98,7 @@ def translate_datagram(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
             payload_length=max(0, raw["length"] - 8),
             checksum=raw["checksum"],
             gso_segs=raw["gso_segs"] or 1,
-            if_name=raw["if_name"].decode(errors="replace") or None,
+            if_name=kernel_text(raw["if_name"]) or None,
         )
     return [make(UdpDatagram, kwargs, env)]
 

@@ -152,6 +152,17 @@ NT_MAP struct {
 	__type(value, struct nt_ip_flow);
 } ip_flows SEC(".maps");
 
+/* ip-flows' per-CPU slots (nettrail.h, nt_ip_slot); the collector sizes it to
+ * NT_IP_SLOTS per possible CPU before load (a CPU past the end counts in ip_flows) and
+ * reads it through mmap, as flow_slots. */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NT_IP_SLOTS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct nt_ip_slot);
+} ip_slots SEC(".maps");
+
 NT_MAP struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);

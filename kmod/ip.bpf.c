@@ -108,29 +108,17 @@ static __noinline void ip_slot_take(struct nt_ip_slot *s, const struct nt_ip_flo
  * flow holds it, else in its ip_flows entry; true if it is the entry's ip_sample-th
  * packet, whose full ip record is then emitted. Sampling counts every packet of a flow
  * in one place, its entry, so only ip-flows without samples (`nettrail up`) uses slots. */
-static __always_inline bool ip_flow_count(const struct nt_header *h, const struct sk_buff *skb, __u32 bytes,
-					  __u8 ver, __u8 proto, __u8 dir)
+static __always_inline bool ip_flow_add(const struct nt_ip_flow_key *kp, __u32 bytes)
 {
-	/* 8-aligned: the slot's hash and comparison read it as six u64 words */
-	struct nt_ip_flow_key k __attribute__((aligned(8))) = {};
 	struct nt_ip_slot *s = NULL;
 	struct nt_ip_flow *f;
 	__u32 zero = 0, i;
 	__u64 seen;
 
-	k.netns = h->netns;
-	k.if_index = skb->dev->ifindex;
-	k.sport = h->sport;
-	k.dport = h->dport;
-	k.version = ver;
-	k.protocol = proto;
-	k.direction = dir;
-	__builtin_memcpy(k.saddr, h->saddr, NT_ADDR_LEN);
-	__builtin_memcpy(k.daddr, h->daddr, NT_ADDR_LEN);
 	if (!cfg.ip_sample) {
-		i = ip_slot_index(&k);
+		i = ip_slot_index(kp);
 		s = bpf_map_lookup_elem(&ip_slots, &i);
-		if (s && ip_slot_holds(s, &k)) {
+		if (s && ip_slot_holds(s, kp)) {
 			s->packets++;
 			s->bytes += bytes;
 			if (CONFIG_HZ)
@@ -140,14 +128,14 @@ static __always_inline bool ip_flow_count(const struct nt_header *h, const struc
 			return false;
 		}
 	}
-	f = bpf_map_lookup_elem(&ip_flows, &k);
+	f = bpf_map_lookup_elem(&ip_flows, kp);
 	if (!f) {
 		struct nt_ip_flow init = { .first_ns = bpf_ktime_get_ns(), .first_jiffies = bpf_jiffies64() };
 		struct nt_counters *c = bpf_map_lookup_elem(&counters, &zero);
 
-		if (!bpf_map_update_elem(&ip_flows, &k, &init, BPF_NOEXIST) && c)
+		if (!bpf_map_update_elem(&ip_flows, kp, &init, BPF_NOEXIST) && c)
 			c->generated[NT_EV_IP_FLOW]++; /* per-CPU slot: entries created */
-		f = bpf_map_lookup_elem(&ip_flows, &k);
+		f = bpf_map_lookup_elem(&ip_flows, kp);
 		if (!f) {
 			if (c)
 				c->generated[NT_EV_IP_UNCOUNTED]++; /* packets: no entry to count them in */
@@ -163,11 +151,29 @@ static __always_inline bool ip_flow_count(const struct nt_header *h, const struc
 	else
 		f->last_ns = bpf_ktime_get_ns(); /* no CONFIG_HZ to scale jiffies with */
 	if (s)
-		ip_slot_take(s, &k, f);
+		ip_slot_take(s, kp, f);
 	if (!cfg.ip_sample || nth_missed(seen, cfg.ip_sample))
 		return false;
 	__sync_fetch_and_add(&f->samples, 1);
 	return true;
+}
+
+static __always_inline bool ip_flow_count(const struct nt_header *h, const struct sk_buff *skb, __u32 bytes,
+					  __u8 ver, __u8 proto, __u8 dir)
+{
+	/* 8-aligned: the slot's hash and comparison read it as six u64 words */
+	struct nt_ip_flow_key k __attribute__((aligned(8))) = {};
+
+	k.netns = h->netns;
+	k.if_index = skb->dev->ifindex;
+	k.sport = h->sport;
+	k.dport = h->dport;
+	k.version = ver;
+	k.protocol = proto;
+	k.direction = dir;
+	__builtin_memcpy(k.saddr, h->saddr, NT_ADDR_LEN);
+	__builtin_memcpy(k.daddr, h->daddr, NT_ADDR_LEN);
+	return ip_flow_add(&k, bytes);
 }
 
 /* The udp provider's question about a packet ip_packet has parsed: may it be a datagram
@@ -176,6 +182,45 @@ static __always_inline bool udp_wanted(__u8 ver, __u8 proto, __u8 l4)
 {
 	return l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE || (ver == 6 && ip6_ext_header(proto));
 }
+
+#ifndef NT_COMPAT
+/* ip-flows alone (`nettrail up`: no records, no samples, no process filter) on an IPv4
+ * packet that is not a fragment, the usual case: its key straight from the header, none
+ * of the record's header, copies and fragment lookups (about 20 ns at each packet hook
+ * on loopback, bench/prog_ns.py). Returns udp_wanted(), or -1 for ip_packet's full path.
+ * The filters are pass()'s without a process: netns, port, address. */
+static __always_inline int ip4_flow_only(const struct sk_buff *skb, const unsigned char *nh, __u32 ip_len, __u8 dir)
+{
+	const struct iphdr *p4 = NT_CAST(nh, struct iphdr);
+	struct nt_ip_flow_key k __attribute__((aligned(8))) = {};
+	__u8 first = *(const __u8 *)p4, proto;
+
+	if ((cfg.providers & NT_PROV_IP) || cfg.ip_sample || cfg.tgid || cfg.cgroup_id)
+		return -1;
+	if ((first >> 4) != 4 || (p4->frag_off & bpf_htons(0x3fff)))
+		return -1;
+	proto = p4->protocol;
+	k.netns = skb->dev->nd_net.net->ns.inum;
+	k.if_index = skb->dev->ifindex;
+	k.version = 4;
+	k.protocol = proto;
+	k.direction = dir;
+	*(__u32 *)k.saddr = p4->saddr;
+	*(__u32 *)k.daddr = p4->daddr;
+	if (proto == IPPROTO_TCP || proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE) {
+		/* TCP's ports sit where UDP's do */
+		const struct udphdr *l4h = NT_CAST(nh + (first & 0xf) * 4, struct udphdr);
+
+		k.sport = bpf_ntohs(l4h->source);
+		k.dport = bpf_ntohs(l4h->dest);
+	}
+	if ((cfg.netns && k.netns != cfg.netns) || (cfg.port && k.sport != cfg.port && k.dport != cfg.port) ||
+	    (cfg.addr_family && (cfg.addr_family != AF_INET || (!addr_match(k.saddr) && !addr_match(k.daddr)))))
+		return proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE;
+	ip_flow_add(&k, ip_len);
+	return proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE;
+}
+#endif
 
 /* One IP packet: send (net_dev_queue, header at network_header, socket from skb->sk)
  * or receive (netif_receive_skb, header at skb->data, no socket yet). ip-flows counts
@@ -201,6 +246,12 @@ static __noinline bool ip_packet(const struct sk_buff *skb, const struct sock *s
 	struct ipv6hdr ip6 = {};
 	const struct udphdr *l4h;
 
+#ifndef NT_COMPAT
+	int fast = ip4_flow_only(skb, nh, ip_len, dir);
+
+	if (fast >= 0)
+		return fast;
+#endif
 	/* IPv4 (and the ports) by direct loads through read-only casts, field by field (a
 	 * load may not span two fields): the always-on mode parses every packet, and a
 	 * probe-read helper call per packet shows in its cost. IPv6 in one helper call. */

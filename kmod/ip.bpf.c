@@ -75,9 +75,10 @@ static __always_inline bool ip_slot_holds(const struct nt_ip_slot *s, const stru
  * moves its counts into its own entry first, if that entry is still the one they were
  * counted for (one the LRU evicted and made again has another first_ns: the packets are
  * reported uncounted, as a packet without an entry is). seq is odd meanwhile, so that
- * the collector, which reads slots and entries apart, reads this slot again. Out of
- * line: only a miss comes here, and its frame stays off ip_packet's. */
-static __noinline void ip_slot_take(struct nt_ip_slot *s, const struct nt_ip_flow_key *k, const struct nt_ip_flow *f)
+ * the collector, which reads slots and entries apart, reads this slot again. Inlined: a
+ * subprogram here would be a third frame under the hook and ip_packet, over the 512
+ * bytes a verifier before 6.14 allows the chain (6.1 and 6.12 refused it). */
+static __always_inline void ip_slot_take(struct nt_ip_slot *s, const struct nt_ip_flow_key *k, const struct nt_ip_flow *f)
 {
 	struct nt_ip_flow *old;
 	struct nt_counters *c;
@@ -108,7 +109,7 @@ static __noinline void ip_slot_take(struct nt_ip_slot *s, const struct nt_ip_flo
  * flow holds it, else in its ip_flows entry; true if it is the entry's ip_sample-th
  * packet, whose full ip record is then emitted. Sampling counts every packet of a flow
  * in one place, its entry, so only ip-flows without samples (`nettrail up`) uses slots. */
-static __always_inline bool ip_flow_add(const struct nt_ip_flow_key *kp, __u32 bytes)
+static __always_inline bool ip_flow_add(const struct nt_ip_flow_key *kp, struct nt_ip_flow *init, __u32 bytes)
 {
 	struct nt_ip_slot *s = NULL;
 	struct nt_ip_flow *f;
@@ -130,10 +131,10 @@ static __always_inline bool ip_flow_add(const struct nt_ip_flow_key *kp, __u32 b
 	}
 	f = bpf_map_lookup_elem(&ip_flows, kp);
 	if (!f) {
-		struct nt_ip_flow init = { .first_ns = bpf_ktime_get_ns(), .first_jiffies = bpf_jiffies64() };
 		struct nt_counters *c = bpf_map_lookup_elem(&counters, &zero);
 
-		if (!bpf_map_update_elem(&ip_flows, kp, &init, BPF_NOEXIST) && c)
+		*init = (struct nt_ip_flow){ .first_ns = bpf_ktime_get_ns(), .first_jiffies = bpf_jiffies64() };
+		if (!bpf_map_update_elem(&ip_flows, kp, init, BPF_NOEXIST) && c)
 			c->generated[NT_EV_IP_FLOW]++; /* per-CPU slot: entries created */
 		f = bpf_map_lookup_elem(&ip_flows, kp);
 		if (!f) {
@@ -161,19 +162,22 @@ static __always_inline bool ip_flow_add(const struct nt_ip_flow_key *kp, __u32 b
 static __always_inline bool ip_flow_count(const struct nt_header *h, const struct sk_buff *skb, __u32 bytes,
 					  __u8 ver, __u8 proto, __u8 dir)
 {
-	/* 8-aligned: the slot's hash and comparison read it as six u64 words */
-	struct nt_ip_flow_key k __attribute__((aligned(8))) = {};
+	__u32 zero = 0;
+	struct nt_ip_scratch *x = bpf_map_lookup_elem(&ip_scratch, &zero);
 
-	k.netns = h->netns;
-	k.if_index = skb->dev->ifindex;
-	k.sport = h->sport;
-	k.dport = h->dport;
-	k.version = ver;
-	k.protocol = proto;
-	k.direction = dir;
-	__builtin_memcpy(k.saddr, h->saddr, NT_ADDR_LEN);
-	__builtin_memcpy(k.daddr, h->daddr, NT_ADDR_LEN);
-	return ip_flow_add(&k, bytes);
+	if (!x)
+		return false;
+	x->key.netns = h->netns;
+	x->key.if_index = skb->dev->ifindex;
+	x->key.sport = h->sport;
+	x->key.dport = h->dport;
+	x->key.version = ver;
+	x->key.protocol = proto;
+	x->key.direction = dir;
+	x->key._pad = 0;
+	__builtin_memcpy(x->key.saddr, h->saddr, NT_ADDR_LEN);
+	__builtin_memcpy(x->key.daddr, h->daddr, NT_ADDR_LEN);
+	return ip_flow_add(&x->key, &x->init, bytes);
 }
 
 /* The udp provider's question about a packet ip_packet has parsed: may it be a datagram
@@ -188,15 +192,19 @@ static __always_inline bool udp_wanted(__u8 ver, __u8 proto, __u8 l4)
  * packet that is not a fragment, the usual case: its key straight from the header, none
  * of the record's header, copies and fragment lookups (about 20 ns at each packet hook
  * on loopback, bench/prog_ns.py). Returns udp_wanted(), or -1 for ip_packet's full path.
- * The filters are pass()'s without a process: netns, port, address. */
-static __always_inline int ip4_flow_only(const struct sk_buff *skb, const unsigned char *nh, __u32 ip_len, __u8 dir)
+ * The filters are pass()'s without a process: netns, port, address. A subprogram of its
+ * own, beside ip_packet: its key in ip_packet's frame made the hook's chain too deep. */
+static __noinline int ip4_flow_only(const struct sk_buff *skb, __u8 dir)
 {
+	unsigned char *head = skb->head;
+	unsigned char *nh = dir ? head + skb->network_header : skb->data;
+	__u32 ip_len = skb->len - (dir ? skb->network_header - (__u32)(skb->data - head) : 0); /* as ip_packet's */
 	const struct iphdr *p4 = NT_CAST(nh, struct iphdr);
+	/* 8-aligned: the slot's hash and comparison read it as six u64 words */
 	struct nt_ip_flow_key k __attribute__((aligned(8))) = {};
+	struct nt_ip_flow init;
 	__u8 first = *(const __u8 *)p4, proto;
 
-	if ((cfg.providers & NT_PROV_IP) || cfg.ip_sample || cfg.tgid || cfg.cgroup_id)
-		return -1;
 	if ((first >> 4) != 4 || (p4->frag_off & bpf_htons(0x3fff)))
 		return -1;
 	proto = p4->protocol;
@@ -217,7 +225,7 @@ static __always_inline int ip4_flow_only(const struct sk_buff *skb, const unsign
 	if ((cfg.netns && k.netns != cfg.netns) || (cfg.port && k.sport != cfg.port && k.dport != cfg.port) ||
 	    (cfg.addr_family && (cfg.addr_family != AF_INET || (!addr_match(k.saddr) && !addr_match(k.daddr)))))
 		return proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE;
-	ip_flow_add(&k, ip_len);
+	ip_flow_add(&k, &init, ip_len);
 	return proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE;
 }
 #endif
@@ -246,12 +254,6 @@ static __noinline bool ip_packet(const struct sk_buff *skb, const struct sock *s
 	struct ipv6hdr ip6 = {};
 	const struct udphdr *l4h;
 
-#ifndef NT_COMPAT
-	int fast = ip4_flow_only(skb, nh, ip_len, dir);
-
-	if (fast >= 0)
-		return fast;
-#endif
 	/* IPv4 (and the ports) by direct loads through read-only casts, field by field (a
 	 * load may not span two fields): the always-on mode parses every packet, and a
 	 * probe-read helper call per packet shows in its cost. IPv6 in one helper call. */
@@ -387,6 +389,21 @@ static __noinline bool ip_packet(const struct sk_buff *skb, const struct sock *s
 	return udp_wanted(ver, proto, l4);
 }
 
+/* ip-flows' and ip's work on one packet: ip4_flow_only() where it applies, else
+ * ip_packet(); returns udp_wanted() of the packet. */
+static __always_inline bool ip_hook(const struct sk_buff *skb, const struct sock *sk, __u8 dir, void *ctx)
+{
+#ifndef NT_COMPAT
+	if (!(cfg.providers & NT_PROV_IP) && !cfg.ip_sample && !cfg.tgid && !cfg.cgroup_id) {
+		int fast = ip4_flow_only(skb, dir);
+
+		if (fast >= 0)
+			return fast;
+	}
+#endif
+	return ip_packet(skb, sk, dir, ctx);
+}
+
 /* The packet hooks' work in subprograms of their own, so that their frames stay small: a
  * verifier before 6.14 adds up the frames of a call chain (rounded to 32 bytes) against
  * 512 bytes, and siftr_packet's out-of-line flow_admit/siftr_emit sit under it (6.12
@@ -425,7 +442,7 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 		return 0;
 	sk = skb->sk;
 	if (cfg.providers & (NT_PROV_IP | NT_PROV_IP_FLOWS))
-		udp = ip_packet(skb, sk, 1, ctx);
+		udp = ip_hook(skb, sk, 1, ctx);
 	if ((cfg.providers & NT_PROV_SKB_LIFE) && skb_first_gate(skb, false))
 		skb_first_sub(skb, sk, false, ctx);
 	if ((cfg.providers & NT_PROV_UDP) && udp)
@@ -454,7 +471,7 @@ int BPF_PROG(netif_receive_skb, struct sk_buff *skb)
 	bool udp = true; /* without ip-flows, udp_packet looks for itself */
 
 	if ((cfg.providers & (NT_PROV_IP | NT_PROV_IP_FLOWS)) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
-		udp = ip_packet(skb, NULL, 0, ctx);
+		udp = ip_hook(skb, NULL, 0, ctx);
 	if (cfg.providers & NT_PROV_SKB_LIFE) {
 		if (skb_first_gate(skb, true))
 			skb_first_sub(skb, NULL, true, ctx);

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+import pytest
 
 from collector.bpf import layout
 from collector.bpf.source import ip_slot_index
@@ -88,6 +89,7 @@ def send_runs(rx: socket.socket, txs: tuple[socket.socket, socket.socket], runs:
     return sent
 
 
+@pytest.mark.matrix
 def test_flows_sharing_a_slot_move_their_counts_and_each_packet_counts_once() -> None:
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     rx.bind(("127.0.0.1", 0))

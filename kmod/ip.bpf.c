@@ -119,7 +119,11 @@ static __always_inline bool ip_flow_add(const struct nt_ip_flow_key *kp, struct 
 	if (!cfg.ip_sample) {
 		i = ip_slot_index(kp);
 		s = bpf_map_lookup_elem(&ip_slots, &i);
-		if (s && ip_slot_holds(s, kp)) {
+		/* every 256th packet in a slot looks its entry up: the LRU then sees the flow
+		 * used (counted only in its slot, a busy flow would look idle and be evicted
+		 * first), and a flow whose entry was evicted gets a new one as a miss does */
+		if (s && ip_slot_holds(s, kp) &&
+		    ((s->packets & 255) != 255 || ((f = bpf_map_lookup_elem(&ip_flows, kp)) && f->first_ns == s->first_ns))) {
 			s->packets++;
 			s->bytes += bytes;
 			if (CONFIG_HZ)

@@ -174,3 +174,53 @@ def traffic(
 ) -> None:
     os.sched_setaffinity(0, {cpu})
     done.put(dict(send_runs(rx, txs, runs, run)))
+
+
+def test_a_busy_flow_in_its_slot_keeps_an_entry_when_the_lru_is_full() -> None:
+    """A flow counted in its slot does not touch its LRU entry, so new flows evict it; its
+    256th packet in the slot looks the entry up, finds it gone and makes a new one. The
+    packets counted for the evicted entry are reported uncounted: the flow's reported
+    packets and those add up to what it sent after its first packet (which the evicted
+    entry held: an entry lost, reported as such)."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    port = int(rx.getsockname()[1])
+    busy = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    busy.bind(("127.0.0.1", 0))
+    hot = int(busy.getsockname()[1])
+    taken = {slot_of(hot, port, 1), slot_of(hot, port, 0)}
+    others: list[socket.socket] = []
+    sent = 301
+    try:
+        with one_cpu(), ip_tracing(("ip-flows",), port, ip_flows_max=64) as cap:
+            rx.settimeout(2.0)
+            busy.sendto(b"h", rx.getsockname())
+            rx.recv(64)
+            for sport in range(20000, 60000):  # 150 new flows, none in the busy flow's slots: 300 entries
+                if len(others) == 150:
+                    break
+                if sport == port or {slot_of(sport, port, 1), slot_of(sport, port, 0)} & taken:
+                    continue
+                tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                try:
+                    tx.bind(("127.0.0.1", sport))
+                except OSError:
+                    tx.close()
+                    continue
+                others.append(tx)
+                tx.sendto(b"o", rx.getsockname())
+                rx.recv(64)
+            for _ in range(sent - 1):
+                busy.sendto(b"h", rx.getsockname())
+                rx.recv(64)
+            flows = final_counters(cap)
+    finally:
+        rx.close()
+        busy.close()
+        for tx in others:
+            tx.close()
+    mine = {f.direction: f.packets for f in flows if f.sport == hot}
+    uncounted = sum(r.lost for r in cap.of("loss_report") if r.event_type == "ip_flow_packets")
+    assert set(mine) == {"send", "receive"}  # without the look-up its entries would stay evicted
+    assert sum(mine.values()) + uncounted == 2 * (sent - 1)
+    assert 0 < uncounted

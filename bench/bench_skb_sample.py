@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from bpf_stats import per_program  # noqa: E402
-from cpu_cost import CHUNK, Contender, Worker, measure, quartiles  # noqa: E402
+from cpu_cost import CHUNK, Contender, Worker, measure, quartiles, veth_pair  # noqa: E402
 from doc_section import write_section  # noqa: E402
 from toggled import PHASE, TRAFFIC_CPU, pinned_toggled, ratio_rows  # noqa: E402
 
@@ -91,8 +91,6 @@ def to_up(c: Contender, up: Contender) -> float:
 
 
 def cost_lines(cs: list[Contender], args: argparse.Namespace, load: str, user_share: float) -> list[str]:
-    base = cs[0]
-    up = next(c for c in cs if c.name == UP_NAME)
     out = [
         f"`python bench/run.py skb_sample` ({datetime.now(UTC):%Y-%m-%d}, kernel {platform.release()}, 2 CPUs, "
         f"load average {load}). The measure is CPU time per byte (`bench/cpu_cost.py`): one thread on CPU "
@@ -108,6 +106,14 @@ def cost_lines(cs: list[Contender], args: argparse.Namespace, load: str, user_sh
         "which the programs do not touch: the kernel's share of a ratio's excess is that much larger. The "
         "always-on budget is ≤ 3% (ratio ≤ 1.030), as each always-on mode was judged.",
         "",
+    ]
+    return out + ratio_table(cs) + stats_table(cs, args)
+
+
+def ratio_table(cs: list[Contender]) -> list[str]:
+    base = cs[0]
+    up = next(c for c in cs if c.name == UP_NAME)
+    out = [
         "| contender | CPU per byte (median of its blocks) | ratio to untraced (median) | quartiles | blocks "
         "| to the set without lifecycles |",
         "|---|---|---|---|---|---|",
@@ -119,7 +125,12 @@ def cost_lines(cs: list[Contender], args: argparse.Namespace, load: str, user_sh
             f"| {c.name} | {statistics.median(c.costs):.3f} ns | {med:.3f} | {lo:.3f} – {hi:.3f} | {len(c.ratios)} "
             f"| {to_up(c, up):.3f} |"
         )
-    out += [
+    return out
+
+
+def stats_table(cs: list[Contender], args: argparse.Namespace) -> list[str]:
+    base = cs[0]
+    out = [
         "",
         f"In-kernel time, {args.stats_blocks} more blocks per contender with `kernel.bpf_stats_enabled=1`: the "
         "programs' run time per byte, as a share of the untraced CPU per byte (median above), and the floor, "
@@ -156,10 +167,31 @@ READING = [
 ]
 
 
-def verdict_lines(cs: list[Contender], samples: list[int]) -> list[str]:
+def veth_lines(cs: list[Contender], args: argparse.Namespace, load: str, user_share: float) -> list[str]:
+    """The same contenders on a TCP transfer over a veth pair (reported beside loopback, never instead)."""
+    out = [
+        "### The same over a veth pair",
+        "",
+        f"The same measure and contenders, right after (load average {load}), on a TCP connection from this "
+        f"namespace to a listener in another one over a veth pair (`bench/cpu_cost.py`, veth_pair: MTU 1500, "
+        "the kernel's offloads as they come, so TCP still sends GSO buffers of up to 64 KiB, which veth passes "
+        "on whole): the path of a real NIC's stack without the driver. The receive side runs in the same "
+        "thread (veth's netif_rx, then the softirq when the sender re-enables bottom halves), as on loopback; "
+        f"{args.rounds} rounds. The thread spent {user_share:.0%} of its CPU time in user space. Loopback stays "
+        "the judged worst case.",
+        "",
+    ]
+    return out + ratio_table(cs) + stats_table(cs, args) + verdict_lines(cs, args.sample, "over the veth pair")
+
+
+def verdict_lines(cs: list[Contender], samples: list[int], where: str = "") -> list[str]:
     up = next(c for c in cs if c.name == UP_NAME)
     by_name = {c.name: c for c in cs}
-    out = ["Budget, this run (the target: the whole default set, lifecycles included, ≤ 1.030 of untraced):", ""]
+    out = [
+        f"Budget, this run{' ' + where if where else ''} (the target: the whole default set, lifecycles "
+        "included, ≤ 1.030 of untraced):",
+        "",
+    ]
     ratio_set = statistics.median(up.ratios)
     out.append(
         f"- `nettrail up`'s set without lifecycles: {ratio_set:.3f} of untraced — "
@@ -201,6 +233,30 @@ def toggled_lines(results: dict[str, list[float]], cycles: int) -> list[str]:
     ]
 
 
+def selected(args: argparse.Namespace) -> list[Contender]:
+    cs = [
+        c
+        for c in contenders(args.sample, args.full, args.before_object, args.before_label, args.ppl_alt)
+        if c.opts is None or args.only in c.name
+    ]
+    if not any(c.name == UP_NAME for c in cs):
+        cs.insert(1, contenders(args.sample, False, None)[1])  # the peer of every "to the set" ratio
+    return cs
+
+
+def veth_run(args: argparse.Namespace) -> list[str]:
+    cs = selected(args)
+    loads = [os.getloadavg()[0]]
+    with veth_pair() as veth:
+        worker = Worker(args.block, veth)
+        try:
+            measure(cs, args.rounds, worker, args.stats_blocks)
+        finally:
+            worker.close()
+    loads.append(os.getloadavg()[0])
+    return veth_lines(cs, args, f"{min(loads):.1f}–{max(loads):.1f}", worker.user_share)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=120, help="rounds of blocks (one per contender)")
@@ -218,18 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stats-blocks", type=int, default=8, help="blocks per contender under bpf_stats")
     parser.add_argument("--cycles", type=int, default=0, help="also the toggled throughput phases per contender")
     parser.add_argument("--only", default="", help="run only the contenders whose name contains this (+ untraced)")
+    parser.add_argument("--veth", action="store_true", help="also the same contenders over a veth pair")
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_skb_sample: needs root (loads eBPF programs)", file=sys.stderr)
         return 1
-    cs = [
-        c
-        for c in contenders(args.sample, args.full, args.before_object, args.before_label, args.ppl_alt)
-        if c.opts is None or args.only in c.name
-    ]
-    if not any(c.name == UP_NAME for c in cs):
-        cs.insert(1, contenders(args.sample, False, None)[1])  # the peer of every "to the set" ratio
+    cs = selected(args)
     loads = [os.getloadavg()[0]]
     worker = Worker(args.block)
     try:
@@ -246,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     body = cost_lines(cs, args, load, worker.user_share) + READING + verdict_lines(cs, args.sample)
     if toggled_results:
         body += toggled_lines(toggled_results, args.cycles)
+    if args.veth:
+        body += veth_run(args)
     print("\n".join(body))
     if not args.no_docs:
         write_section(SECTION, body)

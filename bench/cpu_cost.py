@@ -36,12 +36,23 @@ from collector.bpf.loader import KernelSession, Options
 CHUNK = 128 * 1024  # one write, as iperf3's: about two data segments and two ACKs on loopback
 # The worker: a loopback TCP pair in one thread, pinned; per line "g" on stdin one block,
 # answered with its thread CPU ns; at EOF its user and system seconds (rusage, ticks).
+# With a netns name and two addresses (argv 3-5, VETH), the listener is made inside that
+# namespace at the second address and the sender connects from here, over the veth pair.
 WORKER = f"""
-import os, resource, socket, sys, time
+import ctypes, os, resource, socket, sys, time
 os.sched_setaffinity(0, {{int(sys.argv[2])}})
 block, chunk = int(sys.argv[1]), {CHUNK}
-lst = socket.socket()
-lst.bind(("127.0.0.1", 0))
+if len(sys.argv) > 3:
+    libc = ctypes.CDLL(None, use_errno=True)
+    home = os.open("/proc/self/ns/net", os.O_RDONLY)
+    there = os.open("/run/netns/" + sys.argv[3], os.O_RDONLY)
+    assert libc.setns(there, 0x40000000) == 0, os.strerror(ctypes.get_errno())
+    lst = socket.socket()
+    lst.bind((sys.argv[5], 0))
+    assert libc.setns(home, 0x40000000) == 0, os.strerror(ctypes.get_errno())
+else:
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
 lst.listen(1)
 tx = socket.create_connection(lst.getsockname())
 rx, _ = lst.accept()
@@ -66,10 +77,11 @@ print(r.ru_utime, r.ru_stime, flush=True)
 class Worker:
     """The transfer thread's process; block() runs one block and returns its CPU ns."""
 
-    def __init__(self, block_bytes: int) -> None:
+    def __init__(self, block_bytes: int, veth: tuple[str, str, str] | None = None) -> None:
+        """veth: (netns, this side's address, the other side's), from veth_pair(); None: loopback."""
         self.block_bytes = block_bytes
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(block_bytes), TRAFFIC_CPU],
+            [sys.executable, "-c", WORKER, str(block_bytes), TRAFFIC_CPU, *(veth or ())],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -88,6 +100,32 @@ class Worker:
         out, _ = self.proc.communicate(timeout=30)
         user, system = (float(x) for x in out.split())
         self.user_share = user / (user + system) if user + system else 0.0
+
+
+VETH_NS, VETH_HERE, VETH_THERE = "nt-bench-veth", "10.203.0.1", "10.203.0.2"
+
+
+@contextmanager
+def veth_pair() -> Iterator[tuple[str, str, str]]:
+    """A network namespace joined to this one by a veth pair (MTU 1500, the kernel's
+    offloads as they come), torn down after: (netns, this side's address, its side's)."""
+    ip = ["ip"]
+    steps = [
+        ["netns", "add", VETH_NS],
+        ["link", "add", "ntbv0", "type", "veth", "peer", "name", "ntbv1", "netns", VETH_NS],
+        ["addr", "add", f"{VETH_HERE}/30", "dev", "ntbv0"],
+        ["link", "set", "ntbv0", "up"],
+        ["-n", VETH_NS, "addr", "add", f"{VETH_THERE}/30", "dev", "ntbv1"],
+        ["-n", VETH_NS, "link", "set", "ntbv1", "up"],
+        ["-n", VETH_NS, "link", "set", "lo", "up"],
+    ]
+    try:
+        for step in steps:
+            subprocess.run(ip + step, check=True, capture_output=True)
+        yield VETH_NS, VETH_HERE, VETH_THERE
+    finally:
+        subprocess.run(ip + ["netns", "del", VETH_NS], capture_output=True)  # takes the pair with it
+        subprocess.run(ip + ["link", "del", "ntbv0"], capture_output=True)  # if the namespace never was
 
 
 @dataclass

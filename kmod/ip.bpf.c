@@ -53,33 +53,94 @@ static __always_inline void frag_ports_of(struct nt_header *h, const struct iphd
 		bpf_map_delete_elem(&frag_ports, &k);
 }
 
-/* Count the packet in its ip_flows entry (exact, whatever the sampling); true if it is
- * the entry's ip_sample-th packet, whose full ip record is then emitted. */
-static __always_inline bool ip_flow_count(const struct nt_header *h, const struct sk_buff *skb, __u32 bytes,
-					  __u8 ver, __u8 proto, __u8 dir)
+/* The slot of a key on this CPU: a multiply-add of its six words, the top bits taken
+ * (no helper call, no loop; a collision costs only a packet counted in ip_flows). */
+static __always_inline __u32 ip_slot_index(const struct nt_ip_flow_key *k)
 {
-	struct nt_ip_flow_key k = {};
-	struct nt_ip_flow *f;
+	const __u64 *w = (const __u64 *)k;
+	__u64 x = w[0] * 0x9e3779b97f4a7c15ULL + w[1] * 0xc2b2ae3d27d4eb4fULL + w[2] * 0x165667b19e3779f9ULL +
+		  w[3] * 0xd6e8feb86659fd93ULL + w[4] * 0xff51afd7ed558ccdULL + w[5] * 0xc4ceb9fe1a85ec53ULL;
+
+	return bpf_get_smp_processor_id() * NT_IP_SLOTS + (__u32)(x >> (64 - NT_IP_SLOTS_SHIFT));
+}
+
+static __always_inline bool ip_slot_holds(const struct nt_ip_slot *s, const struct nt_ip_flow_key *k)
+{
+	const __u64 *a = (const __u64 *)&s->key, *b = (const __u64 *)k;
+
+	return !((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4]) | (a[5] ^ b[5]));
+}
+
+/* k's packet was just counted in its entry f: k takes the slot. The flow that held it
+ * moves its counts into its own entry first, if that entry is still the one they were
+ * counted for (one the LRU evicted and made again has another first_ns: the packets are
+ * reported uncounted, as a packet without an entry is). seq is odd meanwhile, so that
+ * the collector, which reads slots and entries apart, reads this slot again. Inlined: a
+ * subprogram here would be a third frame under the hook and ip_packet, over the 512
+ * bytes a verifier before 6.14 allows the chain (6.1 and 6.12 refused it). */
+static __always_inline void ip_slot_take(struct nt_ip_slot *s, const struct nt_ip_flow_key *k, const struct nt_ip_flow *f)
+{
+	struct nt_ip_flow *old;
+	struct nt_counters *c;
 	__u32 zero = 0;
+
+	__sync_fetch_and_add(&s->seq, 1);
+	if (s->packets) {
+		old = bpf_map_lookup_elem(&ip_flows, &s->key);
+		if (old && old->first_ns == s->first_ns) {
+			__sync_fetch_and_add(&old->packets, s->packets);
+			__sync_fetch_and_add(&old->bytes, s->bytes);
+			if (s->last_ns > old->last_ns)
+				old->last_ns = s->last_ns;
+		} else if ((c = bpf_map_lookup_elem(&counters, &zero))) {
+			c->generated[NT_EV_IP_UNCOUNTED] += s->packets;
+		}
+	}
+	__builtin_memcpy(&s->key, k, sizeof(*k));
+	s->packets = 0;
+	s->bytes = 0;
+	s->first_ns = f->first_ns;
+	s->first_jiffies = f->first_jiffies;
+	s->last_ns = f->last_ns;
+	__sync_fetch_and_add(&s->seq, 1);
+}
+
+/* Count the packet for its flow (exact, whatever the sampling): in its CPU's slot if the
+ * flow holds it, else in its ip_flows entry; true if it is the entry's ip_sample-th
+ * packet, whose full ip record is then emitted. Sampling counts every packet of a flow
+ * in one place, its entry, so only ip-flows without samples (`nettrail up`) uses slots. */
+static __always_inline bool ip_flow_add(const struct nt_ip_flow_key *kp, struct nt_ip_flow *init, __u32 bytes)
+{
+	struct nt_ip_slot *s = NULL;
+	struct nt_ip_flow *f;
+	__u32 zero = 0, i;
 	__u64 seen;
 
-	k.netns = h->netns;
-	k.if_index = skb->dev->ifindex;
-	k.sport = h->sport;
-	k.dport = h->dport;
-	k.version = ver;
-	k.protocol = proto;
-	k.direction = dir;
-	__builtin_memcpy(k.saddr, h->saddr, NT_ADDR_LEN);
-	__builtin_memcpy(k.daddr, h->daddr, NT_ADDR_LEN);
-	f = bpf_map_lookup_elem(&ip_flows, &k);
+	if (!cfg.ip_sample) {
+		i = ip_slot_index(kp);
+		s = bpf_map_lookup_elem(&ip_slots, &i);
+		/* every 256th packet in a slot looks its entry up: the LRU then sees the flow
+		 * used (counted only in its slot, a busy flow would look idle and be evicted
+		 * first), and a flow whose entry was evicted gets a new one as a miss does */
+		if (s && ip_slot_holds(s, kp) &&
+		    ((s->packets & 255) != 255 || ((f = bpf_map_lookup_elem(&ip_flows, kp)) && f->first_ns == s->first_ns))) {
+			s->packets++;
+			s->bytes += bytes;
+			if (CONFIG_HZ)
+				s->last_ns = s->first_ns + (bpf_jiffies64() - s->first_jiffies) * jiffy_ns();
+			else
+				s->last_ns = bpf_ktime_get_ns();
+			return false;
+		}
+	}
+	f = bpf_map_lookup_elem(&ip_flows, kp);
 	if (!f) {
-		struct nt_ip_flow init = { .first_ns = bpf_ktime_get_ns(), .first_jiffies = bpf_jiffies64() };
 		struct nt_counters *c = bpf_map_lookup_elem(&counters, &zero);
 
-		if (!bpf_map_update_elem(&ip_flows, &k, &init, BPF_NOEXIST) && c)
+		*init = (struct nt_ip_flow){ .first_ns = bpf_ktime_get_ns(), .first_jiffies = bpf_jiffies64() };
+		if (!bpf_map_update_elem(&ip_flows, kp, init, BPF_NOEXIST) && c)
 			c->generated[NT_EV_IP_FLOW]++; /* per-CPU slot: entries created */
-		f = bpf_map_lookup_elem(&ip_flows, &k);
+		f = bpf_map_lookup_elem(&ip_flows, kp);
 		if (!f) {
 			if (c)
 				c->generated[NT_EV_IP_UNCOUNTED]++; /* packets: no entry to count them in */
@@ -94,10 +155,33 @@ static __always_inline bool ip_flow_count(const struct nt_header *h, const struc
 		f->last_ns = f->first_ns + (bpf_jiffies64() - f->first_jiffies) * jiffy_ns();
 	else
 		f->last_ns = bpf_ktime_get_ns(); /* no CONFIG_HZ to scale jiffies with */
+	if (s)
+		ip_slot_take(s, kp, f);
 	if (!cfg.ip_sample || nth_missed(seen, cfg.ip_sample))
 		return false;
 	__sync_fetch_and_add(&f->samples, 1);
 	return true;
+}
+
+static __always_inline bool ip_flow_count(const struct nt_header *h, const struct sk_buff *skb, __u32 bytes,
+					  __u8 ver, __u8 proto, __u8 dir)
+{
+	__u32 zero = 0;
+	struct nt_ip_scratch *x = bpf_map_lookup_elem(&ip_scratch, &zero);
+
+	if (!x)
+		return false;
+	x->key.netns = h->netns;
+	x->key.if_index = skb->dev->ifindex;
+	x->key.sport = h->sport;
+	x->key.dport = h->dport;
+	x->key.version = ver;
+	x->key.protocol = proto;
+	x->key.direction = dir;
+	x->key._pad = 0;
+	__builtin_memcpy(x->key.saddr, h->saddr, NT_ADDR_LEN);
+	__builtin_memcpy(x->key.daddr, h->daddr, NT_ADDR_LEN);
+	return ip_flow_add(&x->key, &x->init, bytes);
 }
 
 /* The udp provider's question about a packet ip_packet has parsed: may it be a datagram
@@ -106,6 +190,49 @@ static __always_inline bool udp_wanted(__u8 ver, __u8 proto, __u8 l4)
 {
 	return l4 == IPPROTO_UDP || l4 == IPPROTO_UDPLITE || (ver == 6 && ip6_ext_header(proto));
 }
+
+#ifndef NT_COMPAT
+/* ip-flows alone (`nettrail up`: no records, no samples, no process filter) on an IPv4
+ * packet that is not a fragment, the usual case: its key straight from the header, none
+ * of the record's header, copies and fragment lookups (about 20 ns at each packet hook
+ * on loopback, bench/prog_ns.py). Returns udp_wanted(), or -1 for ip_packet's full path.
+ * The filters are pass()'s without a process: netns, port, address. A subprogram of its
+ * own, beside ip_packet: its key in ip_packet's frame made the hook's chain too deep. */
+static __noinline int ip4_flow_only(const struct sk_buff *skb, __u8 dir)
+{
+	unsigned char *head = skb->head;
+	unsigned char *nh = dir ? head + skb->network_header : skb->data;
+	__u32 ip_len = skb->len - (dir ? skb->network_header - (__u32)(skb->data - head) : 0); /* as ip_packet's */
+	const struct iphdr *p4 = NT_CAST(nh, struct iphdr);
+	/* 8-aligned: the slot's hash and comparison read it as six u64 words */
+	struct nt_ip_flow_key k __attribute__((aligned(8))) = {};
+	struct nt_ip_flow init;
+	__u8 first = *(const __u8 *)p4, proto;
+
+	if ((first >> 4) != 4 || (p4->frag_off & bpf_htons(0x3fff)))
+		return -1;
+	proto = p4->protocol;
+	k.netns = skb->dev->nd_net.net->ns.inum;
+	k.if_index = skb->dev->ifindex;
+	k.version = 4;
+	k.protocol = proto;
+	k.direction = dir;
+	*(__u32 *)k.saddr = p4->saddr;
+	*(__u32 *)k.daddr = p4->daddr;
+	if (proto == IPPROTO_TCP || proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE) {
+		/* TCP's ports sit where UDP's do */
+		const struct udphdr *l4h = NT_CAST(nh + (first & 0xf) * 4, struct udphdr);
+
+		k.sport = bpf_ntohs(l4h->source);
+		k.dport = bpf_ntohs(l4h->dest);
+	}
+	if ((cfg.netns && k.netns != cfg.netns) || (cfg.port && k.sport != cfg.port && k.dport != cfg.port) ||
+	    (cfg.addr_family && (cfg.addr_family != AF_INET || (!addr_match(k.saddr) && !addr_match(k.daddr)))))
+		return proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE;
+	ip_flow_add(&k, &init, ip_len);
+	return proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE;
+}
+#endif
 
 /* One IP packet: send (net_dev_queue, header at network_header, socket from skb->sk)
  * or receive (netif_receive_skb, header at skb->data, no socket yet). ip-flows counts
@@ -266,6 +393,21 @@ static __noinline bool ip_packet(const struct sk_buff *skb, const struct sock *s
 	return udp_wanted(ver, proto, l4);
 }
 
+/* ip-flows' and ip's work on one packet: ip4_flow_only() where it applies, else
+ * ip_packet(); returns udp_wanted() of the packet. */
+static __always_inline bool ip_hook(const struct sk_buff *skb, const struct sock *sk, __u8 dir, void *ctx)
+{
+#ifndef NT_COMPAT
+	if (!(cfg.providers & NT_PROV_IP) && !cfg.ip_sample && !cfg.tgid && !cfg.cgroup_id) {
+		int fast = ip4_flow_only(skb, dir);
+
+		if (fast >= 0)
+			return fast;
+	}
+#endif
+	return ip_packet(skb, sk, dir, ctx);
+}
+
 /* The packet hooks' work in subprograms of their own, so that their frames stay small: a
  * verifier before 6.14 adds up the frames of a call chain (rounded to 32 bytes) against
  * 512 bytes, and siftr_packet's out-of-line flow_admit/siftr_emit sit under it (6.12
@@ -304,7 +446,7 @@ int BPF_PROG(net_dev_queue, struct sk_buff *skb)
 		return 0;
 	sk = skb->sk;
 	if (cfg.providers & (NT_PROV_IP | NT_PROV_IP_FLOWS))
-		udp = ip_packet(skb, sk, 1, ctx);
+		udp = ip_hook(skb, sk, 1, ctx);
 	if ((cfg.providers & NT_PROV_SKB_LIFE) && skb_first_gate(skb, false))
 		skb_first_sub(skb, sk, false, ctx);
 	if ((cfg.providers & NT_PROV_UDP) && udp)
@@ -333,7 +475,7 @@ int BPF_PROG(netif_receive_skb, struct sk_buff *skb)
 	bool udp = true; /* without ip-flows, udp_packet looks for itself */
 
 	if ((cfg.providers & (NT_PROV_IP | NT_PROV_IP_FLOWS)) && (proto == ETH_P_IP || proto == ETH_P_IPV6))
-		udp = ip_packet(skb, NULL, 0, ctx);
+		udp = ip_hook(skb, NULL, 0, ctx);
 	if (cfg.providers & NT_PROV_SKB_LIFE) {
 		if (skb_first_gate(skb, true))
 			skb_first_sub(skb, NULL, true, ctx);

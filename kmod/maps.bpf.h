@@ -152,6 +152,33 @@ NT_MAP struct {
 	__type(value, struct nt_ip_flow);
 } ip_flows SEC(".maps");
 
+/* ip_packet's flow key and a new entry's first value, per CPU: off its stack frame, which
+ * a verifier before 6.14 adds to the hook's (512 bytes for the chain of calls; 6.1 and
+ * 6.12 refused the frame with them). Used within one run of a packet hook: nothing on
+ * the same CPU runs either hook inside the other (bottom halves are off at both). */
+struct nt_ip_scratch {
+	struct nt_ip_flow_key key;
+	struct nt_ip_flow init;
+};
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nt_ip_scratch);
+} ip_scratch SEC(".maps");
+
+/* ip-flows' per-CPU slots (nettrail.h, nt_ip_slot); the collector sizes it to
+ * NT_IP_SLOTS per possible CPU before load (a CPU past the end counts in ip_flows) and
+ * reads it through mmap, as flow_slots. */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NT_IP_SLOTS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct nt_ip_slot);
+} ip_slots SEC(".maps");
+
 NT_MAP struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);

@@ -338,6 +338,28 @@ struct nt_ip_flow {
 	__u64 first_jiffies;
 };
 
+/* Map `ip_slots`: ip-flows' per-CPU cache in front of `ip_flows`, NT_IP_SLOTS slots per
+ * CPU at cpu * NT_IP_SLOTS + a hash of the key. A packet whose flow holds its CPU's slot
+ * is counted there without the LRU lookup (a hash of 48 bytes, its bucket and its
+ * element: cold lines after each bulk copy); a packet whose flow does not is counted in
+ * `ip_flows` and its flow takes the slot, the previous flow's counts moved into its
+ * entry. A flow's count is its entry's plus those of the slots holding its key with the
+ * entry's first_ns (collector/bpf/source.py). Only its own CPU writes a slot. 128 bytes:
+ * the key and the counters a hit adds to share the first cache line. */
+#define NT_IP_SLOTS_SHIFT 10
+#define NT_IP_SLOTS (1 << NT_IP_SLOTS_SHIFT) /* per CPU */
+
+struct nt_ip_slot {
+	struct nt_ip_flow_key key; /* version 0: a free slot */
+	__u64 packets;             /* since the flow took the slot, not yet in its entry */
+	__u64 bytes;
+	__u64 last_ns;       /* as nt_ip_flow.last_ns */
+	__u64 first_ns;      /* the entry's: counts go to that entry only, not to a new one after an eviction */
+	__u64 first_jiffies; /* the entry's */
+	__u64 seq;           /* odd while the kernel moves the counts to the entry and changes the key */
+	__u64 _pad[4];
+};
+
 /* Map `frag_ports` key: an IPv4 datagram being fragmented or reassembled. The value is its
  * ports (sport << 16 | dport) from its first fragment, for the later ones, which have none
  * in their headers: filters and ip-flows keep them with their datagram. */

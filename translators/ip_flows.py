@@ -1,8 +1,9 @@
 """ip-flows (the ip provider's always-on mode): one ip_flows map entry -> IpFlowCounters.
 
 The kernel keeps exact packet and byte counts per (netns, interface, direction,
-IP version, protocol, addresses, ports) in the LRU map ip_flows; the collector reads
-it every --flow-interval and reports the entries that moved. Keep in sync with:
+IP version, protocol, addresses, ports) in the LRU map ip_flows, with the counts of the
+flows holding a per-CPU slot (map ip_slots) in front of it; the collector reads both
+every --flow-interval, adds each slot to its entry, and reports the entries that moved. Keep in sync with:
 kmod/nettrail.h (nt_ip_flow_key, nt_ip_flow), collector/bpf/layout.py and
 collector/bpf/source.py (which computes the deltas and the eviction loss).
 """

@@ -60,7 +60,7 @@ SNAP_SACK, SNAP_WSCALE, SNAP_TSTAMP, SNAP_NODELAY, SNAP_FASTOPEN, SNAP_ECN, SNAP
     0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x80,
 )  # fmt: skip
 
-Fields = list[tuple[str, str]]
+Fields = list[tuple[str, "str | Fields"]]  # a nested list: a struct member (nt_ip_slot.key)
 
 CONFIG: Fields = [
     ("cgroup_id", "<u8"),
@@ -324,6 +324,12 @@ IP_FLOW_KEY: Fields = [
     ("daddr", f"V{ADDR_LEN}"),
 ]
 IP_FLOW: Fields = [(name, "<u8") for name in ("packets", "bytes", "samples", "first_ns", "last_ns", "first_jiffies")]
+IP_SLOTS_PER_CPU = 1024  # NT_IP_SLOTS
+IP_SLOT: Fields = [
+    ("key", IP_FLOW_KEY),
+    *[(name, "<u8") for name in ("packets", "bytes", "last_ns", "first_ns", "first_jiffies", "seq")],
+    ("_pad", "V32"),
+]
 
 # C struct name -> fields, for the layout test (nested snapshot checked through its parents).
 STRUCTS: dict[str, Fields] = {
@@ -352,6 +358,7 @@ STRUCTS: dict[str, Fields] = {
     "nt_udp_flow": UDP_FLOW,
     "nt_ip_flow_key": IP_FLOW_KEY,
     "nt_ip_flow": IP_FLOW,
+    "nt_ip_slot": IP_SLOT,
     "nt_skb_follow": SKB_FOLLOW,
 }
 BODIES: dict[int, Fields] = {

@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -183,6 +183,7 @@ class KernelSession:
         self.links: dict[str, int] = {}
         self.reader: RingReader | None = None
         self.slots: mmap.mmap | None = None  # flow_slots, mapped on first read
+        self.ip_slot_map: mmap.mmap | None = None  # ip_slots, mapped on first read
         self.absent: list[str] = []  # tracepoints the chosen providers use that this kernel lacks: not loaded
         self.failed: dict[str, str] = {}  # tracepoint -> why its program did not attach
         self.choice = variants.Choice(variants.OBJECT, {}, ())
@@ -225,6 +226,11 @@ class KernelSession:
             raise BpfError(f"failed to size ring buffer to {self.opts.ringbuf_bytes} bytes")
         if self.lib.bpf_map__set_max_entries(self._map("ip_flows"), self.opts.ip_flows_max) < 0:
             raise BpfError(f"failed to size ip_flows to {self.opts.ip_flows_max} entries")
+        # ip-flows' slots: NT_IP_SLOTS for each CPU that may run a program (an object built
+        # before them, which a benchmark may load to compare, has none)
+        slots = self.lib.bpf_object__find_map_by_name(self.obj, b"ip_slots")
+        if slots and self.lib.bpf_map__set_max_entries(slots, layout.IP_SLOTS_PER_CPU * self.ncpus) < 0:
+            raise BpfError(f"failed to size ip_slots for {self.ncpus} CPUs")
 
     def load(self) -> None:
         ret = self.lib.bpf_object__load(self.obj)
@@ -267,6 +273,9 @@ class KernelSession:
         if self.slots is not None:
             self.slots.close()
             self.slots = None
+        if self.ip_slot_map is not None:
+            self.ip_slot_map.close()
+            self.ip_slot_map = None
         if self.obj:
             self.lib.bpf_object__close(self.obj)
             self.obj = 0
@@ -375,6 +384,28 @@ class KernelSession:
     def ip_flows(self) -> list[tuple[np.void, np.void]]:
         """Exact ip counts per (netns, interface, direction, 5-tuple): (nt_ip_flow_key, nt_ip_flow)."""
         return self._entries("ip_flows", layout.dtype_of(layout.IP_FLOW_KEY), layout.dtype_of(layout.IP_FLOW))
+
+    def ip_slots(self, at: list[int] | None = None) -> np.ndarray[Any, np.dtype[np.void]]:
+        """A copy of ip-flows' per-CPU slots (struct nt_ip_slot), all or those at these
+        indices, read through mmap: the counts of the flows holding a slot since they
+        took it (not yet in ip_flows)."""
+        slot = layout.dtype_of(layout.IP_SLOT)
+        if not self.lib.bpf_object__find_map_by_name(self.obj, b"ip_slots"):
+            return np.zeros(0 if at is None else len(at), dtype=slot)  # an object built before them
+        count = self.map_size("ip_slots")
+        if self.ip_slot_map is None:
+            size = -(-count * slot.itemsize // mmap.PAGESIZE) * mmap.PAGESIZE
+            self.ip_slot_map = mmap.mmap(self._map_fd("ip_slots"), size, mmap.MAP_SHARED, mmap.PROT_READ)
+        view = np.frombuffer(self.ip_slot_map, dtype=slot, count=count)
+        return view.copy() if at is None else view[at]
+
+    def ip_flow(self, key: np.void) -> np.void | None:
+        """One ip_flows entry (struct nt_ip_flow) by its key, None if there is none."""
+        value = np.zeros((), dtype=layout.dtype_of(layout.IP_FLOW))
+        k = np.array(key, dtype=layout.dtype_of(layout.IP_FLOW_KEY))
+        if self.lib.bpf_map_lookup_elem(self._map_fd("ip_flows"), k.ctypes.data, value.ctypes.data) < 0:
+            return None
+        return cast(np.void, value[()])
 
     def _entries(self, name: str, key_type: np.dtype[Any], value_type: np.dtype[Any]) -> list[tuple[Any, Any]]:
         """Every (key, value) of a hash map, read with bpf_map_get_next_key / lookup."""

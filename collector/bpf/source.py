@@ -40,6 +40,22 @@ WALL_RESAMPLE_S = 10.0
 # Rows translated at a time: a full ring read (65536 events) as one column set is
 # a third slower per event than 4096-row pieces, whose columns stay in the CPU caches.
 CHUNK = 4096
+IP_FLOW_COUNTS = ("packets", "bytes", "samples", "first_ns", "last_ns")
+IP_SLOT_HASH = (  # kmod/ip.bpf.c, ip_slot_index: one odd multiplier per 8 bytes of the key
+    0x9E3779B97F4A7C15,
+    0xC2B2AE3D27D4EB4F,
+    0x165667B19E3779F9,
+    0xD6E8FEB86659FD93,
+    0xFF51AFD7ED558CCD,
+    0xC4CEB9FE1A85EC53,
+)
+
+
+def ip_slot_index(key: np.void) -> int:
+    """The slot of an ip_flows key within its CPU's NT_IP_SLOTS (kmod/ip.bpf.c, ip_slot_index)."""
+    words = np.frombuffer(key.tobytes(), dtype="<u8")
+    x = sum(int(w) * m for w, m in zip(words, IP_SLOT_HASH, strict=True)) & ((1 << 64) - 1)
+    return x >> (64 - (layout.IP_SLOTS_PER_CPU.bit_length() - 1))
 
 
 def wall_offset() -> float:
@@ -295,12 +311,10 @@ class KernelSource:
         counters = self.session.counters()
         created = int(counters[:, 0, layout.EV_IP_FLOW].sum())
         uncounted = int(counters[:, 0, layout.EV_IP_UNCOUNTED].sum())
+        entries, orphans = self._ip_flow_entries()
         present: dict[bytes, tuple[int, int, int]] = {}
-        for key, counts in self.session.ip_flows():
-            ident = key.tobytes()
-            state = (int(counts["first_ns"]), int(counts["packets"]), int(counts["bytes"]))
-            if ident in present:  # the walk restarted after a concurrent eviction
-                continue
+        for ident, (key, counts) in entries.items():
+            state = (counts["first_ns"], counts["packets"], counts["bytes"])
             present[ident] = state
             before = self.ip_seen.get(ident)
             if before is not None and before[0] != state[0]:
@@ -311,17 +325,84 @@ class KernelSource:
             names = ("netns", "if_index", "sport", "dport", "version", "protocol", "direction")
             k: dict[str, Any] = {name: int(key[name]) for name in names}
             k.update(saddr=bytes(key["saddr"]), daddr=bytes(key["daddr"]))
-            c = {name: int(counts[name]) for name in ("packets", "bytes", "samples", "first_ns", "last_ns")}
-            out.append(translate_ip_flow(k, c, delta, self.env, now, sample))
+            out.append(translate_ip_flow(k, counts, delta, self.env, now, sample))
         self.ip_seen = present
         evicted = max(self.ip_evicted, created - len(present))
         if evicted != self.ip_evicted:
             out.append(self._ip_flow_loss("ip_flow_counters", evicted - self.ip_evicted, evicted, created, now))
             self.ip_evicted = evicted
+        # packets counted in a slot for an entry the LRU has evicted since: the kernel adds
+        # them to its count when the slot is taken; until then they are counted here (never
+        # less than reported: a slot moved between the two reads is caught up next time)
+        uncounted = max(self.ip_uncounted, uncounted + orphans)
         if uncounted != self.ip_uncounted:  # a packet whose new entry was evicted before it was counted
             out.append(self._ip_flow_loss("ip_flow_packets", uncounted - self.ip_uncounted, uncounted, None, now))
             self.ip_uncounted = uncounted
         return out
+
+    def _ip_flow_entries(self) -> tuple[dict[bytes, tuple[np.void, dict[str, int]]], int]:
+        """Every ip_flows entry (key bytes -> (key, packets, bytes, samples, first_ns,
+        last_ns)) with the counts of the per-CPU slots holding its key for it added, and
+        the packets in slots whose entry the LRU evicted (kmod/ip.bpf.c, ip_slot_take).
+        The kernel moves a slot's counts into its entry when another flow takes the slot,
+        so a slot is used only if it held the same key at the same even seq before and
+        after the entries were read; a key whose slot moved is read again on its own
+        (its slots, its entry, its slots) until that holds: each packet is counted once,
+        in a slot or in the entry."""
+        before = self.session.ip_slots()
+        entries: dict[bytes, tuple[np.void, dict[str, int]]] = {}
+        for key, value in self.session.ip_flows():
+            ident = key.tobytes()
+            if ident not in entries:  # the walk restarts after a concurrent eviction
+                entries[ident] = (key, {n: int(value[n]) for n in IP_FLOW_COUNTS})
+        after = self.session.ip_slots()
+        used = (before["key"]["version"] != 0) | (after["key"]["version"] != 0)
+        still = (before["seq"] == after["seq"]) & (before["seq"] % 2 == 0) & (before["key"] == after["key"])
+        moved: dict[bytes, np.void] = {}
+        orphans = 0
+        for i in np.flatnonzero(used & ~still):
+            for slot in (before[i], after[i]):
+                if slot["key"]["version"]:
+                    moved[slot["key"].tobytes()] = slot["key"]
+        for i in np.flatnonzero(used & still):
+            if before[i]["key"].tobytes() not in moved:
+                orphans += self._ip_slot_add(entries, before[i])
+        for ident, key in moved.items():
+            entries.pop(ident, None)
+            slots, entry = self._ip_flow_settled(key)
+            if entry is not None:
+                entries[ident] = (key, {n: int(entry[n]) for n in IP_FLOW_COUNTS})
+            for slot in slots:
+                orphans += self._ip_slot_add(entries, slot)
+        return entries, orphans
+
+    def _ip_flow_settled(self, key: np.void) -> tuple[list[np.void], np.void | None]:
+        """One key's entry and the slots holding that key, read between two equal, even
+        seqs of each slot the key can be in (one per CPU)."""
+        at = [cpu * layout.IP_SLOTS_PER_CPU + ip_slot_index(key) for cpu in range(self.session.ncpus)]
+        ident = key.tobytes()
+        value: np.void | None = None
+        for _ in range(100):  # bounded: a slot taken again and again by colliding flows
+            before = self.session.ip_slots(at)
+            value = self.session.ip_flow(key)
+            after = self.session.ip_slots(at)
+            if (before["seq"] == after["seq"]).all() and (before["seq"] % 2 == 0).all():
+                if (before["key"] == after["key"]).all():
+                    break
+        return [s for s in before if s["key"].tobytes() == ident], value
+
+    @staticmethod
+    def _ip_slot_add(entries: dict[bytes, tuple[np.void, dict[str, int]]], slot: np.void) -> int:
+        """Add a slot's counts to its entry; the packets it holds for no entry (evicted, or
+        evicted and made again: another first_ns) are returned instead."""
+        found = entries.get(slot["key"].tobytes())
+        if found is None or found[1]["first_ns"] != int(slot["first_ns"]):
+            return int(slot["packets"])
+        counts = found[1]
+        counts["packets"] += int(slot["packets"])
+        counts["bytes"] += int(slot["bytes"])
+        counts["last_ns"] = max(counts["last_ns"], int(slot["last_ns"]))
+        return 0
 
     def _ip_flow_loss(self, what: str, lost: int, total: int, created: int | None, now: int) -> LossReport:
         return LossReport(

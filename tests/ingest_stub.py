@@ -4,7 +4,9 @@ It speaks the ingest contract of docs/api.md: bearer token, a MessagePack array 
 records, 200 {"stored", "duplicates"} idempotent on (host, boot, seq). Knobs let a test
 make it fail: `fail_next` answers that many requests with `fail_status`, `slow` delays
 the answer after storing (a timeout on the client side), `max_records` answers 413 to
-bigger batches, `reject_seq` answers 400 to a batch holding that seq.
+bigger batches, `reject_seq` answers 400 to a batch holding that seq (naming its index, as
+the ingest view names the first bad record), `reject_all_from` to one holding any seq from
+that on, and `fail_after_reject` fails that many requests after the next such 400 (once).
 Keep in sync with: the webapp ingest view (the same status codes).
 """
 
@@ -34,6 +36,9 @@ class IngestStub:
         self.slow = 0.0
         self.max_records: int | None = None
         self.reject_seq: int | None = None
+        self.reject_all_from: int | None = None
+        self.fail_after_reject = 0
+        self.refused = 0  # 400 answers given
         self._server: ThreadingHTTPServer | None = None
 
     @property
@@ -87,8 +92,12 @@ class IngestStub:
         if self.max_records is not None and len(records) > self.max_records:
             return self.answer(h, 413, {"error": "batch too large"})
         seqs = [r.seq for r in records]
-        if self.reject_seq in seqs:
-            index = seqs.index(self.reject_seq)
+        bad = [i for i, s in enumerate(seqs) if s == self.reject_seq or s >= (self.reject_all_from or 1 << 62)]
+        if bad:
+            index = bad[0]
+            with self.lock:
+                self.fail_next, self.fail_after_reject = self.fail_next + self.fail_after_reject, 0
+                self.refused += 1
             return self.answer(
                 h, 400, {"error": f"record {index}: seq: refused by the stub", "index": index, "field": "seq"}
             )

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from ingest_stub import TOKEN, IngestStub, make_records
 
-from collector.sinks.http import HttpSink
+from collector.sinks.http import MAX_RECORD_REFUSALS, HttpSink
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ def test_a_413_splits_the_batch_until_it_fits(stub: IngestStub, tmp_path: Path) 
     assert sink.stats.spooled_batches == 0
 
 
-def test_a_400_moves_the_batch_to_rejected_with_the_servers_error_and_keeps_going(
+def test_a_400_naming_one_record_rejects_that_record_alone_and_sends_the_rest(
     stub: IngestStub, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     stub.reject_seq = 7
@@ -124,13 +124,49 @@ def test_a_400_moves_the_batch_to_rejected_with_the_servers_error_and_keeps_goin
             sink.write(make_records(start, 5))
             sink.flush()
         sink.close()
-    assert stub.received == [*range(5), *range(10, 20)]
+    assert stub.stored == [s for s in range(20) if s != 7]
     [kept] = list((tmp_path / "spool" / "rejected").glob("*.msgpack"))
-    assert [r["seq"] for r in msgspec.msgpack.decode(kept.read_bytes())] == [5, 6, 7, 8, 9]
+    assert [r["seq"] for r in msgspec.msgpack.decode(kept.read_bytes())] == [7]
     assert "record 2: seq: refused by the stub" in kept.with_suffix(".error").read_text()
-    assert "rejected a batch of 5 records with 400: record 2: seq: refused by the stub" in caplog.text
+    assert "rejected a batch of 1 records with 400: record 2: seq: refused by the stub" in caplog.text
     assert TOKEN not in caplog.text
-    assert sink.stats.rejected_records == 5
+    assert (sink.stats.rejected_records, sink.stats.refused_single_records, sink.refused_records) == (1, 1, 1)
+
+
+def test_a_refused_record_replayed_from_the_spool_is_counted_once(stub: IngestStub, tmp_path: Path) -> None:
+    """The server refuses seq 7, then fails (500) the rest of its batch: the whole batch is
+    spooled and replayed, the server refuses seq 7 again, and it is still one refused record."""
+    stub.reject_seq = 7
+    stub.fail_after_reject = 1  # the next request (the rest of the batch) answers 500 once
+    sink = sink_for(stub.url, tmp_path / "spool", batch_size=5)
+    for start in range(0, 20, 5):
+        sink.write(make_records(start, 5))
+        sink.flush()
+    sink.close()
+    assert sorted(set(stub.stored)) == [s for s in range(20) if s != 7]
+    assert sink.stats.spooled_batches >= 1
+    assert stub.refused == 2  # seq 7 refused before and after the replay
+    assert len(list((tmp_path / "spool" / "rejected").glob("*.msgpack"))) == 1
+    assert (sink.stats.rejected_records, sink.refused_records, sink.lost_records) == (1, 1, 0)
+
+
+def test_a_batch_of_bad_records_is_refused_whole_after_a_bounded_number_of_requests(
+    stub: IngestStub, tmp_path: Path
+) -> None:
+    stub.reject_all_from = 100  # every record from seq 100 on is refused, one at a time
+    sink = sink_for(stub.url, tmp_path / "spool", batch_size=200)
+    sink.write(make_records(0, 200))
+    sink.close()
+    # the good records (before the first bad one, which the server names) are all stored;
+    # one request per refused record, then the untried rest is rejected whole
+    assert stub.stored == list(range(100))
+    assert stub.requests == MAX_RECORD_REFUSALS + 1
+    kept = sorted((tmp_path / "spool" / "rejected").glob("*.msgpack"))
+    assert [len(msgspec.msgpack.decode(p.read_bytes())) for p in kept] == [1] * MAX_RECORD_REFUSALS + [
+        100 - MAX_RECORD_REFUSALS
+    ]
+    assert "refused one by one" in kept[-1].with_suffix(".error").read_text()
+    assert (sink.refused_records, sink.stats.refused_single_records) == (100, MAX_RECORD_REFUSALS)
 
 
 def test_a_wrong_token_is_rejected_not_spooled_forever(stub: IngestStub, tmp_path: Path) -> None:

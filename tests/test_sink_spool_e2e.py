@@ -138,3 +138,26 @@ def test_a_batch_the_server_refuses_becomes_a_rejected_loss_report_on_the_status
     assert (sink.stats.rejected_records, sink.stats.sent_records) == (7, 1)
     status = server.login().get(f"{server.url}/api/dash/status", params={"host": HOST}, timeout=30).json()
     assert status["hosts"][0]["losses"] == [{"event_type": "rejected", "lost": 7}]
+
+
+def test_a_value_the_database_refuses_costs_its_record_not_its_batch(server: Server, tmp_path: Path) -> None:
+    """A NUL in one record's text (a kernel string read past its end once did this): the
+    webapp refuses the batch naming that record; the sink keeps it in rejected/ and sends the
+    other nine again, which are stored; the one refused record is the loss report's count."""
+    sink = HttpSink(server.url, server.token, tmp_path / "spool", batch_size=50, flush_interval=0.02)
+    extras = Extras(Numbering(), KernelEnv(host_id=HOST, boot_id="n" * 16, wall_offset=0.0), sink, None)
+    records = make_records(900_000, 10, host=HOST)  # seqs no other test here stores
+    records[4].comm = "cu\0bic"
+    try:
+        sink.write(records)
+        assert sink.flush(timeout=30)
+        reports = extras.add([])
+        assert [(r.kind, r.event_type, r.lost, r.hook) for r in reports] == [
+            ("loss_report", "rejected", 1, "sink/rejected")
+        ]
+    finally:
+        sink.close(timeout=30)
+    stored = [s for s in seqs(server, "tcp_state", HOST) if 900_000 <= s < 900_010]
+    assert stored == [900_000 + i for i in range(10) if i != 4]
+    [kept] = (tmp_path / "spool" / "rejected").glob("*.error")
+    assert "record 4: comm" in kept.read_text() and "NUL" in kept.read_text()

@@ -14,6 +14,11 @@ What happens to a batch, by answer (the ingest contract in docs/api.md):
   oldest first, after a back-off; a spooled batch is deleted only after a 200.
 - 413: the batch is split in two and each half sent again (a single record too large
   is rejected as below).
+- 400 naming one record (``index``, a value the database refuses): that record alone is
+  written to ``<spool>/rejected/`` and the rest of the batch is sent again, so one bad
+  value costs one record, not its batch (at most MAX_RECORD_REFUSALS a batch; then the
+  remainder is rejected whole, as below). A record refused again after a replay is
+  recognised by its bytes in rejected/ and counted once.
 - any other 4xx: logged with the server's error and written to ``<spool>/rejected/``,
   never silently dropped; its records are counted in ``refused_records`` (the
   collector reports them as a LossReport, event_type "rejected": not in the database).
@@ -28,6 +33,7 @@ docs/collector-sinks.md.
 from __future__ import annotations
 
 import enum
+import hashlib
 import logging
 import threading
 import time
@@ -51,6 +57,7 @@ DEFAULT_TIMEOUT = 10.0
 DEFAULT_CLOSE_TIMEOUT = 5.0
 DEFAULT_MAX_PENDING = 100_000  # records held in memory while a request is in flight
 RETRYABLE = frozenset({408, 429})
+MAX_RECORD_REFUSALS = 64  # single records refused per batch before the rest is refused whole
 
 
 class Outcome(enum.Enum):
@@ -73,6 +80,7 @@ class SinkStats:
     rejected_records: int = 0
     unspoolable_records: int = 0  # a batch larger than the whole spool while the server was down
     rejected_dropped_records: int = 0  # rejected batches deleted to keep rejected/ within the spool bound
+    refused_single_records: int = 0  # records refused alone (400 naming them), the rest of their batch sent
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -303,7 +311,7 @@ class HttpSink:
 
     # --- one request --------------------------------------------------------------------------
 
-    def _post(self, payload: bytes, count: int) -> Outcome:
+    def _post(self, payload: bytes, count: int, refusals: int = 0) -> Outcome:
         try:
             answer = self._session.post(
                 self.url, data=payload, headers=self._headers, timeout=self.timeout, verify=self._verify
@@ -327,6 +335,9 @@ class HttpSink:
             return Outcome.RETRY
         if status == 413 and count > 1:
             return self._split(payload)
+        index = _refused_index(answer, count)
+        if index is not None and count > 1 and refusals < MAX_RECORD_REFUSALS:
+            return self._refuse_one(payload, index, _error_of(answer), refusals)
         self._reject(payload, count, status, _error_of(answer))
         return Outcome.REJECTED
 
@@ -348,6 +359,26 @@ class HttpSink:
                 return Outcome.RETRY
         return Outcome.SENT
 
+    def _refuse_one(self, payload: bytes, index: int, error: str, refusals: int) -> Outcome:
+        """400 naming record `index`: it alone goes to rejected/, the others are sent again.
+        The server names the first record its check refused, so those before it passed that
+        check; after MAX_RECORD_REFUSALS the records after it are rejected whole instead of
+        tried again (and a 400 for one before it then rejects the rest whole).
+        A RETRY on the way spools the whole batch; its replay refuses the same record again,
+        which _reject recognises by its bytes and does not count twice."""
+        items = _raw_list.decode(payload)
+        if self._reject(_encoder.encode([items[index]]), 1, 400, error, once=True):
+            self.stats.refused_single_records += 1
+        good, unknown = items[:index], items[index + 1 :]
+        if unknown and refusals + 1 >= MAX_RECORD_REFUSALS:
+            why = f"not tried: {MAX_RECORD_REFUSALS} records of their batch were refused one by one (last: {error})"
+            self._reject(_encoder.encode(unknown), len(unknown), 400, why)
+            unknown = []
+        rest = good + unknown
+        if not rest:
+            return Outcome.REJECTED
+        return self._post(_encoder.encode(rest), len(rest), refusals + 1)
+
     def _honour_retry_after(self, answer: requests.Response) -> None:
         try:
             wait = float(answer.headers.get("Retry-After", ""))
@@ -355,12 +386,19 @@ class HttpSink:
             return
         self._backoff = min(max(wait, self._backoff), self.max_retry_interval)
 
-    def _reject(self, payload: bytes, count: int, status: int, error: str) -> None:
+    def _reject(self, payload: bytes, count: int, status: int, error: str, once: bool = False) -> bool:
+        """Keep a refused batch in rejected/ and count its records. With `once`, a payload
+        already kept there (the same record refused again after a replay) is not counted again."""
+        digest = hashlib.blake2b(payload, digest_size=8).hexdigest() if once else ""
+        if once and self.rejected_dir.is_dir() and any(self.rejected_dir.glob(f"*-{digest}.msgpack")):
+            return False
         self.stats.rejected_batches += 1
         self.stats.rejected_records += count
         self.rejected_dir.mkdir(parents=True, exist_ok=True)
         self._bound_rejected(len(payload))
         stem = f"{time.time_ns():020d}-{status}"  # names sort by age, across restarts too
+        if once:
+            stem += f"-{digest}"
         (self.rejected_dir / f"{stem}.msgpack").write_bytes(payload)
         (self.rejected_dir / f"{stem}.error").write_text(f"{status} {error}\n")
         log.error(
@@ -370,6 +408,7 @@ class HttpSink:
             error,
             self.rejected_dir / f"{stem}.msgpack",
         )
+        return True
 
     def _bound_rejected(self, incoming: int) -> None:
         """rejected/ may not outgrow the spool bound (a revoked token rejects every batch):
@@ -386,6 +425,17 @@ class HttpSink:
             log.error(
                 "rejected/ over %d bytes: deleted %s (%d records lost)", self.spool.max_bytes, oldest.name, records
             )
+
+
+def _refused_index(answer: requests.Response, count: int) -> int | None:
+    """The one record a 400 names (the ingest view's `index`), or None."""
+    if answer.status_code != 400:
+        return None
+    try:
+        index = answer.json().get("index")
+    except (ValueError, AttributeError):
+        return None
+    return index if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < count else None
 
 
 def _error_of(answer: requests.Response) -> str:

@@ -156,3 +156,14 @@ def test_newest_first_can_be_served_by_the_bucket_index() -> None:
     qs = recency.ordered(Connection.objects.all(), ("-last_seen", "-id")).values("id")[:10]
     plan = qs.explain()
     assert "nt_conn_last" in plan, plan
+
+
+@pytest.mark.parametrize("value", [1060.0, 1000.0, 0.0, -1e300, 1e300, float("inf"), float("-inf"), float("nan")])
+def test_the_bucket_ranges_keep_exactly_the_rows_of_the_last_seen_ranges(value: float) -> None:
+    _store(300)
+    rows = Connection.objects.all()
+    for narrowed, plain in (
+        (recency.at_most(rows.filter(last_seen__lte=value), value), rows.filter(last_seen__lte=value)),
+        (recency.at_least(rows.filter(last_seen__gte=value), value), rows.filter(last_seen__gte=value)),
+    ):
+        assert sorted(narrowed.values_list("id", flat=True)) == sorted(plain.values_list("id", flat=True))

@@ -36,11 +36,13 @@ COLUMN = "last_seen_bucket"
 ALIAS = "recency_bucket"  # the column as a queryset alias
 
 M = TypeVar("M", bound=Model)
+_INT64 = 2**63
 
 
 def bucket_of(value: float) -> int:
-    """The bucket of a last_seen value, as PostgreSQL computes it (IEEE division, then floor)."""
-    return math.floor(value / BUCKET_S)
+    """The bucket of a last_seen value, as PostgreSQL computes it (IEEE division, then
+    floor); a finite value beyond the column's range is held at its ends."""
+    return max(-_INT64, min(_INT64 - 1, math.floor(value / BUCKET_S)))
 
 
 def bucketed(qs: QuerySet[Any]) -> bool:
@@ -67,14 +69,17 @@ def ordered(qs: QuerySet[M], order: Sequence[str]) -> QuerySet[M]:
 
 
 def at_most(qs: QuerySet[M], value: float) -> QuerySet[M]:
-    """For a qs filtered on last_seen <= value (or < value): the same range on the bucket."""
-    if not bucketed(qs):
+    """For a qs filtered on last_seen <= value (or < value): the same range on the bucket.
+
+    Only ever a hint for the index: it keeps every row the last_seen filter keeps (not
+    added for a value with no bucket, infinity or NaN)."""
+    if not bucketed(qs) or not math.isfinite(value):
         return qs
     return _with_alias(qs).filter(**{f"{ALIAS}__lte": bucket_of(value)})
 
 
 def at_least(qs: QuerySet[M], value: float) -> QuerySet[M]:
-    """For a qs filtered on last_seen >= value (or > value): the same range on the bucket."""
-    if not bucketed(qs):
+    """For a qs filtered on last_seen >= value (or > value): the same range on the bucket (a hint, as at_most's)."""
+    if not bucketed(qs) or not math.isfinite(value):
         return qs
     return _with_alias(qs).filter(**{f"{ALIAS}__gte": bucket_of(value)})

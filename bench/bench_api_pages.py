@@ -1,4 +1,4 @@
-"""Benchmark: the read API's /api/connections with 100,000 connections stored (SQLite).
+"""Benchmark: the read API's /api/connections with 100,000 connections stored (SQLite, or PostgreSQL with --postgres URL).
 
 `main()` fills a temporary database with N Connection rows (default 100,000) and times
 whole requests through Django's test client: the first page, a page half-way down
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from django_pages import logged_in_client, page_request, populate, setup, timed  # noqa: E402
+from django_pages import is_postgres, logged_in_client, page_request, populate, setup, stored, timed  # noqa: E402
 
 PAGE = 100
 COMMS = ("nginx", "postgres", "sshd", "curl", "python3")
@@ -40,18 +40,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_api_pages")
     parser.add_argument("--connections", type=int, default=100_000)
     parser.add_argument("--data", help="keep the database here (reused when it exists) instead of a temporary one")
+    parser.add_argument(
+        "--postgres",
+        metavar="URL",
+        help="PostgreSQL (postgres://...): its test database, kept with its rows between runs",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="nettrail-bench-") as tmp:
         data_dir = args.data or tmp
-        setup(data_dir)
+        setup(data_dir, args.postgres, "api_pages")
         from webapp.api.params import decode_cursor, encode_cursor
         from webapp.api.rows import CONNECTION_COLUMNS, keyset_page
         from webapp.traces.models import Connection
 
         t0 = time.perf_counter()
-        if not args.data or not (Path(data_dir) / "nettrail.sqlite3").exists():
+        if stored() != args.connections:
+            Connection.objects.all().delete()
             populate(args.connections, connection)
-        print(f"read API: {Connection.objects.count():,} connections stored in {time.perf_counter() - t0:.1f} s")
+        where = "PostgreSQL" if is_postgres() else "SQLite"
+        print(
+            f"read API ({where}): {Connection.objects.count():,} connections stored in {time.perf_counter() - t0:.1f} s"
+        )
         get = page_request(logged_in_client(), "/api/connections", "connections", PAGE)
         half = Connection.objects.count() // 2
         ordered = Connection.objects.order_by("-last_seen", "-id")

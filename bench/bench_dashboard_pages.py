@@ -1,4 +1,4 @@
-"""Benchmark: the connections table's pages with 100,000 connections stored (SQLite).
+"""Benchmark: the connections table's pages with 100,000 connections stored (SQLite, or PostgreSQL with --postgres URL).
 
 `main()` fills a temporary database with N Connection rows (default 100,000), then times
 whole requests to /api/dash/connections (filter, count, page, JSON) through Django's test
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from django_pages import logged_in_client, page_request, populate, setup, timed  # noqa: E402
+from django_pages import is_postgres, logged_in_client, page_request, populate, setup, stored, timed  # noqa: E402
 
 PAGE = 50
 COMMS = ("nginx", "postgres", "sshd", "curl", "python3", "redis-server", "node")
@@ -43,14 +43,23 @@ def connection(i: int) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_dashboard_pages")
     parser.add_argument("--connections", type=int, default=100_000)
+    parser.add_argument(
+        "--postgres",
+        metavar="URL",
+        help="PostgreSQL (postgres://...): its test database, kept with its rows between runs",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="nettrail-bench-") as data_dir:
-        setup(data_dir)
+        setup(data_dir, args.postgres, "dashboard_pages")
         from webapp.dashboard import queries
+        from webapp.traces.models import Connection
 
         t0 = time.perf_counter()
-        populate(args.connections, connection)
-        print(f"dashboard pages: {args.connections:,} connections stored in {time.perf_counter() - t0:.1f} s")
+        if stored() != args.connections:
+            Connection.objects.all().delete()
+            populate(args.connections, connection)
+        where = "PostgreSQL" if is_postgres() else "SQLite"
+        print(f"dashboard pages ({where}): {args.connections:,} connections stored in {time.perf_counter() - t0:.1f} s")
         get = page_request(logged_in_client(), "/api/dash/connections", "rows", PAGE)
         half = args.connections // 2
         qs = queries.annotated()

@@ -1,7 +1,9 @@
 """Shared helpers of the Django benchmarks: Django set up on a throw-away SQLite data
-directory (bench_api_pages.py, bench_dashboard_pages.py, bench_report.py), and for the two
-page benchmarks a Connection table filled in bulk, a logged-in test client, a page
-request that checks its answer, and the median timer.
+directory (bench_api_pages.py, bench_dashboard_pages.py, bench_report.py) or, for the two
+page benchmarks given --postgres URL, on a PostgreSQL database of their own (Django's test
+database of that URL, kept between runs with its rows), and for the two page benchmarks a
+Connection table filled in bulk, a logged-in test client, a page request that checks its
+answer, and the median timer.
 Not a benchmark itself (bench/run.py runs only bench_*.py).
 Keep in sync with: webapp/settings.py (NETTRAIL_DATA, DATABASE_URL), docs/benchmarks.md.
 """
@@ -21,15 +23,43 @@ BATCH = 5000  # rows per bulk_create
 REPEAT = 7
 
 
-def setup(data_dir: str) -> None:
-    """Django on SQLite in data_dir (a DATABASE_URL in the environment is ignored)."""
+def setup(data_dir: str, postgres: str | None = None, bench: str = "bench") -> None:
+    """Django on SQLite in data_dir (a DATABASE_URL in the environment is ignored), or on
+    PostgreSQL: `postgres` is a postgres:// URL; the run uses the database test_<its
+    name>_<bench> beside it, created and migrated when missing, kept afterwards with its
+    rows (drop it by hand)."""
     os.environ["NETTRAIL_DATA"] = data_dir
-    os.environ.pop("DATABASE_URL", None)
+    if postgres:
+        os.environ["DATABASE_URL"] = postgres
+    else:
+        os.environ.pop("DATABASE_URL", None)
     os.environ["DJANGO_SETTINGS_MODULE"] = "webapp.settings"
     sys.path.insert(0, str(ROOT))
     import django
 
     django.setup()
+    if postgres:
+        from django.db import connection
+
+        test = connection.settings_dict.setdefault("TEST", {})
+        test["NAME"] = f"test_{connection.settings_dict['NAME']}_{bench}"
+        connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False, keepdb=True)
+
+
+def is_postgres() -> bool:
+    from django.db import connection
+
+    return connection.vendor == "postgresql"
+
+
+def stored() -> int:
+    """Connection rows already there (a kept PostgreSQL database, or --data's SQLite file)."""
+    from django.core.management import call_command
+
+    from webapp.traces.models import Connection
+
+    call_command("migrate", verbosity=0, interactive=False)
+    return Connection.objects.count()
 
 
 def populate(count: int, make: Callable[[int], Any]) -> None:
@@ -46,6 +76,11 @@ def populate(count: int, make: Callable[[int], Any]) -> None:
             Connection.objects.bulk_create(rows)
             rows.clear()
     Connection.objects.bulk_create(rows)
+    if is_postgres():
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute(f"VACUUM ANALYZE {Connection._meta.db_table}")  # as autovacuum would have
 
 
 def logged_in_client() -> Any:

@@ -17,6 +17,7 @@ from django.db.models import Model, Q, QuerySet
 
 from translators.records import BY_KIND, describe
 from webapp.api.params import BadParam, encode_cursor
+from webapp.traces import recency
 from webapp.traces.models import Connection, RecordModel
 
 
@@ -77,7 +78,11 @@ def _rows_after(
         # "at or before `when`, minus the rows up to the last one shown": one index range
         # (an OR of the two cases makes SQLite give up the range and filter row by row).
         qs = qs.filter(Q(**{f"{time_field}__lte": when}) & ~Q(**{time_field: when, "id__gte": last_id}))
-    return list(qs.order_by(f"-{time_field}", "-id").values("id", *columns)[:count])
+        if time_field == "last_seen":
+            qs = recency.at_most(qs, when)  # PostgreSQL: the bucket's range too (recency.py)
+    order = (f"-{time_field}", "-id")
+    qs = recency.ordered(qs, order) if time_field == "last_seen" else qs.order_by(*order)
+    return list(qs.values("id", *columns)[:count])
 
 
 def model_dict(obj: Model, skip: Sequence[str] = ("id",)) -> dict[str, Any]:

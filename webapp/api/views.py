@@ -25,7 +25,7 @@ from webapp.api.rows import (
     record_columns,
     record_dicts,
 )
-from webapp.traces import owner
+from webapp.traces import owner, recency
 from webapp.traces.models import KIND_MODELS, Connection, Host, RecordModel
 from webapp.traces.schema import CONNECTIONLESS_KINDS
 
@@ -113,7 +113,7 @@ def connections(request: ApiRequest) -> HttpResponse:
     if p["since"] is not None and p["until"] is not None and p["since"] > p["until"]:
         raise BadParam("since is after until")
     if p["since"] is not None:
-        qs = qs.filter(last_seen__gte=p["since"])
+        qs = recency.at_least(qs.filter(last_seen__gte=p["since"]), p["since"])
     if p["until"] is not None:
         qs = qs.filter(first_seen__lte=p["until"])
     branches = [qs]  # "either side" filters: one branch per side, merged page by page

@@ -35,7 +35,7 @@ from webapp.dashboard.filterlang import INT64_MAX, FilterError
 from webapp.dashboard.models import AlertAck
 from webapp.dashboard.tables import Alert, LossReport, SockEvent, UdpDatagram
 from webapp.http import json_error
-from webapp.traces import owner
+from webapp.traces import owner, recency
 from webapp.traces.models import KIND_MODELS, Connection, Host
 from webapp.traces.tokens import CAPTURE_PREFIX
 
@@ -173,7 +173,8 @@ def _host_counters(host: str, now: float) -> dict[str, Any]:
     since = now - RATE_WINDOW_S
     recent = {"host_id": host, "ts_wall__gte": since}
     records = sum(model.objects.filter(**recent).count() for model in KIND_MODELS.values())
-    new = Connection.objects.filter(host_id=host, last_seen__gte=since, first_seen__gte=since).count()
+    opened = Connection.objects.filter(host_id=host, last_seen__gte=since, first_seen__gte=since)
+    new = recency.at_least(opened, since).count()
     # segments, the kernel's unit (TcpRetransSegs adds tcp_skb_pcount per retransmission):
     # one record stands for a whole GSO skb; a record without segs is one segment
     retrans = detail.retransmitted_segments(KIND_MODELS["tcp_retransmit"].objects.filter(**recent))

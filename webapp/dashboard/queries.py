@@ -34,6 +34,7 @@ from webapp.dashboard.filterlang import (
     to_q,
 )
 from webapp.dashboard.tables import Alert, TcpStateChange
+from webapp.traces import recency
 from webapp.traces.models import Connection
 
 PAGE_SIZES = (25, 50, 100, 200)
@@ -151,7 +152,8 @@ SORTS: dict[str, SortKey] = {
     "alerts": SortKey(F("alerts"), True),
 }
 # Most recent activity first: Connection's last_seen index serves it (and its keyset
-# pages) without a sort; new connections land on top too.
+# pages) without a sort -- on PostgreSQL its last_seen_bucket index and an incremental
+# sort within the newest buckets (webapp/traces/recency.py); new connections land on top too.
 DEFAULT_SORT = "-last"
 
 
@@ -228,6 +230,7 @@ def page(qs: QuerySet[Connection], sort: str, cursor: str | None, limit: int) ->
         raise FilterError(f"unknown sort {sort!r}; sorts: {', '.join(SORTS)}", 0)
     total = qs.count()
     qs = qs.annotate(sort_key=key.expr)
+    by_last_seen = sort.lstrip("-") == "last"  # PostgreSQL: through last_seen's bucket (recency.py)
     if cursor:
         value, pk = decode_cursor(cursor, key.numeric)
         # "key <= v and not (key = v and id >= pk)": the first term is an index range
@@ -236,10 +239,13 @@ def page(qs: QuerySet[Connection], sort: str, cursor: str | None, limit: int) ->
             qs = qs.filter(Q(sort_key__lte=value) & ~Q(sort_key=value, id__gte=pk))
         else:
             qs = qs.filter(Q(sort_key__gte=value) & ~Q(sort_key=value, id__lte=pk))
+        if by_last_seen:
+            qs = recency.at_most(qs, value) if descending else recency.at_least(qs, value)
     order = ("-sort_key", "-id") if descending else ("sort_key", "id")
+    qs = recency.ordered(qs, order) if by_last_seen else qs.order_by(*order)
     # Sort narrow (id, key) pairs, then load the page's rows: a top-N sort over all the
     # columns costs several times more when the key is not indexed.
-    keys = list(qs.order_by(*order).values_list("id", "sort_key")[: limit + 1])
+    keys = list(qs.values_list("id", "sort_key")[: limit + 1])
     more = len(keys) > limit
     keys = keys[:limit]
     by_id = annotated().in_bulk([pk for pk, _ in keys])

@@ -144,6 +144,9 @@ class Connection(models.Model):
             # U of host H"; the conn_uuid index below serves "connection U" (any host).
             models.UniqueConstraint(fields=["host_id", "conn_uuid"], name="nt_conn_host_uuid"),
         ]
+        # On PostgreSQL each index below naming last_seen names last_seen_bucket instead, a
+        # coarse copy of it, so that the writer's updates of last_seen stay HOT (same names;
+        # migration 0016, webapp/traces/recency.py); SQLite keeps them as written here.
         indexes = [
             # "Connection U": the detail page and API, then checked against the host.
             models.Index(fields=["conn_uuid"], name="nt_conn_uuid"),

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import close_old_connections, connection, models, transaction
 
-from webapp.traces import partitions
+from webapp.traces import partitions, recency
 from webapp.traces.models import KIND_MODELS, Connection
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,8 @@ def trim(policy: Policy, now: float | None = None) -> dict[str, int]:
 
 def _trim_age(model: type[models.Model], time_column: str, cutoff: float, batch: int) -> int:
     older = model.objects.filter(**{f"{time_column}__lt": cutoff}).order_by("id")
+    if time_column == "last_seen":
+        older = recency.at_most(older, cutoff)  # PostgreSQL: through last_seen's bucket index
     return _delete_batches(model, older, batch)
 
 

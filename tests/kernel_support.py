@@ -7,6 +7,7 @@ machine cannot change its exact counts. Keep in sync with collector/bpf/loader.p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -157,6 +158,12 @@ def pinned(cpu: int) -> Iterator[None]:
         yield
     finally:
         os.sched_setaffinity(0, before)
+
+
+def one_cpu() -> contextlib.AbstractContextManager[None]:
+    """Sender and receiver on one CPU (the lowest this thread may use), so that the kernel
+    sees their work in the order the test did it."""
+    return pinned(min(os.sched_getaffinity(0)))
 
 
 def lifetimes(records: Iterable[Record]) -> dict[int | None, list[SkbEvent]]:

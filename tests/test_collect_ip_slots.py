@@ -14,8 +14,6 @@ import multiprocessing
 import os
 import socket
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -23,7 +21,7 @@ import pytest
 
 from collector.bpf import layout
 from collector.bpf.source import ip_slot_index
-from tests.kernel_support import kernel
+from tests.kernel_support import kernel, one_cpu
 from tests.test_collect_ip_flows import LO_INDEX, final_counters, ip_tracing
 
 pytestmark = kernel
@@ -62,16 +60,6 @@ def colliding_senders(port: int) -> tuple[socket.socket, socket.socket]:
                 s.close()
             seen[where] = sport
     raise AssertionError("no two free ports share a slot")
-
-
-@contextmanager
-def one_cpu() -> Iterator[None]:
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(before)})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
 
 
 def send_runs(rx: socket.socket, txs: tuple[socket.socket, socket.socket], runs: int, run: int) -> Counter[int]:

@@ -7,27 +7,14 @@ import math
 import os
 import socket
 import struct
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
 
-from tests.kernel_support import bound_listener, cookie_of, kernel, tracing
+from tests.kernel_support import bound_listener, cookie_of, kernel, one_cpu, tracing
 from translators.records import FlowCounters, Record, SiftrSample
 
 pytestmark = kernel
-
-
-@contextmanager
-def one_cpu() -> Iterator[None]:
-    """Run sender and receiver on one CPU so samples are recorded in the order the socket changed."""
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(before)})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
 
 
 def transfer(client: socket.socket, server: socket.socket, total: int) -> int:

@@ -160,3 +160,68 @@ def test_an_entry_that_cannot_be_stored_goes_to_the_refused_stream_and_is_acknow
     client.force_login(cast.admin)
     losses = client.get("/api/dash/status", {"host": "host-a"}).json()["hosts"][0]["losses"]
     assert losses == [{"event_type": "refused", "lost": 1}]
+
+
+def test_after_a_redis_restart_a_writer_pushes_its_recent_batches_again(
+    cast: Cast, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A push Redis accepted can miss the browser in a restart with nothing after it to show
+    the jump (tests/test_scale_out.py once saw 60 records never arrive and no gap). The writer
+    notices the restart (Redis's run_id changed, or a failed call) and pushes the batches of
+    the seconds before it again, on the real channel layer, with offsets that continue."""
+    import asyncio
+
+    from webapp.bus.layer import ResilientRedisChannelLayer
+    from webapp.traces import push
+
+    server = RedisServer()
+    server.start()
+    streams.client.cache_clear()
+    layer = ResilientRedisChannelLayer(hosts=[server.url])
+    monkeypatch.setattr(push, "get_channel_layer", lambda: layer)
+    monkeypatch.setattr(push, "_offsets", type(push._offsets)())
+    group = push.group_name("host", "host-a")
+
+    loop = asyncio.new_event_loop()  # the receiving side's: channels_redis keeps its buffers per loop
+
+    def message(channel: str) -> tuple[int, list[int]]:
+        got = loop.run_until_complete(asyncio.wait_for(layer.receive(channel), 10))
+        return got["offset"], [rec["seq"] for rec in got["records"]]
+
+    try:
+        with override_settings(NETTRAIL_REDIS_URL=server.url):
+            channel = loop.run_until_complete(layer.new_channel())
+            loop.run_until_complete(layer.group_add(group, channel))
+            writer = Writer(name="w1", block_ms=10)
+            streams.ensure_group()
+            writer.publish()  # its first look at Redis's run_id
+            post(Client(), cast.token_a, [retransmit("host-a", 1), retransmit("host-a", 2)])
+            assert writer.step() == 1
+            assert message(channel) == (0, [1, 2])  # delivered here; in a real restart it may not be
+            server.restart()  # AOF: the stream, the group and the membership are back
+            writer.publish()
+            post(Client(), cast.token_a, [retransmit("host-a", 3)])
+            assert writer.step() == 1
+            # the batch before the restart again, then the new one: offsets without a jump
+            assert [message(channel), message(channel)] == [(2, [1, 2]), (4, [3])]
+            assert list(TcpRetransmit.objects.order_by("seq").values_list("seq", flat=True)) == [1, 2, 3]
+    finally:
+        loop.run_until_complete(layer.flush())
+        loop.close()
+        streams.client.cache_clear()
+        server.close()
+
+
+def test_recent_pushes_keep_the_window_before_a_failure_within_their_byte_bound() -> None:
+    from webapp.bus.recent_pushes import RecentPushes
+
+    recent = RecentPushes(window_s=10.0, max_bytes=30)
+    for at, body in [(0.0, b"a" * 10), (5.0, b"b" * 10), (12.0, b"c" * 10)]:
+        recent.add(at, body)
+    assert recent.before(13.0) == ([b"b" * 10, b"c" * 10], False)  # 0.0 is older than the window
+    recent.add(14.0, b"d" * 10)  # over 30 bytes: the oldest goes
+    assert recent.before(13.0) == ([b"b" * 10, b"c" * 10, b"d" * 10], False)
+    recent.add(15.0, b"e" * 10)  # b (5.0) dropped for bytes: inside the window of a failure at 13
+    assert recent.before(13.0) == ([b"c" * 10, b"d" * 10, b"e" * 10], True)
+    recent.add(40.0, b"f")  # two windows on, the rest aged out
+    assert recent.before(40.0) == ([b"f"], False)

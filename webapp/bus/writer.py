@@ -20,6 +20,9 @@ pending) pushes every record of the batch, because the writer that died may have
 died before its push; browsers keep one row per (host, boot, seq). A push that
 fails (Redis restarting) raises, so the entry stays pending and is pushed again
 (push.push strict: the offsets continue, no gap), for up to PUSH_RETRY_FOR seconds.
+A push Redis accepted can still be lost to a browser in a Redis restart, with no later
+message to show the jump: after its Redis connection fails, a writer pushes again the
+batches it pushed in the seconds before (webapp/bus/recent_pushes.py).
 A batch the database refuses (UnstorableRecord), or an entry that does not decode,
 cannot succeed later: it goes to
 ``nettrail:ingest:refused`` with the reason, its host gets a loss report of its record
@@ -45,6 +48,7 @@ from django.db import DatabaseError, close_old_connections, connection
 
 from translators.records import Record, decode_batch
 from webapp.bus import streams
+from webapp.bus.recent_pushes import RecentPushes
 from webapp.traces import alert_mail, pgcopy, push, refusal_loss, view
 from webapp.traces.store import StoreResult, UnstorableRecord, store_batch, store_new_batch
 
@@ -123,6 +127,9 @@ class Writer:
     _next_claim: float = 0.0
     _window: tuple[float, int] = (0.0, 0)  # (time, records) at the last publish
     _push_failing: dict[bytes, float] = field(default_factory=dict)  # entry -> first failed push
+    _recent: RecentPushes = field(default_factory=RecentPushes)  # pushed lately: again after a Redis failure
+    _redis_failed_at: float | None = None  # the first Redis failure not yet followed by a re-push
+    _redis_run: tuple[str, float] = ("", 0.0)  # Redis's run_id at the last publish, and when
 
     @property
     def conn(self) -> redis.Redis:
@@ -139,6 +146,8 @@ class Writer:
                 self.step()
             except (redis.ConnectionError, redis.TimeoutError, push.PushFailed) as exc:
                 log.warning("writer %s: Redis unavailable (%s); retrying", self.name, exc)
+                if self._redis_failed_at is None:
+                    self._redis_failed_at = time.monotonic()
                 stop.wait(0.5)
             except DatabaseError:
                 log.exception("writer %s: database error; the entry stays pending and is retried", self.name)
@@ -153,6 +162,9 @@ class Writer:
     def step(self) -> int:
         """One read (own pending, claimed, or new entries) and its entries stored; returns the entries handled."""
         entries = self._read("0")  # own pending: delivered before a restart or a failed commit
+        if self._redis_failed_at is not None:  # Redis answers again
+            self._push_again(self._redis_failed_at)
+            self._redis_failed_at = None
         redelivered = True
         if not entries and time.monotonic() >= self._next_claim:
             self._next_claim = time.monotonic() + self.claim_every
@@ -176,6 +188,11 @@ class Writer:
 
     def publish(self) -> None:
         now = time.monotonic()
+        # a restart the client reconnected through without an error is still a restart
+        run_id = str(self.conn.info("server").get("run_id", ""))
+        if self._redis_run[0] and run_id != self._redis_run[0] and self._redis_failed_at is None:
+            self._redis_failed_at = self._redis_run[1]
+        self._redis_run = (run_id, now)
         since, before = self._window
         rate = (self.records - before) / (now - since) if now > since else 0.0
         self._window = (now, self.records)
@@ -234,11 +251,31 @@ class Writer:
             )
             push.push(pushed)  # not strict: the offsets move on, subscribers get the gap
         self._push_failing.pop(entry_id, None)
+        if pushed:
+            self._recent.add(time.monotonic(), fields[b"body"])
         self._ack(entry_id)
         self.records += result.stored
         self.duplicates += result.duplicates
         self.batches += 1
         alert_mail.MAILER.submit(result.new)
+
+    def _push_again(self, failed_at: float) -> None:
+        """After Redis was away: the batches pushed shortly before, pushed again (strict: a
+        failure raises, and the re-push is tried again after the next one)."""
+        bodies, incomplete = self._recent.before(failed_at)
+        if incomplete:
+            log.error(
+                "writer %s: batches pushed just before Redis went away exceed the re-push memory;"
+                " browsers may have missed some of them",
+                self.name,
+            )
+        count = 0
+        for body in bodies:
+            batch = decode_batch(body, "msgpack", trusted=True)
+            push.push(batch, strict=True)
+            count += len(batch)
+        if bodies:
+            log.info("writer %s: Redis is back: %d records pushed again (%d batches)", self.name, count, len(bodies))
 
     def _ack(self, entry_id: bytes) -> None:
         pipe = self.conn.pipeline(transaction=True)

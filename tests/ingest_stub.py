@@ -92,7 +92,8 @@ class IngestStub:
         if self.max_records is not None and len(records) > self.max_records:
             return self.answer(h, 413, {"error": "batch too large"})
         seqs = [r.seq for r in records]
-        bad = [i for i, s in enumerate(seqs) if s == self.reject_seq or s >= (self.reject_all_from or 1 << 62)]
+        from_on = self.reject_all_from
+        bad = [i for i, s in enumerate(seqs) if s == self.reject_seq or (from_on is not None and s >= from_on)]
         if bad:
             index = bad[0]
             with self.lock:

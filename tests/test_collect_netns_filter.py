@@ -1,7 +1,7 @@
 """`nettrail collect --filter netns=INODE` keeps the events fired from timers: the
 kernel-side filter takes the namespace from the socket, not from whatever task the
 timer interrupted. Traffic: a connection in a namespace the test creates, its data
-dropped by nftables long enough for RTO retransmissions and the Loss state."""
+dropped by nftables until the kernel has made RTO retransmissions and entered the Loss state."""
 
 from __future__ import annotations
 
@@ -36,18 +36,19 @@ def test_the_netns_filter_keeps_timer_retransmits_and_the_loss_state(netns, tmp_
     with Collector("--providers", "tcp", "--filter", f"netns={inode}", "--out", str(out)) as c:
         c.wait_attached()
         sent = subprocess.run(
-            ["ip", "netns", "exec", netns, sys.executable, str(ROOT / "tests" / "netns_rto.py"), "7600", "1.5"],
-            capture_output=True, text=True, timeout=30, check=True,
+            ["ip", "netns", "exec", netns, sys.executable, str(ROOT / "tests" / "netns_rto.py"), "7600"],
+            capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         time.sleep(0.3)
         status, _, err = c.stop()
+    assert sent.returncode == 0, sent.stderr
     assert status == 0, err
     assert int(sent.stdout) == 20000
     records = [from_json(line) for line in out.read_bytes().splitlines()]
     assert records and {r.netns for r in records if r.netns is not None} == {inode}
     retrans = [r for r in records if isinstance(r, TcpRetransmit) and r.dport == 7600]
     rto = [r for r in retrans if r.retrans_kind == "rto"]
-    assert len(rto) >= 2  # the retransmission timer fired at least at ~0.2 s and ~0.6 s
+    assert len(rto) >= 2  # the sender's TCP_INFO saw the timer fire twice
     assert {r.netns for r in retrans} == {inode}
     loss = [r for r in records if isinstance(r, TcpCongState) and r.ca_state == "Loss" and r.dport == 7600]
     assert len(loss) >= 1 and {r.netns for r in loss} == {inode}

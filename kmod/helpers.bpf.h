@@ -70,16 +70,31 @@ static __always_inline bool nth_missed(__u64 seen, __u64 n)
 	return seen % n;
 }
 
-/* Reserve a ring-buffer slot; count the attempt and any failure per CPU and type. */
+/* The per-packet events: siftr samples, ip and udp packet records, tcpdebug snapshots,
+ * buffer lifecycle stages. type is a constant at every (inlined) call site, so this
+ * costs nothing at run time. */
+static __always_inline bool bulk_event(__u16 type)
+{
+	return type == NT_EV_SIFTR || type == NT_EV_IP || type == NT_EV_UDP || type == NT_EV_DEBUG ||
+	       type == NT_EV_SKB_STAGE;
+}
+
+/* Reserve a ring-buffer slot; count the attempt and any failure per CPU and type.
+ * Per-packet events stop at three quarters of the ring: when the reader falls behind
+ * a bulk transfer, its samples are lost (and counted) first, and the last quarter stays
+ * for the events a connection has few of and a user cannot do without: state changes,
+ * retransmits, resets, final counters, drops. */
 static __always_inline struct nt_event *reserve(__u16 type)
 {
 	__u32 zero = 0;
 	struct nt_counters *c = bpf_map_lookup_elem(&counters, &zero);
-	struct nt_event *e;
+	struct nt_event *e = NULL;
 
 	if (c)
 		__sync_fetch_and_add(&c->generated[type & (NT_EV_MAX - 1)], 1);
-	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!bulk_event(type) ||
+	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) < bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 4 * 3)
+		e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e && c)
 		__sync_fetch_and_add(&c->lost[type & (NT_EV_MAX - 1)], 1);
 	return e;

@@ -21,7 +21,7 @@ import pytest
 
 from collector.bpf import layout
 from tests.collect_process import Collector
-from tests.kernel_support import bound_listener, free_port, kernel, tracing
+from tests.kernel_support import bound_listener, cookie_of, free_port, kernel, tracing
 from translators.records import LossReport, from_json
 
 pytestmark = kernel
@@ -144,3 +144,55 @@ def test_program_runs_the_kernel_skipped_are_reported_as_the_kernel_counts_them(
     runs = [r for r in reports if r.probe == "skipped"]
     assert {(r.event_type, r.hook) for r in runs} == {("tcp_probe runs", "prog/tcp_probe")}
     assert sum(r.lost for r in runs) == runs[-1].lost_total == skipped
+
+
+def test_when_samples_fill_the_ring_the_connections_state_changes_and_final_counters_still_arrive() -> None:
+    """Nobody reads a 256 KiB ring while a transfer at ppl=1 makes far more siftr samples
+    than it holds, then five short connections open and close: the samples stop at three
+    quarters of the ring (lost, counted), and every state change, destroy and final flow
+    counter of the five connections is received, none lost."""
+    lst = bound_listener()
+    port = lst.getsockname()[1]
+    ring = 1 << 18
+    capacity = ring // ((layout.EVENT_SIZE + 8 + 7) & ~7)
+    with tracing(("tcp", "siftr"), ringbuf=ring, port=port) as cap:
+        lst.listen(8)
+        bulk = socket.create_connection(("127.0.0.1", port))
+        bulk.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer, _ = lst.accept()
+        for _ in range(4 * capacity):  # nobody reads the ring meanwhile
+            bulk.sendall(b"s" * 100)
+            peer.recv(100)
+        assert int(cap.session.counters()[:, 1, 6].sum()) > 0  # siftr samples already lost
+        cookies = []
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", port)) as client:
+                server, _ = lst.accept()
+                cookies.append(cookie_of(client))
+                client.sendall(b"c" * 500)
+                assert len(server.recv(1000)) == 500
+                server.close()
+        records = cap.wait_for(
+            lambda recs: sum(1 for r in recs if r.kind == "connection" and r.sock_cookie in cookies) == 5, timeout=10
+        )
+        counters = cap.session.counters().sum(axis=0)
+        received = cap.source.received.copy()
+    for s in (bulk, peer, lst):
+        s.close()
+
+    generated, lost = counters[0], counters[1]
+    assert lost[6] > 0 and (received + lost == generated).all(), (received, lost, generated)
+    assert lost.sum() == lost[6], lost  # only siftr samples were lost
+    for cookie in cookies:
+        mine = [r for r in records if r.sock_cookie == cookie]
+        states = [(r.prev_state, r.state) for r in mine if r.kind == "tcp_state"]  # type: ignore[attr-defined]
+        assert states == [
+            ("CLOSED", "SYN_SENT"),
+            ("SYN_SENT", "ESTABLISHED"),
+            ("ESTABLISHED", "CLOSE_WAIT"),  # the server closes first
+            ("CLOSE_WAIT", "LAST_ACK"),
+            ("LAST_ACK", "CLOSED"),
+        ], states
+        assert [r.kind for r in mine if r.kind in ("connection", "flow_counters")].count("connection") == 1
+        [final] = [r for r in mine if r.kind == "flow_counters"]
+        assert final.bytes_out == 500  # type: ignore[attr-defined]

@@ -79,6 +79,25 @@ static __always_inline bool bulk_event(__u16 type)
 	       type == NT_EV_SKB_STAGE;
 }
 
+/* Half the ring holds events the reader has not taken yet: it is falling behind. */
+static __always_inline bool ring_pressed(void)
+{
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2;
+}
+
+/* An event given up before its reservation: counted generated and lost, as a failed
+ * reservation is. */
+static __always_inline void refuse(__u16 type)
+{
+	__u32 zero = 0;
+	struct nt_counters *c = bpf_map_lookup_elem(&counters, &zero);
+
+	if (c) {
+		__sync_fetch_and_add(&c->generated[type & (NT_EV_MAX - 1)], 1);
+		__sync_fetch_and_add(&c->lost[type & (NT_EV_MAX - 1)], 1);
+	}
+}
+
 /* Reserve a ring-buffer slot; count the attempt and any failure per CPU and type.
  * Per-packet events stop at three quarters of the ring: when the reader falls behind
  * a bulk transfer, its samples are lost (and counted) first, and the last quarter stays
@@ -88,15 +107,26 @@ static __always_inline struct nt_event *reserve(__u16 type)
 {
 	__u32 zero = 0;
 	struct nt_counters *c = bpf_map_lookup_elem(&counters, &zero);
-	struct nt_event *e = NULL;
+	struct nt_event *e;
 
 	if (c)
 		__sync_fetch_and_add(&c->generated[type & (NT_EV_MAX - 1)], 1);
-	if (!bulk_event(type) ||
-	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) < bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 4 * 3)
-		e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e && c)
-		__sync_fetch_and_add(&c->lost[type & (NT_EV_MAX - 1)], 1);
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		if (c)
+			__sync_fetch_and_add(&c->lost[type & (NT_EV_MAX - 1)], 1);
+		return NULL;
+	}
+	/* Reserved, then given back: each path returns a constant NULL or the checked slot,
+	 * so the caller's NULL check folds away. 6.1's verifier cannot tell that a checked
+	 * slot is not NULL when it is tested again, and took such a path to leak it. */
+	if (bulk_event(type) &&
+	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 4 * 3) {
+		bpf_ringbuf_discard(e, BPF_RB_NO_WAKEUP);
+		if (c)
+			__sync_fetch_and_add(&c->lost[type & (NT_EV_MAX - 1)], 1);
+		return NULL;
+	}
 	return e;
 }
 

@@ -60,6 +60,9 @@ static __noinline int flow_admit(const struct sock *sk, __u64 cookie, void *ctx)
 	return 1;
 }
 
+/* While the ring is half full, one sample of a flow in this many nanoseconds at most. */
+#define NT_PRESSED_GAP_NS 10000000ULL
+
 #ifdef NT_COMPAT
 /* The compat object (before 6.2, core_fixes.bpf.h) has no read-only cast, and
  * bpf_skc_to_tcp_sock() refuses skb->sk where the object is also loaded (6.2+ tags it
@@ -149,9 +152,19 @@ static __noinline void siftr_emit(const struct sock *sk, struct nt_flow *f, cons
 	h.cookie = sk->__sk_common.skc_cookie.counter;
 	fill_flow(&h, sk);
 	attribute(&h, NT_EV_SIFTR, in_task(ctx));
-	f->last_ns = h.ts_ns;
-	if (!pass(&h))
+	if (!pass(&h)) {
+		f->last_ns = h.ts_ns;
 		return; /* the owner changed since the flow was admitted */
+	}
+	/* A reader half a ring behind gets at most one sample of a flow every
+	 * NT_PRESSED_GAP_NS: the bulk transfer that filled the ring gives way, and a slow
+	 * flow (a stalled window, a trickle) keeps its samples. Given-up samples are lost,
+	 * counted as such. */
+	if (h.ts_ns - f->last_ns < NT_PRESSED_GAP_NS && ring_pressed()) {
+		refuse(NT_EV_SIFTR);
+		return;
+	}
+	f->last_ns = h.ts_ns;
 	e = reserve(NT_EV_SIFTR);
 	if (!e)
 		return;

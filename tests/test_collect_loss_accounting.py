@@ -196,3 +196,41 @@ def test_when_samples_fill_the_ring_the_connections_state_changes_and_final_coun
         assert [r.kind for r in mine if r.kind in ("connection", "flow_counters")].count("connection") == 1
         [final] = [r for r in mine if r.kind == "flow_counters"]
         assert final.bytes_out == 500  # type: ignore[attr-defined]
+
+
+def test_a_ring_half_full_of_a_bulk_transfers_samples_still_takes_a_slow_flows_samples() -> None:
+    """Nobody reads a 256 KiB ring while a transfer at ppl=1 makes four times the samples
+    it holds; meanwhile a second connection sends one small message every 30 ms. Once the
+    ring is half full a flow gets at most one sample every 10 ms, so the bulk transfer's
+    samples give way (lost, counted) and the slow connection's first sample of each
+    message is received."""
+    lst = bound_listener()
+    port = lst.getsockname()[1]
+    ring = 1 << 18
+    capacity = ring // ((layout.EVENT_SIZE + 8 + 7) & ~7)
+    messages = 5
+    with tracing(("tcp", "siftr"), ringbuf=ring, port=port) as cap:
+        lst.listen(8)
+        bulk = socket.create_connection(("127.0.0.1", port))
+        bulk.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer, _ = lst.accept()
+        slow = socket.create_connection(("127.0.0.1", port))
+        slow_peer, _ = lst.accept()
+        for _ in range(4 * capacity):  # nobody reads the ring meanwhile
+            bulk.sendall(b"s" * 100)
+            peer.recv(100)
+        for _ in range(messages):
+            time.sleep(0.03)
+            slow.sendall(b"t" * 10)
+            assert slow_peer.recv(100) == b"t" * 10
+        slow_cookie = cookie_of(slow)
+        records = cap.wait_for(lambda recs: False, timeout=0.5)
+        counters = cap.session.counters().sum(axis=0)
+        received = cap.source.received.copy()
+    for s in (bulk, peer, slow, slow_peer, lst):
+        s.close()
+
+    generated, lost = counters[0], counters[1]
+    assert lost[6] > 0 and (received + lost == generated).all(), (received, lost, generated)
+    sends = [r for r in records if r.kind == "siftr_sample" and r.sock_cookie == slow_cookie and r.data_sz]  # type: ignore[attr-defined]
+    assert len(sends) == messages, [(r.ts_ns, r.data_sz) for r in sends]  # type: ignore[attr-defined]

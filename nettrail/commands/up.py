@@ -81,11 +81,11 @@ COLLECTOR_PPL = 8
 # counters (ip-flows, no record per packet), UDP datagrams (udp: the UDP page; it takes
 # ip-flows' parse of each packet and reads nothing of a TCP packet) and buffer lifecycles, the kernel following one
 # buffer in COLLECTOR_SKB_SAMPLE (skb-lifecycle --skb-sample N: the Buffers page and each
-# connection's page, beside exact counts of the buffers seen). Following one buffer in 256
-# adds 1.9% to the set's CPU per byte of loopback TCP, one in 64 3.5%; the whole set costs
-# 1.082 of untraced with lifecycles at 256, 1.061 without: over the 3% always-on budget
-# either way (docs/benchmarks.md, "Sampled skb lifecycles and nettrail up's default
-# providers").
+# connection's page, beside exact counts of the buffers seen). Following one buffer in 256,
+# its ends only (below), adds 1.2% to the set's CPU per byte of loopback TCP (8.1% with
+# every stage hook); the whole set costs 1.134 of untraced with lifecycles at 256, 1.120
+# without: over the 3% always-on budget on loopback, within it over a veth pair
+# (docs/benchmarks.md, "Sampled skb lifecycles and nettrail up's default providers").
 # NETTRAIL_SKB_SAMPLE=N chooses another N (1: every buffer, the full tracing switch), 0
 # turns lifecycles off. Sampled, only the stages a followed buffer cannot lose are recorded
 # (--skb-stages ends: first sighting, copy to its reader, end): the other stage hooks

@@ -9,9 +9,11 @@ programs' own run time per byte and per program (where the time goes), beside em
 programs on the same tracepoints (the floor). Optionally (--cycles) the older throughput
 measure inside one iperf3 transfer (bench/toggled.py), which scatters on a busy machine.
 Contenders: untraced, `nettrail up`'s set without lifecycles, skb alone (drops only),
-the set with `skb-lifecycle --skb-sample N` and skb + skb-lifecycle sampled alone for
-each N asked, and optionally every buffer followed and an older build of kmod/ (--before-object)
-for the same set. Writes its section of docs/benchmarks.md. Needs root.
+the set with `skb-lifecycle --skb-sample N` (sampled: the ends only, --skb-stages ends, as
+`nettrail up` runs) and skb + skb-lifecycle sampled alone for each N asked, and optionally
+the set with every stage hook (--all-stages: --skb-stages all), every buffer followed and
+an older build of kmod/ (--before-object, with every stage hook attached, as the loader
+did before --skb-stages) for the same set. Writes its section of docs/benchmarks.md. Needs root.
 Keep in sync with: nettrail/commands/up.py (COLLECTOR_PROVIDERS, COLLECTOR_PPL,
 COLLECTOR_SKB_SAMPLE).
 """
@@ -63,8 +65,17 @@ def with_ppl(n: int, ppl: int) -> str:
     return f"{up_with(n)}, --ppl {ppl}"
 
 
+def all_stages(n: int) -> str:
+    return f"{up_with(n)}, --skb-stages all"
+
+
 def contenders(
-    samples: list[int], full: bool, before: Path | None, label: str = "older kmod/", ppl_alt: int = 0
+    samples: list[int],
+    full: bool,
+    before: Path | None,
+    label: str = "older kmod/",
+    ppl_alt: int = 0,
+    every_stage: bool = False,
 ) -> list[Contender]:
     out = [Contender("untraced", None), Contender(UP_NAME, options(providers=UP, ppl=COLLECTOR_PPL))]
     out.append(Contender(SKB_NAME, options(providers=("skb",))))
@@ -74,13 +85,17 @@ def contenders(
         out.append(Contender(alone(n), options(providers=("skb", "skb-lifecycle"), skb_sample=n)))
     if full:
         out.append(Contender("skb + skb-lifecycle, every buffer", options(providers=("skb", "skb-lifecycle"))))
+    if every_stage:  # the same set with the stage hooks a sampled run leaves out by default
+        settings = {"providers": (*UP, "skb-lifecycle"), "ppl": COLLECTOR_PPL, "skb_sample": samples[0]}
+        out.append(Contender(all_stages(samples[0]), options(skb_stages="all", **settings)))
     if ppl_alt:  # the same set sampling siftr less often: what its samples cost
         settings = {"providers": (*UP, "skb-lifecycle"), "ppl": ppl_alt, "skb_sample": samples[0]}
         out.append(Contender(with_ppl(samples[0], ppl_alt), options(**settings)))
     if before is not None:
         settings = {"providers": (*UP, "skb-lifecycle"), "ppl": COLLECTOR_PPL, "skb_sample": samples[0]}
+        # every stage hook attached, as the loader did before --skb-stages
         out.append(
-            Contender(f"{up_with(samples[0])}, before the cut ({label})", options(object_path=before, **settings))
+            Contender(f"{up_with(samples[0])}, {label}", options(object_path=before, skb_stages="all", **settings))
         )
     return out
 
@@ -158,9 +173,11 @@ READING = [
     'to untraced" is what a whole set costs this workload, whose per-packet work is small (about 32 KB per '
     "loopback packet, ACKs included, no device), so per-packet hooks weigh more here than on a wire. A buffer "
     "not followed returns from each stage hook after one load; what remains is mostly the dispatch of the "
-    "stage tracepoints themselves (net_dev_start_xmit, net_dev_xmit, loopback's netif_rx_entry, "
-    "skb_copy_datagram_iovec, consume_skb), about the empty programs' time per run in the in-kernel table, "
-    "so a larger N changes little beyond the followed buffers' own work. The in-kernel shares carry the "
+    "stage tracepoints themselves, about the empty programs' time per run in the in-kernel table, so a larger "
+    "N changes little beyond the followed buffers' own work. Sampled, `nettrail up` records the ends only "
+    "(--skb-stages ends): net_dev_start_xmit, net_dev_xmit and the receive entry hooks (loopback's "
+    "netif_rx_entry) are not attached, skb_copy_datagram_iovec, consume_skb and kfree_skb are; the "
+    "--skb-stages all row attaches them too. The in-kernel shares carry the "
     "statistics' two clock reads per run and run for every packet on the machine, so they overstate what the "
     "CPU ratios show.",
     "",
@@ -207,6 +224,17 @@ def verdict_lines(cs: list[Contender], samples: list[int], where: str = "") -> l
             f"{'met' if ratio_base <= BUDGET else 'NOT met'}; what lifecycles add, {ratio_up:.3f} of the set "
             f"without them — {'within' if ratio_up <= BUDGET else 'over'} 3%."
         )
+    for n in samples[:1]:
+        if all_stages(n) not in by_name or up_with(n) not in by_name:
+            continue
+        every = by_name[all_stages(n)]
+        ratio_all = statistics.median(every.ratios)
+        out.append(
+            f"- the same with every stage hook (--skb-stages all, as before the option): {ratio_all:.3f} of "
+            f"untraced — {'met' if ratio_all <= BUDGET else 'NOT met'}; what lifecycles add then, "
+            f"{to_up(every, up):.3f} of the set without them; the ends only cost "
+            f"{statistics.median(by_name[up_with(n)].ratios) / ratio_all:.3f} of it."
+        )
     skb = by_name.get(SKB_NAME)
     for n in samples:
         if alone(n) not in by_name:
@@ -236,7 +264,9 @@ def toggled_lines(results: dict[str, list[float]], cycles: int) -> list[str]:
 def selected(args: argparse.Namespace) -> list[Contender]:
     cs = [
         c
-        for c in contenders(args.sample, args.full, args.before_object, args.before_label, args.ppl_alt)
+        for c in contenders(
+            args.sample, args.full, args.before_object, args.before_label, args.ppl_alt, args.all_stages
+        )
         if c.opts is None or args.only in c.name
     ]
     if not any(c.name == UP_NAME for c in cs):
@@ -270,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="also skb-lifecycle following every buffer")
     parser.add_argument("--before-object", type=Path, help="an older nettrail.bpf.o: up's set + lifecycles with it")
     parser.add_argument("--before-label", default="older kmod/", help="what --before-object was built from")
+    parser.add_argument(
+        "--all-stages", action="store_true", help="also up's set + lifecycles with --skb-stages all (every stage hook)"
+    )
     parser.add_argument("--ppl-alt", type=int, default=0, help="also up's set + lifecycles with this --ppl")
     parser.add_argument("--stats-blocks", type=int, default=8, help="blocks per contender under bpf_stats")
     parser.add_argument("--cycles", type=int, default=0, help="also the toggled throughput phases per contender")

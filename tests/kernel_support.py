@@ -79,12 +79,19 @@ def tracing(
     drop_rate: int = 0,
     counts_every: float = 3600.0,
     skb_sample: int = 1,
+    skb_stages: str | None = None,
     **filters: object,
 ) -> Iterator[Capture]:
     """A loaded session; counts_every: seconds between FlowCounters/DropCount map reads."""
     filt = Filters(**filters)  # type: ignore[arg-type]
     opts = Options(
-        providers=providers, ppl=ppl, filters=filt, ringbuf_bytes=ringbuf, drop_rate=drop_rate, skb_sample=skb_sample
+        providers=providers,
+        ppl=ppl,
+        filters=filt,
+        ringbuf_bytes=ringbuf,
+        drop_rate=drop_rate,
+        skb_sample=skb_sample,
+        skb_stages=skb_stages,
     )
     env = KernelEnv(
         host_id="test-host", boot_id="test-boot", wall_offset=wall_offset(), symbolize=kernel_symbols().symbolize
@@ -132,6 +139,16 @@ def bpftool_prog_ids() -> set[int]:
 
     out = subprocess.run(["bpftool", "-j", "prog", "list"], capture_output=True, text=True, check=True).stdout
     return {int(p["id"]) for p in json.loads(out or "[]")}
+
+
+def attached_tracepoints(session: KernelSession) -> set[str]:
+    """The tracepoints the kernel has this session's programs attached to, as bpftool's
+    link list shows them (not the loader's own bookkeeping)."""
+    import json
+
+    ids = set(session.program_ids().values())
+    out = subprocess.run(["bpftool", "-j", "link", "list"], capture_output=True, text=True, check=True).stdout
+    return {str(link["tp_name"]) for link in json.loads(out or "[]") if link.get("prog_id") in ids}
 
 
 def my_comm() -> str:

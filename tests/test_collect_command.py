@@ -170,3 +170,29 @@ def test_text_output_streams_lines_while_it_runs() -> None:
         assert fields[1] == "state-change" and fields[2].startswith("127.0.0.1:") and fields[-1] == "LISTEN", line
         status, _, err = collector.stop()
         assert status == 0, err
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CAP_BPF, CAP_PERFMON) to load eBPF programs")
+@pytest.mark.parametrize(
+    ("args", "stages"),
+    [(["--skb-sample", "8"], "ends"), (["--skb-sample", "8", "--skb-stages", "all"], "all"), ([], "all")],
+    ids=["sampled", "sampled-all-stages", "every-buffer"],
+)
+def test_sampled_lifecycles_attach_no_stage_hook_unless_asked_and_the_status_says_which(
+    args: list[str], stages: str
+) -> None:
+    from collector.bpf.loader import SKB_STAGE_PROGRAMS
+
+    with Collector("--providers", "skb-lifecycle", "--filter", "port=9", *args, "--libxo", "json") as collector:
+        attached = collector.wait_attached()
+        status, out, err = collector.stop()
+    assert status == 0, err
+    [rec] = json.loads(out)["nettrail"]["collector_status"]
+    assert (rec["skb_sample"], rec["skb_stages"]) == (8 if args else 1, stages)
+    hooks = set(attached) & SKB_STAGE_PROGRAMS
+    assert set(rec["attached"]) & SKB_STAGE_PROGRAMS == hooks
+    assert hooks == (set() if stages == "ends" else SKB_STAGE_PROGRAMS - set(rec["absent"]))
+    assert {"net_dev_queue", "netif_receive_skb", "skb_copy_datagram_iovec", "consume_skb", "kfree_skb"} <= set(
+        attached
+    )

@@ -62,10 +62,13 @@ def test_retransmits_count_in_segments_and_failed_ones_do_not_count(client: Clie
     assert (conn["retrans_segs"], conn["retrans_bytes_out"]) == (4, 4344 + 1448)
 
 
-def status(host: str, t: float, providers: list[str], skb_sample: int | None) -> CollectorStatus:
+def status(
+    host: str, t: float, providers: list[str], skb_sample: int | None, skb_stages: str | None = None
+) -> CollectorStatus:
     return CollectorStatus(
-        **env(host, t), provider="nettrail", probe="status", providers=providers, attached={}, skb_sample=skb_sample
-    )
+        **env(host, t), provider="nettrail", probe="status", providers=providers, attached={}, skb_sample=skb_sample,
+        skb_stages=skb_stages,
+    )  # fmt: skip
 
 
 def test_the_buffers_page_lists_the_newest_followed_buffers_with_their_hosts_sampling(client: Client) -> None:
@@ -102,13 +105,63 @@ def test_the_buffers_page_lists_the_newest_followed_buffers_with_their_hosts_sam
     ]
     one = client.get("/api/dash/skb/11", {"host": HOST}).json()
     assert [s["skb_sample"] for s in one["sampling"]] == [64]
+    # a status without skb_stages is a collector from before --skb-stages: every stage recorded
+    assert [(s["skb_stages"], s["stages_note"]) for s in d["sampling"]] == [("all", None)]
+
+
+def test_lifecycles_recorded_with_the_ends_only_say_which_stages_are_not_recorded(client: Client) -> None:
+    t = time.time() - 5
+    uuid = connection_uuid(HOST, BOOT, 21)
+    flow = {"provider": "skb", "conn_uuid": uuid, "src": "10.0.0.1", "sport": 5000, "dst": "10.0.0.2", "dport": 80}
+    ends = [("tx-first", None), ("rx", None), ("copy", None), ("consume", "consumed")]
+    store_batch(
+        [
+            status(HOST, t, ["tcp", "skb", "skb-lifecycle"], 256, "ends"),
+            status(OTHER, t, ["tcp", "skb", "skb-lifecycle"], 1, "all"),
+            TcpStateChange(
+                **env(HOST, t + 0.1, **{**flow, "provider": "tcp"}), probe="state-change", prev_state="SYN_SENT",
+                state="ESTABLISHED",
+            ),
+            *[
+                SkbEvent(**env(HOST, t + 1 + i * 0.001, **flow), probe=f"skb-{s}", skb_uid=31, stage=s, end=e, len=100)
+                for i, (s, e) in enumerate(ends)
+            ],
+        ]
+    )  # fmt: skip
+    d = client.get("/api/dash/buffers").json()
+    by_host = {s["host_id"]: s for s in d["sampling"]}
+    assert (by_host[HOST]["skb_sample"], by_host[HOST]["skb_stages"]) == (256, "ends")
+    note = by_host[HOST]["stages_note"]
+    assert "xmit-start, xmit" in note and "not recorded" in note and "--skb-stages all" in note
+    assert "NETTRAIL_SKB_STAGES=all" in note
+    assert (by_host[OTHER]["skb_stages"], by_host[OTHER]["stages_note"]) == ("all", None)
+    # the recorded stages are shown as recorded: none is made up for the ones not seen
+    [life] = [b for b in d["lifecycles"] if b["skb_uid"] == 31]
+    assert [s["stage"] for s in life["stages"]] == [s for s, _ in ends]
+    # the buffer's panel, the connection's page and the read API say the same
+    one = client.get("/api/dash/skb/31", {"host": HOST}).json()
+    assert [(s["skb_stages"], s["stages_note"]) for s in one["sampling"]] == [("ends", note)]
+    conn = client.get(f"/api/dash/connections/{uuid}").json()
+    assert [(s["skb_stages"], s["stages_note"]) for s in conn["skb_sampling"]] == [("ends", note)]
+    api = client.get(f"/api/connections/{uuid}/lifecycle").json()
+    assert api["skb_recording"] == {"skb_sample": 256, "skb_stages": "ends", "stages_note": note}
+    assert [r["stage"] for r in api["records"] if r["kind"] == "skb_event"] == [s for s, _ in ends]
 
 
 def test_nettrail_up_runs_sampled_lifecycles_by_default_and_the_variable_sets_n_or_turns_them_off() -> None:
     sampled = ["--providers", COLLECTOR_PROVIDERS + ",skb-lifecycle", "--skb-sample"]
+    ends, every = ["--skb-stages", "ends"], ["--skb-stages", "all"]
     assert COLLECTOR_PROVIDERS == "tcp,siftr,skb,ip-flows,udp"
-    assert collector_providers({}) == [*sampled, str(COLLECTOR_SKB_SAMPLE)]
-    assert collector_providers({"NETTRAIL_SKB_SAMPLE": "256"}) == [*sampled, "256"]
-    assert collector_providers({"NETTRAIL_SKB_SAMPLE": "1"}) == [*sampled, "1"]  # every buffer
+    assert collector_providers({}) == [*sampled, str(COLLECTOR_SKB_SAMPLE), *ends]
+    assert collector_providers({"NETTRAIL_SKB_SAMPLE": "256"}) == [*sampled, "256", *ends]
+    assert collector_providers({"NETTRAIL_SKB_SAMPLE": "1"}) == [*sampled, "1", *every]  # every buffer, every stage
     assert collector_providers({"NETTRAIL_SKB_SAMPLE": "0"}) == ["--providers", COLLECTOR_PROVIDERS]
-    assert collector_providers({"NETTRAIL_SKB_SAMPLE": "many"}) == [*sampled, str(COLLECTOR_SKB_SAMPLE)]
+    assert collector_providers({"NETTRAIL_SKB_SAMPLE": "many"}) == [*sampled, str(COLLECTOR_SKB_SAMPLE), *ends]
+    # the stage hooks, opt-in when sampled (and a sampled run's ends, if asked, with N = 1)
+    assert collector_providers({"NETTRAIL_SKB_STAGES": "all"}) == [*sampled, str(COLLECTOR_SKB_SAMPLE), *every]
+    assert collector_providers({"NETTRAIL_SKB_SAMPLE": "1", "NETTRAIL_SKB_STAGES": "ends"}) == [*sampled, "1", *ends]
+    assert collector_providers({"NETTRAIL_SKB_STAGES": "some"}) == [*sampled, str(COLLECTOR_SKB_SAMPLE), *ends]
+    assert collector_providers({"NETTRAIL_SKB_SAMPLE": "0", "NETTRAIL_SKB_STAGES": "all"}) == [
+        "--providers",
+        COLLECTOR_PROVIDERS,
+    ]

@@ -57,7 +57,8 @@ def free_port() -> int:
 
 def up_env(data_dir: Path, **extra: str) -> dict[str, str]:
     """The environment `nettrail up` runs in here: its own data, a given admin password."""
-    skip = ("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "CHANNEL_LAYER", "NETTRAIL_SKB_SAMPLE")  # up's defaults
+    # up's defaults
+    skip = ("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "CHANNEL_LAYER", "NETTRAIL_SKB_SAMPLE", "NETTRAIL_SKB_STAGES")
     env = {k: v for k, v in os.environ.items() if k not in skip}
     env.update(NETTRAIL_DATA=str(data_dir), NETTRAIL_ADMIN_PASSWORD=ADMIN_PASSWORD, NETTRAIL_TRIM_INTERVAL="0")
     return {**env, **extra}
@@ -266,6 +267,7 @@ def assert_token_kept_off_command_lines(up_pid: int, token_file: Path) -> str:
     providers = collectors[0][collectors[0].index("--providers") + 1]
     assert providers == "tcp,siftr,skb,ip-flows,udp,skb-lifecycle"
     assert collectors[0][collectors[0].index("--skb-sample") + 1] == str(COLLECTOR_SKB_SAMPLE)
+    assert collectors[0][collectors[0].index("--skb-stages") + 1] == "ends"  # sampled: no stage hooks
     assert collectors[0][collectors[0].index("--token-file") + 1] == str(token_file)
     return token
 

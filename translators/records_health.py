@@ -66,6 +66,7 @@ class CollectorStatus(Record, tag="collector_status", kw_only=True):
     ip_sample: Annotated[Int, doc("ip-flows: one ip_packet record per this many packets of a flow (--ip-sample; 0: none)")] = None
     drop_rate: Annotated[Int, doc("skb: drop events per second per CPU (--drop-rate; 0: all)")] = None
     skb_sample: Annotated[Int, doc("skb-lifecycle: one buffer lifetime followed in this many (--skb-sample; 1: all; null: skb-lifecycle not chosen)")] = None
+    skb_stages: Annotated[Str, doc("skb-lifecycle: the stages recorded (--skb-stages): 'all', or 'ends' (first sighting, copy to the reader and end only: no receive entry hook and no transmit start/done stage is recorded); null: skb-lifecycle not chosen")] = None
     stack_counters: Annotated[Bool, doc("the TCP MIB counters of /proc/net are read (stack_counter records)")] = None
 
 

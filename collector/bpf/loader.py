@@ -70,6 +70,16 @@ PROGRAMS: dict[str, frozenset[str]] = {
     "kfree_skb": frozenset({"tcpdebug", "skb", "skb-lifecycle"}),
     "udp_fail_queue_rcv_skb": frozenset({"udp"}),
 }
+# skb-lifecycle's intermediate stages (--skb-stages all): the receive entry hooks before
+# GRO and transmit start/done. They fire for every buffer, followed or not, so with sampled
+# lifecycles (--skb-sample N > 1) they are left out by default (--skb-stages ends): a
+# followed buffer keeps its first sighting (net_dev_queue / netif_receive_skb), its copy
+# to its reader (skb_copy_datagram_iovec) and its end (consume_skb, kfree_skb, the
+# consume inferred at sock_recv_length); docs/collector.md, "Stages recorded".
+SKB_STAGE_PROGRAMS = frozenset(
+    {"napi_gro_receive_entry", "netif_rx_entry", "netif_receive_skb_entry", "net_dev_start_xmit", "net_dev_xmit"}
+)
+SKB_STAGES = ("all", "ends")
 # Attribution programs a kernel may lack: sock_send_length/sock_recv_length came with 6.3.
 # Without them sockets are still attributed, at connect/listen/close (inet_sock_set_state),
 # by inheritance from the listener and by the owner map; what is lost is named (variants.py).
@@ -123,6 +133,18 @@ class Options:
     ip_sample: int = 0  # ip-flows: an ip_packet record for 1 packet in N of each flow entry (0 = none)
     ip_flows_max: int = DEFAULT_IP_FLOWS_MAX  # ip-flows: LRU map size; evictions are reported as loss
     skb_sample: int = 1  # skb-lifecycle: follow one buffer in N (1 = every buffer); the counts stay exact
+    # skb-lifecycle: "all" stages or "ends" only (SKB_STAGE_PROGRAMS left out); None:
+    # "ends" when sampled (skb_sample > 1), "all" when every buffer is followed
+    skb_stages: str | None = None
+
+
+def skb_stages(opts: Options) -> str:
+    """The stages skb-lifecycle records with these options: "all" or "ends"."""
+    if opts.skb_stages is not None:
+        if opts.skb_stages not in SKB_STAGES:
+            raise ValueError(f"skb stages {opts.skb_stages!r}: choose from {', '.join(SKB_STAGES)}")
+        return opts.skb_stages
+    return "ends" if opts.skb_sample > 1 else "all"
 
 
 def missing_privileges() -> str | None:
@@ -211,9 +233,9 @@ class KernelSession:
         self.path = path
 
     def configure(self) -> None:
-        wanted = set(self.opts.providers)
-        for name, needed_by in PROGRAMS.items():
-            load = bool(needed_by & wanted) and name not in self.absent
+        loaded = set(self.loaded_names())
+        for name in PROGRAMS:
+            load = name in loaded
             chosen = self.choice.programs.get(name, name)
             self.lib.bpf_program__set_autoload(self._find_program(chosen), load)
             for other in variants.VARIANTS.get(name, ()):
@@ -297,7 +319,8 @@ class KernelSession:
     # -- queries -------------------------------------------------------------------------
     def program_names(self) -> list[str]:
         wanted = set(self.opts.providers)
-        return [name for name, needed_by in PROGRAMS.items() if needed_by & wanted]
+        skip = SKB_STAGE_PROGRAMS if skb_stages(self.opts) == "ends" else frozenset()
+        return [name for name, needed_by in PROGRAMS.items() if needed_by & wanted and name not in skip]
 
     def loaded_names(self) -> list[str]:
         """The programs loaded: those the providers need on tracepoints this kernel has."""

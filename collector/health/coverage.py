@@ -173,6 +173,7 @@ def collector_status(
     ip_sample: int,
     drop_rate: int,
     skb_sample: int | None = None,
+    skb_stages: str | None = None,
     lost: dict[str, dict[str, str]] | None = None,
 ) -> CollectorStatus:
     """The H3 status record; ``lost``: provider -> {field: why} this kernel cannot give
@@ -187,5 +188,6 @@ def collector_status(
         providers=chosen, attached=dict(program_ids), absent=list(absent), failed=dict(failed),
         missing_drop_reasons=[r for r in WATCHED_DROP_REASONS if r not in reasons],
         rules_unavailable=unavailable, rules_degraded=degraded, kernel_release=os.uname().release,
-        ppl=ppl, ip_sample=ip_sample, drop_rate=drop_rate, skb_sample=skb_sample, stack_counters=stack_counters, degraded=lost or {},
+        ppl=ppl, ip_sample=ip_sample, drop_rate=drop_rate, skb_sample=skb_sample, skb_stages=skb_stages,
+        stack_counters=stack_counters, degraded=lost or {},
     )  # fmt: skip

@@ -99,6 +99,15 @@ def register(subparsers: Any) -> None:
         "(default 1 = every buffer; the counts of buffers seen stay exact: sampling_report)",
     )
     p.add_argument(
+        "--skb-stages",
+        choices=loader.SKB_STAGES,
+        default=None,
+        help="skb-lifecycle: the stages recorded. all: every stage (receive entry hooks, transmit start and "
+        "done too); ends: a followed buffer's first sighting, copy to its reader and end only, the other "
+        "stage hooks not attached (they run for every buffer). Default: ends with --skb-sample N > 1, "
+        "all with --skb-sample 1",
+    )
+    p.add_argument(
         "--ip-flows-max",
         type=int,
         default=loader.DEFAULT_IP_FLOWS_MAX,
@@ -162,6 +171,7 @@ def parse_options(args: argparse.Namespace) -> Options:
         ip_sample=args.ip_sample,
         ip_flows_max=args.ip_flows_max,
         skb_sample=args.skb_sample,
+        skb_stages=args.skb_stages,
     )
 
 
@@ -332,7 +342,9 @@ def status_record(session: KernelSession, env: KernelEnv, stack_counters: bool) 
     return coverage.collector_status(
         env, opts.providers, session.program_ids(), session.absent, session.failed, session.drop_reasons.values(),
         stack_counters=stack_counters, ppl=opts.ppl, ip_sample=opts.ip_sample, drop_rate=opts.drop_rate,
-        skb_sample=opts.skb_sample if "skb-lifecycle" in opts.providers else None, lost=variants.by_provider(session.degraded),
+        skb_sample=opts.skb_sample if "skb-lifecycle" in opts.providers else None,
+        skb_stages=loader.skb_stages(opts) if "skb-lifecycle" in opts.providers else None,
+        lost=variants.by_provider(session.degraded),
     )  # fmt: skip
 
 

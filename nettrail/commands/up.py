@@ -7,9 +7,10 @@ token for the local host (revoking the previous one), start daphne via
 ``python -m webapp.serve`` -- as root, in a child switched to the ``nettrail``
 system user (created if missing, owner of the data directory) -- then, as root and
 when the ``collect`` command exists, ``nettrail collect --server URL --token-file F
---alerts --ppl 8 --providers tcp,siftr,skb,ip-flows,udp,skb-lifecycle --skb-sample 256`` (sampled
-buffer lifecycles: $NETTRAIL_SKB_SAMPLE=N follows one buffer in N instead, 1 every buffer,
-0 none) as a root child (F: ``collector.token`` in the data directory, mode 0600, owned by root;
+--alerts --ppl 8 --providers tcp,siftr,skb,ip-flows,udp,skb-lifecycle --skb-sample 256
+--skb-stages ends`` (sampled buffer lifecycles: $NETTRAIL_SKB_SAMPLE=N follows one buffer in N
+instead, 1 every buffer, 0 none; each followed buffer's first sighting, copy and end, and
+$NETTRAIL_SKB_STAGES=all adds its receive entry and transmit stages) as a root child (F: ``collector.token`` in the data directory, mode 0600, owned by root;
 a token on the command line would be visible to every local user in ``ps``). Ctrl-C / SIGTERM stop both:
 the collector first (it drains its ring buffer and ships its last batches while the
 webapp still takes them), then the webapp.
@@ -80,21 +81,28 @@ COLLECTOR_PPL = 8
 # counters (ip-flows, no record per packet), UDP datagrams (udp: the UDP page; it takes
 # ip-flows' parse of each packet and reads nothing of a TCP packet) and buffer lifecycles, the kernel following one
 # buffer in COLLECTOR_SKB_SAMPLE (skb-lifecycle --skb-sample N: the Buffers page and each
-# connection's page, beside exact counts of the buffers seen). Following one buffer in 256
-# adds 1.9% to the set's CPU per byte of loopback TCP, one in 64 3.5%; the whole set costs
-# 1.082 of untraced with lifecycles at 256, 1.061 without: over the 3% always-on budget
-# either way (docs/benchmarks.md, "Sampled skb lifecycles and nettrail up's default
-# providers").
+# connection's page, beside exact counts of the buffers seen). Following one buffer in 256,
+# its ends only (below), adds 1.2% to the set's CPU per byte of loopback TCP (8.1% with
+# every stage hook); the whole set costs 1.134 of untraced with lifecycles at 256, 1.120
+# without: over the 3% always-on budget on loopback, within it over a veth pair
+# (docs/benchmarks.md, "Sampled skb lifecycles and nettrail up's default providers").
 # NETTRAIL_SKB_SAMPLE=N chooses another N (1: every buffer, the full tracing switch), 0
-# turns lifecycles off.
+# turns lifecycles off. Sampled, only the stages a followed buffer cannot lose are recorded
+# (--skb-stages ends: first sighting, copy to its reader, end): the other stage hooks
+# (receive entry, transmit start and done) fire for every buffer, followed or not, and
+# were most of what lifecycles added; NETTRAIL_SKB_STAGES=all records them too (the
+# default with N = 1, full tracing unchanged).
 COLLECTOR_PROVIDERS = "tcp,siftr,skb,ip-flows,udp"  # without lifecycles (NETTRAIL_SKB_SAMPLE=0)
 COLLECTOR_SKB_SAMPLE = 256  # the default N, the one the benchmark measures
 SKB_SAMPLE_ENV = "NETTRAIL_SKB_SAMPLE"
+SKB_STAGES_ENV = "NETTRAIL_SKB_STAGES"
+SKB_STAGES = ("all", "ends")  # collector/bpf/loader.py's SKB_STAGES (not imported: up runs without the collector)
 
 
 def collector_providers(env: dict[str, str]) -> list[str]:
     """`nettrail collect`'s provider arguments: the always-on set with sampled buffer
-    lifecycles, one buffer in $NETTRAIL_SKB_SAMPLE (default COLLECTOR_SKB_SAMPLE; 0: none)."""
+    lifecycles, one buffer in $NETTRAIL_SKB_SAMPLE (default COLLECTOR_SKB_SAMPLE; 0: none),
+    recording the stages $NETTRAIL_SKB_STAGES names (default: ends when sampled, all with N = 1)."""
     value = env.get(SKB_SAMPLE_ENV, "").strip()
     n = COLLECTOR_SKB_SAMPLE
     if value.isdigit():
@@ -104,7 +112,14 @@ def collector_providers(env: dict[str, str]) -> list[str]:
               f"got {value!r}: following one buffer in {n}", file=sys.stderr, flush=True)  # fmt: skip
     if n == 0:
         return ["--providers", COLLECTOR_PROVIDERS]
-    return ["--providers", COLLECTOR_PROVIDERS + ",skb-lifecycle", "--skb-sample", str(n)]
+    stages = "ends" if n > 1 else "all"
+    said = env.get(SKB_STAGES_ENV, "").strip()
+    if said in SKB_STAGES:
+        stages = said
+    elif said:  # said, and tracing goes on with the default
+        print(f"nettrail up: ${SKB_STAGES_ENV} must be all or ends, got {said!r}: recording {stages}",
+              file=sys.stderr, flush=True)  # fmt: skip
+    return ["--providers", COLLECTOR_PROVIDERS + ",skb-lifecycle", "--skb-sample", str(n), "--skb-stages", stages]
 
 
 def register(subparsers: Any) -> None:

@@ -71,7 +71,9 @@ def test_nettrail_ups_default_collector_shows_sampled_lifecycles(
 ) -> None:
     lst, args = up_collector
     n = COLLECTOR_SKB_SAMPLE
-    assert args[:4] == ["--providers", "tcp,siftr,skb,ip-flows,udp,skb-lifecycle", "--skb-sample", str(n)]
+    assert args[:6] == [
+        "--providers", "tcp,siftr,skb,ip-flows,udp,skb-lifecycle", "--skb-sample", str(n), "--skb-stages", "ends"
+    ]  # fmt: skip
     port = lst.getsockname()[1]
     cookies = {c["name"]: c["value"] for c in page.context.cookies()}
     deadline = time.monotonic() + WARMUP_S
@@ -99,7 +101,8 @@ def test_nettrail_ups_default_collector_shows_sampled_lifecycles(
         else:
             time.sleep(1)
     assert uuid, "no followed buffer consumed within 30 s"
-    assert stages == ["tx-first", "xmit-start", "xmit", "rx", "copy", "consume"]  # followed whole
+    # followed whole: its start, receive, reader and end (sampled: no transmit stage hook)
+    assert stages == ["tx-first", "rx", "copy", "consume"]
     client.close()
     server_side.close()
 
@@ -108,6 +111,7 @@ def test_nettrail_ups_default_collector_shows_sampled_lifecycles(
     note = page.locator("#life-sampling")
     assert note.get_attribute("data-skb-sample") == str(n)
     assert f"{HOST}: 1 buffer in {n} followed" in note.inner_text()
+    assert note.get_attribute("data-skb-stages") == "ends" and "--skb-stages all" in note.inner_text()
     consumed = page.locator("#lifecycles tbody tr", has_text="consumed")
     assert consumed.count() >= 1
     screenshot(page, "buffers-up-default-lifecycles")
@@ -116,5 +120,5 @@ def test_nettrail_ups_default_collector_shows_sampled_lifecycles(
     page.wait_for_selector("body[data-loaded='1']")
     conn_note = page.locator("#skbs-sampling")
     assert conn_note.get_attribute("data-skb-sample") == str(n)
-    assert f"1 buffer in {n}" in conn_note.inner_text()
+    assert f"1 buffer in {n}" in conn_note.inner_text() and "not recorded" in conn_note.inner_text()
     assert page.locator("#skbs tbody tr").count() >= 1

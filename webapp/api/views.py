@@ -25,7 +25,7 @@ from webapp.api.rows import (
     record_columns,
     record_dicts,
 )
-from webapp.traces import owner, recency
+from webapp.traces import owner, recency, skb_recording
 from webapp.traces.models import KIND_MODELS, Connection, Host, RecordModel
 from webapp.traces.schema import CONNECTIONLESS_KINDS
 
@@ -165,7 +165,9 @@ def connection_detail(request: ApiRequest, conn_uuid: str) -> HttpResponse:
         Param("limit", "int", "records per page", minimum=1, maximum=MAX_LIFECYCLE_LIMIT, default=LIFECYCLE_LIMIT),
     ),
     path_params=UUID_PATH,
-    returns="{conn_uuid, records: [...], next: cursor|null}",
+    returns="{conn_uuid, records: [...], next: cursor|null, skb_recording: {skb_sample, skb_stages, "
+    "stages_note}|null (the host's buffer lifecycles: one in skb_sample followed; skb_stages 'ends': no "
+    "transmit or receive entry stage recorded, stages_note says so)}",
 )
 def lifecycle(request: ApiRequest, conn_uuid: str) -> HttpResponse:
     conn = owner.connection_or_error(conn_uuid, request.params["host"])  # 404/409 as JSON
@@ -192,7 +194,14 @@ def lifecycle(request: ApiRequest, conn_uuid: str) -> HttpResponse:
     merged.sort(key=lambda item: item[0])
     page = merged[:limit]
     following = encode_cursor(list(page[-1][0])) if len(merged) > limit else None
-    return JsonResponse({"conn_uuid": conn_uuid, "records": [rec for _, rec in page], "next": following})
+    return JsonResponse(
+        {
+            "conn_uuid": conn_uuid,
+            "records": [rec for _, rec in page],
+            "next": following,
+            "skb_recording": skb_recording.recording(host),
+        }
+    )
 
 
 def _kinds(value: str | None) -> frozenset[str]:

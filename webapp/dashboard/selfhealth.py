@@ -19,6 +19,7 @@ from django.db.models import Sum
 from analysis.alerts.config import load_config
 from webapp.dashboard import alert_versions
 from webapp.dashboard.tables import Alert, CollectorStats, CollectorStatus, FlowCounters, LossReport, SamplingReport
+from webapp.traces import skb_recording
 
 MAX_STATS = 2000  # newest collector_stats per host in the chart (5.5 h at the default 10 s)
 MAX_ALERTS = 50
@@ -26,7 +27,8 @@ MAX_WINDOWS = 500  # newest flow_counters windows of a connection
 SELF_HEALTH_RULES = ("H1", "H2", "H3", "H4")
 STATUS_FIELDS = (
     "ts_wall", "pid", "comm", "boot_id", "providers", "attached", "absent", "failed", "missing_drop_reasons",
-    "rules_unavailable", "rules_degraded", "kernel_release", "ppl", "ip_sample", "drop_rate", "skb_sample", "stack_counters",
+    "rules_unavailable", "rules_degraded", "kernel_release", "ppl", "ip_sample", "drop_rate", "skb_sample", "skb_stages",
+    "stack_counters",
 )  # fmt: skip
 
 
@@ -64,17 +66,18 @@ def provider_off(provider: str, host: str | None = None) -> list[dict[str, Any]]
 def lifecycle_sampling(host: str | None = None) -> list[dict[str, Any]]:
     """Per host running skb-lifecycle: one buffer in how many its collector follows
     (``collector_status.skb_sample``) and the newest exact counts beside it (the
-    ``sampling_report`` of skb_event: buffers seen and followed in that window), for the
-    note every lifecycle view carries (issue 18 item 9)."""
+    ``sampling_report`` of skb_event: buffers seen and followed in that window), and the
+    stages it records (``skb_stages``, with the note the views show when some are not
+    recorded: webapp/traces/skb_recording.py), for the note every lifecycle view carries
+    (issue 18 item 9)."""
     out = []
     for h in [host] if host else hosts_with_status():
-        status = CollectorStatus.objects.filter(host_id=h).order_by("-ts_wall", "-id").values("providers", "skb_sample")
-        row = status.first()
-        if row is None or "skb-lifecycle" not in (row["providers"] or []):
+        rec = skb_recording.recording(h)
+        if rec is None:
             continue
         cols = ("observed", "emitted", "window_s", "ts_wall")
         report = SamplingReport.objects.filter(host_id=h, event_type="skb_event").order_by("-ts_wall", "-id")
-        out.append({"host_id": h, "skb_sample": row["skb_sample"] or 1, "last": report.values(*cols).first()})
+        out.append({"host_id": h, **rec, "last": report.values(*cols).first()})
     return out
 
 

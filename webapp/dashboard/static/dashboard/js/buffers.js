@@ -83,10 +83,12 @@
   }
 
   // Next to every lifecycle view: how many of the buffers the kernel followed (--skb-sample),
-  // with the exact counts of the newest report (webapp/dashboard/selfhealth.lifecycle_sampling).
+  // with the exact counts of the newest report (webapp/dashboard/selfhealth.lifecycle_sampling),
+  // and which stages it records (--skb-stages: with "ends", the stages not recorded are named).
   function sampling(id, list) {
     const p = document.getElementById(id);
     p.dataset.skbSample = (list || []).map((s) => s.skb_sample).join(",");
+    p.dataset.skbStages = (list || []).map((s) => s.skb_stages).join(",");
     if (!list || !list.length) {
       p.textContent = "No host runs skb-lifecycle: lifecycles need `nettrail collect --providers …,skb-lifecycle --skb-sample N` (with nettrail up: NETTRAIL_SKB_SAMPLE=N).";
       return;
@@ -94,8 +96,9 @@
     p.textContent = "Sampling: " + list.map((s) => {
       const ratio = s.skb_sample > 1 ? `1 buffer in ${num(s.skb_sample)} followed` : "every buffer followed";
       const last = s.last ? ` (last report: ${num(s.last.observed)} buffers seen, ${num(s.last.emitted)} followed)` : "";
-      return `${s.host_id}: ${ratio}${last}`;
-    }).join("; ");
+      const stages = s.stages_note ? ` ${s.stages_note}` : " Every stage recorded.";
+      return `${s.host_id}: ${ratio}${last}.${stages}`;
+    }).join(" ");
   }
 
   const fetchBuffers = NT.latest();

@@ -1,0 +1,49 @@
+"""What a host's collector records of each buffer lifecycle (skb-lifecycle): one buffer in
+how many it follows (``collector_status.skb_sample``) and which stages (``skb_stages``).
+
+With ``--skb-stages ends`` (the default when sampled, as `nettrail up` runs) a followed
+buffer's receive entry hooks and transmit start/done are not attached: its lifecycle is
+its first sighting, its copy to its reader and its end, and a stage's "since previous"
+spans the stages not recorded. Every lifecycle view and the read API say so
+(``stages_note``) rather than show fewer stages as if they were all. Keep in sync with
+collector/bpf/loader.py (SKB_STAGE_PROGRAMS), translators/records_health.py
+(CollectorStatus.skb_stages), js/buffers.js, js/connection.js.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webapp.traces.models import KIND_MODELS
+
+CollectorStatus: Any = KIND_MODELS["collector_status"]
+
+# The stage hooks --skb-stages ends leaves out (collector/bpf/loader.py, SKB_STAGE_PROGRAMS)
+NOT_RECORDED = "net_dev_start_xmit, net_dev_xmit, napi_gro_receive_entry, netif_rx_entry, netif_receive_skb_entry"
+ENDS_NOTE = (
+    "Transmit stages (xmit-start, xmit) and receive entry stages before GRO are not recorded: "
+    "each followed buffer shows its first sighting, its copy to its reader and its end only, and a "
+    "stage's time since the previous one spans the stages not seen. Enable them with --skb-stages all "
+    "(nettrail up: NETTRAIL_SKB_STAGES=all)."
+)
+
+
+def stages_note(stages: str) -> str | None:
+    """What the views say beside lifecycles recorded with these stages (None: all recorded)."""
+    return ENDS_NOTE if stages == "ends" else None
+
+
+def recording(host: str) -> dict[str, Any] | None:
+    """The host's newest collector_status, if it runs skb-lifecycle: {skb_sample,
+    skb_stages, stages_note}. A status without skb_stages is from a collector before the
+    option, which recorded every stage."""
+    row = (
+        CollectorStatus.objects.filter(host_id=host)
+        .order_by("-ts_wall", "-id")
+        .values("providers", "skb_sample", "skb_stages")
+        .first()
+    )
+    if row is None or "skb-lifecycle" not in (row["providers"] or []):
+        return None
+    stages = row["skb_stages"] or "all"
+    return {"skb_sample": row["skb_sample"] or 1, "skb_stages": stages, "stages_note": stages_note(stages)}

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,41 @@ def test_a_bad_filter_is_a_one_line_error() -> None:
     )  # fmt: skip
     assert proc.returncode == 1
     assert proc.stderr.startswith("nettrail: capture: bad filter 'tcp portx 1': ") and proc.stderr.count("\n") == 1
+
+
+def test_frames_queued_before_the_filter_is_attached_are_neither_captured_nor_counted_as_drops(tmp_path: Path) -> None:
+    """UDP floods loopback while the capture starts with a filter for one TCP port: the
+    frames its packet socket took before scapy had attached the filter are discarded, so
+    the capture holds this test's connection alone and reports no kernel drop."""
+    flood_until = time.monotonic() + 8  # bounded: the capture runs for 3 s after it starts
+    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sink.bind(("127.0.0.1", 0))  # never read: its queue fills, the rest is dropped there
+
+    def flood() -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+            while time.monotonic() < flood_until:
+                for _ in range(200):
+                    tx.sendto(b"f" * 1000, sink.getsockname())
+                time.sleep(0.001)
+
+    flooder = threading.Thread(target=flood)
+    flooder.start()
+    try:
+        server = socket.create_server(("127.0.0.1", 0))
+        bpf = f"tcp port {server.getsockname()[1]}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nettrail.cli", "capture", "-i", "lo", "--duration", "3", "-f", bpf, "--libxo", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert proc.stderr is not None
+        assert proc.stderr.readline() == "nettrail: capture: listening on lo, link type 1\n"
+        port = transfer(server, 20_000)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        flood_until = 0.0
+        flooder.join()
+        sink.close()
+    assert proc.returncode == 0 and err == "", err
+    doc = json.loads(out)["capture"]
+    assert [(c["proto"], c["dport"]) for c in doc["connection"]] == [("tcp", port)]
+    assert doc["totals"]["packets_dropped"] == 0

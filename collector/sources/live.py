@@ -38,6 +38,7 @@ ARPHRD_LINKTYPE = {
     778: 101,
 }  # ether, loopback, none/ipip/sit/gre -> raw IP
 SNAPLEN = 262144
+MAX_DISCARDED = 1 << 20  # a bound on the frames queued before the filter (32 MiB of buffer)
 
 
 class CaptureUnavailable(Exception):
@@ -75,6 +76,7 @@ class LiveCapture:
         self.sock: socket.socket = self._scapy.ins
         self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self._grow_buffer()
+        self._discard_before_filter()
         hatype = self.sock.getsockname()[3]
         if hatype not in ARPHRD_LINKTYPE:
             self.close()
@@ -96,6 +98,23 @@ class LiveCapture:
             self.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF)
         except OSError:  # without CAP_NET_ADMIN: as much as net.core.rmem_max allows
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+
+    def _discard_before_filter(self) -> None:
+        """The socket took every frame of every interface from its creation until scapy had
+        bound it and compiled and attached the filter (tens of ms): those frames are not the
+        capture's (other interfaces, other ports) and, on a busy host, its small default
+        buffer overflowed meanwhile. Read and drop what is queued and reset the drop count,
+        as libpcap does, before the capture says it is listening."""
+        timeout = self.sock.gettimeout()
+        self.sock.setblocking(False)
+        try:
+            for _ in range(MAX_DISCARDED):
+                self.sock.recv(1)
+        except BlockingIOError:
+            pass
+        finally:
+            self.sock.settimeout(timeout)
+        self.kernel_drops()  # PACKET_STATISTICS resets on read
 
     def kernel_drops(self) -> int:
         """Packets the kernel dropped for this socket since the last call (PACKET_STATISTICS)."""

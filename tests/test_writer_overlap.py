@@ -162,7 +162,9 @@ def test_a_row_changed_by_another_transaction_that_the_batch_does_not_change_is_
     store_entry(as_read(every_kind(1)))
     # The second batch touches connection 8 only; the other transaction changes 7.
     batch = [rec for rec in later(100) if rec.conn_uuid == UUID8]
-    folded_again = meanwhile(monkeypatch, lambda: other_session(f"UPDATE {TABLE} SET resets = 9 WHERE conn_uuid = '{UUID7}'"))
+    folded_again = meanwhile(
+        monkeypatch, lambda: other_session(f"UPDATE {TABLE} SET resets = 9 WHERE conn_uuid = '{UUID7}'")
+    )
     store_entry(as_read(batch))
     assert folded_again == []
     assert Connection.objects.get(conn_uuid=UUID7).resets == 9
@@ -220,3 +222,14 @@ def test_a_row_another_transaction_changes_that_the_batch_left_as_read_is_folded
     store_entry(as_read(batch))
     assert folded_again == [[(HOST, UUID8)]]
     assert Connection.objects.get(conn_uuid=UUID8).srtt_us == 900  # as if the batch came after
+
+
+def test_a_batch_of_one_kind_runs_both_steps_the_second_after_its_only_copy() -> None:
+    batch = [rec for rec in every_kind(1) if isinstance(rec, r.TcpStateChange)]
+    result, whole = store_entry(as_read(batch))
+    assert (whole, result.stored) == (None, len(batch))
+    overlapped = stored()
+    empty()
+    store_batch(batch)
+    assert stored() == overlapped
+    assert ("bench", "records_ingested", "tcp_state", len(batch)) in overlapped[1]

@@ -134,29 +134,34 @@ def _run_hooks(records: Sequence[Record]) -> None:
 
 @dataclass
 class _Overlapped:
-    """What store_new_batch does while PostgreSQL stores the batch's largest COPY."""
+    """What store_new_batch does while PostgreSQL stores the batch's COPYs, in two steps:
+    `read` during the largest COPY, `fold` during the second largest (pgcopy.copy_new)."""
 
     body: bytes
-    side: Any  # pgbulk.side_connection(), or None: the rows are read after the COPY
+    side: Any  # pgbulk.side_connection(), or None: the rows are read after the COPYs
     new: list[Any] = field(default_factory=list)
     fold: lifecycle.Fold | None = None
     writes: list[HookWrite | None] = field(default_factory=list)
 
-    def __call__(self) -> None:
+    def read(self) -> None:
+        """Decode the views (in batch order, as store_batch gives them), read their connections' rows."""
         import psycopg
 
         from webapp.traces import pgbulk, view
 
-        self.new = view.decode(self.body)  # in batch order, as store_batch gives them
+        self.new = view.decode(self.body)
         self.fold = lifecycle.prepare(self.new, load=False)
         if self.side is not None:
             try:
                 self.fold.load(self.side)
-            except psycopg.Error as exc:  # read again after the COPY, on the writer's own connection
+            except psycopg.Error as exc:  # read after the COPYs instead, on the writer's own connection
                 log.warning("the side connection failed (%s); reading the Connection rows after the COPY", exc)
                 pgbulk.close_side()
-            else:
-                self.fold.fold()
+
+    def fold_and_tally(self) -> None:
+        assert self.fold is not None
+        if self.fold.loaded:
+            self.fold.fold()
         self.writes = [hook(self.new) for hook in STORE_HOOKS]
 
 
@@ -166,9 +171,10 @@ def store_new_batch(body: bytes, encoded: Encoded) -> StoreResult | None:
     the entry's MessagePack records); in one transaction.
 
     The writer's own work overlaps the server's: while PostgreSQL stores the batch's
-    largest COPY, the views are decoded, the batch's Connection rows read on a second
-    session (pgbulk.side_connection: this one is busy with the COPY) and folded, and
-    the hooks tally; after the COPYs come only the writes. The rows are read without
+    largest COPY, the views are decoded and the batch's Connection rows read on a
+    second session (pgbulk.side_connection: this one is busy with the COPY); during the
+    second largest, the rows are folded and the hooks tally; after the COPYs come only
+    the writes. The rows are read without
     a lock, outside this transaction: each is written back only if it is still the
     version read, else read again, locked, and folded again (lifecycle.Fold.finish),
     so a concurrent update is never lost. Inside a transaction of the caller's, whose
@@ -184,10 +190,10 @@ def store_new_batch(body: bytes, encoded: Encoded) -> StoreResult | None:
     work = _Overlapped(body, pgbulk.side_connection())
     try:
         with transaction.atomic():
-            if not pgcopy.copy_new(encoded, meanwhile=work):
+            if not pgcopy.copy_new(encoded, meanwhile=[work.read, work.fold_and_tally]):
                 return None
             fold = work.fold
-            assert fold is not None, "copy_new runs `meanwhile` for every batch it stores"
+            assert fold is not None, "copy_new runs every step of `meanwhile` for a batch it stores"
             if not fold.loaded:
                 fold.load()
                 fold.fold()

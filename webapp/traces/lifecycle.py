@@ -17,15 +17,17 @@ Keep in sync with: webapp/traces/models.py (Connection columns), translators/rec
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
+import threading
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from django.db import connection, models
+from django.db import connection, models, transaction
 from django.db.models import Count
 
 from translators.records import BY_KIND, Record
@@ -54,6 +56,13 @@ _Conn: Any = msgspec.defstruct(
 )
 _values = operator.attrgetter(*UPDATE_FIELDS)
 _POSITIONS = range(len(UPDATE_FIELDS))
+# PostgreSQL: the Connection rows this thread last wrote, as committed, with their
+# versions: (host_id, conn_uuid) -> (id, boot_id, values, version), the least recently
+# written dropped first. A batch folds into them without reading the table again; a
+# row another transaction changed or deleted since is not the version remembered, so
+# it is read again and folded again as any row changed since its read (Fold.finish).
+REMEMBERED_ROWS = 20_000
+_memory = threading.local()
 
 
 def apply(records: Iterable[Record]) -> int:
@@ -104,10 +113,12 @@ class Fold:
             return 0
         if connection.vendor == "postgresql":
             # Two statements for the batch: the new rows, the changed ones (pgbulk.py).
-            pgbulk.insert(Connection, [*KEY_FIELDS, *UPDATE_FIELDS], self.new)
+            _insert_versioned(self.new)
             raced = self._update_unchanged_since_read(self.existing)
             if raced:
                 self._fold_again(raced)
+            written = [(key, (c.id, c.boot_id, _values(c), c.xmin)) for key, c in self.conns.items()]
+            transaction.on_commit(functools.partial(_remember, written))
         else:
             _insert(self.new)
             _update(self.existing.values())
@@ -123,14 +134,13 @@ class Fold:
         assert updated is not None
         same = [(conn.id, conn.xmin) for conn in conns.values() if conn.loaded == _values(conn)]
         stale = pgbulk.changed_since(Connection, same)  # one statement, only when there are such rows
-        if len(updated) == len(rows) and not stale:
-            return []
-        written = set(updated)
-        return [
-            key
-            for key, conn in conns.items()
-            if conn.id in stale or (conn.loaded != _values(conn) and conn.id not in written)
-        ]
+        raced = []
+        for key, conn in conns.items():
+            if conn.id in updated:
+                conn.xmin = updated[conn.id]
+            elif conn.id in stale or conn.loaded != _values(conn):
+                raced.append(key)
+        return raced
 
     def _fold_again(self, raced: list[tuple[str, str]]) -> None:
         """Rows another transaction changed (or deleted) since they were read: read them
@@ -153,7 +163,7 @@ class Fold:
                 again[key] = conn
         self.existing.update(again)
         self.new.extend(new)
-        pgbulk.insert(Connection, [*KEY_FIELDS, *UPDATE_FIELDS], new)
+        _insert_versioned(new)
         left = self._update_unchanged_since_read(again)
         assert not left, f"rows locked FOR UPDATE changed: {left}"
 
@@ -241,6 +251,38 @@ def _first_versions(alerts: list[tuple[tuple[str, str], Record]]) -> list[tuple[
     return out
 
 
+def _insert_versioned(conns: list[Any]) -> None:
+    """PostgreSQL: insert new rows (pgbulk.insert), giving each its id and version."""
+    by_key = {(conn.host_id, conn.conn_uuid): conn for conn in conns}
+    for host, uuid, pk, version in pgbulk.insert(
+        Connection, [*KEY_FIELDS, *UPDATE_FIELDS], conns, key=("host_id", "conn_uuid")
+    ):
+        conn = by_key[(host, uuid)]
+        conn.id, conn.xmin = pk, version
+
+
+def _remember(written: list[tuple[tuple[str, str], tuple[Any, ...]]]) -> None:
+    """After the commit: the rows as this thread wrote them (REMEMBERED_ROWS)."""
+    memory = _remembered()
+    for key, row in written:
+        memory.pop(key, None)  # to the end: the most recently written
+        memory[key] = row
+    while len(memory) > REMEMBERED_ROWS:
+        del memory[next(iter(memory))]
+
+
+def _remembered() -> dict[tuple[str, str], tuple[Any, ...]]:
+    memory: dict[tuple[str, str], tuple[Any, ...]] | None = getattr(_memory, "rows", None)
+    if memory is None:
+        memory = _memory.rows = {}
+    return memory
+
+
+def forget_rows() -> None:
+    """Drop this thread's remembered rows (tests; harmless anywhere: they are read again)."""
+    _memory.rows = {}
+
+
 def _columns(names: Iterable[str]) -> list[str]:
     quote = connection.ops.quote_name
     return [quote(Connection._meta.get_field(name).column) for name in names]
@@ -300,12 +342,24 @@ def _update(conns: Iterable[Any]) -> None:
 def _load(keys: list[tuple[str, str]], side: Any = None, lock: bool = False) -> dict[tuple[str, str], Any]:
     """The stored rows of these (host_id, conn_uuid) keys (by the conn_uuid index, then host).
 
-    PostgreSQL: with their versions; side: read on that connection (pgbulk.side_connection());
-    lock: FOR UPDATE, until the transaction ends."""
+    PostgreSQL: with their versions, the rows this thread wrote last taken as it
+    remembers them (REMEMBERED_ROWS) unless `lock`; side: read the others on that
+    connection (pgbulk.side_connection()); lock: FOR UPDATE, until the transaction ends."""
+    found: dict[tuple[str, str], Any] = {}
+    if connection.vendor == "postgresql" and not lock:
+        memory = _remembered()
+        for key in keys:
+            row = memory.get(key)
+            if row is not None:
+                pk, boot, values, version = row
+                found[key] = _Conn(pk, key[0], boot, key[1], *values, values, version)
+        if found:
+            keys = [key for key in keys if key not in found]
+            if not keys:
+                return found
     wanted = set(keys)
     uuids = sorted({uuid for _, uuid in keys})
     names = ["id", *KEY_FIELDS, *UPDATE_FIELDS]
-    found: dict[tuple[str, str], Any] = {}
     if connection.vendor == "postgresql":
         rows = pgbulk.load(Connection, names, "conn_uuid", uuids, _Conn, version=True, lock=lock, side=side)
         for conn in rows:

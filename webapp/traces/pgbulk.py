@@ -136,28 +136,36 @@ def changed_since(model: type[models.Model], rows: Sequence[tuple[int, str]]) ->
         return {pk for (pk,) in cursor.fetchall()}
 
 
-def insert(model: type[models.Model], names: Sequence[str], rows: Sequence[Any]) -> None:
+def insert(
+    model: type[models.Model], names: Sequence[str], rows: Sequence[Any], *, key: Sequence[str] = ()
+) -> list[tuple[Any, ...]]:
     """Insert new rows (objects msgspec encodes with a key per column name; others ignored).
 
     A plain INSERT: a row another transaction inserted since this one read the table
     raises IntegrityError on its unique key, so the batch is rolled back and stored
     again rather than overwriting it.
+    key: columns that name a row: then (their values..., id, version) of each row inserted.
     """
     if not rows:
-        return
+        return []
     quote = connection.ops.quote_name
     for name in names:
         assert model._meta.get_field(name).column == name, name  # JSON keys are column names
     table = quote(model._meta.db_table)
     columns = ", ".join(quote(name) for name in names)
     sql = f"INSERT INTO {table} ({columns}) SELECT {columns} FROM json_populate_recordset(NULL::{table}, %s::json)"
+    pk = model._meta.pk
+    assert pk is not None
+    if key:
+        sql += f" RETURNING {', '.join(quote(name) for name in key)}, {quote(pk.column)}, xmin::text"
     with connection.cursor() as cursor:
         cursor.execute(sql, [_encode(rows).decode()])
+        return [tuple(row) for row in cursor.fetchall()] if key else []
 
 
 def update_by_id(
     model: type[models.Model], names: Sequence[str], rows: Sequence[tuple[Any, ...]], *, versioned: bool = False
-) -> set[int] | None:
+) -> dict[int, str] | None:
     """UPDATE rows by primary key, one statement: ``UPDATE t SET a = v.a, ... FROM
     unnest(%s::bigint[], %s::<type of a>[], ...) AS v(id, a, ...) WHERE t.id = v.id``.
 
@@ -167,10 +175,10 @@ def update_by_id(
     nothing more (an update that is not HOT adds an entry to every index anyway).
     rows: (value of names[0], ..., value of names[-1], id) each, then the version
     read (load's VERSION) when `versioned`: then only the rows still at that version
-    are updated, and their ids returned (None otherwise).
+    are updated, and returned: id -> the new version (None otherwise).
     """
     if not rows:
-        return set() if versioned else None
+        return {} if versioned else None
     quote = connection.ops.quote_name
     fields = [model._meta.get_field(name) for name in names]
     columns = [quote(field.column) for field in fields]
@@ -188,8 +196,8 @@ def update_by_id(
         f"FROM unnest({arrays}) AS v({', '.join([*columns, *key])}) WHERE t.{quote(pk.column)} = v.{key[0]}"
     )
     if versioned:
-        sql += f" AND t.xmin = v.{key[1]} RETURNING t.{quote(pk.column)}"
+        sql += f" AND t.xmin = v.{key[1]} RETURNING t.{quote(pk.column)}, t.xmin::text"
     values = [list(column) for column in zip(*rows, strict=True)]
     with connection.cursor() as cursor:
         cursor.execute(sql, values)
-        return {pk for (pk,) in cursor.fetchall()} if versioned else None
+        return dict(cursor.fetchall()) if versioned else None

@@ -79,3 +79,32 @@ def test_a_versioned_update_writes_only_the_rows_still_at_the_version_read() -> 
         ("u1", 3.0, 0),
         ("u2", 2.0, 7),
     ]
+
+
+AWKWARD = ['a"b', "back\\slash", "", "NULL", "null", "{x,y}", " spaced ", "tab\tnew\nline", "ü ∞", '\\"', "'", None]
+
+
+def test_array_parameters_keep_every_value() -> None:
+    cases = {
+        "text": AWKWARD,
+        "bigint": [0, -1, 2**63 - 1, -(2**63), None],
+        "integer": [7, None, -2147483648],
+        "double precision": [0.1, 1e-300, 1e300, -0.0, 123456789.12345679, 2.0, 3, None],
+        "boolean": [True, False, None],
+    }
+    with connection.cursor() as cursor:
+        for kind, values in cases.items():
+            cursor.execute(f"SELECT %s::{kind}[]", [pgbulk.array_literal(kind, values)])
+            assert cursor.fetchone()[0] == values, kind
+        cursor.execute("SELECT %s::bigint[]", [pgbulk.array_literal("bigint", [])])
+        assert cursor.fetchone()[0] == []
+
+
+def test_text_values_come_back_as_written_by_a_batch_update() -> None:
+    pgbulk.insert(Connection, NAMES, [conn(f"u{i}") for i in range(len(AWKWARD))])
+    rows = pgbulk.load(Connection, ["id", *NAMES], "conn_uuid", [f"u{i}" for i in range(len(AWKWARD))], lifecycle._Conn)
+    by_uuid = {row.conn_uuid: row.id for row in rows}
+    values = [(comm, 2.5, by_uuid[f"u{i}"]) for i, comm in enumerate(AWKWARD)]
+    pgbulk.update_by_id(Connection, ["comm", "last_seen"], values)
+    stored = dict(Connection.objects.values_list("conn_uuid", "comm"))
+    assert [stored[f"u{i}"] for i in range(len(AWKWARD))] == AWKWARD

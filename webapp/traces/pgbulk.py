@@ -68,13 +68,14 @@ def load(
         f"SELECT coalesce(json_agg(r), '[]')::text FROM (SELECT {columns} FROM {quote(model._meta.db_table)} "
         f"WHERE {quote(field.column)} = ANY(%s::{field.db_type(connection)}[]){' FOR UPDATE' if lock else ''}) AS r"
     )
+    param = array_literal(field.db_type(connection), values)
     if side is not None:
         with side.cursor() as raw:
-            raw.execute(sql, [values])
+            raw.execute(sql, [param])
             row = raw.fetchone()
     else:
         with connection.cursor() as cursor:
-            cursor.execute(sql, [values])
+            cursor.execute(sql, [param])
             row = cursor.fetchone()
     assert row is not None
     return msgspec.json.decode(row[0], type=list[into])
@@ -132,7 +133,7 @@ def changed_since(model: type[models.Model], rows: Sequence[tuple[int, str]]) ->
     )
     ids, versions = zip(*rows, strict=True)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [list(ids), list(versions)])
+        cursor.execute(sql, [array_literal("bigint", ids), array_literal("xid", versions)])
         return {pk for (pk,) in cursor.fetchall()}
 
 
@@ -197,7 +198,33 @@ def update_by_id(
     )
     if versioned:
         sql += f" AND t.xmin = v.{key[1]} RETURNING t.{quote(pk.column)}, t.xmin::text"
-    values = [list(column) for column in zip(*rows, strict=True)]
+    values = [array_literal(kind, column) for kind, column in zip(types, zip(*rows, strict=True), strict=True)]
     with connection.cursor() as cursor:
         cursor.execute(sql, values)
         return dict(cursor.fetchall()) if versioned else None
+
+
+_TEXT_TYPES = ("text", "varchar", "xid")
+
+
+def array_literal(kind: str, values: Sequence[Any]) -> str:
+    """PostgreSQL's text form of an array of `kind` holding `values` (None: NULL), for a
+    ``%s::kind[]`` parameter.
+
+    psycopg's list dumper formats each element in Python (and a text one through a
+    regular expression): 16% of the writer's CPU (cProfile), for a batch's UPDATE of
+    1,000 rows. Here numbers and bools are one msgspec JSON encoding (JSON's numbers,
+    true/false and null are what the array parser reads: floats in their shortest
+    exact form, null case-insensitively as NULL), with its brackets made braces; a
+    text element is double-quoted with its backslashes and double quotes escaped, the
+    only characters special inside quotes.
+    """
+    if kind.startswith(_TEXT_TYPES):
+        return "{" + ",".join("NULL" if value is None else _quoted(value) for value in values) + "}"
+    return "{" + _encode(values)[1:-1].decode() + "}"
+
+
+def _quoted(value: str) -> str:
+    if "\\" in value or '"' in value:
+        value = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{value}"'

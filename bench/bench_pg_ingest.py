@@ -6,12 +6,15 @@ Same records as bench_ingest.py (realistic mix over 1,000 connections), batches 
 5,000 MessagePack-encoded as they travel on the Redis stream. Measured in one run,
 each phase on empty tables, best of --rounds:
 
-* writer: what webapp/bus/writer.py does per stream entry (store_entry) -- decode
+* writer: what webapp/bus/writer.py does per stream entry (store_entry) -- COPY the
+  entry's COPY-ready bytes into day partitions, largest kind first; meanwhile decode
   the records' views (webapp/traces/view.py: only the fields the Connection fold and
-  the metric hook read; the ingest tier validated the batch), COPY the entry's
-  COPY-ready bytes into day partitions, fold the connections (one json_agg to read
-  them, folded while the server stores the largest COPY, one UPDATE ... FROM unnest
-  to write them: pgbulk.py), the metric hook, commit. The live push is not included (with no listener it decodes nothing).
+  the metric hook read; the ingest tier validated the batch) and read the batch's
+  Connection rows on a second session (one json_agg; the rows the writer committed
+  itself are remembered, not read), then, during the second COPY, fold them and tally
+  the metric hook; after the COPYs one UPDATE ... FROM unnest to write the rows
+  still at the version read (pgbulk.py), the counters, commit. The live push is not
+  included (with no listener it decodes nothing).
 * writer, whole records: the same entry stored as before the views -- every field
   of every record decoded, store_batch().
 * staged: the same, but every batch through the redelivery path (COPY into a
@@ -382,9 +385,12 @@ def report(
         "The writer neither builds nor formats rows (the ingest tier queues them COPY-ready: compare the two",
         "ingest-tier rows) nor decodes what it does not read: an all-new batch is stored from its records' views",
         "(webapp/traces/view.py), whose decoding skips every field the Connection fold and the metric hook do not",
-        "read; its connections are read with one json_agg, folded while the server stores the largest COPY and",
-        "written with one UPDATE ... FROM unnest (webapp/traces/pgbulk.py). A batch holding an already stored record, or a value the database refuses,",
-        "is stored from its whole records as before (the 'whole records' row is that cost for every batch).",
+        "read. Its own work overlaps the server's: while PostgreSQL stores the largest COPY, the views are",
+        "decoded and the batch's Connection rows read on a second session (those the writer committed itself are",
+        "remembered: after a round's first batch nothing is read); during the second COPY they are folded and the",
+        "metric hook tallies; after the COPYs, one UPDATE ... FROM unnest writes the rows still at the version read",
+        "(webapp/traces/pgbulk.py, lifecycle.py). A batch holding an already stored record, or a value the database",
+        "refuses, is stored from its whole records as before (the 'whole records' row is that cost for every batch).",
         "What is left of the writer's own CPU beyond the raw COPY's is the Connection fold in Python and the",
         "views' decoding. The batch updates 1,000 Connection rows; on PostgreSQL the table's indexes name",
         "last_seen_bucket (last_seen // 10 s) where they would name last_seen, and its fillfactor leaves room on",

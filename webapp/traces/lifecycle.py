@@ -6,11 +6,12 @@ conn_uuid), so a record of host B never changes host A's row, whatever its conn_
 
 Called inside the ingest transaction with the records that were actually stored
 (duplicates excluded), so counters stay exact when the collector resends a batch.
-On PostgreSQL the rows are read without a lock (and by the scale-out writer on a
-second session, while its own is busy with the batch's COPY: store.store_new_batch),
-then written back only where they are still the version read; a row another
-transaction changed (or deleted) since is read again, locked, and folded again from
-the same records, so a concurrent update is never overwritten.
+On PostgreSQL the rows are read without a lock (by the scale-out writer on a second
+session, while its own is busy with the batch's COPY: store.store_new_batch), or taken
+as this thread last committed them (REMEMBERED_ROWS), then written back only where
+they are still the version read (xmin); a row another transaction changed or deleted
+since, changed by the batch or not, is read again, locked, and folded again from the
+same records, so a concurrent update is never overwritten.
 Which kinds count for what is documented in docs/webapp.md ("Connections").
 Keep in sync with: webapp/traces/models.py (Connection columns), translators/records.py.
 """

@@ -135,7 +135,7 @@ def _run_hooks(records: Sequence[Record]) -> None:
 @dataclass
 class _Overlapped:
     """What store_new_batch does while PostgreSQL stores the batch's COPYs, in two steps:
-    `read` during the largest COPY, `fold` during the second largest (pgcopy.copy_new)."""
+    `read` during the largest COPY, `fold_and_tally` during the second (pgcopy.copy_new)."""
 
     body: bytes
     side: Any  # pgbulk.side_connection(), or None: the rows are read after the COPYs
@@ -172,13 +172,14 @@ def store_new_batch(body: bytes, encoded: Encoded) -> StoreResult | None:
 
     The writer's own work overlaps the server's: while PostgreSQL stores the batch's
     largest COPY, the views are decoded and the batch's Connection rows read on a
-    second session (pgbulk.side_connection: this one is busy with the COPY); during the
-    second largest, the rows are folded and the hooks tally; after the COPYs come only
-    the writes. The rows are read without
-    a lock, outside this transaction: each is written back only if it is still the
-    version read, else read again, locked, and folded again (lifecycle.Fold.finish),
-    so a concurrent update is never lost. Inside a transaction of the caller's, whose
-    writes another session cannot see, the rows are read after the COPY on this one.
+    second session (pgbulk.side_connection: this one is busy with the COPY), those
+    this thread committed last taken as it remembers them (lifecycle.REMEMBERED_ROWS);
+    during the second largest COPY, the rows are folded and the hooks tally; after the
+    COPYs come only the writes. The rows are read without a lock, outside this
+    transaction: each is written back only if it is still the version read, else read
+    again, locked, and folded again (lifecycle.Fold.finish), so a concurrent update is
+    never lost. Inside a transaction of the caller's, whose writes another session
+    cannot see, the rows are read after the COPYs, on this session.
 
     None, with nothing written, when the batch cannot be stored this way: a record of
     it is already stored (a resend, a redelivery) or the database refuses a value. The

@@ -6,12 +6,15 @@ Same records as bench_ingest.py (realistic mix over 1,000 connections), batches 
 5,000 MessagePack-encoded as they travel on the Redis stream. Measured in one run,
 each phase on empty tables, best of --rounds:
 
-* writer: what webapp/bus/writer.py does per stream entry (store_entry) -- decode
+* writer: what webapp/bus/writer.py does per stream entry (store_entry) -- COPY the
+  entry's COPY-ready bytes into day partitions, largest kind first; meanwhile decode
   the records' views (webapp/traces/view.py: only the fields the Connection fold and
-  the metric hook read; the ingest tier validated the batch), COPY the entry's
-  COPY-ready bytes into day partitions, fold the connections (one json_agg to read
-  them, folded while the server stores the largest COPY, one UPDATE ... FROM unnest
-  to write them: pgbulk.py), the metric hook, commit. The live push is not included (with no listener it decodes nothing).
+  the metric hook read; the ingest tier validated the batch) and read the batch's
+  Connection rows on a second session (one json_agg; the rows the writer committed
+  itself are remembered, not read), then, during the second COPY, fold them and tally
+  the metric hook; after the COPYs one UPDATE ... FROM unnest to write the rows
+  still at the version read (pgbulk.py), the counters, commit. The live push is not
+  included (with no listener it decodes nothing).
 * writer, whole records: the same entry stored as before the views -- every field
   of every record decoded, store_batch().
 * staged: the same, but every batch through the redelivery path (COPY into a
@@ -158,11 +161,16 @@ def _raw_copy(row_batches: list[list[tuple[str, Any]]]) -> Callable[[], None]:
 def _empty_tables() -> None:
     from django.db import connection
 
+    from webapp.traces import lifecycle
     from webapp.traces.models import KIND_MODELS, Connection
 
     tables = [model._meta.db_table for model in [*KIND_MODELS.values(), Connection]]
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables) + " CASCADE")
+    # A round starts as a new writer would: remembering no Connection rows (the ones it
+    # remembers are gone; it would find out, read them again and fold again: not a
+    # writer's common batch).
+    lifecycle.forget_rows()
 
 
 def _prepare(count: int, batch: int) -> tuple[list[bytes], list[list[tuple[str, Any]]]]:
@@ -262,6 +270,9 @@ def run_postgres(
         version = f"{connection.pg_version // 10000}.{connection.pg_version % 10000}"
         return medians, version, (updates[0], updates[1])
     finally:
+        from webapp.traces import pgbulk
+
+        pgbulk.close_side()
         connection.close()
         creation.destroy_test_db(test_name, verbosity=0)
         shutil.rmtree(data_dir, ignore_errors=True)
@@ -374,9 +385,12 @@ def report(
         "The writer neither builds nor formats rows (the ingest tier queues them COPY-ready: compare the two",
         "ingest-tier rows) nor decodes what it does not read: an all-new batch is stored from its records' views",
         "(webapp/traces/view.py), whose decoding skips every field the Connection fold and the metric hook do not",
-        "read; its connections are read with one json_agg, folded while the server stores the largest COPY and",
-        "written with one UPDATE ... FROM unnest (webapp/traces/pgbulk.py). A batch holding an already stored record, or a value the database refuses,",
-        "is stored from its whole records as before (the 'whole records' row is that cost for every batch).",
+        "read. Its own work overlaps the server's: while PostgreSQL stores the largest COPY, the views are",
+        "decoded and the batch's Connection rows read on a second session (those the writer committed itself are",
+        "remembered: after a round's first batch nothing is read); during the second COPY they are folded and the",
+        "metric hook tallies; after the COPYs, one UPDATE ... FROM unnest writes the rows still at the version read",
+        "(webapp/traces/pgbulk.py, lifecycle.py). A batch holding an already stored record, or a value the database",
+        "refuses, is stored from its whole records as before (the 'whole records' row is that cost for every batch).",
         "What is left of the writer's own CPU beyond the raw COPY's is the Connection fold in Python and the",
         "views' decoding. The batch updates 1,000 Connection rows; on PostgreSQL the table's indexes name",
         "last_seen_bucket (last_seen // 10 s) where they would name last_seen, and its fillfactor leaves room on",

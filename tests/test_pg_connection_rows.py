@@ -5,6 +5,7 @@ Run with `-m postgres` and DATABASE_URL; on SQLite the fold keeps its executeman
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from django.db import IntegrityError, connection, transaction
 
@@ -59,3 +60,51 @@ def test_a_new_row_another_transaction_inserted_first_is_refused_not_overwritten
     with pytest.raises(IntegrityError, match="nt_conn_host_uuid"), transaction.atomic():
         pgbulk.insert(Connection, NAMES, [conn("u1"), conn("u2")])
     assert list(Connection.objects.values_list("conn_uuid", "last_seen", "resets")) == [("u1", 9.0, 4)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_versioned_update_writes_only_the_rows_still_at_the_version_read() -> None:
+    # A version is the transaction that wrote it (xmin): another transaction's change is a new one.
+    pgbulk.insert(Connection, NAMES, [conn("u1"), conn("u2")])
+    rows = {
+        row.conn_uuid: row
+        for row in pgbulk.load(Connection, ["id", *NAMES], "conn_uuid", ["u1", "u2"], lifecycle._Conn, version=True)
+    }
+    assert all(isinstance(row.xmin, str) for row in rows.values())
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
+        other.execute(f"UPDATE {Connection._meta.db_table} SET resets = 7 WHERE conn_uuid = 'u2'")
+    values = [(3.0, row.id, row.xmin) for row in rows.values()]
+    assert set(pgbulk.update_by_id(Connection, ["last_seen"], values, versioned=True) or ()) == {rows["u1"].id}
+    assert sorted(Connection.objects.values_list("conn_uuid", "last_seen", "resets")) == [
+        ("u1", 3.0, 0),
+        ("u2", 2.0, 7),
+    ]
+
+
+AWKWARD = ['a"b', "back\\slash", "", "NULL", "null", "{x,y}", " spaced ", "tab\tnew\nline", "ü ∞", '\\"', "'", None]
+
+
+def test_array_parameters_keep_every_value() -> None:
+    cases = {
+        "text": AWKWARD,
+        "bigint": [0, -1, 2**63 - 1, -(2**63), None],
+        "integer": [7, None, -2147483648],
+        "double precision": [0.1, 1e-300, 1e300, -0.0, 123456789.12345679, 2.0, 3, None],
+        "boolean": [True, False, None],
+    }
+    with connection.cursor() as cursor:
+        for kind, values in cases.items():
+            cursor.execute(f"SELECT %s::{kind}[]", [pgbulk.array_literal(kind, values)])
+            assert cursor.fetchone()[0] == values, kind
+        cursor.execute("SELECT %s::bigint[]", [pgbulk.array_literal("bigint", [])])
+        assert cursor.fetchone()[0] == []
+
+
+def test_text_values_come_back_as_written_by_a_batch_update() -> None:
+    pgbulk.insert(Connection, NAMES, [conn(f"u{i}") for i in range(len(AWKWARD))])
+    rows = pgbulk.load(Connection, ["id", *NAMES], "conn_uuid", [f"u{i}" for i in range(len(AWKWARD))], lifecycle._Conn)
+    by_uuid = {row.conn_uuid: row.id for row in rows}
+    values = [(comm, 2.5, by_uuid[f"u{i}"]) for i, comm in enumerate(AWKWARD)]
+    pgbulk.update_by_id(Connection, ["comm", "last_seen"], values)
+    stored = dict(Connection.objects.values_list("conn_uuid", "comm"))
+    assert [stored[f"u{i}"] for i in range(len(AWKWARD))] == AWKWARD

@@ -49,7 +49,7 @@ from django.db import DatabaseError, close_old_connections, connection
 from translators.records import Record, decode_batch
 from webapp.bus import streams
 from webapp.bus.recent_pushes import RecentPushes
-from webapp.traces import alert_mail, pgcopy, push, refusal_loss, view
+from webapp.traces import alert_mail, pgbulk, pgcopy, push, refusal_loss
 from webapp.traces.store import StoreResult, UnstorableRecord, store_batch, store_new_batch
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ def store_entry(fields: dict[bytes, bytes]) -> tuple[StoreResult, list[Record] |
     copy = fields.get(b"copy")
     encoded = pgcopy.decode(copy) if copy is not None else None
     if encoded is not None and connection.vendor == "postgresql":
-        result = store_new_batch(view.decode(fields[b"body"]), encoded)
+        result = store_new_batch(fields[b"body"], encoded)
         if result is not None:
             return result, None
     records = decode_batch(fields[b"body"], "msgpack", trusted=True)
@@ -157,6 +157,7 @@ class Writer:
                 if "NOGROUP" not in str(exc):
                     raise
                 streams.ensure_group(self.conn)  # Redis came back without its data
+        pgbulk.close_side()
         self.publish()
 
     def step(self) -> int:

@@ -11,10 +11,11 @@ Keep in sync with: webapp/metrics/exposition.py (names, help), models.py.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import connection
@@ -49,10 +50,11 @@ _COUNTED = (r.TcpStateChange, r.Connection, r.TcpRetransmit, r.TcpReset, r.DropC
 COUNTED_TYPES = frozenset({*_COUNTED, *(view.VIEWS[cls] for cls in _COUNTED)})
 
 
-def count_stored(records: Sequence[Record]) -> None:
+def count_stored(records: Sequence[Record]) -> Callable[[], None] | None:
+    """The store hook (webapp/traces/store.py): tally now, no database; add() the counts
+    when the returned write is run, inside the batch's transaction."""
     deltas = tally(records)
-    if deltas:
-        add(deltas)
+    return functools.partial(add, deltas) if deltas else None
 
 
 def tally(records: Sequence[Record]) -> Counter[Key]:

@@ -6,21 +6,29 @@ conn_uuid), so a record of host B never changes host A's row, whatever its conn_
 
 Called inside the ingest transaction with the records that were actually stored
 (duplicates excluded), so counters stay exact when the collector resends a batch.
+On PostgreSQL the rows are read without a lock (by the scale-out writer on a second
+session, while its own is busy with the batch's COPY: store.store_new_batch), or taken
+as this thread last committed them (REMEMBERED_ROWS), then written back only where
+they are still the version read (xmin); a row another transaction changed or deleted
+since, changed by the batch or not, is read again, locked, and folded again from the
+same records, so a concurrent update is never overwritten.
 Which kinds count for what is documented in docs/webapp.md ("Connections").
 Keep in sync with: webapp/traces/models.py (Connection columns), translators/records.py.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
+import threading
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from django.db import connection, models
+from django.db import connection, models, transaction
 from django.db.models import Count
 
 from translators.records import BY_KIND, Record
@@ -44,10 +52,18 @@ _Conn: Any = msgspec.defstruct(
         # Typed floats: PostgreSQL's JSON (pgbulk.load) writes a whole float without ".0".
         *((name, float if name in _FLOATS else Any, DEFAULTS[name]) for name in UPDATE_FIELDS),
         ("loaded", Any, ()),  # the stored values, to write back only what changed
+        (pgbulk.VERSION, Any, None),  # PostgreSQL: the row's version read (xmin), None for a new row
     ],
 )
 _values = operator.attrgetter(*UPDATE_FIELDS)
 _POSITIONS = range(len(UPDATE_FIELDS))
+# PostgreSQL: the Connection rows this thread last wrote, as committed, with their
+# versions: (host_id, conn_uuid) -> (id, boot_id, values, version), the least recently
+# written dropped first. A batch folds into them without reading the table again; a
+# row another transaction changed or deleted since is not the version remembered, so
+# it is read again and folded again as any row changed since its read (Fold.finish).
+REMEMBERED_ROWS = 20_000
+_memory = threading.local()
 
 
 def apply(records: Iterable[Record]) -> int:
@@ -60,22 +76,34 @@ def apply(records: Iterable[Record]) -> int:
 @dataclass
 class Fold:
     """One batch's fold in steps, so that a writer can fold while PostgreSQL takes the
-    batch's COPY (store.store_new_batch): prepare() (before the records are stored),
-    fold() (Python only), finish() (once they are: alerts, then the write)."""
+    batch's COPY (store.store_new_batch): prepare() (the records by connection, and
+    their rows read unless load=False), load() (the rows, on a side connection if
+    given), fold() (Python only), finish() (once the records are stored: alerts, then
+    the write)."""
 
     touched: dict[tuple[str, str], list[tuple[Any, Record]]]
     alerts: list[tuple[tuple[str, str], Record]]
     conns: dict[tuple[str, str], Any] = field(default_factory=dict)  # every connection folded
     existing: dict[tuple[str, str], Any] = field(default_factory=dict)  # loaded, not new
     new: list[Any] = field(default_factory=list)
+    loaded: bool = False
+    alerts_by_key: dict[tuple[str, str], list[tuple[Any, Record]]] = field(default_factory=dict)  # first versions
+
+    def load(self, side: Any = None) -> None:
+        """Read the stored rows of the connections the batch touches (on `side`, a
+        pgbulk.side_connection(), instead of Django's connection when given)."""
+        if self.touched:
+            self.existing = _load(list(self.touched), side=side)
+        self.loaded = True
 
     def fold(self) -> None:
         """Fold the records of the tracked kinds but alerts into their (loaded or new) rows."""
+        assert self.loaded
         self._fold(self.touched)
 
     def finish(self) -> int:
         """Fold the alerts seen for the first time (the batch must be stored) and write the rows."""
-        by_key: dict[tuple[str, str], list[tuple[Any, Record]]] = {}
+        by_key = self.alerts_by_key
         for key, rec in _first_versions(self.alerts):
             by_key.setdefault(key, []).append((_fold_alert, rec))
         unloaded = [key for key in by_key if key not in self.conns]
@@ -86,13 +114,59 @@ class Fold:
             return 0
         if connection.vendor == "postgresql":
             # Two statements for the batch: the new rows, the changed ones (pgbulk.py).
-            pgbulk.insert(Connection, [*KEY_FIELDS, *UPDATE_FIELDS], self.new)
-            changed, rows = _changes(self.existing.values())
-            pgbulk.update_by_id(Connection, [UPDATE_FIELDS[i] for i in changed], rows)
+            _insert_versioned(self.new)
+            raced = self._update_unchanged_since_read(self.existing)
+            if raced:
+                self._fold_again(raced)
+            written = [(key, (c.id, c.boot_id, _values(c), c.xmin)) for key, c in self.conns.items()]
+            transaction.on_commit(functools.partial(_remember, written))
         else:
             _insert(self.new)
             _update(self.existing.values())
         return len(self.conns)
+
+    def _update_unchanged_since_read(self, conns: dict[tuple[str, str], Any]) -> list[tuple[str, str]]:
+        """PostgreSQL: write the changed rows that are still the version read; the keys of the
+        rows that are not (changed or deleted by another transaction since), whether this
+        batch changed them or not: its records may change the newer version where they
+        left the one read as it was."""
+        changed, rows = _changes(conns.values(), versioned=True)
+        updated = pgbulk.update_by_id(Connection, [UPDATE_FIELDS[i] for i in changed], rows, versioned=True)
+        assert updated is not None
+        same = [(conn.id, conn.xmin) for conn in conns.values() if conn.loaded == _values(conn)]
+        stale = pgbulk.changed_since(Connection, same)  # one statement, only when there are such rows
+        raced = []
+        for key, conn in conns.items():
+            if conn.id in updated:
+                conn.xmin = updated[conn.id]
+            elif conn.id in stale or conn.loaded != _values(conn):
+                raced.append(key)
+        return raced
+
+    def _fold_again(self, raced: list[tuple[str, str]]) -> None:
+        """Rows another transaction changed (or deleted) since they were read: read them
+        again, locked until this transaction ends, fold the same records into them, write."""
+        fresh = _load(raced, lock=True)
+        again: dict[tuple[str, str], Any] = {}
+        new = []
+        for key in raced:
+            del self.existing[key]
+            conn: Any = fresh.get(key)
+            for recs in (self.touched.get(key), self.alerts_by_key.get(key)):
+                if not recs:
+                    continue
+                if conn is None:  # deleted meanwhile (retention): a new row again
+                    conn = _new_connection(recs[0][1])
+                    new.append(conn)
+                _fold_into(conn, recs)
+            self.conns[key] = conn
+            if conn.id is not None:
+                again[key] = conn
+        self.existing.update(again)
+        self.new.extend(new)
+        _insert_versioned(new)
+        left = self._update_unchanged_since_read(again)
+        assert not left, f"rows locked FOR UPDATE changed: {left}"
 
     def _fold(self, touched: dict[tuple[str, str], list[tuple[Any, Record]]]) -> None:
         for key, recs in touched.items():
@@ -106,8 +180,9 @@ class Fold:
             _fold_into(conn, recs)
 
 
-def prepare(records: Iterable[Record]) -> Fold:
-    """The batch's tracked records by connection, and the stored rows of those connections."""
+def prepare(records: Iterable[Record], load: bool = True) -> Fold:
+    """The batch's tracked records by connection, and the stored rows of those connections
+    (load=False: not yet, Fold.load() reads them)."""
     touched: dict[tuple[str, str], list[tuple[Any, Record]]] = {}
     folders = _FOLDERS_BY_TYPE
     alerts: list[tuple[tuple[str, str], Record]] = []
@@ -124,8 +199,8 @@ def prepare(records: Iterable[Record]) -> Fold:
         else:
             touched.setdefault((rec.host_id, uuid), []).append((folder, rec))
     batch = Fold(touched, alerts)
-    if touched:
-        batch.existing = _load(list(touched))
+    if load:
+        batch.load()
     return batch
 
 
@@ -177,6 +252,38 @@ def _first_versions(alerts: list[tuple[tuple[str, str], Record]]) -> list[tuple[
     return out
 
 
+def _insert_versioned(conns: list[Any]) -> None:
+    """PostgreSQL: insert new rows (pgbulk.insert), giving each its id and version."""
+    by_key = {(conn.host_id, conn.conn_uuid): conn for conn in conns}
+    for host, uuid, pk, version in pgbulk.insert(
+        Connection, [*KEY_FIELDS, *UPDATE_FIELDS], conns, key=("host_id", "conn_uuid")
+    ):
+        conn = by_key[(host, uuid)]
+        conn.id, conn.xmin = pk, version
+
+
+def _remember(written: list[tuple[tuple[str, str], tuple[Any, ...]]]) -> None:
+    """After the commit: the rows as this thread wrote them (REMEMBERED_ROWS)."""
+    memory = _remembered()
+    for key, row in written:
+        memory.pop(key, None)  # to the end: the most recently written
+        memory[key] = row
+    while len(memory) > REMEMBERED_ROWS:
+        del memory[next(iter(memory))]
+
+
+def _remembered() -> dict[tuple[str, str], tuple[Any, ...]]:
+    memory: dict[tuple[str, str], tuple[Any, ...]] | None = getattr(_memory, "rows", None)
+    if memory is None:
+        memory = _memory.rows = {}
+    return memory
+
+
+def forget_rows() -> None:
+    """Drop this thread's remembered rows (tests; harmless anywhere: they are read again)."""
+    _memory.rows = {}
+
+
 def _columns(names: Iterable[str]) -> list[str]:
     quote = connection.ops.quote_name
     return [quote(Connection._meta.get_field(name).column) for name in names]
@@ -194,18 +301,20 @@ def _insert(conns: list[Any]) -> None:
         cursor.executemany(sql, [(c.host_id, c.boot_id, c.conn_uuid, *_values(c)) for c in conns])
 
 
-def _changes(conns: Iterable[Any]) -> tuple[list[int], list[tuple[Any, ...]]]:
+def _changes(conns: Iterable[Any], versioned: bool = False) -> tuple[list[int], list[tuple[Any, ...]]]:
     """The positions (in UPDATE_FIELDS) any loaded row changed, and the changed rows'
-    values at those positions, then their id."""
+    values at those positions, then their id (then the version read, if `versioned`)."""
     union: set[int] = set()
     changed = []
     for conn in conns:
         after = _values(conn)
         if conn.loaded != after:
             union.update(itertools.compress(_POSITIONS, map(operator.ne, conn.loaded, after)))
-            changed.append((after, conn.id))
+            changed.append((after, conn))
     positions = sorted(union)
-    return positions, [(*(after[i] for i in positions), pk) for after, pk in changed]
+    if versioned:
+        return positions, [(*(after[i] for i in positions), conn.id, conn.xmin) for after, conn in changed]
+    return positions, [(*(after[i] for i in positions), conn.id) for after, conn in changed]
 
 
 def _update(conns: Iterable[Any]) -> None:
@@ -231,14 +340,30 @@ def _update(conns: Iterable[Any]) -> None:
             cursor.executemany(sql, rows)
 
 
-def _load(keys: list[tuple[str, str]]) -> dict[tuple[str, str], Any]:
-    """The stored rows of these (host_id, conn_uuid) keys (by the conn_uuid index, then host)."""
+def _load(keys: list[tuple[str, str]], side: Any = None, lock: bool = False) -> dict[tuple[str, str], Any]:
+    """The stored rows of these (host_id, conn_uuid) keys (by the conn_uuid index, then host).
+
+    PostgreSQL: with their versions, the rows this thread wrote last taken as it
+    remembers them (REMEMBERED_ROWS) unless `lock`; side: read the others on that
+    connection (pgbulk.side_connection()); lock: FOR UPDATE, until the transaction ends."""
+    found: dict[tuple[str, str], Any] = {}
+    if connection.vendor == "postgresql" and not lock:
+        memory = _remembered()
+        for key in keys:
+            row = memory.get(key)
+            if row is not None:
+                pk, boot, values, version = row
+                found[key] = _Conn(pk, key[0], boot, key[1], *values, values, version)
+        if found:
+            keys = [key for key in keys if key not in found]
+            if not keys:
+                return found
     wanted = set(keys)
     uuids = sorted({uuid for _, uuid in keys})
     names = ["id", *KEY_FIELDS, *UPDATE_FIELDS]
-    found: dict[tuple[str, str], Any] = {}
     if connection.vendor == "postgresql":
-        for conn in pgbulk.load(Connection, names, "conn_uuid", uuids, _Conn):
+        rows = pgbulk.load(Connection, names, "conn_uuid", uuids, _Conn, version=True, lock=lock, side=side)
+        for conn in rows:
             key = (conn.host_id, conn.conn_uuid)
             if key in wanted:
                 conn.loaded = _values(conn)

@@ -15,6 +15,7 @@ Keep in sync with: webapp/traces/schema.py (columns, JSON rule), models.py.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import operator
 import sqlite3
@@ -33,6 +34,7 @@ from webapp.traces.schema import KIND_BY_TYPE, is_json
 if TYPE_CHECKING:
     from webapp.traces.pgcopy import Encoded
 
+log = logging.getLogger(__name__)
 INT64 = (-(2**63), 2**63 - 1)
 _json = msgspec.json.Encoder()
 
@@ -93,10 +95,15 @@ class _Table:
 
 
 _tables: dict[tuple[str, str], _Table] = {}
-# Called inside the ingest transaction with the records just stored (duplicates
-# excluded), after the Connection updates: e.g. webapp/metrics counts them. A hook
-# that raises rolls the batch back, so hooks must not fail on valid records.
-STORE_HOOKS: list[Callable[[Sequence[Record]], None]] = []
+# A hook's write: run inside the ingest transaction, after the Connection updates.
+HookWrite = Callable[[], None]
+# Called with the records of a batch that are being stored (duplicates excluded):
+# e.g. webapp/metrics counts them. A hook does its Python work and returns what it
+# writes (or None); it must not use the database itself, since the scale-out writer
+# calls it while its connection is busy with the batch's COPY (store_new_batch). The
+# write runs inside the ingest transaction, after the Connection updates. A hook or a
+# write that raises rolls the batch back, so neither may fail on valid records.
+STORE_HOOKS: list[Callable[[Sequence[Record]], HookWrite | None]] = []
 
 
 def store_batch(records: Sequence[Record], encoded: Encoded | None = None) -> StoreResult:
@@ -110,8 +117,7 @@ def store_batch(records: Sequence[Record], encoded: Encoded | None = None) -> St
             result = _store(records, encoded)
             result.new = _batch_order(records, result.new)
             lifecycle.apply(result.new)
-            for hook in STORE_HOOKS:
-                hook(result.new)
+            _run_hooks(result.new)
     except (DataError, IntegrityError, OverflowError) as exc:
         bad = find_unstorable(records, connection.vendor)
         if bad is None:
@@ -120,30 +126,85 @@ def store_batch(records: Sequence[Record], encoded: Encoded | None = None) -> St
     return result
 
 
-def store_new_batch(views: Sequence[Any], encoded: Encoded) -> StoreResult | None:
+def _run_hooks(records: Sequence[Record]) -> None:
+    for write in [hook(records) for hook in STORE_HOOKS]:
+        if write is not None:
+            write()
+
+
+@dataclass
+class _Overlapped:
+    """What store_new_batch does while PostgreSQL stores the batch's COPYs, in two steps:
+    `read` during the largest COPY, `fold_and_tally` during the second (pgcopy.copy_new)."""
+
+    body: bytes
+    side: Any  # pgbulk.side_connection(), or None: the rows are read after the COPYs
+    new: list[Any] = field(default_factory=list)
+    fold: lifecycle.Fold | None = None
+    writes: list[HookWrite | None] = field(default_factory=list)
+
+    def read(self) -> None:
+        """Decode the views (in batch order, as store_batch gives them), read their connections' rows."""
+        import psycopg
+
+        from webapp.traces import pgbulk, view
+
+        self.new = view.decode(self.body)
+        self.fold = lifecycle.prepare(self.new, load=False)
+        if self.side is not None:
+            try:
+                self.fold.load(self.side)
+            except psycopg.Error as exc:  # read after the COPYs instead, on the writer's own connection
+                log.warning("the side connection failed (%s); reading the Connection rows after the COPY", exc)
+                pgbulk.close_side()
+
+    def fold_and_tally(self) -> None:
+        assert self.fold is not None
+        if self.fold.loaded:
+            self.fold.fold()
+        self.writes = [hook(self.new) for hook in STORE_HOOKS]
+
+
+def store_new_batch(body: bytes, encoded: Encoded) -> StoreResult | None:
     """PostgreSQL, the scale-out writer: store an all-new batch from its COPY-ready rows,
-    folding and counting its records from their views (view.py); in one transaction.
+    folding and counting its records from their views (view.py, decoded from `body`,
+    the entry's MessagePack records); in one transaction.
+
+    The writer's own work overlaps the server's: while PostgreSQL stores the batch's
+    largest COPY, the views are decoded and the batch's Connection rows read on a
+    second session (pgbulk.side_connection: this one is busy with the COPY), those
+    this thread committed last taken as it remembers them (lifecycle.REMEMBERED_ROWS);
+    during the second largest COPY, the rows are folded and the hooks tally; after the
+    COPYs come only the writes. The rows are read without a lock, outside this
+    transaction: each is written back only if it is still the version read, else read
+    again, locked, and folded again (lifecycle.Fold.finish), so a concurrent update is
+    never lost. Inside a transaction of the caller's, whose writes another session
+    cannot see, the rows are read after the COPYs, on this session.
 
     None, with nothing written, when the batch cannot be stored this way: a record of
     it is already stored (a resend, a redelivery) or the database refuses a value. The
     caller then stores the whole records with store_batch, which counts the duplicates
     exactly and names the refused value.
     """
-    from webapp.traces import pgcopy
+    from webapp.traces import pgbulk, pgcopy
 
-    new = list(views)  # in batch order, as store_batch gives them
+    work = _Overlapped(body, pgbulk.side_connection())
     try:
         with transaction.atomic():
-            fold = lifecycle.prepare(new)
-            # The fold's Python work overlaps the server's storing of the largest COPY.
-            if not pgcopy.copy_new(encoded, meanwhile=fold.fold):
+            if not pgcopy.copy_new(encoded, meanwhile=[work.read, work.fold_and_tally]):
                 return None
+            fold = work.fold
+            assert fold is not None, "copy_new runs every step of `meanwhile` for a batch it stores"
+            if not fold.loaded:
+                fold.load()
+                fold.fold()
             fold.finish()
-            for hook in STORE_HOOKS:
-                hook(new)
+            for write in work.writes:
+                if write is not None:
+                    write()
     except (DataError, OverflowError):
         return None
-    return StoreResult(stored=len(new), new=new)
+    return StoreResult(stored=len(work.new), new=work.new)
 
 
 def _batch_order(records: Sequence[Record], new: list[Record]) -> list[Record]:

@@ -93,8 +93,15 @@ def test_nettrail_ups_default_collector_shows_sampled_lifecycles(
     uuid, stages = "", list[str]()
     deadline = time.monotonic() + 30
     while not uuid and time.monotonic() < deadline:  # a followed data segment consumed, and the counts reported
+        ours = {r["conn_uuid"] for r in _api(server, cookies, "connections", q=f"port {port}", host=HOST)["rows"]}
         d = _api(server, cookies, "buffers", host=HOST)
-        whole = [life for life in d["lifecycles"] if life["end"] == "consumed" and life["conn_uuid"]]
+        # one of this test's writes (200-249 bytes of payload): not a SYN, FIN or pure ACK,
+        # which are consumed unread, nor another program's traffic on this host
+        whole = [
+            life
+            for life in d["lifecycles"]
+            if life["end"] == "consumed" and life["conn_uuid"] in ours and life["stages"][0]["len"] >= 200
+        ]
         if whole and d["sampling"]:
             uuid = whole[0]["conn_uuid"]
             stages = [st["stage"] for st in whole[0]["stages"]]

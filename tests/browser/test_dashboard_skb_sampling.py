@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,17 +24,21 @@ BOOT, UID, N = "boot-l", 777001, 64
 STAGES = [("tx-first", None), ("xmit", None), ("rx", None), ("copy", None), ("consume", "consumed")]
 
 
-@pytest.fixture(scope="module")
-def sampled(server: Server) -> str:
+def ingest_lifecycle(
+    server: Server, host_id: str, conn: int, uid: int, stages: list[tuple[str, str | None]], **status: Any
+) -> tuple[Server, str, Callable[..., dict[str, Any]]]:
+    """As a collector of `host_id` would: its status (`status`: skb_sample, skb_stages), a
+    connection and one followed buffer's stages; -> (the host, the connection's uuid, env_
+    for more records of that host)."""
     # a token made as the server's user (daphne_server.Server.make_token)
-    host = Server(server.url, server.make_token(HOST), server.data_dir)
+    host = Server(server.url, server.make_token(host_id), server.data_dir)
     seq = itertools.count(1)
     t = time.time() - 5
-    uuid = connection_uuid(HOST, BOOT, 5)
+    uuid = connection_uuid(host_id, BOOT, conn)
 
     def env_(dt: float, **kw: Any) -> dict[str, Any]:
         return {
-            "host_id": HOST,
+            "host_id": host_id,
             "boot_id": BOOT,
             "seq": next(seq),
             "ts_ns": int((t + dt) * 1e9),
@@ -41,18 +46,25 @@ def sampled(server: Server) -> str:
             **kw,
         }
 
-    flow = {"conn_uuid": uuid, "src": "127.0.0.1", "sport": 41000, "dst": "127.0.0.1", "dport": 8080}
+    flow = {"conn_uuid": uuid, "src": "127.0.0.1", "sport": 41000 + conn, "dst": "127.0.0.1", "dport": 8080}
     batch = [
         CollectorStatus(**env_(0), provider="nettrail", probe="status", providers=["tcp", "skb", "skb-lifecycle"],
-                        attached={}, skb_sample=N),
+                        attached={}, **status),
         TcpStateChange(**env_(0.1, provider="tcp", **flow), probe="state-change", prev_state="SYN_SENT",
                        state="ESTABLISHED"),
-        *[SkbEvent(**env_(0.2 + i * 0.001, provider="skb", **flow), probe=f"skb-{s}", skb_uid=UID, stage=s, end=e,
-                   len=1448) for i, (s, e) in enumerate(STAGES)],
-        SamplingReport(**env_(1), provider="nettrail", probe="sampling", event_type="skb_event",
-                       setting=f"skb-sample {N}", window_s=1.0, observed=6400, emitted=100, ratio=64.0),
+        *[SkbEvent(**env_(0.2 + i * 0.001, provider="skb", **flow), probe=f"skb-{s}", skb_uid=uid, stage=s, end=e,
+                   len=1448) for i, (s, e) in enumerate(stages)],
     ]  # fmt: skip
     assert host.ingest(batch) == {"stored": len(batch), "duplicates": 0}
+    return host, uuid, env_
+
+
+@pytest.fixture(scope="module")
+def sampled(server: Server) -> str:
+    host, uuid, env_ = ingest_lifecycle(server, HOST, 5, UID, STAGES, skb_sample=N)
+    report = SamplingReport(**env_(1), provider="nettrail", probe="sampling", event_type="skb_event",
+                            setting=f"skb-sample {N}", window_s=1.0, observed=6400, emitted=100, ratio=64.0)  # fmt: skip
+    assert host.ingest([report]) == {"stored": 1, "duplicates": 0}
     return uuid
 
 
@@ -62,32 +74,7 @@ ENDS = [("tx-first", None), ("rx", None), ("copy", None), ("consume", "consumed"
 
 @pytest.fixture(scope="module")
 def ends_only(server: Server) -> str:
-    host = Server(server.url, server.make_token(ENDS_HOST), server.data_dir)
-    seq = itertools.count(1)
-    t = time.time() - 5
-    uuid = connection_uuid(ENDS_HOST, BOOT, 6)
-
-    def env_(dt: float, **kw: Any) -> dict[str, Any]:
-        return {
-            "host_id": ENDS_HOST,
-            "boot_id": BOOT,
-            "seq": next(seq),
-            "ts_ns": int((t + dt) * 1e9),
-            "ts_wall": t + dt,
-            **kw,
-        }
-
-    flow = {"conn_uuid": uuid, "src": "127.0.0.1", "sport": 41001, "dst": "127.0.0.1", "dport": 8080}
-    batch = [
-        CollectorStatus(**env_(0), provider="nettrail", probe="status", providers=["tcp", "skb", "skb-lifecycle"],
-                        attached={}, skb_sample=256, skb_stages="ends"),
-        TcpStateChange(**env_(0.1, provider="tcp", **flow), probe="state-change", prev_state="SYN_SENT",
-                       state="ESTABLISHED"),
-        *[SkbEvent(**env_(0.2 + i * 0.001, provider="skb", **flow), probe=f"skb-{s}", skb_uid=ENDS_UID, stage=s,
-                   end=e, len=1448) for i, (s, e) in enumerate(ENDS)],
-    ]  # fmt: skip
-    assert host.ingest(batch) == {"stored": len(batch), "duplicates": 0}
-    return uuid
+    return ingest_lifecycle(server, ENDS_HOST, 6, ENDS_UID, ENDS, skb_sample=256, skb_stages="ends")[1]
 
 
 def test_every_lifecycle_view_says_one_buffer_in_n_is_followed(server: Server, page: Any, sampled: str) -> None:

@@ -5,6 +5,8 @@ Run with `-m postgres` and DATABASE_URL; on SQLite the fold keeps its executeman
 
 from __future__ import annotations
 
+import math
+
 import psycopg
 import pytest
 from django.db import IntegrityError, connection, transaction
@@ -90,12 +92,16 @@ def test_array_parameters_keep_every_value() -> None:
         "bigint": [0, -1, 2**63 - 1, -(2**63), None],
         "integer": [7, None, -2147483648],
         "double precision": [0.1, 1e-300, 1e300, -0.0, 123456789.12345679, 2.0, 3, None],
+        "float8": [1.5, math.inf, -math.inf, None],  # not JSON numbers: kept, never made NULL
         "boolean": [True, False, None],
     }
     with connection.cursor() as cursor:
         for kind, values in cases.items():
             cursor.execute(f"SELECT %s::{kind}[]", [pgbulk.array_literal(kind, values)])
             assert cursor.fetchone()[0] == values, kind
+        cursor.execute("SELECT %s::float8[]", [pgbulk.array_literal("float8", [math.nan, None])])
+        nan, null = cursor.fetchone()[0]
+        assert math.isnan(nan) and null is None
         cursor.execute("SELECT %s::bigint[]", [pgbulk.array_literal("bigint", [])])
         assert cursor.fetchone()[0] == []
 

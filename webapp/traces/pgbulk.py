@@ -221,7 +221,10 @@ def array_literal(kind: str, values: Sequence[Any]) -> str:
     """
     if kind.startswith(_TEXT_TYPES):
         return "{" + ",".join("NULL" if value is None else _quoted(value) for value in values) + "}"
-    return "{" + _encode(values)[1:-1].decode() + "}"
+    body = _encode(values)[1:-1].decode()
+    if body.count("null") != values.count(None):  # JSON has no inf or nan: msgspec wrote null
+        body = ",".join("NULL" if value is None else repr(value) for value in values)  # inf, -inf, nan
+    return "{" + body + "}"
 
 
 def _quoted(value: str) -> str:

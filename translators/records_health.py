@@ -21,9 +21,7 @@ class LossReport(Record, tag="loss_report", kw_only=True):
     """Tracing blind spots: ring-buffer reservation failures (or malformed input) by event type,
     and (probe `skipped`) runs of a program the kernel skipped because it was already running on that CPU."""
 
-    event_type: Annotated[
-        str, doc("event type that was lost, or '<program> runs' for skipped runs", key=True, brief=True)
-    ]
+    event_type: Annotated[str, doc("event type that was lost, or '<program> runs' for skipped runs", key=True, brief=True)]
     lost: Annotated[int, doc("events lost since the previous report", brief=True)]
     lost_total: Annotated[int, doc("events lost since the collector started", brief=True)]
     received_total: Annotated[Int, doc("events received since the collector started")] = None
@@ -34,9 +32,7 @@ class StackCounter(Record, tag="stack_counter", kw_only=True):
     """A TCP/IP MIB counter of /proc/net/netstat or /proc/net/snmp that moved (per network namespace)."""
 
     mib: Annotated[str, doc("MIB group of the counter, e.g. TcpExt or Tcp", key=True)]
-    counter: Annotated[
-        str, doc("counter name as the kernel spells it, e.g. ListenOverflows", key=True, brief=True, index=True)
-    ]
+    counter: Annotated[str, doc("counter name as the kernel spells it, e.g. ListenOverflows", key=True, brief=True, index=True)]
     value: Annotated[int, doc("counter value when read", brief=True)]
     delta: Annotated[int, doc("increase since the previous report", brief=True)]
 
@@ -45,31 +41,12 @@ class SamplingReport(Record, tag="sampling_report", kw_only=True):
     """H2: how sampled or rate-limited one event type was in one window, from the kernel's exact
     counts (flows, ip_flows, drops maps) against the records the collector emitted."""
 
-    event_type: Annotated[
-        str, doc("record kind that is sampled: siftr_sample, ip_packet, skb_drop or skb_event", key=True, brief=True)
-    ]
-    setting: Annotated[
-        str, doc("what samples it, e.g. 'ppl 8', 'ip-sample 4', 'drop-rate 100/s per CPU', 'skb-sample 64'", brief=True)
-    ]
+    event_type: Annotated[str, doc("record kind that is sampled: siftr_sample, ip_packet, skb_drop or skb_event", key=True, brief=True)]
+    setting: Annotated[str, doc("what samples it, e.g. 'ppl 8', 'ip-sample 4', 'drop-rate 100/s per CPU', 'skb-sample 64'", brief=True)]
     window_s: Annotated[float, doc("length of the window the counts cover", unit="s", fmt="%.3f")]
-    observed: Annotated[
-        int,
-        doc(
-            "events the kernel counted exactly in the window (packets, drops; skb_event: buffer lifetimes started)",
-            brief=True,
-        ),
-    ]
-    emitted: Annotated[
-        int,
-        doc(
-            "records of event_type emitted for them in the window (skb_event: lifetimes followed, each several records)",
-            brief=True,
-        ),
-    ]
-    ratio: Annotated[
-        Float,
-        doc("observed / emitted: one record per this many events; null when none was emitted", fmt="%.2f", brief=True),
-    ] = None
+    observed: Annotated[int, doc("events the kernel counted exactly in the window (packets, drops; skb_event: buffer lifetimes started)", brief=True)]
+    emitted: Annotated[int, doc("records of event_type emitted for them in the window (skb_event: lifetimes followed, each several records)", brief=True)]
+    ratio: Annotated[Float, doc("observed / emitted: one record per this many events; null when none was emitted", fmt="%.2f", brief=True)] = None
 
 
 class CollectorStatus(Record, tag="collector_status", kw_only=True):
@@ -77,55 +54,19 @@ class CollectorStatus(Record, tag="collector_status", kw_only=True):
     cannot fire, sent once when it starts (envelope pid/comm: the collector process)."""
 
     providers: Annotated[list[str], doc("providers chosen (--providers)", brief=True)]
-    attached: Annotated[
-        dict[str, int],
-        doc("tracepoint -> kernel id of the program attached to it (bpftool prog show id N)", brief=True),
-    ]
-    absent: Annotated[
-        list[str],
-        doc(
-            "tracepoints the chosen providers use that this kernel lacks (not in tracefs events or BTF): not loaded",
-            brief=True,
-        ),
-    ] = msgspec.field(default_factory=list)
-    failed: Annotated[dict[str, str], doc("tracepoint -> why its program could not be attached")] = msgspec.field(
-        default_factory=dict
-    )
-    missing_drop_reasons: Annotated[
-        list[str], doc("skb drop reasons the rules look for that this kernel's BTF does not define")
-    ] = msgspec.field(default_factory=list)
-    rules_unavailable: Annotated[
-        dict[str, str], doc("rule id -> why it cannot fire with these providers on this kernel", brief=True)
-    ] = msgspec.field(default_factory=dict)
-    rules_degraded: Annotated[dict[str, str], doc("rule id -> the conditions it loses, or the fallback it uses")] = (
-        msgspec.field(default_factory=dict)
-    )
-    degraded: Annotated[
-        dict[str, dict[str, str]],
-        doc(
-            "provider -> {field or record: why this kernel cannot give it} (older tracepoint prototypes, absent optional tracepoints)",
-            brief=True,
-        ),
-    ] = msgspec.field(default_factory=dict)
+    attached: Annotated[dict[str, int], doc("tracepoint -> kernel id of the program attached to it (bpftool prog show id N)", brief=True)]
+    absent: Annotated[list[str], doc("tracepoints the chosen providers use that this kernel lacks (not in tracefs events or BTF): not loaded", brief=True)] = msgspec.field(default_factory=list)
+    failed: Annotated[dict[str, str], doc("tracepoint -> why its program could not be attached")] = msgspec.field(default_factory=dict)
+    missing_drop_reasons: Annotated[list[str], doc("skb drop reasons the rules look for that this kernel's BTF does not define")] = msgspec.field(default_factory=list)
+    rules_unavailable: Annotated[dict[str, str], doc("rule id -> why it cannot fire with these providers on this kernel", brief=True)] = msgspec.field(default_factory=dict)
+    rules_degraded: Annotated[dict[str, str], doc("rule id -> the conditions it loses, or the fallback it uses")] = msgspec.field(default_factory=dict)
+    degraded: Annotated[dict[str, dict[str, str]], doc("provider -> {field or record: why this kernel cannot give it} (older tracepoint prototypes, absent optional tracepoints)", brief=True)] = msgspec.field(default_factory=dict)
     kernel_release: Annotated[Str, doc("release of the traced kernel (uname -r)")] = None
     ppl: Annotated[Int, doc("siftr: one sample per this many packets of a flow (--ppl)")] = None
-    ip_sample: Annotated[
-        Int, doc("ip-flows: one ip_packet record per this many packets of a flow (--ip-sample; 0: none)")
-    ] = None
+    ip_sample: Annotated[Int, doc("ip-flows: one ip_packet record per this many packets of a flow (--ip-sample; 0: none)")] = None
     drop_rate: Annotated[Int, doc("skb: drop events per second per CPU (--drop-rate; 0: all)")] = None
-    skb_sample: Annotated[
-        Int,
-        doc(
-            "skb-lifecycle: one buffer lifetime followed in this many (--skb-sample; 1: all; null: skb-lifecycle not chosen)"
-        ),
-    ] = None
-    skb_stages: Annotated[
-        Str,
-        doc(
-            "skb-lifecycle: the stages recorded (--skb-stages): 'all', or 'ends' (first sighting, copy to the reader and end only: no receive entry hook and no transmit start/done stage is recorded); null: skb-lifecycle not chosen",
-            choices=("all", "ends"),
-        ),
-    ] = None
+    skb_sample: Annotated[Int, doc("skb-lifecycle: one buffer lifetime followed in this many (--skb-sample; 1: all; null: skb-lifecycle not chosen)")] = None
+    skb_stages: Annotated[Str, doc("skb-lifecycle: the stages recorded (--skb-stages): 'all', or 'ends' (first sighting, copy to the reader and end only: no receive entry hook and no transmit start/done stage is recorded); null: skb-lifecycle not chosen", choices=("all", "ends"))] = None
     stack_counters: Annotated[Bool, doc("the TCP MIB counters of /proc/net are read (stack_counter records)")] = None
 
 
@@ -134,20 +75,13 @@ class CollectorStats(Record, tag="collector_stats", kw_only=True):
     (envelope pid/comm: the collector process)."""
 
     interval_s: Annotated[float, doc("wall-clock length of the interval", unit="s", fmt="%.3f")]
-    cpu_time_s: Annotated[
-        float, doc("CPU time (user + system, all threads) the collector used in the interval", unit="s", fmt="%.3f")
-    ]
-    cpu_total_s: Annotated[
-        float,
-        doc("CPU time the collector used since it started, as /proc/PID/stat utime + stime", unit="s", fmt="%.3f"),
-    ]
+    cpu_time_s: Annotated[float, doc("CPU time (user + system, all threads) the collector used in the interval", unit="s", fmt="%.3f")]
+    cpu_total_s: Annotated[float, doc("CPU time the collector used since it started, as /proc/PID/stat utime + stime", unit="s", fmt="%.3f")]
     cpu_percent: Annotated[float, doc("cpu_time_s / interval_s: share of one CPU", unit="%", fmt="%.2f", brief=True)]
     events: Annotated[int, doc("kernel events read from the ring buffer in the interval")]
     events_per_s: Annotated[float, doc("events / interval_s", fmt="%.1f", brief=True)]
     records: Annotated[int, doc("records the collector emitted in the interval")]
-    events_by_type: Annotated[dict[str, int], doc("events read in the interval by event type")] = msgspec.field(
-        default_factory=dict
-    )
+    events_by_type: Annotated[dict[str, int], doc("events read in the interval by event type")] = msgspec.field(default_factory=dict)
     rss_bytes: Annotated[Int, doc("resident memory of the collector at the end of the interval", unit="bytes")] = None
 
 
@@ -156,34 +90,16 @@ class Alert(FlowRecord, tag="alert", kw_only=True):
 
     rule_id: Annotated[str, doc("rule identifier, e.g. K1 or P4", key=True, brief=True, index=True)]
     condition: Annotated[Str, doc("which condition of the rule fired, e.g. rto or syn-retry for K2", brief=True)] = None
-    alert_id: Annotated[
-        Str,
-        doc(
-            "stable id of the alert: every emitted version (open, escalated, closed) repeats it; upsert by it",
-            index=True,
-        ),
-    ] = None
+    alert_id: Annotated[Str, doc("stable id of the alert: every emitted version (open, escalated, closed) repeats it; upsert by it", index=True)] = None
     severity: Annotated[str, doc("info, notice, warning or critical", choices=SEVERITIES, brief=True)]
-    status: Annotated[str, doc("open while the condition holds, closed once cleared", choices=("open", "closed"))] = (
-        "open"
-    )
+    status: Annotated[str, doc("open while the condition holds, closed once cleared", choices=("open", "closed"))] = "open"
     proto: Annotated[Str, doc("transport protocol of the flow")] = None
     start: Annotated[float, doc("first time the condition held, seconds since the epoch", unit="s", fmt="%.6f")]
     end: Annotated[Float, doc("last time the condition held", unit="s", fmt="%.6f")] = None
     count: Annotated[int, doc("times the rule fired while this alert was open", brief=True)] = 1
     message: Annotated[str, doc("what happened and why it matters", brief=True)]
     metric: Annotated[Float, doc("the measured value that crossed the threshold")] = None
-    thresholds: Annotated[dict[str, float | int | str], doc("thresholds in force when it fired")] = msgspec.field(
-        default_factory=dict
-    )
-    evidence: Annotated[list[int], doc("seq numbers (or frame numbers for captures) of the records behind it")] = (
-        msgspec.field(default_factory=list)
-    )
+    thresholds: Annotated[dict[str, float | int | str], doc("thresholds in force when it fired")] = msgspec.field(default_factory=dict)
+    evidence: Annotated[list[int], doc("seq numbers (or frame numbers for captures) of the records behind it")] = msgspec.field(default_factory=list)
     incomplete: Annotated[Bool, doc("events were lost or sampled in the window")] = None
-    sampling_ratio: Annotated[
-        Float,
-        doc(
-            "the rule ran on sampled data: one sample per this many packets of the flow (SIFTR ppl); null: every packet",
-            fmt="%.2f",
-        ),
-    ] = None
+    sampling_ratio: Annotated[Float, doc("the rule ran on sampled data: one sample per this many packets of the flow (SIFTR ppl); null: every packet", fmt="%.2f")] = None

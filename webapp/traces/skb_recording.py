@@ -18,19 +18,12 @@ from webapp.traces.models import KIND_MODELS
 
 CollectorStatus: Any = KIND_MODELS["collector_status"]
 
-# The stage hooks --skb-stages ends leaves out (collector/bpf/loader.py, SKB_STAGE_PROGRAMS)
-NOT_RECORDED = "net_dev_start_xmit, net_dev_xmit, napi_gro_receive_entry, netif_rx_entry, netif_receive_skb_entry"
 ENDS_NOTE = (
     "Transmit stages (xmit-start, xmit) and receive entry stages before GRO are not recorded: "
     "each followed buffer shows its first sighting, its copy to its reader and its end only, and a "
     "stage's time since the previous one spans the stages not seen. Enable them with --skb-stages all "
     "(nettrail up: NETTRAIL_SKB_STAGES=all)."
 )
-
-
-def stages_note(stages: str) -> str | None:
-    """What the views say beside lifecycles recorded with these stages (None: all recorded)."""
-    return ENDS_NOTE if stages == "ends" else None
 
 
 def recording(host: str) -> dict[str, Any] | None:
@@ -46,4 +39,8 @@ def recording(host: str) -> dict[str, Any] | None:
     if row is None or "skb-lifecycle" not in (row["providers"] or []):
         return None
     stages = row["skb_stages"] or "all"
-    return {"skb_sample": row["skb_sample"] or 1, "skb_stages": stages, "stages_note": stages_note(stages)}
+    return {
+        "skb_sample": row["skb_sample"] or 1,
+        "skb_stages": stages,
+        "stages_note": ENDS_NOTE if stages == "ends" else None,
+    }

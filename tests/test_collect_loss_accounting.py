@@ -199,11 +199,11 @@ def test_when_samples_fill_the_ring_the_connections_state_changes_and_final_coun
 
 
 def test_a_ring_half_full_of_a_bulk_transfers_samples_still_takes_a_slow_flows_samples() -> None:
-    """Nobody reads a 256 KiB ring while a transfer at ppl=1 makes four times the samples
-    it holds; meanwhile a second connection sends one small message every 30 ms. Once the
-    ring is half full a flow gets at most one sample every 10 ms, so the bulk transfer's
-    samples give way (lost, counted) and the slow connection's first sample of each
-    message is received."""
+    """Nobody reads a 256 KiB ring while a transfer at ppl=1 fills it past half and goes on;
+    then a second connection sends one small message every 30 ms. Once the ring is half
+    full a flow gets at most one sample every 10 ms, so the bulk transfer's samples give
+    way (lost, counted) and the slow connection's first sample of each message is
+    received (without the rule the bulk fills the ring to three quarters first)."""
     lst = bound_listener()
     port = lst.getsockname()[1]
     ring = 1 << 18
@@ -216,9 +216,21 @@ def test_a_ring_half_full_of_a_bulk_transfers_samples_still_takes_a_slow_flows_s
         peer, _ = lst.accept()
         slow = socket.create_connection(("127.0.0.1", port))
         slow_peer, _ = lst.accept()
-        for _ in range(4 * capacity):  # nobody reads the ring meanwhile
-            bulk.sendall(b"s" * 100)
-            peer.recv(100)
+
+        def exchange(times: int) -> None:
+            for _ in range(times):
+                bulk.sendall(b"s" * 100)
+                peer.recv(100)
+
+        # Nobody reads the ring meanwhile. Until it is half full (every sample so far in
+        # it), then 150 exchanges more: several hundred samples, which would fill it to
+        # three quarters, where every sample is refused; under pressure the bulk flows
+        # get one each per 10 ms, a few in the time the exchanges take.
+        for _ in range(capacity):
+            if int(cap.session.counters()[:, 0, 6].sum()) > capacity // 2:
+                break
+            exchange(10)
+        exchange(150)
         for _ in range(messages):
             time.sleep(0.03)
             slow.sendall(b"t" * 10)

@@ -127,7 +127,11 @@ def store_batch(records: Sequence[Record], encoded: Encoded | None = None) -> St
 
 
 def _run_hooks(records: Sequence[Record]) -> None:
-    for write in [hook(records) for hook in STORE_HOOKS]:
+    _run_writes([hook(records) for hook in STORE_HOOKS])
+
+
+def _run_writes(writes: Sequence[HookWrite | None]) -> None:
+    for write in writes:
         if write is not None:
             write()
 
@@ -199,9 +203,7 @@ def store_new_batch(body: bytes, encoded: Encoded) -> StoreResult | None:
                 fold.load()
                 fold.fold()
             fold.finish()
-            for write in work.writes:
-                if write is not None:
-                    write()
+            _run_writes(work.writes)
     except (DataError, OverflowError):
         return None
     return StoreResult(stored=len(work.new), new=work.new)

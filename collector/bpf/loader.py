@@ -80,6 +80,8 @@ SKB_STAGE_PROGRAMS = frozenset(
     {"napi_gro_receive_entry", "netif_rx_entry", "netif_receive_skb_entry", "net_dev_start_xmit", "net_dev_xmit"}
 )
 SKB_STAGES = ("all", "ends")
+# in_task()'s state (kmod/context.bpf.c), attached first and in this order: see attach_programs
+CONTEXT_PROGRAMS = ("softirq_exit", "softirq_entry")
 # Attribution programs a kernel may lack: sock_send_length/sock_recv_length came with 6.3.
 # Without them sockets are still attributed, at connect/listen/close (inet_sock_set_state),
 # by inheritance from the listener and by the owner map; what is lost is named (variants.py).
@@ -187,6 +189,18 @@ def config_bytes(opts: Options, drop_reasons: dict[int, str]) -> bytes:
     return cfg.tobytes()
 
 
+def _each_cpu_scheduled() -> None:
+    """Return once each CPU this process may run on has scheduled it, i.e. has finished
+    whatever softirq it was serving when this was called (outside PREEMPT_RT a softirq is
+    never preempted by a task). CPUs outside the affinity mask are not waited for."""
+    allowed = os.sched_getaffinity(0)
+    try:
+        for cpu in sorted(allowed):
+            os.sched_setaffinity(0, {cpu})  # returns once this thread has moved there
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
 def _why(err: int) -> str:
     text = os.strerror(err)
     if err == errno.EPERM:  # EACCES from a load is the verifier saying no, not privileges
@@ -267,22 +281,45 @@ class KernelSession:
         self.reader = RingReader(self._map_fd("events"), self.opts.ringbuf_bytes, layout.EVENT_SIZE)
 
     def attach_programs(self) -> None:
-        """Attach the loaded programs (again, after detach(): maps and ring are kept)."""
-        for name in self.loaded_names():
-            link = self.lib.bpf_program__attach(self._program(name))
-            if not link:
-                err = ctypes.get_errno() or errno.EINVAL
-                # Missing privileges or a broken attribution program stop tracing; any other
-                # program that will not attach costs only the rules that need it (H3).
-                if err in (errno.EPERM, errno.EACCES) or PROGRAMS[name] == ALWAYS:
-                    raise BpfError(f"failed to attach {name}: {_why(err)}")
-                self.failed[name] = _why(err)
-                continue
-            self.links[name] = link
+        """Attach the loaded programs (again, after detach(): maps and ring are kept).
+
+        in_task() must never see a softirq's entry without its exit: that CPU would call
+        its tasks' events softirq (and drop their pid) until its next softirq ended, which
+        a send made right after attaching once showed. So the softirq words start at 0,
+        softirq_exit is attached before softirq_entry, and the event programs only once
+        every CPU has left the softirq it may have been serving when softirq_entry came
+        (whose events would otherwise be called task). detach() goes in reverse."""
+        self._clear_softirq_cpus()
+        names = self.loaded_names()
+        for name in [n for n in CONTEXT_PROGRAMS if n in names]:
+            self._attach_one(name)
+        _each_cpu_scheduled()
+        for name in [n for n in names if n not in CONTEXT_PROGRAMS]:
+            self._attach_one(name)
+
+    def _attach_one(self, name: str) -> None:
+        link = self.lib.bpf_program__attach(self._program(name))
+        if not link:
+            err = ctypes.get_errno() or errno.EINVAL
+            # Missing privileges or a broken attribution program stop tracing; any other
+            # program that will not attach costs only the rules that need it (H3).
+            if err in (errno.EPERM, errno.EACCES) or PROGRAMS[name] == ALWAYS:
+                raise BpfError(f"failed to attach {name}: {_why(err)}")
+            self.failed[name] = _why(err)
+            return
+        self.links[name] = link
+
+    def _clear_softirq_cpus(self) -> None:
+        """Every CPU's softirq word to 0: a detach can leave one at 1 (its entry seen, not its exit)."""
+        zeros = np.zeros(self.ncpus, dtype="<u8")  # per-CPU values are padded to 8 bytes
+        key = ctypes.c_uint32(0)
+        if self.lib.bpf_map_update_elem(self._map_fd("softirq_cpus"), ctypes.byref(key), zeros.ctypes.data, 0) < 0:
+            raise BpfError(f"failed to clear softirq_cpus: {os.strerror(ctypes.get_errno())}")
 
     def detach(self) -> None:
-        """Stop the programs firing; maps and the ring stay readable until close()."""
-        for link in self.links.values():
+        """Stop the programs firing, in the reverse of attach order (the context programs
+        last); maps and the ring stay readable until close()."""
+        for link in reversed(list(self.links.values())):
             self.lib.bpf_link__destroy(link)
         self.links.clear()
 

@@ -48,7 +48,7 @@ def abort() -> tuple[list[Record], int, tuple[str, int, str, int], tuple[int, in
             records = cap.wait_for(lambda recs: any(r.kind == "connection" and r.sock_cookie == cookie for r in recs))
             server.close()
             lst.close()
-            records = cap.wait_for(lambda recs: False, timeout=0.3)
+            records = cap.settle(quiet=0.3)
     return [r for r in records if r.sock_cookie == cookie], cookie, tuple_, info
 
 

@@ -39,7 +39,7 @@ def test_a_port_filter_keeps_that_port_and_drops_other_traffic() -> None:
         other.listen()
         connect_once(other)
         connect_once(wanted)
-        records = cap.wait_for(lambda recs: False, timeout=0.3)
+        records = cap.settle(quiet=0.3)
     assert records
     assert all(port in (r.sport, r.dport) for r in records)  # type: ignore[attr-defined]
     assert {r.state for r in records if r.kind == "tcp_state"} >= {"LISTEN", "SYN_SENT", "ESTABLISHED"}  # type: ignore[attr-defined]
@@ -52,7 +52,7 @@ def test_an_address_filter_keeps_ipv6_loopback_and_drops_ipv4() -> None:
         v4.listen()
         connect_once(v4)
         connect_once(v6)
-        records = cap.wait_for(lambda recs: False, timeout=0.3)
+        records = cap.settle(quiet=0.3)
     mine = [r for r in records if v6.getsockname()[1] in (r.sport, r.dport)]  # type: ignore[attr-defined]
     assert mine and all(r.ip_ver == 6 for r in mine)  # type: ignore[attr-defined]
     assert all("::1" in (r.src, r.dst) for r in records)  # type: ignore[attr-defined]
@@ -69,7 +69,7 @@ def test_a_pid_filter_keeps_this_process_and_drops_another_on_the_same_port() ->
         a.sendall(b"p")
         a.close()
         assert child.wait(timeout=10) == 0
-        records = cap.wait_for(lambda recs: False, timeout=0.3)
+        records = cap.settle(quiet=0.3)
     assert records
     assert {r.tgid for r in records} == {os.getpid()}
     assert child.pid not in {r.tgid for r in records}
@@ -86,6 +86,6 @@ def test_cgroup_and_netns_filters_match_only_their_own(which: str, matches: bool
     with tracing(("tcp",), port=port, **{which: own if matches else own + 1}) as cap:
         lst.listen()
         connect_once(lst)
-        records = cap.wait_for(lambda recs: False, timeout=0.3)
+        records = cap.settle(quiet=0.3)
     states = [r for r in records if r.kind == "tcp_state"]
     assert bool(states) is matches

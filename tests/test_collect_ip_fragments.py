@@ -38,7 +38,7 @@ def datagram_over_veth() -> tuple[list[Record], int, int]:
                 assert len(rx.recv(65536)) == PAYLOAD
                 ours = lambda recs: [r for r in recs if isinstance(r, FlowCounters)]  # noqa: E731
                 records = cap.wait_for(lambda recs: len(ours(recs)) >= 2)
-                records = cap.wait_for(lambda recs: False, timeout=0.3)
+                records = cap.settle(quiet=0.3)
     return records, sport, port
 
 
@@ -93,7 +93,7 @@ def test_an_ipv6_datagram_in_fragments_is_one_udp_receive_and_only_its_first_fra
                 tx.sendto(b"f" * PAYLOAD, (lab.addr6_b, port))
                 rx.settimeout(2.0)
                 assert len(rx.recv(65536)) == PAYLOAD
-                records = cap.wait_for(lambda recs: False, timeout=0.5)
+                records = cap.settle(quiet=0.5)
     wire = [r for r in records if isinstance(r, UdpDatagram) and r.hook == "tp_btf/netif_receive_skb"]
     assert [(r.sport, r.dport, r.length) for r in wire] == [(sport, port, PAYLOAD + 8)]
     packets = [r for r in records if isinstance(r, IpPacket) and r.protocol == socket.IPPROTO_UDP]
@@ -122,7 +122,7 @@ def test_on_loopback_each_fragment_counts_in_its_datagrams_flow_when_sent_and_wh
                 assert len(rx.recv(65536)) == PAYLOAD
                 done = lambda recs: len([r for r in recs if isinstance(r, IpFlowCounters)]) >= 2  # noqa: E731
                 records = cap.wait_for(done)
-                records = cap.wait_for(lambda recs: False, timeout=0.3)
+                records = cap.settle(quiet=0.3)
     ipflows = [r for r in records if isinstance(r, IpFlowCounters)]
     assert sorted((r.direction, r.sport, r.dport, r.packets, r.bytes) for r in ipflows) == [
         ("receive", sport, port, 3, PAYLOAD + 8 + 3 * 20),

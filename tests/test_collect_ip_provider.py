@@ -81,7 +81,7 @@ def test_ip_send_records_of_a_flow_equal_the_packets_tcpdump_saw(host: str, tmp_
             assert got == 60000
             server.close()
             lst.close()
-            records = cap.wait_for(lambda recs: False, timeout=0.5)
+            records = cap.settle(quiet=0.5)
     finally:
         time.sleep(0.2)
         dump.send_signal(signal.SIGINT)
@@ -120,7 +120,7 @@ def test_a_tso_send_over_veth_records_each_skb_with_its_gso_size_and_segment_cou
             while got < total:
                 got += len(server.recv(1 << 20))
             lport = client.getsockname()[1]
-            records = cap.wait_for(lambda recs: False, timeout=0.3)
+            records = cap.settle(quiet=0.3)
             for s in (client, server, lst):
                 s.close()
     data = [

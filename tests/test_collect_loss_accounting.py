@@ -65,7 +65,7 @@ def test_a_storm_into_a_one_page_ring_loses_events_and_the_counts_add_up() -> No
         client.close()
         server.close()
         lst.close()
-        records = cap.wait_for(lambda recs: False, timeout=0.5)
+        records = cap.settle(quiet=0.5)
         counters = cap.session.counters().sum(axis=0)  # read after the drain: nothing is in flight
         source = cap.source
 
@@ -108,7 +108,7 @@ def test_received_plus_lost_is_generated_while_the_collector_reads_a_bulk_storm(
                 client.kill()
                 client.wait()
         cap.session.detach()  # no event after this one: what is generated is final
-        cap.wait_for(lambda recs: False, timeout=0.5)
+        cap.settle(quiet=0.5)
         counters = cap.session.counters().sum(axis=0)  # read after the drain: nothing is in flight
         received = cap.source.received.copy()
 
@@ -236,7 +236,7 @@ def test_a_ring_half_full_of_a_bulk_transfers_samples_still_takes_a_slow_flows_s
             slow.sendall(b"t" * 10)
             assert slow_peer.recv(100) == b"t" * 10
         slow_cookie = cookie_of(slow)
-        records = cap.wait_for(lambda recs: False, timeout=0.5)
+        records = cap.settle(quiet=0.5)
         counters = cap.session.counters().sum(axis=0)
         received = cap.source.received.copy()
     for s in (bulk, peer, slow, slow_peer, lst):

@@ -175,7 +175,7 @@ def test_retransmissions_under_nftables_loss_match_the_kernels_tcp_retrans_segs(
         client.close()
         server.close()
         lst.close()
-        records = cap.wait_for(lambda recs: False, timeout=0.5)
+        records = cap.settle(quiet=0.5)
 
     assert got == len(chunk) * count
     retrans = [r for r in records if r.kind == "tcp_retransmit" and r.sock_cookie == cookie]

@@ -28,7 +28,7 @@ def test_data_dropped_as_old_carries_the_sequence_and_length_of_the_retransmissi
         ns.stop_dropping()
         time.sleep(0.3)
         server_cookie = cookie_of(server)
-        records = cap.wait_for(lambda recs: False, timeout=0.3)
+        records = cap.settle(quiet=0.3)
         for s in (client, server, lst):
             s.close()
     drops = [r for r in records if isinstance(r, TcpDebugSnapshot) and r.probe == "debug-drop"]

@@ -37,7 +37,7 @@ from cpu_cost import CHUNK, Contender, Worker, measure, quartiles, veth_pair  # 
 from doc_section import write_section  # noqa: E402
 from toggled import PHASE, TRAFFIC_CPU, pinned_toggled, ratio_rows  # noqa: E402
 
-from collector.bpf.loader import Filters, Options  # noqa: E402
+from collector.bpf.loader import CONTEXT_PROGRAMS, PROGRAMS, SKB_STAGE_PROGRAMS, Filters, Options  # noqa: E402
 from nettrail.commands.up import COLLECTOR_PPL, COLLECTOR_PROVIDERS, COLLECTOR_SKB_SAMPLE  # noqa: E402
 
 SECTION = "## Sampled skb lifecycles and nettrail up's default providers"
@@ -61,6 +61,19 @@ def options(**settings: Any) -> Options:
     return Options(filters=Filters(), ringbuf_bytes=16 << 20, **settings)
 
 
+def floor_of(n: int) -> str:
+    return f"empty programs on the hooks of {up_with(n)}"
+
+
+def floor_without_context(n: int) -> str:
+    return f"{floor_of(n)}, without softirq_entry/exit"
+
+
+def hooks_of(providers: tuple[str, ...]) -> frozenset[str]:
+    """The tracepoints a sampled set attaches (--skb-stages ends), as the loader chooses them."""
+    return frozenset(n for n, by in PROGRAMS.items() if by & set(providers) and n not in SKB_STAGE_PROGRAMS)
+
+
 def with_ppl(n: int, ppl: int) -> str:
     return f"{up_with(n)}, --ppl {ppl}"
 
@@ -76,6 +89,7 @@ def contenders(
     label: str = "older kmod/",
     ppl_alt: int = 0,
     every_stage: bool = False,
+    floor: bool = False,
 ) -> list[Contender]:
     out = [Contender("untraced", None), Contender(UP_NAME, options(providers=UP, ppl=COLLECTOR_PPL))]
     out.append(Contender(SKB_NAME, options(providers=("skb",))))
@@ -88,6 +102,10 @@ def contenders(
     if every_stage:  # the same set with the stage hooks a sampled run leaves out by default
         settings = {"providers": (*UP, "skb-lifecycle"), "ppl": COLLECTOR_PPL, "skb_sample": samples[0]}
         out.append(Contender(all_stages(samples[0]), options(skb_stages="all", **settings)))
+    if floor:  # the dispatch alone: empty programs where the set with lifecycles has its programs
+        hooks = hooks_of((*UP, "skb-lifecycle"))
+        out.append(Contender(floor_of(samples[0]), None, hooks=hooks))
+        out.append(Contender(floor_without_context(samples[0]), None, hooks=hooks - set(CONTEXT_PROGRAMS)))
     if ppl_alt:  # the same set sampling siftr less often: what its samples cost
         settings = {"providers": (*UP, "skb-lifecycle"), "ppl": ppl_alt, "skb_sample": samples[0]}
         out.append(Contender(with_ppl(samples[0], ppl_alt), options(**settings)))
@@ -235,6 +253,13 @@ def verdict_lines(cs: list[Contender], samples: list[int], where: str = "") -> l
             f"{to_up(every, up):.3f} of the set without them; the ends only cost "
             f"{statistics.median(by_name[up_with(n)].ratios) / ratio_all:.3f} of it."
         )
+    for name in (floor_of(samples[0]), floor_without_context(samples[0])):
+        if name in by_name:
+            ratio = statistics.median(by_name[name].ratios)
+            out.append(
+                f"- {name} (the tracepoints' dispatch, no work done): {ratio:.3f} of untraced — "
+                f"{'within' if ratio <= BUDGET else 'over'} the 3% budget before any work."
+            )
     skb = by_name.get(SKB_NAME)
     for n in samples:
         if alone(n) not in by_name:
@@ -265,9 +290,9 @@ def selected(args: argparse.Namespace) -> list[Contender]:
     cs = [
         c
         for c in contenders(
-            args.sample, args.full, args.before_object, args.before_label, args.ppl_alt, args.all_stages
+            args.sample, args.full, args.before_object, args.before_label, args.ppl_alt, args.all_stages, args.floor
         )
-        if c.opts is None or args.only in c.name
+        if c.name == "untraced" or args.only in c.name
     ]
     if not any(c.name == UP_NAME for c in cs):
         cs.insert(1, contenders(args.sample, False, None)[1])  # the peer of every "to the set" ratio
@@ -302,6 +327,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before-label", default="older kmod/", help="what --before-object was built from")
     parser.add_argument(
         "--all-stages", action="store_true", help="also up's set + lifecycles with --skb-stages all (every stage hook)"
+    )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also empty programs on the set's hooks (with and without the context ones)",
     )
     parser.add_argument("--ppl-alt", type=int, default=0, help="also up's set + lifecycles with this --ppl")
     parser.add_argument("--stats-blocks", type=int, default=8, help="blocks per contender under bpf_stats")

@@ -70,32 +70,72 @@ def bpf_prog_ids(prefix: str) -> set[int]:
     return {p["id"] for p in json.loads(out or "[]") if p.get("name", "").startswith(prefix)}
 
 
+def compile_empty(out_dir: Path) -> Path:
+    """bench/empty_programs.bpf.c compiled into out_dir."""
+    obj_path = out_dir / "empty_programs.bpf.o"
+    include = f"-I/usr/include/{platform.machine()}-linux-gnu"
+    cmd = ["clang", "-g", "-O2", "-target", "bpf", include, "-c", str(EMPTY_PROGRAMS), "-o", str(obj_path)]
+    subprocess.run(cmd, check=True)
+    return obj_path
+
+
 @contextmanager
 def empty_programs() -> Iterator[set[int]]:
     """bench/empty_programs.bpf.c compiled, loaded and attached for the block; yields their ids."""
-    from collector.bpf import libbpf
-
-    lib = libbpf.get()
     before = bpf_prog_ids("e_")
-    with tempfile.TemporaryDirectory() as tmp:
-        obj_path = Path(tmp) / "empty_programs.bpf.o"
-        include = f"-I/usr/include/{platform.machine()}-linux-gnu"
-        cmd = ["clang", "-g", "-O2", "-target", "bpf", include, "-c", str(EMPTY_PROGRAMS), "-o", str(obj_path)]
-        subprocess.run(cmd, check=True)
-        obj = lib.bpf_object__open_file(str(obj_path).encode(), None)
-        if not obj or lib.bpf_object__load(obj):
-            raise RuntimeError(f"empty programs did not load: {''.join(lib.take_messages()[-5:])}")
-        links = []
-        try:
-            prog = lib.bpf_object__next_program(obj, None)
-            while prog:
-                links.append(libbpf.check_ptr(lib.bpf_program__attach(prog), "attach an empty program"))
-                prog = lib.bpf_object__next_program(obj, prog)
-            yield bpf_prog_ids("e_") - before
-        finally:
-            for link in links:
-                lib.bpf_link__destroy(link)
-            lib.bpf_object__close(obj)
+    with EmptyHooks(None) as hooks:
+        hooks.attach_programs()
+        yield bpf_prog_ids("e_") - before
+
+
+class EmptyHooks:
+    """The empty programs on the given tracepoints (None: all of them), loaded for the
+    block and attached on demand: what the dispatch of those hooks costs the traffic with
+    no work done, measured like any contender (bench/cpu_cost.py). Has the two methods
+    of a KernelSession that cpu_cost's contenders use."""
+
+    def __init__(self, tracepoints: frozenset[str] | None) -> None:
+        from collector.bpf import libbpf
+
+        self.lib = libbpf.get()
+        self.tracepoints = tracepoints
+        self.obj = 0
+        self.links: list[int] = []
+        self._tmp = tempfile.TemporaryDirectory()
+
+    def __enter__(self) -> EmptyHooks:
+        obj = self.lib.bpf_object__open_file(str(compile_empty(Path(self._tmp.name))).encode(), None)
+        if not obj:
+            raise RuntimeError("empty programs did not open")
+        self.obj = obj
+        prog = self.lib.bpf_object__next_program(obj, None)
+        while prog:
+            name = self.lib.bpf_program__name(prog).decode().removeprefix("e_")
+            self.lib.bpf_program__set_autoload(prog, self.tracepoints is None or name in self.tracepoints)
+            prog = self.lib.bpf_object__next_program(obj, prog)
+        if self.lib.bpf_object__load(obj):
+            raise RuntimeError(f"empty programs did not load: {''.join(self.lib.take_messages()[-5:])}")
+        return self
+
+    def attach_programs(self) -> None:
+        from collector.bpf import libbpf
+
+        prog = self.lib.bpf_object__next_program(self.obj, None)
+        while prog:
+            if self.lib.bpf_program__autoload(prog):
+                self.links.append(libbpf.check_ptr(self.lib.bpf_program__attach(prog), "attach an empty program"))
+            prog = self.lib.bpf_object__next_program(self.obj, prog)
+
+    def detach(self) -> None:
+        for link in reversed(self.links):
+            self.lib.bpf_link__destroy(link)
+        self.links.clear()
+
+    def __exit__(self, *exc: object) -> None:
+        self.detach()
+        if self.obj:
+            self.lib.bpf_object__close(self.obj)
+        self._tmp.cleanup()
 
 
 def share_lines(shares: dict[str, Share]) -> list[str]:

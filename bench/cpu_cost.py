@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
-from bpf_stats import bpf_stats, empty_programs, floor_ns, prog_stats
+from bpf_stats import EmptyHooks, bpf_stats, empty_programs, floor_ns, prog_stats
 from toggled import TRACER_CPU, TRAFFIC_CPU, cpu_kept_awake, drain, on_cpu
 
 from collector.bpf.loader import KernelSession, Options
@@ -130,11 +130,13 @@ def veth_pair() -> Iterator[tuple[str, str, str]]:
 
 @dataclass
 class Contender:
-    """One provider set; None options: untraced."""
+    """One provider set; None options and no hooks: untraced. hooks: empty programs on
+    these tracepoints instead of a provider set (the dispatch floor, bpf_stats.EmptyHooks)."""
 
     name: str
     opts: Options | None
-    session: KernelSession | None = None
+    hooks: frozenset[str] | None = None
+    session: KernelSession | EmptyHooks | None = None
     costs: list[float] = field(default_factory=list)  # CPU ns per byte of each of its blocks
     ratios: list[float] = field(default_factory=list)  # each block over the untraced ones either side
     stats: dict[str, tuple[int, int]] = field(default_factory=dict)  # program -> (runs, ns) under bpf_stats
@@ -151,6 +153,9 @@ def loaded(contenders: list[Contender]) -> Iterator[None]:
     with ExitStack() as stack:
         threads = []
         for c in contenders:
+            if c.hooks is not None:
+                c.session = stack.enter_context(EmptyHooks(c.hooks))
+                continue
             if c.opts is None:
                 continue
             c.session = stack.enter_context(KernelSession(c.opts))
@@ -181,7 +186,7 @@ def measure(contenders: list[Contender], rounds: int, worker: Worker, stats_bloc
     (the order rotated round by round), then `stats_blocks` blocks per traced contender
     with kernel.bpf_stats_enabled (which adds two clock reads per run, so the rounds run
     without it). contenders[0] is the untraced one."""
-    base, traced = contenders[0], [c for c in contenders if c.opts is not None]
+    base, traced = contenders[0], [c for c in contenders if c.opts is not None or c.hooks is not None]
     per_byte = 1.0 / worker.block_bytes
     with on_cpu(TRACER_CPU), cpu_kept_awake(TRACER_CPU), loaded(contenders):
         for _ in range(3):  # warm-up: caches, socket buffers grown
@@ -203,7 +208,8 @@ def measure(contenders: list[Contender], rounds: int, worker: Worker, stats_bloc
                 )
         with empty_programs() as floor_ids, bpf_stats():
             for c in traced:
-                assert c.session is not None
+                if not isinstance(c.session, KernelSession):
+                    continue  # the empty programs' own floor is themselves
                 ids = set(c.session.program_ids().values())
                 before_stats, e_before = prog_stats(ids), prog_stats(floor_ids)
                 with attached(c):

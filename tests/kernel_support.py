@@ -56,7 +56,7 @@ class Capture:
         self.records.extend(self.source.poll(timeout=0.05))
         return self.records
 
-    def wait_for(self, done: Callable[[list[Record]], bool], timeout: float = 5.0) -> list[Record]:
+    def wait_for(self, done: Callable[[list[Record]], bool], timeout: float = 20.0) -> list[Record]:
         """Poll until done(records) holds; bounded by timeout (then the test's asserts speak)."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
@@ -181,7 +181,7 @@ def my_comm() -> str:
     return open(f"/proc/self/task/{os.getpid()}/comm").read().strip()
 
 
-def programs_left(ids: set[int], timeout: float = 5.0) -> set[int]:
+def programs_left(ids: set[int], timeout: float = 20.0) -> set[int]:
     """Which of ids bpftool still lists; the kernel frees released programs after an RCU grace period."""
     end = time.monotonic() + timeout
     left = ids & bpftool_prog_ids()

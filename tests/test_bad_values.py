@@ -93,5 +93,5 @@ async def test_a_nul_character_anywhere_in_the_url_answers_400(cast: Cast, path:
     comm = HttpCommunicator(application, "GET", path, headers=[(b"host", b"127.0.0.1"), (b"cookie", cookie)])
     comm.scope["path"] = route.replace("%00", "\x00")  # as the server hands it over: unquoted
     comm.scope["query_string"] = query.encode()
-    resp = await comm.get_response()
+    resp = await comm.get_response(timeout=10)
     assert (resp["status"], msgspec.json.decode(resp["body"])) == (400, {"error": "NUL character in the URL"})

@@ -61,8 +61,9 @@ class Tap:
         out = subprocess.run(["tcpdump", "-r", self.path, "-nn", self.expr], capture_output=True, text=True)
         return len(out.stdout.splitlines())
 
-    def settle(self, expected: int, timeout: float = 3.0) -> None:
-        """Give tcpdump (bounded) time to write what it was sent before it is stopped."""
+    def settle(self, expected: int, timeout: float = 30.0) -> None:
+        """Give tcpdump (bounded) time to write what it was sent before it is stopped;
+        returns as soon as it has, so only a slow machine waits long."""
         end = time.monotonic() + timeout
         while self.count() < expected and time.monotonic() < end:
             time.sleep(0.05)

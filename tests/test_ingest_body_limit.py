@@ -40,7 +40,7 @@ async def test_a_declared_oversized_body_gets_413_before_anything_is_read() -> N
     body = batch(200)
     assert len(body) > LIMIT
     comm = HttpCommunicator(application, "POST", "/api/ingest", body=body, headers=headers("nt_not-checked", body))
-    resp = await comm.get_response()
+    resp = await comm.get_response(timeout=10)
     assert resp["status"] == 413
     assert msgspec.json.decode(resp["body"]) == {"error": f"body over {LIMIT} bytes"}
 
@@ -51,7 +51,7 @@ async def test_a_body_under_the_limit_reaches_ingest() -> None:
     _, token = await sync_to_async(create_token)("host-a")
     body = batch(3)
     comm = HttpCommunicator(application, "POST", "/api/ingest", body=body, headers=headers(token, body))
-    resp = await comm.get_response()
+    resp = await comm.get_response(timeout=10)
     assert (resp["status"], msgspec.json.decode(resp["body"])) == (200, {"stored": 3, "duplicates": 0})
 
 

@@ -49,17 +49,17 @@ async def batch(group: str, recs: list[dict[str, Any]]) -> None:
 
 async def connect(cookie: tuple[bytes, bytes], subscribe: dict[str, Any] | None = None) -> WebsocketCommunicator:
     comm = WebsocketCommunicator(application, "/ws/live/", headers=[ORIGIN, cookie, (b"host", b"127.0.0.1")])
-    connected, code = await comm.connect()
+    connected, code = await comm.connect(timeout=10)
     assert connected, f"refused with {code}"
     if subscribe is not None:
         await comm.send_json_to({"subscribe": subscribe})
-        assert (await comm.receive_json_from())["type"] == "subscribed"
+        assert (await comm.receive_json_from(timeout=10))["type"] == "subscribed"
     return comm
 
 
 async def test_it_rejects_an_anonymous_connection() -> None:
     comm = WebsocketCommunicator(application, "/ws/live/", headers=[ORIGIN, (b"host", b"127.0.0.1")])
-    connected, code = await comm.connect()
+    connected, code = await comm.connect(timeout=10)
     assert (connected, code) == (False, CLOSE_UNAUTHENTICATED)
 
 
@@ -91,7 +91,7 @@ async def test_a_connection_subscription_gets_only_that_connection(session_cooki
 async def test_after_unsubscribing_nothing_more_arrives(session_cookie) -> None:
     comm = await connect(session_cookie, {"host": "alpha", "alerts": True})
     await comm.send_json_to({"unsubscribe": {"host": "alpha"}})
-    assert await comm.receive_json_from() == {"type": "subscribed", "groups": ["alerts"]}
+    assert await comm.receive_json_from(timeout=10) == {"type": "subscribed", "groups": ["alerts"]}
     await batch(host_group("alpha"), records("alpha", 0, 5))
     assert await comm.receive_nothing(timeout=0.3)
     await batch("alerts", records("alpha", 5, 1, kind="alert"))
@@ -113,11 +113,11 @@ async def test_a_record_reaching_it_through_two_groups_is_pushed_once(session_co
 async def test_bad_messages_get_an_error_naming_the_problem(session_cookie) -> None:
     comm = await connect(session_cookie)
     await comm.send_json_to({"subscribe": {"host": "alpha", "kind": ["tcp_stat"]}})
-    assert await comm.receive_json_from() == {"type": "error", "error": "unknown record kind 'tcp_stat'"}
+    assert await comm.receive_json_from(timeout=10) == {"type": "error", "error": "unknown record kind 'tcp_stat'"}
     await comm.send_to(text_data="not json")
-    assert await comm.receive_json_from() == {"type": "error", "error": "messages are JSON objects"}
+    assert await comm.receive_json_from(timeout=10) == {"type": "error", "error": "messages are JSON objects"}
     await comm.send_json_to({"subscribe": {}})
-    assert await comm.receive_json_from() == {"type": "error", "error": "name a host, a conn or alerts"}
+    assert await comm.receive_json_from(timeout=10) == {"type": "error", "error": "name a host, a conn or alerts"}
     await comm.disconnect()
 
 
@@ -269,7 +269,7 @@ async def test_a_refused_handshake_then_disconnect_is_handled_quietly() -> None:
     app = LiveConsumer.as_asgi()
     comm = WebsocketCommunicator(app, "/ws/live/")
     comm.scope["user"] = None
-    assert await comm.connect() == (False, CLOSE_UNAUTHENTICATED)
+    assert await comm.connect(timeout=10) == (False, CLOSE_UNAUTHENTICATED)
     await comm.send_input({"type": "websocket.disconnect", "code": 1006})  # what daphne sends next
     await comm.wait(timeout=1)  # the consumer ends without an exception
 
@@ -280,9 +280,9 @@ async def test_subscriptions_per_connection_are_bounded(session_cookie) -> None:
     comm = await connect(session_cookie)
     for i in range(MAX_TARGETS):
         await comm.send_json_to({"subscribe": {"host": f"h{i}"}})
-        assert (await comm.receive_json_from())["type"] == "subscribed"
+        assert (await comm.receive_json_from(timeout=10))["type"] == "subscribed"
     await comm.send_json_to({"subscribe": {"host": "one-too-many"}})
-    assert await comm.receive_json_from() == {
+    assert await comm.receive_json_from(timeout=10) == {
         "type": "error",
         "error": f"at most {MAX_TARGETS} subscriptions per connection",
     }

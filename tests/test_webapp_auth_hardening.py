@@ -107,7 +107,7 @@ async def _open_socket(client: Client) -> WebsocketCommunicator:
 
     headers = [(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"), _session_cookie(client)]
     comm = WebsocketCommunicator(application, "/ws/live/", headers=headers)
-    connected, code = await comm.connect()
+    connected, code = await comm.connect(timeout=10)
     assert connected, code
     return comm
 

@@ -117,7 +117,7 @@ async def test_websockets_from_another_origin_are_refused() -> None:
     from webapp.asgi import application
 
     communicator = WebsocketCommunicator(application, "/ws/live/", headers=[(b"origin", b"http://evil.example")])
-    connected, _ = await communicator.connect()
+    connected, _ = await communicator.connect(timeout=10)
     assert connected is False
     await communicator.disconnect()
 
@@ -133,7 +133,7 @@ async def _handshake(cookie: bytes, host: bytes, origin: bytes | None) -> bool:
 
     headers = [(b"host", host), (b"cookie", cookie)] + ([(b"origin", origin)] if origin else [])
     communicator = WebsocketCommunicator(application, "/ws/live/", headers=headers)
-    connected, _ = await communicator.connect()
+    connected, _ = await communicator.connect(timeout=10)
     await communicator.disconnect()
     return bool(connected)
 

@@ -74,11 +74,13 @@ def test_the_stack_counters_chart_and_table_show_each_counter(server: Server, pa
 def test_a_new_flow_report_updates_the_table_without_a_reload(server: Server, page: Any, counters: None) -> None:
     page.goto(f"{server.url}/counters/?sort=-packets")
     page.wait_for_selector("body[data-loaded='1']")
-    page.wait_for_function(f"(document.body.dataset.liveGroups || '').split(' ').includes('host.{HOST}')", timeout=5000)
+    page.wait_for_function(
+        f"(document.body.dataset.liveGroups || '').split(' ').includes('host.{HOST}')", timeout=30_000
+    )
     page.evaluate("window.notReloaded = true")
     server.ingest([later_report_of_b(HOST, 50, 5000)])
     page.wait_for_function(
-        "document.querySelector('#ip-flows tbody tr td:nth-child(7)').textContent === '150'", timeout=8000
+        "document.querySelector('#ip-flows tbody tr td:nth-child(7)').textContent === '150'", timeout=30_000
     )
     assert flow_rows(page)[0][3] == B and flow_rows(page)[0][7] == "14.0 kB"
     assert page.evaluate("window.notReloaded") is True

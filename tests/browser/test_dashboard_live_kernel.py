@@ -77,20 +77,22 @@ def test_a_real_loopback_connection_appears_live_and_closes(server: Server, page
         socket.create_connection(("127.0.0.1", port)).close()
         time.sleep(0.3)
     page.goto(f"{server.url}/connections/?q=port+{port}")
-    page.wait_for_function(f"(document.body.dataset.liveGroups || '').split(' ').includes('host.{HOST}')", timeout=5000)
+    page.wait_for_function(
+        f"(document.body.dataset.liveGroups || '').split(' ').includes('host.{HOST}')", timeout=30_000
+    )
     client = socket.create_connection(("127.0.0.1", port))
     client_port = client.getsockname()[1]
     sent = time.monotonic()
     client.sendall(b"x" * 200_000)
     row = page.locator("#conns tbody tr", has_text=f"127.0.0.1:{client_port}").first
-    row.wait_for(timeout=2000)
+    row.wait_for(timeout=30_000)
     print(f"real connection visible {time.monotonic() - sent:.3f} s after connect")
     assert row.locator('[data-col="state"]').inner_text() == "ESTABLISHED"
     client.close()
     page.wait_for_function(
         f"""[...document.querySelectorAll('#conns tbody tr')].some(r => r.textContent.includes('127.0.0.1:{client_port}')
               && !['ESTABLISHED'].includes(r.querySelector('[data-col="state"]').textContent))""",
-        timeout=3000,
+        timeout=30_000,
     )
     uuid = row.get_attribute("data-uuid")
     page.goto(f"{server.url}/connections/{uuid}/")

@@ -30,5 +30,5 @@ def test_a_user_who_logs_in_sees_the_overview(server: Server, browser: Any) -> N
     log_in(page, server.url, VIEWER)
     assert page.locator("h1").inner_text() == "Overview"
     assert page.locator("header .user").inner_text() == VIEWER[0]
-    page.wait_for_selector("#live-status[data-state=open]", timeout=5000)
+    page.wait_for_selector("#live-status[data-state=open]", timeout=30_000)
     context.close()

@@ -28,7 +28,9 @@ def test_the_overview_shows_host_counters_alerts_and_top_talkers(server: Server,
 
 def test_the_open_connections_counter_follows_the_live_feed(server: Server, page: Any, ingested: Any) -> None:
     page.goto(f"{server.url}/")
-    page.wait_for_function(f"(document.body.dataset.liveGroups || '').split(' ').includes('host.{HOST}')", timeout=5000)
+    page.wait_for_function(
+        f"(document.body.dataset.liveGroups || '').split(' ').includes('host.{HOST}')", timeout=30_000
+    )
     cell = page.locator(f'#hosts tbody tr[data-host="{HOST}"] [data-counter="open"]')
     cell.wait_for()
     before = int(cell.inner_text().replace(",", ""))
@@ -36,12 +38,12 @@ def test_the_open_connections_counter_follows_the_live_feed(server: Server, page
     server.ingest([r for r in batch.records if r.kind == "tcp_state" and r.state in ("SYN_SENT", "ESTABLISHED")])
     page.wait_for_function(
         f"""Number(document.querySelector('#hosts tr[data-host="{HOST}"] [data-counter="open"]').textContent) === {before + 1}""",
-        timeout=3000,
+        timeout=30_000,
     )
     server.ingest([r for r in batch.records if not (r.kind == "tcp_state" and r.state in ("SYN_SENT", "ESTABLISHED"))])
     page.wait_for_function(
         f"""Number(document.querySelector('#hosts tr[data-host="{HOST}"] [data-counter="open"]').textContent) === {before}""",
-        timeout=3000,
+        timeout=30_000,
     )
 
 

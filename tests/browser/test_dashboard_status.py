@@ -72,7 +72,9 @@ def test_a_new_collector_status_replaces_the_old_one_without_a_reload(
 ) -> None:
     page.goto(f"{server.url}/status/?host={HOST}")
     page.wait_for_selector("body[data-loaded='1']")
-    page.wait_for_function(f"(document.body.dataset.liveGroups || '').split(' ').includes('host.{HOST}')", timeout=5000)
+    page.wait_for_function(
+        f"(document.body.dataset.liveGroups || '').split(' ').includes('host.{HOST}')", timeout=30_000
+    )
     page.evaluate("window.notReloaded = true")
     host, first = selfhealth[0], selfhealth[1]
     restarted = msgspec.structs.replace(

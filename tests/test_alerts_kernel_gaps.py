@@ -187,7 +187,9 @@ def test_a_reset_answering_the_first_data_after_a_silence_is_classified_as_a_mid
     [a] = pick(alerts, "K3", "idle-reset")
     assert (a.severity, a.src, a.sport, a.dst, a.dport) == ("notice", "127.0.0.1", port, "127.0.0.1", 7230)
     assert (a.conn_uuid, a.tgid, a.comm, a.count) == (rst.conn_uuid, did["pid"], "python", 1)
-    assert a.metric == pytest.approx(after.ts_wall - before.ts_wall) and traffic.IDLE_S <= a.metric < traffic.IDLE_S + 1
+    assert (
+        a.metric == pytest.approx(after.ts_wall - before.ts_wall) and traffic.IDLE_S <= a.metric < traffic.IDLE_S + 10
+    )  # the script may be late, never early
     assert a.evidence == [before.seq, rst.seq]
     assert a.thresholds["idle_reset_s"] == 2
     assert "likely a middlebox (NAT, firewall, load balancer) that timed the idle connection out" in a.message

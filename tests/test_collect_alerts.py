@@ -177,7 +177,7 @@ def test_idle_polls_let_timeouts_fire_and_alerts_reach_the_xo_output_and_the_web
         conn, _ = srv.accept()
         cli.close()  # the server side now sits in CLOSE_WAIT
         srv.close()
-        time.sleep(3.0)  # past close_wait_s and the next sweep, with no record arriving
+        time.sleep(6.0)  # well past close_wait_s (1 s) and the next sweep (1 s), with no record arriving
         status, out, err = c.stop()
         conn.close()
     hook.shutdown()

@@ -140,6 +140,13 @@ def half_open(ns: Netns) -> int:
     return port
 
 
+def _zero_window_probes(sock: socket.socket) -> int:
+    """tcpi_backoff (struct tcp_info's 5th byte): while the peer's window is zero, the probe
+    timer's backoff, one more for each zero-window probe sent (tcpi_probes is reset when a
+    probe is answered, so it does not count them)."""
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[4]
+
+
 def zero_window(ns: Netns) -> int:
     """The server does not read for a second while the client fills its window."""
     lst = _server(ns, rcvbuf=4096)
@@ -153,7 +160,14 @@ def zero_window(ns: Netns) -> int:
             sent += client.send(b"z" * 65536)
         except BlockingIOError:
             break
-    time.sleep(1.0)  # zero window probes, answered with zero windows
+    # zero-window probes, answered with zero windows: the client's kernel records the
+    # peer's zero window only on a segment it takes while ESTABLISHED (tcp_probe; after
+    # shutdown() it is in FIN_WAIT_1), so wait until it has sent two probes (TCP_INFO),
+    # the first one answered, bounded. A fixed second was once too short on a busy CI
+    # machine (a probe timer backed off behind an inflated RTO): history ShADaTFf, no w.
+    deadline = time.monotonic() + 30
+    while _zero_window_probes(client) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
     client.setblocking(True)
     client.shutdown(socket.SHUT_WR)
     assert _recv_all(server) == sent

@@ -37,7 +37,7 @@ from cpu_cost import CHUNK, Contender, Worker, measure, quartiles, veth_pair  # 
 from doc_section import write_section  # noqa: E402
 from toggled import PHASE, TRAFFIC_CPU, pinned_toggled, ratio_rows  # noqa: E402
 
-from collector.bpf.loader import CONTEXT_PROGRAMS, PROGRAMS, SKB_STAGE_PROGRAMS, Filters, Options  # noqa: E402
+from collector.bpf.loader import CONTEXT_PROGRAMS, Filters, Options, program_names  # noqa: E402
 from nettrail.commands.up import COLLECTOR_PPL, COLLECTOR_PROVIDERS, COLLECTOR_SKB_SAMPLE  # noqa: E402
 
 SECTION = "## Sampled skb lifecycles and nettrail up's default providers"
@@ -69,11 +69,6 @@ def floor_without_context(n: int) -> str:
     return f"{floor_of(n)}, without softirq_entry/exit"
 
 
-def hooks_of(providers: tuple[str, ...]) -> frozenset[str]:
-    """The tracepoints a sampled set attaches (--skb-stages ends), as the loader chooses them."""
-    return frozenset(n for n, by in PROGRAMS.items() if by & set(providers) and n not in SKB_STAGE_PROGRAMS)
-
-
 def with_ppl(n: int, ppl: int) -> str:
     return f"{up_with(n)}, --ppl {ppl}"
 
@@ -103,7 +98,8 @@ def contenders(
         settings = {"providers": (*UP, "skb-lifecycle"), "ppl": COLLECTOR_PPL, "skb_sample": samples[0]}
         out.append(Contender(all_stages(samples[0]), options(skb_stages="all", **settings)))
     if floor:  # the dispatch alone: empty programs where the set with lifecycles has its programs
-        hooks = hooks_of((*UP, "skb-lifecycle"))
+        settings = {"providers": (*UP, "skb-lifecycle"), "ppl": COLLECTOR_PPL, "skb_sample": samples[0]}
+        hooks = frozenset(program_names(options(**settings)))  # as the loader chooses them
         out.append(Contender(floor_of(samples[0]), None, hooks=hooks))
         out.append(Contender(floor_without_context(samples[0]), None, hooks=hooks - set(CONTEXT_PROGRAMS)))
     if ppl_alt:  # the same set sampling siftr less often: what its samples cost

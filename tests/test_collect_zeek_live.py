@@ -148,7 +148,8 @@ def _zero_window_probes(sock: socket.socket) -> int:
 
 
 def zero_window(ns: Netns) -> int:
-    """The server does not read for a second while the client fills its window."""
+    """The server does not read while the client fills its window and probes the zero
+    window twice."""
     lst = _server(ns, rcvbuf=4096)
     port = int(lst.getsockname()[1])
     client, server = _connect(ns, lst)

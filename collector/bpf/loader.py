@@ -140,6 +140,13 @@ class Options:
     skb_stages: str | None = None
 
 
+def program_names(opts: Options) -> list[str]:
+    """The programs these options need, in PROGRAMS order (before this kernel's absences)."""
+    wanted = set(opts.providers)
+    skip = SKB_STAGE_PROGRAMS if skb_stages(opts) == "ends" else frozenset()
+    return [name for name, needed_by in PROGRAMS.items() if needed_by & wanted and name not in skip]
+
+
 def skb_stages(opts: Options) -> str:
     """The stages skb-lifecycle records with these options: "all" or "ends"."""
     if opts.skb_stages is not None:
@@ -355,9 +362,7 @@ class KernelSession:
 
     # -- queries -------------------------------------------------------------------------
     def program_names(self) -> list[str]:
-        wanted = set(self.opts.providers)
-        skip = SKB_STAGE_PROGRAMS if skb_stages(self.opts) == "ends" else frozenset()
-        return [name for name, needed_by in PROGRAMS.items() if needed_by & wanted and name not in skip]
+        return program_names(self.opts)
 
     def loaded_names(self) -> list[str]:
         """The programs loaded: those the providers need on tracepoints this kernel has."""

@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /* context.bpf.c: when each CPU serves a softirq (softirq_entry, softirq_exit), loaded
- * for every provider. Attribution trusts `current` only in task context, and on x86
- * the kernel's own preempt count cannot be read by a program on every kernel (see
- * in_task() in core_fixes.bpf.h): these two programs keep this CPU's word in
- * `softirq_cpus` at 1 from the moment handle_softirqs() enters a softirq handler until
- * it leaves it, which is exactly when the kernel's in_serving_softirq() is true.
- * Softirqs do not nest on one CPU, so one word per CPU is the whole state.
- */
+ * only on a kernel where in_task() cannot read the preempt count (core_fixes.bpf.h; the
+ * loader's context_source()). Attribution trusts `current` only in task context: these
+ * two programs keep this CPU's word in `softirq_cpus` at 1 from the moment
+ * handle_softirqs() enters a softirq handler until it leaves it, which is exactly when
+ * the kernel's in_serving_softirq() is true. Softirqs do not nest on one CPU, so one word
+ * per CPU is the whole state. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>

@@ -86,33 +86,55 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id);
  * is inside task_struct (CONFIG_THREAD_INFO_IN_TASK): current's is read through CO-RE,
  * no symbol needed. x86 keeps it per CPU instead (__preempt_count; pcpu_hot.preempt_count
  * from 6.2, commit 64701838bf05 "x86/percpu: Move preempt_count next to current_task",
- * until 6.15 made it __preempt_count again), and reading a per-CPU variable takes a
- * typed ksym and bpf_this_cpu_ptr(). The kernel resolves a typed ksym's address through
- * kallsyms (check_pseudo_btf_id, commit 4976b718c355 "bpf: Introduce pseudo_btf_id"),
- * and per-CPU data is in kallsyms only with CONFIG_KALLSYMS_ALL; libbpf finds the
- * symbol in BTF either way and cannot tell, so on a kernel without it (this project's
- * 6.18 VMs) every program would fail to load. So x86 (and any kernel whose thread_info
- * has no preempt_count) uses the kernel's softirq transitions instead: the programs in
- * context.bpf.c set this CPU's word in `softirq_cpus` at softirq_entry and clear it at
- * softirq_exit, the tracepoints handle_softirqs() (kernel/softirq.c) fires around each
- * softirq handler while SOFTIRQ_OFFSET is set, whether it runs at irq_exit, from
- * local_bh_enable() in a task or in ksoftirqd. What that cannot see: a hard interrupt
- * taken in a task (counted as the task's). None of nettrail's hooks run in one with NAPI
- * drivers; only a legacy driver's netif_rx() would, at netif_rx_entry. */
+ * until 6.15 made it __preempt_count again). A typed ksym and bpf_this_cpu_ptr() would
+ * name it, but the kernel resolves a typed ksym's address through kallsyms
+ * (check_pseudo_btf_id, commit 4976b718c355 "bpf: Introduce pseudo_btf_id"), and per-CPU
+ * data is in kallsyms only with CONFIG_KALLSYMS_ALL (this project's 6.18 VMs lack it;
+ * libbpf cannot tell, and every program would fail to load). So the program finds this
+ * CPU's per-CPU area another way: current (the task running on this CPU, or the one a
+ * softirq interrupted) reaches this CPU's runqueue through current->se.cfs_rq->rq, the
+ * per-CPU variable `runqueues`, and the preempt count is a fixed distance from it, which
+ * the loader reads from the per-CPU section's BTF into cfg.preempt_from_rq
+ * (collector/bpf/btf.py, preempt_count_from_runqueue). rq->cpu is checked against this
+ * CPU before the count is trusted.
+ * A kernel without that BTF (or without CONFIG_FAIR_GROUP_SCHED, which gives the link)
+ * uses the kernel's softirq transitions instead: the programs in context.bpf.c set this
+ * CPU's word in `softirq_cpus` at softirq_entry and clear it at softirq_exit, the
+ * tracepoints handle_softirqs() (kernel/softirq.c) fires around each softirq handler
+ * while SOFTIRQ_OFFSET is set, whether it runs at irq_exit, from local_bh_enable() in a
+ * task or in ksoftirqd. What that cannot see: a hard interrupt taken in a task (counted
+ * as the task's). The loader attaches them only then (they cost two runs per softirq). */
 struct thread_info___nt {
 	int preempt_count;
 } __attribute__((preserve_access_index));
 
+static __always_inline bool count_in_task(__u32 count)
+{
+	return !(count & (NT_NMI_MASK | NT_HARDIRQ_MASK | NT_SOFTIRQ_OFFSET));
+}
+
 /* ctx: unused (the test no longer looks at the stack); every program passes its own. */
 static __always_inline bool in_task(void *ctx)
 {
-	__u32 zero = 0, *serving;
+	__u32 zero = 0, *serving, count = 0;
 
 	if (bpf_core_field_exists(struct thread_info___nt, preempt_count)) {
 		struct task_struct *t = bpf_get_current_task_btf();
 		struct thread_info___nt *ti = (struct thread_info___nt *)&t->thread_info;
 
-		return !(BPF_CORE_READ(ti, preempt_count) & (NT_NMI_MASK | NT_HARDIRQ_MASK | NT_SOFTIRQ_OFFSET));
+		return count_in_task(BPF_CORE_READ(ti, preempt_count));
+	}
+	if (cfg.preempt_from_rq && bpf_core_field_exists(((struct sched_entity *)0)->cfs_rq) &&
+	    bpf_core_field_exists(((struct cfs_rq *)0)->rq)) {
+		/* direct loads through BTF pointers; only the count, which has no type here, is
+		 * a probe read */
+		struct rq *rq = bpf_get_current_task_btf()->se.cfs_rq->rq;
+
+		/* never a wrong CPU's count: a task not answering for this CPU is not a task */
+		if (!rq || rq->cpu != (int)bpf_get_smp_processor_id() ||
+		    bpf_probe_read_kernel(&count, sizeof(count), (void *)rq + cfg.preempt_from_rq))
+			return false;
+		return count_in_task(count);
 	}
 	serving = bpf_map_lookup_elem(&softirq_cpus, &zero);
 	return !(serving && *serving);

@@ -64,7 +64,7 @@ struct nt_config {
 	__u32 drop_rate;        /* skb: drop events per second per CPU, 0 = all (the counts stay exact) */
 	__u32 ip_sample;        /* ip-flows: an ip record for one packet in N of each flow, 0 = none */
 	__u32 skb_sample;       /* skb-lifecycle: follow one buffer in N (per CPU, at its first sighting), 0/1 = all */
-	__u32 _pad2;
+	__s32 preempt_from_rq;  /* in_task(): this CPU's preempt count, bytes from its struct rq; 0 = use the softirq words */
 	__u16 port;             /* 0 = any; local or remote port */
 	__u8 addr_family;       /* 0 = any, 2 = AF_INET, 10 = AF_INET6 */
 	__u8 _pad[1];

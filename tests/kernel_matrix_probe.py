@@ -30,6 +30,7 @@ def describe(s: loader.KernelSession, load_s: float) -> dict[str, object]:
         "absent": list(s.absent),
         "failed": dict(s.failed),
         "degraded": [list(d) for d in s.degraded],
+        "context": loader.context_source(s.opts),
         "load_s": round(load_s, 1),
     }
 

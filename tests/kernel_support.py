@@ -106,9 +106,11 @@ def tracing(
     counts_every: float = 3600.0,
     skb_sample: int = 1,
     skb_stages: str | None = None,
+    softirq_hooks: bool = False,
     **filters: object,
 ) -> Iterator[Capture]:
-    """A loaded session; counts_every: seconds between FlowCounters/DropCount map reads."""
+    """A loaded session; counts_every: seconds between FlowCounters/DropCount map reads;
+    softirq_hooks: in_task() from the softirq hooks instead of the preempt count."""
     filt = Filters(**filters)  # type: ignore[arg-type]
     opts = Options(
         providers=providers,
@@ -118,6 +120,7 @@ def tracing(
         drop_rate=drop_rate,
         skb_sample=skb_sample,
         skb_stages=skb_stages,
+        softirq_hooks=softirq_hooks,
     )
     env = KernelEnv(
         host_id="test-host", boot_id="test-boot", wall_offset=wall_offset(), symbolize=kernel_symbols().symbolize

@@ -9,7 +9,8 @@ import signal
 
 import pytest
 
-from collector.bpf.loader import PROGRAMS, PROVIDERS, KernelSession, Options
+from collector.bpf import loader
+from collector.bpf.loader import PROVIDERS, KernelSession, Options, program_names
 from tests.collect_process import Collector
 from tests.kernel_support import bpftool_prog_ids, kernel, programs_left
 
@@ -20,25 +21,28 @@ def test_an_exception_inside_the_session_detaches_every_program() -> None:
     with pytest.raises(RuntimeError, match="boom"):
         with KernelSession(Options(providers=PROVIDERS)) as session:
             ids = set(session.program_ids().values())
-            assert len(ids) == len(PROGRAMS)
+            assert len(ids) == len(program_names(Options(providers=PROVIDERS)))
             assert ids <= bpftool_prog_ids()
             raise RuntimeError("boom")
     assert not programs_left(ids)
 
 
-def test_only_the_chosen_providers_programs_are_loaded() -> None:
-    with KernelSession(Options(providers=("siftr",))) as session:
+@pytest.mark.parametrize("softirq_hooks", [False, True])
+def test_only_the_chosen_providers_programs_are_loaded(softirq_hooks: bool) -> None:
+    """The softirq hooks only where in_task() cannot read the preempt count (this x86
+    kernel can, through the runqueue), or when asked for."""
+    opts = Options(providers=("siftr",), softirq_hooks=softirq_hooks)
+    with KernelSession(opts) as session:
         names = set(session.program_ids())
+    assert loader.context_source(opts) == ("softirq hooks" if softirq_hooks else "runqueue")
     assert names == {
         "inet_sock_set_state",
         "sock_send_length",
         "sock_recv_length",
         "tcp_destroy_sock",
-        "softirq_entry",
-        "softirq_exit",
         "tcp_probe",
         "net_dev_queue",
-    }
+    } | ({"softirq_entry", "softirq_exit"} if softirq_hooks else set())
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
@@ -47,7 +51,7 @@ def test_nettrail_collect_detaches_and_reports_totals_on_a_signal(signum: int, t
         "--providers", ",".join(PROVIDERS), "--filter", "port=1", "--out", str(tmp_path / "r.jsonl")
     ) as collector:
         ids = set(collector.wait_attached().values())
-        assert len(ids) == len(PROGRAMS) and ids <= bpftool_prog_ids()
+        assert len(ids) == len(program_names(Options(providers=PROVIDERS))) and ids <= bpftool_prog_ids()
         status, _, err = collector.stop(signum)
         assert status == 0, err
         assert "nettrail collect: events received 0, lost 0" in err

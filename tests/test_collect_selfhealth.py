@@ -88,7 +88,7 @@ def test_a_sampled_run_reports_its_attach_coverage_sampling_ratio_and_cpu(tmp_pa
 
     # H3: the first record says exactly what is attached, as the kernel's links show it
     first = records[0]
-    wanted = [n for n, needed in loader.PROGRAMS.items() if needed & {"tcp", "siftr"}]
+    wanted = loader.program_names(loader.Options(providers=("tcp", "siftr")))
     assert first.kind == "collector_status"
     assert (first.pid, first.providers, first.ppl, first.absent, first.failed) == (pid, ["tcp", "siftr"], 4, [], {})
     assert first.attached == ids and sorted(first.attached) == sorted(wanted)
@@ -172,7 +172,7 @@ def test_tracepoints_missing_from_tracefs_are_not_attached_and_their_rules_are_u
     assert status == 0, err
     assert "; not attached: tcp_cong_state_set (absent on this kernel), tcp_probe (absent on this kernel)" in err
     first = read_records(out)[0]
-    wanted = [n for n, needed in loader.PROGRAMS.items() if needed & {"tcp", "siftr"} and n not in gone]
+    wanted = [n for n in loader.program_names(loader.Options(providers=("tcp", "siftr"))) if n not in gone]
     assert first.kind == "collector_status"
     assert first.absent == ["tcp_cong_state_set", "tcp_probe"]
     assert sorted(first.attached) == sorted(wanted) and first.attached == ids

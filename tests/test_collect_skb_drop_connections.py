@@ -73,12 +73,17 @@ def test_a_datagram_refused_by_a_full_receive_queue_carries_the_receivers_connec
     }
 
 
-def test_a_send_right_after_attaching_is_the_senders_task(nft_drop_output: Callable[[int], None]) -> None:
-    """softirq_exit is attached before softirq_entry, and a re-attach starts from cleared
-    softirq words: the other way round, a softirq that began between the two attaches (or
-    whose exit came after a detach) left its CPU marked 'softirq' until its next softirq
-    ended, and a send right after attaching was recorded with ctx softirq and no pid (16 of
-    400 fresh sessions here, 443 of 1,000 re-attaches, and one CI run)."""
+@pytest.mark.parametrize("softirq_hooks", [False, True], ids=["preempt count", "softirq hooks"])
+def test_a_send_right_after_attaching_is_the_senders_task(
+    nft_drop_output: Callable[[int], None], softirq_hooks: bool
+) -> None:
+    """The context is right from the first event after attaching, whether in_task() reads
+    the preempt count (no state of its own) or the softirq words. For the words,
+    softirq_exit is attached before softirq_entry, and a re-attach starts from cleared
+    words: the other way round, a softirq that began between the two attaches (or whose
+    exit came after a detach) left its CPU marked 'softirq' until its next softirq ended,
+    and a send right after attaching was recorded with ctx softirq and no pid (16 of 400
+    fresh sessions here, 443 of 1,000 re-attaches, and one CI run)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
         rx.bind(("127.0.0.1", 0))
         port = rx.getsockname()[1]
@@ -87,11 +92,12 @@ def test_a_send_right_after_attaching_is_the_senders_task(nft_drop_output: Calla
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
             tx.connect(("127.0.0.1", port))
             for _ in range(100):  # fresh sessions
-                with tracing(("skb",), port=port) as cap:
+                with tracing(("skb",), port=port, softirq_hooks=softirq_hooks) as cap:
                     with pytest.raises(PermissionError):
                         tx.send(b"out")
                     got += drops(cap.wait_for(lambda recs: bool(drops(recs, "NETFILTER_DROP"))), "NETFILTER_DROP")
-            with tracing(("skb",), port=port) as cap:
+            with tracing(("skb",), port=port, softirq_hooks=softirq_hooks) as cap:
+                assert {"softirq_entry", "softirq_exit"} <= set(cap.session.links) or not softirq_hooks
                 for _ in range(200):  # one session, re-attached
                     cap.session.detach()
                     cap.session.attach_programs()

@@ -29,10 +29,13 @@ def destroyed(cookies: set[int]):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.matrix
-def test_a_loopback_connection_gives_exact_state_sequences_on_both_ends_attributed_to_this_process() -> None:
+@pytest.mark.parametrize("softirq_hooks", [False, True], ids=["preempt count", "softirq hooks"])
+def test_a_loopback_connection_gives_exact_state_sequences_on_both_ends_attributed_to_this_process(
+    softirq_hooks: bool,
+) -> None:
     lst = bound_listener()
     port = lst.getsockname()[1]
-    with tracing(("tcp",), port=port) as cap:
+    with tracing(("tcp",), port=port, softirq_hooks=softirq_hooks) as cap:
         lst.listen()
         client = socket.create_connection(("127.0.0.1", port))
         server, _ = lst.accept()

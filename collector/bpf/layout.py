@@ -73,7 +73,7 @@ CONFIG: Fields = [
     ("drop_rate", "<u4"),
     ("ip_sample", "<u4"),
     ("skb_sample", "<u4"),
-    ("_pad2", "<u4"),
+    ("preempt_from_rq", "<i4"),
     ("port", "<u2"),
     ("addr_family", "u1"),
     ("_pad", "V1"),

@@ -43,8 +43,9 @@ PROVIDER_BITS = {
 ALWAYS: frozenset[str] = frozenset(PROVIDERS)
 # program (= tracepoint) -> providers that need it. The attribution programs are
 # needed by every provider: they fill the socket-owner map (providers.md 9.3), and
-# attribution asks whether an event fired in task context, which softirq_entry and
-# softirq_exit tell (kmod/context.bpf.c).
+# attribution asks whether an event fired in task context, which the preempt count tells
+# or, on a kernel where a program cannot find it, softirq_entry and softirq_exit
+# (kmod/context.bpf.c; context_source()).
 PROGRAMS: dict[str, frozenset[str]] = {
     "inet_sock_set_state": ALWAYS,
     "sock_send_length": ALWAYS,
@@ -82,6 +83,10 @@ SKB_STAGE_PROGRAMS = frozenset(
 SKB_STAGES = ("all", "ends")
 # in_task()'s state (kmod/context.bpf.c), attached first and in this order: see attach_programs
 CONTEXT_PROGRAMS = ("softirq_exit", "softirq_entry")
+# Where in_task() reads whether an event fired in task context (kmod/core_fixes.bpf.h):
+# the preempt count in current's thread_info (arm64 and others), the x86 per-CPU preempt
+# count found from the CPU's runqueue, or the softirq words CONTEXT_PROGRAMS keep.
+CONTEXT_SOURCES = ("thread_info", "runqueue", "softirq hooks")
 # Attribution programs a kernel may lack: sock_send_length/sock_recv_length came with 6.3.
 # Without them sockets are still attributed, at connect/listen/close (inet_sock_set_state),
 # by inheritance from the listener and by the owner map; what is lost is named (variants.py).
@@ -138,13 +143,31 @@ class Options:
     # skb-lifecycle: "all" stages or "ends" only (SKB_STAGE_PROGRAMS left out); None:
     # "ends" when sampled (skb_sample > 1), "all" when every buffer is followed
     skb_stages: str | None = None
+    # in_task() from softirq_entry/exit even where the preempt count can be read (to test
+    # and measure that fallback)
+    softirq_hooks: bool = False
 
 
 def program_names(opts: Options) -> list[str]:
-    """The programs these options need, in PROGRAMS order (before this kernel's absences)."""
+    """The programs these options need on this kernel, in PROGRAMS order (before its absences)."""
     wanted = set(opts.providers)
     skip = SKB_STAGE_PROGRAMS if skb_stages(opts) == "ends" else frozenset()
+    if context_source(opts) != "softirq hooks":
+        skip |= set(CONTEXT_PROGRAMS)
     return [name for name, needed_by in PROGRAMS.items() if needed_by & wanted and name not in skip]
+
+
+def context_source(opts: Options) -> str:
+    """Where in_task() learns the context on this kernel (one of CONTEXT_SOURCES): the
+    preempt count wherever a program can read it, since the softirq hooks cost two runs
+    per softirq and must be attached before any event program (attach_programs)."""
+    if opts.softirq_hooks:
+        return "softirq hooks"
+    if btf.has_member("thread_info", "preempt_count"):
+        return "thread_info"
+    if btf.preempt_count_from_runqueue() is not None:
+        return "runqueue"
+    return "softirq hooks"
 
 
 def skb_stages(opts: Options) -> str:
@@ -184,6 +207,7 @@ def config_bytes(opts: Options, drop_reasons: dict[int, str]) -> bytes:
     cfg["ppl"] = max(1, opts.ppl)
     cfg["ip_sample"] = max(0, opts.ip_sample)
     cfg["skb_sample"] = max(1, opts.skb_sample)
+    cfg["preempt_from_rq"] = btf.preempt_count_from_runqueue() if context_source(opts) == "runqueue" else 0
     cfg["providers"] = sum(PROVIDER_BITS[p] for p in opts.providers)
     mask = [0, 0]
     for value, name in drop_reasons.items():
@@ -290,17 +314,20 @@ class KernelSession:
     def attach_programs(self) -> None:
         """Attach the loaded programs (again, after detach(): maps and ring are kept).
 
-        in_task() must never see a softirq's entry without its exit: that CPU would call
-        its tasks' events softirq (and drop their pid) until its next softirq ended, which
-        a send made right after attaching once showed. So the softirq words start at 0,
+        Where in_task() reads the softirq words (context_source() "softirq hooks"), it
+        must never see a softirq's entry without its exit: that CPU would call its tasks'
+        events softirq (and drop their pid) until its next softirq ended, which a send
+        made right after attaching once showed. So the softirq words start at 0,
         softirq_exit is attached before softirq_entry, and the event programs only once
         every CPU has left the softirq it may have been serving when softirq_entry came
         (whose events would otherwise be called task). detach() goes in reverse."""
-        self._clear_softirq_cpus()
         names = self.loaded_names()
-        for name in [n for n in CONTEXT_PROGRAMS if n in names]:
-            self._attach_one(name)
-        _each_cpu_scheduled()
+        context = [n for n in CONTEXT_PROGRAMS if n in names]
+        if context:
+            self._clear_softirq_cpus()
+            for name in context:
+                self._attach_one(name)
+            _each_cpu_scheduled()
         for name in [n for n in names if n not in CONTEXT_PROGRAMS]:
             self._attach_one(name)
 

@@ -65,8 +65,12 @@ def floor_of(n: int) -> str:
     return f"empty programs on the hooks of {up_with(n)}"
 
 
-def floor_without_context(n: int) -> str:
-    return f"{floor_of(n)}, without softirq_entry/exit"
+def floor_with_context(n: int) -> str:
+    return f"{floor_of(n)}, and on softirq_entry/exit"
+
+
+def with_softirq_hooks(n: int) -> str:
+    return f"{up_with(n)}, task context from the softirq hooks"
 
 
 def with_ppl(n: int, ppl: int) -> str:
@@ -99,9 +103,11 @@ def contenders(
         out.append(Contender(all_stages(samples[0]), options(skb_stages="all", **settings)))
     if floor:  # the dispatch alone: empty programs where the set with lifecycles has its programs
         settings = {"providers": (*UP, "skb-lifecycle"), "ppl": COLLECTOR_PPL, "skb_sample": samples[0]}
-        hooks = frozenset(program_names(options(**settings)))  # as the loader chooses them
+        hooks = frozenset(program_names(options(**settings)))  # as the loader chooses them on this kernel
         out.append(Contender(floor_of(samples[0]), None, hooks=hooks))
-        out.append(Contender(floor_without_context(samples[0]), None, hooks=hooks - set(CONTEXT_PROGRAMS)))
+        out.append(Contender(floor_with_context(samples[0]), None, hooks=hooks | set(CONTEXT_PROGRAMS)))
+        # the set as it ran where in_task() could not read the preempt count
+        out.append(Contender(with_softirq_hooks(samples[0]), options(softirq_hooks=True, **settings)))
     if ppl_alt:  # the same set sampling siftr less often: what its samples cost
         settings = {"providers": (*UP, "skb-lifecycle"), "ppl": ppl_alt, "skb_sample": samples[0]}
         out.append(Contender(with_ppl(samples[0], ppl_alt), options(**settings)))
@@ -249,7 +255,15 @@ def verdict_lines(cs: list[Contender], samples: list[int], where: str = "") -> l
             f"{to_up(every, up):.3f} of the set without them; the ends only cost "
             f"{statistics.median(by_name[up_with(n)].ratios) / ratio_all:.3f} of it."
         )
-    for name in (floor_of(samples[0]), floor_without_context(samples[0])):
+    if with_softirq_hooks(samples[0]) in by_name and up_with(samples[0]) in by_name:
+        hooks, preempt = (
+            statistics.median(by_name[n].ratios) for n in (with_softirq_hooks(samples[0]), up_with(samples[0]))
+        )
+        out.append(
+            f"- task context from the softirq hooks instead of the preempt count: {hooks:.3f} of untraced, "
+            f"{hooks - preempt:+.3f} beside the preempt count's {preempt:.3f}."
+        )
+    for name in (floor_of(samples[0]), floor_with_context(samples[0])):
         if name in by_name:
             ratio = statistics.median(by_name[name].ratios)
             out.append(

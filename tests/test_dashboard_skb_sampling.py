@@ -13,7 +13,14 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from nettrail.commands.up import COLLECTOR_PROVIDERS, COLLECTOR_SKB_SAMPLE, collector_providers
+from collector.bpf.loader import PROVIDERS
+from nettrail.commands.up import (
+    COLLECTOR_PROVIDERS,
+    COLLECTOR_SKB_SAMPLE,
+    KNOWN_PROVIDERS,
+    WITHIN_BUDGET,
+    collector_providers,
+)
 from translators.records import (
     CollectorStatus,
     SamplingReport,
@@ -165,3 +172,22 @@ def test_nettrail_up_runs_sampled_lifecycles_by_default_and_the_variable_sets_n_
         "--providers",
         COLLECTOR_PROVIDERS,
     ]
+
+
+def test_nettrail_providers_chooses_the_whole_set_and_a_bad_one_is_said(capsys: pytest.CaptureFixture[str]) -> None:
+    sampled = ["--skb-sample", str(COLLECTOR_SKB_SAMPLE), "--skb-stages", "ends"]
+    assert KNOWN_PROVIDERS == PROVIDERS  # up does not import the collector
+    assert collector_providers({"NETTRAIL_PROVIDERS": WITHIN_BUDGET}) == ["--providers", "tcp,skb"]
+    # skb-lifecycle in it is sampled as in the default set, and NETTRAIL_SKB_SAMPLE still sets N
+    assert collector_providers({"NETTRAIL_PROVIDERS": " tcp, skb-lifecycle ,tcp"}) == [
+        "--providers", "tcp,skb-lifecycle", *sampled,
+    ]  # fmt: skip
+    assert collector_providers({"NETTRAIL_PROVIDERS": "udp,skb-lifecycle", "NETTRAIL_SKB_SAMPLE": "0"}) == [
+        "--providers", "udp",
+    ]  # fmt: skip
+    assert capsys.readouterr().err == ""
+    for bad in ("tcp,bogus", ",,"):
+        assert collector_providers({"NETTRAIL_PROVIDERS": bad}) == [
+            "--providers", COLLECTOR_PROVIDERS + ",skb-lifecycle", *sampled,
+        ]  # fmt: skip
+        assert "$NETTRAIL_PROVIDERS takes providers from tcp, siftr" in capsys.readouterr().err

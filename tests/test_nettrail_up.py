@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -58,7 +59,8 @@ def free_port() -> int:
 def up_env(data_dir: Path, **extra: str) -> dict[str, str]:
     """The environment `nettrail up` runs in here: its own data, a given admin password."""
     # up's defaults
-    skip = ("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "CHANNEL_LAYER", "NETTRAIL_SKB_SAMPLE", "NETTRAIL_SKB_STAGES")
+    skip = ("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "CHANNEL_LAYER", "NETTRAIL_PROVIDERS", "NETTRAIL_SKB_SAMPLE",
+            "NETTRAIL_SKB_STAGES")  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in skip}
     env.update(NETTRAIL_DATA=str(data_dir), NETTRAIL_ADMIN_PASSWORD=ADMIN_PASSWORD, NETTRAIL_TRIM_INTERVAL="0")
     return {**env, **extra}
@@ -250,6 +252,41 @@ def test_up_as_root_starts_the_collector_and_its_records_reach_the_webapp(data_d
             proc.wait()
 
 
+@pytest.mark.kernel
+def test_nettrail_providers_runs_the_set_within_the_budget(data_dir: Path) -> None:
+    """NETTRAIL_PROVIDERS=tcp,skb reaches the real collector: it loads exactly that set
+    (no lifecycles), says so in its collector_status, and connections still arrive."""
+    reason = collector_missing()
+    if reason:
+        pytest.skip(reason)
+    port = free_port()
+    env = up_env(data_dir, NETTRAIL_PROVIDERS="tcp,skb")
+    command = [PYTHON, "-m", "nettrail.cli", "up", "--port", str(port)]
+    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for_line(proc, "nettrail collect: tracing")
+        collectors = [
+            p.cmdline() for p in psutil.Process(proc.pid).children(recursive=True) if "collect" in p.cmdline()
+        ]
+        assert len(collectors) == 1
+        assert collectors[0][collectors[0].index("--providers") + 1] == "tcp,skb"
+        assert "--skb-sample" not in collectors[0]
+        for _ in range(2):
+            subprocess.run(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{port}/accounts/login/"], check=True)
+        rows = wait_for_connections(data_dir, port, count=2)
+        assert [(state, comm, closed) for state, comm, closed in rows] == [("CLOSED", "curl", 1)] * 2
+        with sqlite3.connect(f"file:{data_dir / 'nettrail.sqlite3'}?mode=ro", uri=True) as db:
+            statuses = db.execute("SELECT providers FROM traces_collectorstatus").fetchall()
+        assert statuses and {json.loads(row[0]) == ["tcp", "skb"] for row in statuses} == {True}
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def assert_token_kept_off_command_lines(up_pid: int, token_file: Path) -> str:
     """The collector reads the local token from a root-only file, never from its argv."""
     info = token_file.stat()
@@ -369,7 +406,6 @@ def test_connections_made_right_after_tracing_starts_all_arrive_and_stop_drains_
 )
 def test_the_redis_channel_layer_works_under_up(data_dir: Path) -> None:
     import asyncio
-    import json
 
     import websockets
 

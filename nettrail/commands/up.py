@@ -10,7 +10,8 @@ when the ``collect`` command exists, ``nettrail collect --server URL --token-fil
 --alerts --ppl 8 --providers tcp,siftr,skb,ip-flows,udp,skb-lifecycle --skb-sample 256
 --skb-stages ends`` (sampled buffer lifecycles: $NETTRAIL_SKB_SAMPLE=N follows one buffer in N
 instead, 1 every buffer, 0 none; each followed buffer's first sighting, copy and end, and
-$NETTRAIL_SKB_STAGES=all adds its receive entry and transmit stages) as a root child (F: ``collector.token`` in the data directory, mode 0600, owned by root;
+$NETTRAIL_SKB_STAGES=all adds its receive entry and transmit stages; $NETTRAIL_PROVIDERS
+chooses the whole provider set, e.g. tcp,skb, the set within the 3% always-on budget) as a root child (F: ``collector.token`` in the data directory, mode 0600, owned by root;
 a token on the command line would be visible to every local user in ``ps``). Ctrl-C / SIGTERM stop both:
 the collector first (it drains its ring buffer and ships its last batches while the
 webapp still takes them), then the webapp.
@@ -79,30 +80,54 @@ TOKEN_FILE = "collector.token"  # in the data directory: the local token for the
 COLLECTOR_PPL = 8
 # The always-on set: besides tcp and siftr, skb drop events (skb), exact per-flow IP
 # counters (ip-flows, no record per packet), UDP datagrams (udp: the UDP page; it takes
-# ip-flows' parse of each packet and reads nothing of a TCP packet) and buffer lifecycles, the kernel following one
-# buffer in COLLECTOR_SKB_SAMPLE (skb-lifecycle --skb-sample N: the Buffers page and each
-# connection's page, beside exact counts of the buffers seen). Following one buffer in 256,
-# its ends only (below), adds 1.2% to the set's CPU per byte of loopback TCP (8.1% with
-# every stage hook); the whole set costs 1.134 of untraced with lifecycles at 256, 1.120
-# without: over the 3% always-on budget on loopback, within it over a veth pair
-# (docs/benchmarks.md, "Sampled skb lifecycles and nettrail up's default providers").
-# NETTRAIL_SKB_SAMPLE=N chooses another N (1: every buffer, the full tracing switch), 0
-# turns lifecycles off. Sampled, only the stages a followed buffer cannot lose are recorded
-# (--skb-stages ends: first sighting, copy to its reader, end): the other stage hooks
-# (receive entry, transmit start and done) fire for every buffer, followed or not, and
-# were most of what lifecycles added; NETTRAIL_SKB_STAGES=all records them too (the
-# default with N = 1, full tracing unchanged).
+# ip-flows' parse of each packet and reads nothing of a TCP packet) and buffer lifecycles,
+# the kernel following one buffer in COLLECTOR_SKB_SAMPLE (skb-lifecycle --skb-sample N:
+# the Buffers page and each connection's page, beside exact counts of the buffers seen).
+# Following one buffer in 256, its ends only (below), adds 1.5-5% to the set's CPU per
+# byte of loopback TCP; the whole set costs 1.105-1.146 of untraced with lifecycles,
+# 1.088-1.094 without: over the 3% always-on budget (its tracepoints' dispatch alone is
+# 1.05), which only a set without per-packet hooks meets: WITHIN_BUDGET, 1.023-1.024
+# (docs/benchmarks.md, "Task context without the softirq hooks, and a set within the budget").
+# NETTRAIL_PROVIDERS=a,b,... chooses the whole set instead (skb-lifecycle in it is sampled
+# as below). NETTRAIL_SKB_SAMPLE=N chooses another N (1: every buffer, the full tracing
+# switch), 0 turns lifecycles off. Sampled, only the stages a followed buffer cannot lose
+# are recorded (--skb-stages ends: first sighting, copy to its reader, end): the other
+# stage hooks (receive entry, transmit start and done) fire for every buffer, followed or
+# not, and were most of what lifecycles added; NETTRAIL_SKB_STAGES=all records them too
+# (the default with N = 1, full tracing unchanged).
 COLLECTOR_PROVIDERS = "tcp,siftr,skb,ip-flows,udp"  # without lifecycles (NETTRAIL_SKB_SAMPLE=0)
 COLLECTOR_SKB_SAMPLE = 256  # the default N, the one the benchmark measures
+WITHIN_BUDGET = "tcp,skb"  # states, retransmits, resets, drops: no per-packet program but attribution's
+PROVIDERS_ENV = "NETTRAIL_PROVIDERS"
 SKB_SAMPLE_ENV = "NETTRAIL_SKB_SAMPLE"
 SKB_STAGES_ENV = "NETTRAIL_SKB_STAGES"
-SKB_STAGES = ("all", "ends")  # collector/bpf/loader.py's SKB_STAGES (not imported: up runs without the collector)
+# collector/bpf/loader.py's PROVIDERS and SKB_STAGES (not imported: up runs without the collector)
+KNOWN_PROVIDERS = ("tcp", "siftr", "tcpdebug", "ip", "udp", "skb", "skb-lifecycle", "ip-flows")
+SKB_STAGES = ("all", "ends")
+
+
+def chosen_providers(env: dict[str, str]) -> tuple[list[str], bool]:
+    """$NETTRAIL_PROVIDERS as (providers without skb-lifecycle, whether it was listed);
+    unset or invalid: the always-on set with lifecycles (an invalid one is said)."""
+    said = env.get(PROVIDERS_ENV, "").strip()
+    default = COLLECTOR_PROVIDERS.split(",")
+    if not said:
+        return default, True
+    names = [p.strip() for p in said.split(",") if p.strip()]
+    unknown = [p for p in names if p not in KNOWN_PROVIDERS]
+    if unknown or not names:
+        print(f"nettrail up: ${PROVIDERS_ENV} takes providers from {', '.join(KNOWN_PROVIDERS)}, got "
+              f"{said!r}: running the default set", file=sys.stderr, flush=True)  # fmt: skip
+        return default, True
+    return list(dict.fromkeys(p for p in names if p != "skb-lifecycle")), "skb-lifecycle" in names
 
 
 def collector_providers(env: dict[str, str]) -> list[str]:
-    """`nettrail collect`'s provider arguments: the always-on set with sampled buffer
-    lifecycles, one buffer in $NETTRAIL_SKB_SAMPLE (default COLLECTOR_SKB_SAMPLE; 0: none),
-    recording the stages $NETTRAIL_SKB_STAGES names (default: ends when sampled, all with N = 1)."""
+    """`nettrail collect`'s provider arguments: $NETTRAIL_PROVIDERS or the always-on set,
+    with sampled buffer lifecycles, one buffer in $NETTRAIL_SKB_SAMPLE (default
+    COLLECTOR_SKB_SAMPLE; 0: none), recording the stages $NETTRAIL_SKB_STAGES names
+    (default: ends when sampled, all with N = 1)."""
+    providers, lifecycles = chosen_providers(env)
     value = env.get(SKB_SAMPLE_ENV, "").strip()
     n = COLLECTOR_SKB_SAMPLE
     if value.isdigit():
@@ -110,8 +135,8 @@ def collector_providers(env: dict[str, str]) -> list[str]:
     elif value:  # said, and tracing goes on with the default
         print(f"nettrail up: ${SKB_SAMPLE_ENV} must be 0 (no lifecycles) or N (follow one buffer in N), "
               f"got {value!r}: following one buffer in {n}", file=sys.stderr, flush=True)  # fmt: skip
-    if n == 0:
-        return ["--providers", COLLECTOR_PROVIDERS]
+    if n == 0 or not lifecycles:
+        return ["--providers", ",".join(providers)]
     stages = "ends" if n > 1 else "all"
     said = env.get(SKB_STAGES_ENV, "").strip()
     if said in SKB_STAGES:
@@ -119,7 +144,7 @@ def collector_providers(env: dict[str, str]) -> list[str]:
     elif said:  # said, and tracing goes on with the default
         print(f"nettrail up: ${SKB_STAGES_ENV} must be all or ends, got {said!r}: recording {stages}",
               file=sys.stderr, flush=True)  # fmt: skip
-    return ["--providers", COLLECTOR_PROVIDERS + ",skb-lifecycle", "--skb-sample", str(n), "--skb-stages", stages]
+    return ["--providers", ",".join([*providers, "skb-lifecycle"]), "--skb-sample", str(n), "--skb-stages", stages]
 
 
 def register(subparsers: Any) -> None:

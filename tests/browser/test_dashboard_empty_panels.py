@@ -40,11 +40,11 @@ def test_a_connections_empty_panels_name_the_provider_and_how_to_enable_it(
     page.wait_for_function("document.body.dataset.loaded === '1'")
     expect = {
         "skbs": "No skb lifecycles: the collector on panels-host runs tcp, siftr, not skb-lifecycle. "
-        "Enable it: nettrail collect --providers tcp,siftr,skb-lifecycle.",
+        "Enable it: nettrail collect --providers tcp,siftr,skb-lifecycle (nettrail up: NETTRAIL_PROVIDERS=tcp,siftr,skb-lifecycle).",
         "tcpdebug": "No tcpdebug snapshots: the collector on panels-host runs tcp, siftr, not tcpdebug. "
-        "Enable it: nettrail collect --providers tcp,siftr,tcpdebug.",
+        "Enable it: nettrail collect --providers tcp,siftr,tcpdebug (nettrail up: NETTRAIL_PROVIDERS=tcp,siftr,tcpdebug).",
         "drops": "No drops: the collector on panels-host runs tcp, siftr, not skb. "
-        "Enable it: nettrail collect --providers tcp,siftr,skb.",
+        "Enable it: nettrail collect --providers tcp,siftr,skb (nettrail up: NETTRAIL_PROVIDERS=tcp,siftr,skb).",
     }
     for panel, text in expect.items():
         shown = page.locator(f"#{panel}-empty")
@@ -59,5 +59,5 @@ def test_the_buffers_page_says_why_a_host_has_no_drops(server: Server, page: Any
     page.wait_for_function("document.body.dataset.loaded === '1'")
     assert page.locator("#drops-empty").inner_text() == (
         "No drops recorded. No drops: the collector on panels-host runs tcp, siftr, not skb. "
-        "Enable it: nettrail collect --providers tcp,siftr,skb."
+        "Enable it: nettrail collect --providers tcp,siftr,skb (nettrail up: NETTRAIL_PROVIDERS=tcp,siftr,skb)."
     )

@@ -43,7 +43,8 @@ def why(host: str, panel: str, providers: list[str] | None, scope: str = "this c
     if not any(p in providers for p in recorders):
         return (
             f"No {what}: the collector on {host} runs {', '.join(providers) or 'no provider'}, not {wanted}. "
-            f"Enable it: nettrail collect --providers {','.join([*providers, wanted])}."
+            f"Enable it: nettrail collect --providers {','.join([*providers, wanted])} "
+            f"(nettrail up: NETTRAIL_PROVIDERS={','.join([*providers, wanted])})."
         )
     return f"No {what} recorded for {scope} (the collector on {host} runs {', '.join(providers)})."
 

@@ -38,7 +38,7 @@ from doc_section import write_section  # noqa: E402
 from toggled import PHASE, TRAFFIC_CPU, pinned_toggled, ratio_rows  # noqa: E402
 
 from collector.bpf.loader import CONTEXT_PROGRAMS, Filters, Options, program_names  # noqa: E402
-from nettrail.commands.up import COLLECTOR_PPL, COLLECTOR_PROVIDERS, COLLECTOR_SKB_SAMPLE  # noqa: E402
+from nettrail.commands.up import COLLECTOR_PPL, COLLECTOR_PROVIDERS, COLLECTOR_SKB_SAMPLE, WITHIN_BUDGET  # noqa: E402
 
 SECTION = "## Sampled skb lifecycles and nettrail up's default providers"
 PORT = 52023  # not bench_collect's or bench_collect_decode's: they may run at the same time
@@ -46,6 +46,7 @@ BUDGET = 1.03  # the always-on budget: ≤ 3% more CPU per byte than untraced
 UP = tuple(COLLECTOR_PROVIDERS.split(","))
 UP_NAME = f"nettrail up's set without lifecycles: {COLLECTOR_PROVIDERS} --ppl {COLLECTOR_PPL}"
 SKB_NAME = "skb alone (drops only, always-on)"
+LIGHT_NAME = f"the set without per-packet providers: NETTRAIL_PROVIDERS={WITHIN_BUDGET}"
 
 
 def up_with(n: int) -> str:
@@ -92,6 +93,7 @@ def contenders(
 ) -> list[Contender]:
     out = [Contender("untraced", None), Contender(UP_NAME, options(providers=UP, ppl=COLLECTOR_PPL))]
     out.append(Contender(SKB_NAME, options(providers=("skb",))))
+    out.append(Contender(LIGHT_NAME, options(providers=tuple(WITHIN_BUDGET.split(",")))))
     for n in samples:
         out.append(Contender(up_with(n), options(providers=(*UP, "skb-lifecycle"), ppl=COLLECTOR_PPL, skb_sample=n)))
     for n in samples:
@@ -270,6 +272,12 @@ def verdict_lines(cs: list[Contender], samples: list[int], where: str = "") -> l
                 f"- {name} (the tracepoints' dispatch, no work done): {ratio:.3f} of untraced — "
                 f"{'within' if ratio <= BUDGET else 'over'} the 3% budget before any work."
             )
+    if LIGHT_NAME in by_name:
+        ratio = statistics.median(by_name[LIGHT_NAME].ratios)
+        out.append(
+            f"- {LIGHT_NAME} (states, retransmits, resets, drops): {ratio:.3f} of untraced — "
+            f"{'within' if ratio <= BUDGET else 'over'} the 3% budget."
+        )
     skb = by_name.get(SKB_NAME)
     for n in samples:
         if alone(n) not in by_name:

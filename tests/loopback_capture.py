@@ -1,7 +1,8 @@
 """Test helper: capture real loopback TCP traffic with tcpdump, and read tshark conversations.
 
 Used by the pcap export tests. tcpdump is stopped by its PID (never by name); the
-server and clients are sockets of this process.
+server and clients are sockets of this process. pcap_count and wait_captured are for any
+test that stops a `tcpdump -U` once it has written what it must have seen.
 """
 
 from __future__ import annotations
@@ -9,11 +10,32 @@ from __future__ import annotations
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+
+
+def pcap_count(path: Path) -> int:
+    """Packets in a classic pcap file (24-byte file header, 16-byte record headers)."""
+    data = path.read_bytes() if path.exists() else b""
+    offset, count = 24, 0
+    while offset + 16 <= len(data):
+        (incl,) = struct.unpack_from("<I", data, offset + 8)
+        offset += 16 + incl
+        count += 1
+    return count
+
+
+def wait_captured(path: Path, packets: int, timeout: float = 20.0) -> int:
+    """Wait until a `tcpdump -U -w path` (it writes each packet as it reads it) holds at
+    least `packets`, or the bound passes; the count then."""
+    deadline = time.monotonic() + timeout
+    while (count := pcap_count(path)) < packets and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return count
 
 
 def need_tools() -> None:

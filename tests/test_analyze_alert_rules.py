@@ -13,12 +13,14 @@ import time
 import pytest
 
 from tests.collect_process import ROOT
+from tests.loopback_capture import wait_captured
 
 pytestmark = [
     pytest.mark.kernel,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespace and tcpdump"),
 ]
 
+REFUSED = 45  # connects to closed ports: 20 distinct, then one port 25 times
 CONNECTS = """
 import socket, time
 for port in [*range(9001, 9021), *[9100] * 25]:
@@ -44,7 +46,7 @@ def capture_refusals(tmp_path) -> str:
         assert "listening on" in dump.stderr.readline()
         time.sleep(0.5)  # "listening on" comes a moment before the first packet is caught
         subprocess.run(["ip", "netns", "exec", name, sys.executable, "-c", CONNECTS], check=True, timeout=30)
-        time.sleep(1.0)  # tcpdump writes the last packets
+        assert wait_captured(pcap, 2 * REFUSED) == 2 * REFUSED  # a SYN and its RST each
     finally:
         if dump is not None:
             dump.send_signal(2)
@@ -66,7 +68,7 @@ def test_a_capture_of_refused_connects_raises_a_port_scan_and_connect_failures(t
     pcap = capture_refusals(tmp_path)
     doc = analyze(pcap)
     states = [c["conn_state"] for c in doc["connection"]]
-    assert states.count("REJ") == 45
+    assert states.count("REJ") == REFUSED
     alerts = doc["alert"]
     assert sorted((a["rule_id"], a["condition"]) for a in alerts) == [
         ("K14", "connect-failures"), ("K9", "port-scan"), ("P7", None)]  # fmt: skip

@@ -5,28 +5,16 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import struct
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.kernel_support import bound_listener, cookie_of, kernel, tracing
+from tests.loopback_capture import pcap_count, wait_captured
 from translators.records import IpPacket
 
 pytestmark = kernel
-
-
-def pcap_count(path: Path) -> int:
-    """Packets in a classic pcap file (24-byte file header, 16-byte record headers)."""
-    data = path.read_bytes()
-    offset, count = 24, 0
-    while offset + 16 <= len(data):
-        (incl,) = struct.unpack_from("<I", data, offset + 8)
-        offset += 16 + incl
-        count += 1
-    return count
 
 
 def start_tcpdump(path: Path, port: int) -> subprocess.Popen[bytes]:
@@ -82,8 +70,8 @@ def test_ip_send_records_of_a_flow_equal_the_packets_tcpdump_saw(host: str, tmp_
             server.close()
             lst.close()
             records = cap.settle(quiet=0.5)
+        wait_captured(pcap, sum(isinstance(r, IpPacket) and r.probe == "send" for r in records))
     finally:
-        time.sleep(0.2)
         dump.send_signal(signal.SIGINT)
         _, err = dump.communicate(timeout=10)
     assert b" packets captured" in err, err

@@ -34,6 +34,9 @@ def test_only_the_chosen_providers_programs_are_loaded(softirq_hooks: bool) -> N
     opts = Options(providers=("siftr",), softirq_hooks=softirq_hooks)
     with KernelSession(opts) as session:
         names = set(session.program_ids())
+        ctx_degraded = [d for d in session.degraded if d[1] == "ctx"]
+    # the softirq words cannot see a hard interrupt: said, where they are used
+    assert ctx_degraded == ([("siftr", "ctx", loader.CTX_FROM_HOOKS_LOSES)] if softirq_hooks else [])
     assert loader.context_source(opts) == ("softirq hooks" if softirq_hooks else "runqueue")
     assert names == {
         "inet_sock_set_state",

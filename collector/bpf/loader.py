@@ -87,6 +87,7 @@ CONTEXT_PROGRAMS = ("softirq_exit", "softirq_entry")
 # the preempt count in current's thread_info (arm64 and others), the x86 per-CPU preempt
 # count found from the CPU's runqueue, or the softirq words CONTEXT_PROGRAMS keep.
 CONTEXT_SOURCES = ("thread_info", "runqueue", "softirq hooks")
+CTX_FROM_HOOKS_LOSES = "a hard interrupt taken in a task is the task's: the preempt count cannot be read here"
 # Attribution programs a kernel may lack: sock_send_length/sock_recv_length came with 6.3.
 # Without them sockets are still attributed, at connect/listen/close (inet_sock_set_state),
 # by inheritance from the listener and by the owner map; what is lost is named (variants.py).
@@ -269,6 +270,8 @@ class KernelSession:
             raise BpfError(f"this kernel has no tracepoint {', '.join(required)}: nettrail cannot attribute sockets")
         self.choice = variants.choose(self.program_names(), self.absent, self.opts.providers)
         self.degraded = self.choice.degraded
+        if context_source(self.opts) == "softirq hooks":  # what the softirq words cannot tell
+            self.degraded += tuple((p, "ctx", CTX_FROM_HOOKS_LOSES) for p in self.opts.providers)
         path = self.opts.object_path or build.ensure_built(self.choice.object_name)
         self.lib.take_messages()
         obj = self.lib.bpf_object__open_file(str(path).encode(), None)

@@ -16,8 +16,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -178,14 +179,21 @@ def test_up_without_root_starts_only_the_webapp_and_says_tracing_needs_root(data
     python, pythonpath = interpreter_for(account)
     env = up_env(data_dir, HOME=str(data_dir), PYTHONPATH=pythonpath)
     command = [python, "-m", "nettrail.cli", "up", "--port", str(port)]
-    proc = subprocess.Popen(command, cwd=data_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, user=account.pw_uid, group=account.pw_gid, extra_groups=[])  # fmt: skip
-    try:
+    with up_running(command, cwd=data_dir, env=env, user=account.pw_uid, group=account.pw_gid, extra_groups=[]) as proc:
         lines = wait_for_line(proc, "live kernel tracing needs root")
         assert any(f"webapp running at http://127.0.0.1:{port}/" in line for line in lines)
         assert requests.get(f"http://127.0.0.1:{port}/accounts/login/", timeout=10).status_code == 200
         tree = psutil.Process(proc.pid).children(recursive=True)
         assert [p.uids().real for p in tree] == [account.pw_uid]  # the webapp only: no collector child
+
+
+@contextmanager
+def up_running(command: list[str], **popen: Any) -> Iterator[subprocess.Popen[str]]:
+    """`nettrail up` as a child for the block; after it, SIGTERM must stop it with status 0
+    (it is killed if the block failed)."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+    try:
+        yield proc
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
         assert proc.returncode == 0
@@ -262,8 +270,7 @@ def test_nettrail_providers_runs_the_set_within_the_budget(data_dir: Path) -> No
     port = free_port()
     env = up_env(data_dir, NETTRAIL_PROVIDERS="tcp,skb")
     command = [PYTHON, "-m", "nettrail.cli", "up", "--port", str(port)]
-    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    with up_running(command, cwd=REPO, env=env) as proc:
         wait_for_line(proc, "nettrail collect: tracing")
         collectors = [
             p.cmdline() for p in psutil.Process(proc.pid).children(recursive=True) if "collect" in p.cmdline()
@@ -278,13 +285,6 @@ def test_nettrail_providers_runs_the_set_within_the_budget(data_dir: Path) -> No
         with sqlite3.connect(f"file:{data_dir / 'nettrail.sqlite3'}?mode=ro", uri=True) as db:
             statuses = db.execute("SELECT providers FROM traces_collectorstatus").fetchall()
         assert statuses and {json.loads(row[0]) == ["tcp", "skb"] for row in statuses} == {True}
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)
-        assert proc.returncode == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def assert_token_kept_off_command_lines(up_pid: int, token_file: Path) -> str:

@@ -125,7 +125,7 @@ static __always_inline bool in_task(void *ctx)
 		return count_in_task(BPF_CORE_READ(ti, preempt_count));
 	}
 	if (cfg.preempt_from_rq && bpf_core_field_exists(((struct sched_entity *)0)->cfs_rq) &&
-	    bpf_core_field_exists(((struct cfs_rq *)0)->rq)) {
+	    bpf_core_field_exists(((struct cfs_rq *)0)->rq) && bpf_core_field_exists(((struct rq *)0)->cpu)) {
 		/* direct loads through BTF pointers; only the count, which has no type here, is
 		 * a probe read */
 		struct rq *rq = bpf_get_current_task_btf()->se.cfs_rq->rq;

@@ -217,8 +217,25 @@ def database() -> Iterator[str]:
     try:
         yield f"{base}/{name}"
     finally:
-        with psycopg.connect(PG_URL, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        drop_database(name)
+
+
+def drop_database(name: str) -> None:
+    """Drop the test's database once nothing uses it. A plain DROP makes autovacuum's
+    workers leave by itself, where FORCE refuses to end one without pg_signal_backend
+    (a CI run's teardown failed so, after this test's writes woke autovacuum); it is
+    retried while the test's own processes go, FORCE only as the last attempt."""
+    import psycopg
+
+    deadline = time.monotonic() + 30
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        while time.monotonic() < deadline:
+            try:
+                admin.execute(f"DROP DATABASE IF EXISTS {name}")
+                return
+            except psycopg.errors.ObjectInUse:  # waited 5 s in the server for other sessions
+                time.sleep(0.5)
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def test_twenty_hosts_through_two_workers_and_two_writers_survive_kills_and_a_redis_restart(database: str) -> None:

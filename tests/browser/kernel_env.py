@@ -52,10 +52,13 @@ class Collector:
 
 
 @contextmanager
-def collecting(server: Server, data: Path, *options: str) -> Iterator[Collector]:
-    """`nettrail collect --server ... <options>` with its NETTRAIL_DATA, spool and log under `data`."""
-    env = {**os.environ, "NETTRAIL_HOST_ID": HOST, "NETTRAIL_DATA": str(data)}
-    cmd = [sys.executable, "-m", "nettrail.cli", "collect", "--server", server.url, "--token", server.token]
+def collecting(server: Server, data: Path, *options: str, host: str = HOST) -> Iterator[Collector]:
+    """`nettrail collect --server ... <options>` with its NETTRAIL_DATA, spool and log under
+    `data`, shipping as `host` (a host of its own keeps its records, stack counters
+    included, off the pages other tests check for HOST)."""
+    token = server.token if host == HOST else server.make_token(host)
+    env = {**os.environ, "NETTRAIL_HOST_ID": host, "NETTRAIL_DATA": str(data)}
+    cmd = [sys.executable, "-m", "nettrail.cli", "collect", "--server", server.url, "--token", token]
     cmd += ["--spool", str(data / "spool"), *options]
     log_path = data / "collector.log"
     with open(log_path, "wb") as log:

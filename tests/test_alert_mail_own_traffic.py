@@ -64,7 +64,7 @@ def test_an_alert_about_nettrails_own_sockets_sends_no_mail_and_another_alert_do
     cast: Cast, mailoutbox: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     batch, other = _batch(1, monkeypatch)
-    assert post(Client(), cast.token_a, batch).json() == {"stored": 4, "duplicates": 0}
+    assert post(Client(), cast.token_a, batch).json() == {"stored": 4, "duplicates": 0, "tracing": None}
     MAILER.join()
 
     assert [m.subject for m in mailoutbox] == ["[nettrail] warning K1 on host-a (open)"]

@@ -37,7 +37,17 @@ EXAMPLES = 130
 REQUESTS = 3000
 # Streamed downloads whose 200 is a report, pcap or log in the asked format, not JSON.
 DOWNLOADS = ("/api/report", "/api/connections/{conn_uuid}/export", "/api/hosts/{name}/siftr")
-PAGES = ("/", "/connections/", "/buffers/", "/udp/", "/counters/", "/alerts/", "/status/", "/captures/upload/")
+PAGES = (
+    "/",
+    "/connections/",
+    "/buffers/",
+    "/udp/",
+    "/counters/",
+    "/alerts/",
+    "/status/",
+    "/status/tracing/",
+    "/captures/upload/",
+)
 PAGE_PARAMS = ("host", "reason", "conn", "skb", "sort", "severity", "rule", "acked", "q", "cursor", "limit")
 
 
@@ -47,6 +57,7 @@ def logged_in(cast: Cast) -> Client:
     assert post(Client(), cast.token_a, [state("host-a", 1, "CLOSED", "SYN_SENT"), retransmit("host-a", 2)]).json() == {
         "stored": 2,
         "duplicates": 0,
+        "tracing": None,
     }
     client = Client()
     client.force_login(cast.viewer)

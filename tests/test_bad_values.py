@@ -52,7 +52,7 @@ def test_ingest_refuses_a_bad_value_naming_its_record_and_field_and_stores_nothi
 
 def test_ingest_stores_the_longest_allowed_text(cast: Cast) -> None:
     resp = post(Client(), cast.token_a, msgspec.msgpack.encode([raw_record(1, comm="x" * MAX_TEXT)]))
-    assert resp.json() == {"stored": 1, "duplicates": 0}
+    assert resp.json() == {"stored": 1, "duplicates": 0, "tracing": None}
 
 
 @pytest.mark.parametrize(

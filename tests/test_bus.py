@@ -40,7 +40,7 @@ def bus() -> Iterator[redis.Redis]:
 def test_ingest_appends_the_batch_and_a_writer_stores_then_acknowledges_it(cast: Cast, bus: redis.Redis) -> None:
     batch = [retransmit("host-a", 1), retransmit("host-a", 2), drop("host-a", 3)]
     resp = post(Client(), cast.token_a, batch)
-    assert (resp.status_code, resp.json()) == (200, {"stored": 3, "duplicates": 0, "queued": True})
+    assert (resp.status_code, resp.json()) == (200, {"stored": 3, "duplicates": 0, "queued": True, "tracing": None})
     assert TcpRetransmit.objects.count() == 0  # only on the stream so far
     assert bus.xlen(streams.STREAM) == 1
     (entry_id, fields), *_ = bus.xrange(streams.STREAM)

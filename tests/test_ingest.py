@@ -23,7 +23,7 @@ def test_it_stores_a_msgpack_batch_as_exact_rows(cast: Cast) -> None:
     batch = [state("host-a", 1, "CLOSED", "SYN_SENT", comm="curl", pid=42), drop("host-a", 2), retransmit("host-a", 3)]
     resp = post(Client(), cast.token_a, batch)
     assert resp.status_code == 200
-    assert resp.json() == {"stored": 3, "duplicates": 0}
+    assert resp.json() == {"stored": 3, "duplicates": 0, "tracing": None}
     row = TcpStateChange.objects.get()
     assert (row.host_id, row.boot_id, row.seq, row.ts_ns, row.ts_wall) == ("host-a", BOOT, 1, 1_000_000, 1001.0)
     assert (row.prev_state, row.state, row.comm, row.pid, row.src, row.dport) == (
@@ -37,21 +37,21 @@ def test_it_stores_a_msgpack_batch_as_exact_rows(cast: Cast) -> None:
 def test_a_field_empty_in_the_first_record_of_a_kind_is_still_stored_for_the_others(cast: Cast) -> None:
     # store.py leaves out of the INSERT the columns NULL in every row, judged from the first.
     batch = [retransmit("host-a", 1), retransmit("host-a", 2, segs=3, tcp_seq=7), retransmit("host-a", 3, segs=0)]
-    assert post(Client(), cast.token_a, batch).json() == {"stored": 3, "duplicates": 0}
+    assert post(Client(), cast.token_a, batch).json() == {"stored": 3, "duplicates": 0, "tracing": None}
     rows = TcpRetransmit.objects.order_by("seq").values_list("seq", "segs", "tcp_seq", "state", "host_id")
     assert list(rows) == [(1, None, None, None, "host-a"), (2, 3, 7, None, "host-a"), (3, 0, None, None, "host-a")]
 
 
 def test_it_stores_a_json_batch(cast: Cast) -> None:
     resp = post(Client(), cast.token_a, [drop("host-a", 7, reason="TCP_CSUM")], wire="json")
-    assert resp.json() == {"stored": 1, "duplicates": 0}
+    assert resp.json() == {"stored": 1, "duplicates": 0, "tracing": None}
     assert list(SkbDrop.objects.values_list("seq", "drop_reason_str")) == [(7, "TCP_CSUM")]
 
 
 def test_it_stores_a_batch_sent_twice_once(cast: Cast) -> None:
     batch = [state("host-a", 1, "CLOSED", "SYN_SENT"), retransmit("host-a", 2), retransmit("host-a", 3)]
-    assert post(Client(), cast.token_a, batch).json() == {"stored": 3, "duplicates": 0}
-    assert post(Client(), cast.token_a, batch).json() == {"stored": 0, "duplicates": 3}
+    assert post(Client(), cast.token_a, batch).json() == {"stored": 3, "duplicates": 0, "tracing": None}
+    assert post(Client(), cast.token_a, batch).json() == {"stored": 0, "duplicates": 3, "tracing": None}
     assert TcpStateChange.objects.count() == 1
     assert TcpRetransmit.objects.count() == 2
     assert Connection.objects.get().retransmits == 2  # the resend did not count twice
@@ -59,14 +59,18 @@ def test_it_stores_a_batch_sent_twice_once(cast: Cast) -> None:
 
 def test_it_counts_a_record_repeated_inside_one_batch_once(cast: Cast) -> None:
     batch = [retransmit("host-a", 5), retransmit("host-a", 5), retransmit("host-a", 6)]
-    assert post(Client(), cast.token_a, batch).json() == {"stored": 2, "duplicates": 1}
+    assert post(Client(), cast.token_a, batch).json() == {"stored": 2, "duplicates": 1, "tracing": None}
 
 
 def test_it_keeps_the_same_seq_of_another_boot(cast: Cast) -> None:
     other_boot = r.TcpRetransmit(
         host_id="host-a", boot_id="boot-2", seq=1, ts_ns=1, ts_wall=1.0, provider="tcp", probe="retransmit"
     )
-    assert post(Client(), cast.token_a, [retransmit("host-a", 1), other_boot]).json() == {"stored": 2, "duplicates": 0}
+    assert post(Client(), cast.token_a, [retransmit("host-a", 1), other_boot]).json() == {
+        "stored": 2,
+        "duplicates": 0,
+        "tracing": None,
+    }
 
 
 def test_it_stores_nothing_from_a_batch_with_one_bad_record_and_names_it(cast: Cast) -> None:
@@ -151,7 +155,11 @@ def test_it_forbids_records_of_another_host(cast: Cast) -> None:
         "field": "host_id",
     }
     assert TcpRetransmit.objects.count() == 0
-    assert post(Client(), cast.token_b, [retransmit("host-b", 2)]).json() == {"stored": 1, "duplicates": 0}
+    assert post(Client(), cast.token_b, [retransmit("host-b", 2)]).json() == {
+        "stored": 1,
+        "duplicates": 0,
+        "tracing": None,
+    }
 
 
 @override_settings(NETTRAIL_INGEST_MAX_BYTES=2048)
@@ -160,7 +168,7 @@ def test_it_rejects_a_body_over_the_limit(cast: Cast) -> None:
     resp = post(Client(), cast.token_a, batch)
     assert (resp.status_code, resp.json()) == (413, {"error": "body over 2048 bytes"})
     assert TcpRetransmit.objects.count() == 0
-    assert post(Client(), cast.token_a, batch[:3]).json() == {"stored": 3, "duplicates": 0}
+    assert post(Client(), cast.token_a, batch[:3]).json() == {"stored": 3, "duplicates": 0, "tracing": None}
 
 
 def test_it_answers_wrong_method_and_content_type_in_json(cast: Cast) -> None:
@@ -198,7 +206,7 @@ def test_it_pushes_new_records_to_host_connection_and_alert_groups(cast: Cast) -
     alert_msg = async_to_sync(layer.receive)(channels["alerts"])
     assert alert_msg["records"] == [r.to_builtins(alert)]
     # A resent batch stores nothing new, so nothing is pushed again.
-    assert post(Client(), cast.token_a, batch).json() == {"stored": 0, "duplicates": 3}
+    assert post(Client(), cast.token_a, batch).json() == {"stored": 0, "duplicates": 3, "tracing": None}
     for channel in channels.values():
         async_to_sync(receive_nothing)(layer, channel)
 

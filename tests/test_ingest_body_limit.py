@@ -52,7 +52,7 @@ async def test_a_body_under_the_limit_reaches_ingest() -> None:
     body = batch(3)
     comm = HttpCommunicator(application, "POST", "/api/ingest", body=body, headers=headers(token, body))
     resp = await comm.get_response(timeout=10)
-    assert (resp["status"], msgspec.json.decode(resp["body"])) == (200, {"stored": 3, "duplicates": 0})
+    assert (resp["status"], msgspec.json.decode(resp["body"])) == (200, {"stored": 3, "duplicates": 0, "tracing": None})
 
 
 @pytest.mark.django_db(transaction=True)

@@ -64,7 +64,7 @@ def post_burst(srv: Server) -> None:
             timeout=120,
         )
         assert answer.status_code == 200, answer.text
-        assert answer.json() == {"stored": BATCH, "duplicates": 0}
+        assert answer.json() == {"stored": BATCH, "duplicates": 0, "tracing": None}
 
 
 async def read_all(ws: Any, want: int) -> tuple[list[int], list[dict[str, Any]]]:

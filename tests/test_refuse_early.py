@@ -225,7 +225,7 @@ def test_a_small_ingest_body_with_a_token_is_stored(server: Server, chunked: boo
     body = json.dumps([to_builtins(rec)]).encode()
     auth = {"Authorization": f"Bearer {server.token}", "Content-Type": "application/json"}
     answer = stream(server, "/api/ingest", len(body), auth, chunked=chunked, fill=body)
-    assert (answer.status, json.loads(answer.body)) == (200, {"stored": 1, "duplicates": 0})
+    assert (answer.status, json.loads(answer.body)) == (200, {"stored": 1, "duplicates": 0, "tracing": None})
     framing = len(f"{len(body):x}\r\n\r\n0\r\n\r\n") if chunked else 0
     assert answer.server_read == len(body) + framing  # the measure sees a body that was read
 

@@ -46,7 +46,7 @@ def test_it_prints_a_new_token_once_and_stores_only_its_hash(capsys: pytest.Capt
 
 def test_a_created_token_writes_records_for_its_host(capsys: pytest.CaptureFixture[str]) -> None:
     raw = create(capsys, "web-1")
-    assert post(Client(), raw, [retransmit("web-1", 1)]).json() == {"stored": 1, "duplicates": 0}
+    assert post(Client(), raw, [retransmit("web-1", 1)]).json() == {"stored": 1, "duplicates": 0, "tracing": None}
 
 
 def test_it_lists_prefixes_and_hosts_but_never_tokens(cast: Cast, capsys: pytest.CaptureFixture[str]) -> None:

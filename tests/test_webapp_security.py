@@ -104,7 +104,7 @@ def test_logout_needs_a_post_with_csrf(cast: Cast) -> None:
 
 def test_ingest_needs_no_csrf_token_because_the_bearer_token_authenticates(cast: Cast) -> None:
     resp = post(Client(enforce_csrf_checks=True), cast.token_a, [retransmit("host-a", 1)])
-    assert resp.json() == {"stored": 1, "duplicates": 0}
+    assert resp.json() == {"stored": 1, "duplicates": 0, "tracing": None}
 
 
 def test_a_token_of_host_b_cannot_write_records_of_host_a(cast: Cast) -> None:

@@ -68,6 +68,8 @@ class CollectorStatus(Record, tag="collector_status", kw_only=True):
     skb_sample: Annotated[Int, doc("skb-lifecycle: one buffer lifetime followed in this many (--skb-sample; 1: all; null: skb-lifecycle not chosen)")] = None
     skb_stages: Annotated[Str, doc("skb-lifecycle: the stages recorded (--skb-stages): 'all', or 'ends' (first sighting, copy to the reader and end only: no receive entry hook and no transmit start/done stage is recorded); null: skb-lifecycle not chosen", choices=("all", "ends"))] = None
     stack_counters: Annotated[Bool, doc("the TCP MIB counters of /proc/net are read (stack_counter records)")] = None
+    providers_from: Annotated[Str, doc("who chose the providers: the collector's 'command line', or the 'dashboard' (its tracing request for this host, --providers-from-server)", choices=("command line", "dashboard"))] = None
+    untraced_ns: Annotated[Int, doc("the programs were swapped for these (the dashboard changed the set): nothing was traced for this long between the old programs' detach and these programs' attach; null: a start", unit="ns")] = None
 
 
 class CollectorStats(Record, tag="collector_stats", kw_only=True):

@@ -108,5 +108,5 @@ def ingested(server: Server) -> Any:
 
     batch = build(HOST, sport=40100, cookie=100)
     result = server.ingest(batch.records)
-    assert result == {"stored": len(batch.records), "duplicates": 0}
+    assert result == {"stored": len(batch.records), "duplicates": 0, "tracing": None}
     return batch

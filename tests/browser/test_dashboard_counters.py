@@ -19,7 +19,7 @@ A, B = "10.1.0.1:443", "10.1.0.2:5353"  # the sources of flows a (TCP, more byte
 @pytest.fixture(scope="module")
 def counters(server: Server) -> None:
     batch = records(HOST)
-    assert server.ingest(batch) == {"stored": len(batch), "duplicates": 0}
+    assert server.ingest(batch) == {"stored": len(batch), "duplicates": 0, "tracing": None}
 
 
 def flow_rows(page: Any) -> list[list[str]]:

@@ -55,7 +55,7 @@ def ingest_lifecycle(
         *[SkbEvent(**env_(0.2 + i * 0.001, provider="skb", **flow), probe=f"skb-{s}", skb_uid=uid, stage=s, end=e,
                    len=1448) for i, (s, e) in enumerate(stages)],
     ]  # fmt: skip
-    assert host.ingest(batch) == {"stored": len(batch), "duplicates": 0}
+    assert host.ingest(batch) == {"stored": len(batch), "duplicates": 0, "tracing": None}
     return host, uuid, env_
 
 
@@ -64,7 +64,7 @@ def sampled(server: Server) -> str:
     host, uuid, env_ = ingest_lifecycle(server, HOST, 5, UID, STAGES, skb_sample=N)
     report = SamplingReport(**env_(1), provider="nettrail", probe="sampling", event_type="skb_event",
                             setting=f"skb-sample {N}", window_s=1.0, observed=6400, emitted=100, ratio=64.0)  # fmt: skip
-    assert host.ingest([report]) == {"stored": 1, "duplicates": 0}
+    assert host.ingest([report]) == {"stored": 1, "duplicates": 0, "tracing": None}
     return uuid
 
 

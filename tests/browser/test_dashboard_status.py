@@ -24,7 +24,7 @@ HOST = "status-host"
 def selfhealth(server: Server) -> list[Any]:
     host = Server(server.url, server.make_token(HOST), server.data_dir)
     batch = records(HOST)
-    assert host.ingest(batch) == {"stored": len(batch), "duplicates": 0}
+    assert host.ingest(batch) == {"stored": len(batch), "duplicates": 0, "tracing": None}
     return [host, *batch]
 
 
@@ -87,6 +87,33 @@ def test_a_new_collector_status_replaces_the_old_one_without_a_reload(
         page.locator("table.rules tbody tr").inner_text() == "Every rule can fire with these providers on this kernel."
     )
     assert page.evaluate("window.notReloaded") is True
+
+
+def test_staff_reach_the_hosts_tracing_form_from_its_panel_and_change_it(
+    server: Server, page: Any, selfhealth: list[Any]
+) -> None:
+    """The panel's link opens the host's tracing page; the admin's choice is saved and
+    its host's next ingest answer carries it (webapp/dashboard/tracing.py)."""
+    page.goto(f"{server.url}/status/?host={HOST}")
+    page.wait_for_selector("body[data-loaded='1']")
+    page.locator(f"section.host-status[data-host='{HOST}'] a.tracing-link").click()
+    page.wait_for_selector("#tracing-form")
+    assert page.locator("#tracing-host").inner_text() == HOST
+    assert page.locator("#tracing-requested").inner_text() == "nothing: the collector's own choice"
+    assert "tcp, siftr, its own choice" in page.locator("#tracing-running").inner_text()
+    for provider in ("tcp", "skb"):
+        page.locator(f"#tracing-form input[name='providers'][value='{provider}']").check()
+    page.locator("#tracing-set").click()
+    page.wait_for_selector("#tracing-saved")
+    screenshot(page, "tracing")
+    assert page.locator("#tracing-requested").inner_text().startswith("tcp, skb — set by admin at ")
+    host = selfhealth[0]
+    answer = host.ingest([msgspec.structs.replace(selfhealth[1], seq=20_000)])
+    assert answer["tracing"] == {"providers": ["tcp", "skb"], "skb_sample": None}
+    page.locator("#tracing-own").click()  # back to the collector's own choice: other tests see it unchanged
+    page.wait_for_selector("#tracing-saved")
+    requested = page.locator("#tracing-requested").inner_text()
+    assert requested.startswith("nothing: the collector's own choice — set by admin at ")
 
 
 def test_the_connection_page_shows_the_sampling_ratio_beside_cwnd_and_srtt(

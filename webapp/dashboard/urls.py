@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.urls import URLPattern, path
 from django.views.generic import RedirectView
 
-from webapp.dashboard import api, stitched, views
+from webapp.dashboard import api, stitched, tracing, views
 
 app_name = "dashboard"
 
@@ -21,6 +21,7 @@ urlpatterns: list[URLPattern] = [
     path("counters/", views.counters, name="counters"),
     path("alerts/", views.alerts, name="alerts"),
     path("status/", views.status, name="status"),
+    path("status/tracing/", tracing.tracing_page, name="tracing"),
     path("captures/", views.captures_page, name="captures"),
     path("api/dash/overview", api.overview, name="api-overview"),
     path("api/dash/connections", api.connections, name="api-connections"),

@@ -152,7 +152,8 @@ def alerts(request: HttpRequest) -> HttpResponse:
 
 @page
 def status(request: HttpRequest) -> HttpResponse:
-    return _page(request, "status.html", {"hosts": host_names(), "host": request.GET.get("host", "")})
+    data = {"hosts": host_names(), "host": request.GET.get("host", ""), "tracing_url": reverse("dashboard:tracing")}
+    return _page(request, "status.html", data)
 
 
 def captures_context(request: HttpRequest) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """``POST /api/ingest``: batches of records from collectors, by per-host bearer token.
 
 The contract (docs/webapp.md, shared with collector/sinks/http): body = array of
-records in MessagePack or JSON (Content-Type decides); 200 ``{"stored", "duplicates"}``;
+records in MessagePack or JSON (Content-Type decides); 200 ``{"stored", "duplicates", "tracing"}``
+(tracing: what the dashboard asks this token's host to trace, webapp/traces/tracing.py);
 401 missing/unknown token; 403 a record of another host, or whose conn_uuid was
 not derived from the token's host (owner.py); 400 names the first bad
 record's index and field; 413 over NETTRAIL_INGEST_MAX_BYTES; 405/415 for the wrong
@@ -26,7 +27,7 @@ from redis.exceptions import RedisError
 from translators.records import Record, decode_batch
 from webapp.bus import streams as bus
 from webapp.http import json_error
-from webapp.traces import alert_mail, owner, push, tokens
+from webapp.traces import alert_mail, owner, push, tokens, tracing
 from webapp.traces.models import IngestToken
 from webapp.traces.store import UnstorableRecord, store_batch
 from webapp.traces.values import first_bad_value
@@ -81,7 +82,9 @@ def _ingest(request: HttpRequest) -> JsonResponse:
     tokens.mark_used(row)
     push.push(result.new)
     alert_mail.MAILER.submit(result.new)  # queues only: mail goes from a background thread
-    return JsonResponse({"stored": result.stored, "duplicates": result.duplicates})
+    return JsonResponse(
+        {"stored": result.stored, "duplicates": result.duplicates, "tracing": tracing.answer_of(row.host)}
+    )
 
 
 def _enqueue(row: IngestToken, records: list[Record]) -> JsonResponse:
@@ -95,7 +98,9 @@ def _enqueue(row: IngestToken, records: list[Record]) -> JsonResponse:
     except RedisError as exc:
         return json_error(503, f"ingest bus unavailable: {exc}")
     tokens.mark_used(row)
-    return JsonResponse({"stored": len(records), "duplicates": 0, "queued": True})
+    return JsonResponse(
+        {"stored": len(records), "duplicates": 0, "queued": True, "tracing": tracing.answer_of(row.host)}
+    )
 
 
 # Django's decorators are untyped: the cast keeps the view's signature for mypy.

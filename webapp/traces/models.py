@@ -30,6 +30,13 @@ class Host(models.Model):
     name = models.CharField(max_length=MAX_NAME_LENGTH, unique=True)
     created = models.DateTimeField(auto_now_add=True)
     last_seen = models.DateTimeField(null=True, blank=True)
+    # What the dashboard asks this host's collector to trace (translators/tracing_request.py),
+    # answered with every ingest: providers comma-separated ("": the collector's own choice),
+    # skb_sample (None: the collector's own). Set by staff only (webapp/dashboard/tracing.py).
+    tracing_providers = models.CharField(max_length=200, blank=True, default="")
+    tracing_skb_sample = models.PositiveIntegerField(null=True, blank=True)
+    tracing_set_by = models.CharField(max_length=150, blank=True, default="")
+    tracing_set_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]

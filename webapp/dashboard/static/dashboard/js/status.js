@@ -28,6 +28,9 @@
     const items = [
       ["Process", s.pid ? `${s.comm || "?"} (pid ${s.pid})` : "–"], ["Kernel", s.kernel_release || "–"],
       ["Started", s.ts_wall ? datetime(s.ts_wall) : "–"], ["Providers", (s.providers || []).join(", ") || "–"],
+      ["Chosen by", s.providers_from === "dashboard" ? "the dashboard" : (s.providers ? "its command line" : "–")],
+      // a swap of programs (the dashboard changed the set): how long nothing was traced
+      ...(s.untraced_ns === null || s.untraced_ns === undefined ? [] : [["Not traced while swapping", `${num(s.untraced_ns / 1e6, 3)} ms`]]),
       ["Sampling", sampling], ["Stack counters", s.stack_counters === null || s.stack_counters === undefined ? "–" : (s.stack_counters ? "read" : "off")],
       ["CPU", last.cpu_percent === undefined ? "–" : `${num(last.cpu_percent, 2)} % of one CPU`],
       ["Events/s", last.events_per_s === undefined ? "–" : num(last.events_per_s)], ["Memory", bytes(last.rss_bytes)],
@@ -98,6 +101,7 @@
       el("td", { class: "num", text: num(a.count) }), el("td", { class: "wrap", text: a.message })));
     return el("section", { class: "panel host-status", dataset: { host: h.host_id }, "aria-labelledby": `host-h-${i}` },
       el("h2", { id: `host-h-${i}`, text: `Collector on ${h.host_id}` }),
+      el("p", {}, el("a", { class: "tracing-link", href: `${pd.tracing_url}?host=${encodeURIComponent(h.host_id)}`, text: "What it traces (change)" })),
       summary(h),
       el("div", { class: "grid" },
         el("section", { class: "panel", "aria-label": "Tracepoints" }, el("h3", { text: "Tracepoints (H3)" }), tracepoints(s)),

@@ -1,0 +1,106 @@
+"""What a host traces, chosen on the dashboard (webapp/dashboard/tracing.py): staff only,
+CSRF-checked, checked values only, and answered to that host's token alone
+(webapp/traces/ingest.py's "tracing" member).
+
+Uses the fixed cast of webapp_cast.py: `admin` (staff), `viewer` (a plain login), host A
+(token_a) and host B (token_b).
+"""
+
+# ruff: noqa: F811 -- pytest fixtures imported from webapp_cast are redefined as test arguments
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+from webapp_cast import Cast, cast, post, retransmit  # noqa: F401 (cast is a fixture)
+
+from translators.tracing_request import TracingRequest
+from webapp.traces import tracing
+from webapp.traces.models import Host
+
+pytestmark = pytest.mark.django_db
+URL = "/status/tracing/"
+
+
+def logged_in(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def answer_for(token: str, host: str, seq: int) -> Any:
+    return post(Client(), token, [retransmit(host, seq, conn=f"conn-{host}")]).json()["tracing"]
+
+
+def test_anonymous_users_are_sent_to_the_login_page(cast: Cast) -> None:
+    for method in ("get", "post"):
+        response = getattr(Client(), method)(URL, {"host": "host-a"})
+        assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
+def test_staff_set_a_hosts_providers_and_only_that_hosts_collector_is_told(cast: Cast) -> None:
+    assert answer_for(cast.token_a, "host-a", 1) is None  # nothing asked yet: the collector's own set
+    response = logged_in(cast.admin).post(
+        f"{URL}?host=host-a", {"providers": ["skb", "tcp", "skb-lifecycle"], "skb_sample": "64"}
+    )
+    assert response.status_code == 302 and response["Location"] == f"{URL}?host=host-a&saved=1"
+    host = Host.objects.get(name="host-a")
+    assert (host.tracing_providers, host.tracing_skb_sample, host.tracing_set_by) == (
+        "tcp,skb,skb-lifecycle",
+        64,
+        "admin",
+    )
+    assert answer_for(cast.token_a, "host-a", 2) == {"providers": ["tcp", "skb", "skb-lifecycle"], "skb_sample": 64}
+    assert answer_for(cast.token_b, "host-b", 1) is None  # another host's token never sees it
+    page = logged_in(cast.admin).get(URL, {"host": "host-a", "saved": "1"}).content.decode()
+    assert "tcp, skb, skb-lifecycle (skb-lifecycle: one buffer in 64)" in page and "set by admin" in page
+    # back to the collector's own choice
+    assert logged_in(cast.admin).post(f"{URL}?host=host-a", {"own": ""}).status_code == 302
+    assert answer_for(cast.token_a, "host-a", 3) is None
+    assert Host.objects.get(name="host-a").tracing_providers == ""
+
+
+def test_a_plain_login_may_look_but_not_change(cast: Cast) -> None:
+    tracing.set_request(cast.host_a, TracingRequest(("tcp", "skb")), "admin")
+    viewer = logged_in(cast.viewer)
+    page = viewer.get(URL, {"host": "host-a"}).content.decode()
+    assert "Only staff may change" in page and "tcp, skb" in page and 'id="tracing-form"' not in page
+    response = viewer.post(f"{URL}?host=host-a", {"own": ""})
+    assert response.status_code == 403
+    assert answer_for(cast.token_a, "host-a", 1) == {"providers": ["tcp", "skb"], "skb_sample": None}
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        ({}, "Choose at least one provider, or the collector"),
+        ({"providers": ["tcp", "kprobe-everything"]}, "Select a valid choice. kprobe-everything"),
+        ({"providers": ["tcp"], "skb_sample": "0"}, "greater than or equal to 1"),
+        ({"providers": ["tcp"], "skb_sample": str(2**40)}, "less than or equal to"),
+        ({"providers": ["tcp"], "skb_sample": "many"}, "Enter a whole number"),
+    ],
+)
+def test_absurd_values_are_refused_with_a_message_and_change_nothing(
+    cast: Cast, data: dict[str, Any], error: str
+) -> None:
+    response = logged_in(cast.admin).post(f"{URL}?host=host-a", data)
+    assert response.status_code == 200 and error in response.content.decode()
+    assert answer_for(cast.token_a, "host-a", 1) is None
+
+
+def test_a_post_without_the_csrf_token_is_refused(cast: Cast) -> None:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(cast.admin)
+    assert client.post(f"{URL}?host=host-a", {"providers": ["tcp"]}).status_code == 403
+    assert answer_for(cast.token_a, "host-a", 1) is None
+
+
+def test_an_unknown_host_is_not_found(cast: Cast) -> None:
+    assert logged_in(cast.admin).get(URL, {"host": "no-such-host"}).status_code == 404
+    assert logged_in(cast.admin).post(f"{URL}?host=no-such-host", {"providers": ["tcp"]}).status_code == 404
+
+
+def test_a_row_edited_to_nonsense_asks_for_nothing(cast: Cast) -> None:
+    Host.objects.filter(name="host-a").update(tracing_providers="tcp,bogus")
+    assert answer_for(cast.token_a, "host-a", 1) is None

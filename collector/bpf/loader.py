@@ -26,10 +26,11 @@ import numpy as np
 
 from collector.bpf import btf, build, layout, libbpf, tracepoints, variants
 from collector.bpf.ringbuf import RingReader
+from translators.tracing_request import PROVIDER_NAMES
 
 # "skb" is drops only (the always-on mode); "skb-lifecycle" follows every buffer (and its drops).
 # "ip-flows" is ip's always-on mode: exact per-flow counters, a record only per sampled packet.
-PROVIDERS = ("tcp", "siftr", "tcpdebug", "ip", "udp", "skb", "skb-lifecycle", "ip-flows")
+PROVIDERS = PROVIDER_NAMES
 PROVIDER_BITS = {
     "tcp": layout.PROV_TCP,
     "siftr": layout.PROV_SIFTR,

@@ -175,6 +175,8 @@ def collector_status(
     skb_sample: int | None = None,
     skb_stages: str | None = None,
     lost: dict[str, dict[str, str]] | None = None,
+    providers_from: str = "command line",
+    untraced_ns: int | None = None,
 ) -> CollectorStatus:
     """The H3 status record; ``lost``: provider -> {field: why} this kernel cannot give
     (collector/bpf/variants.py), besides the rules that lose inputs."""
@@ -189,5 +191,5 @@ def collector_status(
         missing_drop_reasons=[r for r in WATCHED_DROP_REASONS if r not in reasons],
         rules_unavailable=unavailable, rules_degraded=degraded, kernel_release=os.uname().release,
         ppl=ppl, ip_sample=ip_sample, drop_rate=drop_rate, skb_sample=skb_sample, skb_stages=skb_stages,
-        stack_counters=stack_counters, degraded=lost or {},
+        stack_counters=stack_counters, degraded=lost or {}, providers_from=providers_from, untraced_ns=untraced_ns,
     )  # fmt: skip

@@ -8,7 +8,8 @@ over HTTPS (a private CA with `ca_file`) or plain HTTP on loopback only unless
 `insecure` (collector/sinks/http_transport.py).
 
 What happens to a batch, by answer (the ingest contract in docs/api.md):
-- 200: delivered.
+- 200: delivered. Its ``tracing`` member (what the dashboard asks this host to trace)
+  is kept in `tracing` for `nettrail collect --providers-from-server`.
 - no answer, timeout, 5xx, 408, 429: the batch goes to the on-disk spool
   (collector/spool.py) and so does every later batch until the spool is replayed,
   oldest first, after a back-off; a spooled batch is deleted only after a 200.
@@ -119,6 +120,9 @@ class HttpSink:
         self.max_retry_interval = max_retry_interval
         self.max_pending = max(max_pending, batch_size)
         self.stats = SinkStats()
+        # (answered, value) of the newest 200's "tracing" member: what the dashboard asks
+        # this host to trace (translators/tracing_request.py); (False, None) until one comes
+        self.tracing: tuple[bool, Any] = (False, None)
         self._session = requests.Session()
         # Given on every request: a session-level `verify` loses to $REQUESTS_CA_BUNDLE.
         self._verify: str | bool = str(ca_file) if ca_file is not None else True
@@ -345,7 +349,10 @@ class HttpSink:
         self.stats.sent_batches += 1
         self.stats.sent_records += count
         try:
-            self.stats.duplicates += int(answer.json().get("duplicates", 0))
+            body = answer.json()
+            self.stats.duplicates += int(body.get("duplicates", 0))
+            if "tracing" in body:
+                self.tracing = (True, body["tracing"])  # one assignment: read from the collector's thread
         except (ValueError, AttributeError, TypeError):
             pass  # a 200 without the usual body still means stored
 

@@ -30,6 +30,7 @@ from collector.bpf.build import BuildError
 from collector.bpf.kallsyms import kernel_symbols
 from collector.bpf.loader import BpfError, KernelSession, Options
 from collector.bpf.source import KernelSource, wall_offset
+from collector.bpf.swap import COMMAND_LINE, Swap
 from collector.health import coverage
 from collector.health.overhead import DEFAULT_INTERVAL_S
 from collector.health.reporter import SelfHealth
@@ -70,6 +71,13 @@ def register(subparsers: Any) -> None:
     add_token_arguments(p, "the host's ingest token for --server")
     add_transport_arguments(p)
     p.add_argument("--spool", default=None, help="spool directory for --server (default $NETTRAIL_DATA/spool)")
+    p.add_argument(
+        "--providers-from-server",
+        action="store_true",
+        help="with --server: trace what the dashboard asks for this host (Status page, staff only), swapping the "
+        "kernel programs when it changes; --providers, --skb-sample and --skb-stages are the set until it asks "
+        "and when it asks for nothing",
+    )
     p.add_argument(
         "--ringbuf-size", type=int, default=loader.DEFAULT_RINGBUF_BYTES, help="ring buffer bytes (power of 2)"
     )
@@ -157,6 +165,8 @@ def parse_options(args: argparse.Namespace) -> Options:
     size = args.ringbuf_size
     if size < 4096 or size & (size - 1):
         raise ValueError("--ringbuf-size must be a power of 2 of at least 4096")
+    if getattr(args, "providers_from_server", False) and not args.server:
+        raise ValueError("--providers-from-server needs --server (the dashboard's request comes with its answers)")
     if args.duration is not None and args.duration <= 0:
         raise ValueError("--duration must be positive")
     if not args.stats_interval > 0:
@@ -283,24 +293,51 @@ def trace(
     except (BpfError, BuildError) as exc:
         sink.close()
         return fail(str(exc))
-    ids = " ".join(f"{name}#{pid}" for name, pid in session.program_ids().items())
-    missing = [*((n, "absent on this kernel") for n in session.absent), *session.failed.items()]
-    # one line: readers wait for it to know tracing has started
-    also = "; not attached: " + ", ".join(f"{name} ({why})" for name, why in missing) if missing else ""
-    # what this kernel cannot give, before the "tracing" line readers wait for
-    for provider, field, why in session.degraded:
-        print(f"{PROG}: degraded: {provider} {field}: {why}", file=sys.stderr)
-    print(f"{PROG}: tracing {','.join(opts.providers)} (programs {ids}){also}", file=sys.stderr, flush=True)
+    follow = sink if getattr(args, "providers_from_server", False) else None
+    swap = Swap(follow, opts, PROG)  # type: ignore[arg-type]  # the HTTP sink has `tracing`
+    counters = live.StackCounters() if not args.no_stack_counters else None  # one baseline across swaps
+    origin, untraced_ns = COMMAND_LINE, None
     try:
-        source = collect(
-            session, sink, stop, args.duration, args.flow_interval, alerting, not args.no_stack_counters,
-            args.stats_interval,
-        )  # fmt: skip
+        while True:
+            announce(session)
+            source = collect(
+                session, sink, stop, args.duration, args.flow_interval, alerting, not args.no_stack_counters,
+                args.stats_interval, swap=swap, counters=counters, origin=origin, untraced_ns=untraced_ns,
+            )  # fmt: skip
+            print(f"{PROG}: {source.totals.summary()}", file=sys.stderr)
+            following = swap.take()
+            if following is None:
+                break
+            session.close()  # detached and drained by poll_batches
+            session = following
+            try:
+                session.attach()
+            except BpfError as exc:  # loaded but would not attach: back to the set that ran
+                print(f"{PROG}: {exc}; tracing {','.join(opts.providers)} again", file=sys.stderr)
+                session.close()
+                session = KernelSession(opts)
+                session.__enter__()
+                swap.origin = COMMAND_LINE
+            untraced_ns = time.monotonic_ns() - swap.detached_ns
+            origin = swap.origin
+            if alerting is not None:
+                alerting.restart()  # the new session's counters start from zero
+    except (BpfError, BuildError) as exc:
+        return fail(str(exc))
     finally:
         session.close()
         sink.close()
-    print(f"{PROG}: {source.totals.summary()}", file=sys.stderr)
     return 0
+
+
+def announce(session: KernelSession) -> None:
+    """The "tracing" line on stderr (readers wait for it), after what this kernel cannot give."""
+    ids = " ".join(f"{name}#{pid}" for name, pid in session.program_ids().items())
+    missing = [*((n, "absent on this kernel") for n in session.absent), *session.failed.items()]
+    also = "; not attached: " + ", ".join(f"{name} ({why})" for name, why in missing) if missing else ""
+    for provider, field, why in session.degraded:
+        print(f"{PROG}: degraded: {provider} {field}: {why}", file=sys.stderr)
+    print(f"{PROG}: tracing {','.join(session.opts.providers)} (programs {ids}){also}", file=sys.stderr, flush=True)
 
 
 def collect(
@@ -312,7 +349,13 @@ def collect(
     alerting: live.Alerting | None = None,
     stack_counters: bool = True,
     stats_interval: float = DEFAULT_INTERVAL_S,
+    *,
+    swap: Swap | None = None,
+    counters: live.StackCounters | None = None,
+    origin: str = COMMAND_LINE,
+    untraced_ns: int | None = None,
 ) -> KernelSource:
+    """Trace until stopped, the duration ends or `swap` has the next session loaded."""
     env = KernelEnv(
         host_id=identity.host_id(),
         boot_id=identity.boot_id(),
@@ -324,9 +367,11 @@ def collect(
     )
     source = KernelSource(session, env, flow_interval)
     health = SelfHealth(source, env, stats_interval)
-    extras = live.Extras(source, env, sink, live.StackCounters() if stack_counters else None, health)
-    status = status_record(session, env, stack_counters)
-    batches = itertools.chain([source.number([status])], poll_batches(session, source, extras, stop, duration))
+    if counters is None and stack_counters:
+        counters = live.StackCounters()
+    extras = live.Extras(source, env, sink, counters if stack_counters else None, health)
+    status = status_record(session, env, stack_counters, origin, untraced_ns)
+    batches = itertools.chain([source.number([status])], poll_batches(session, source, extras, stop, duration, swap))
     if alerting is None:
         for records in batches:
             if records:
@@ -336,20 +381,28 @@ def collect(
     return source
 
 
-def status_record(session: KernelSession, env: KernelEnv, stack_counters: bool) -> KernelRecord:
-    """H3: what is attached and which rules therefore cannot fire, sent first."""
+def status_record(
+    session: KernelSession, env: KernelEnv, stack_counters: bool, origin: str = COMMAND_LINE,
+    untraced_ns: int | None = None,
+) -> KernelRecord:  # fmt: skip
+    """H3: what is attached and which rules therefore cannot fire, sent first (and after a swap)."""
     opts = session.opts
     return coverage.collector_status(
         env, opts.providers, session.program_ids(), session.absent, session.failed, session.drop_reasons.values(),
         stack_counters=stack_counters, ppl=opts.ppl, ip_sample=opts.ip_sample, drop_rate=opts.drop_rate,
         skb_sample=opts.skb_sample if "skb-lifecycle" in opts.providers else None,
         skb_stages=loader.skb_stages(opts) if "skb-lifecycle" in opts.providers else None,
-        lost=variants.by_provider(session.degraded),
+        lost=variants.by_provider(session.degraded), providers_from=origin, untraced_ns=untraced_ns,
     )  # fmt: skip
 
 
 def poll_batches(
-    session: KernelSession, source: KernelSource, extras: live.Extras, stop: StopFlag, duration: float | None
+    session: KernelSession,
+    source: KernelSource,
+    extras: live.Extras,
+    stop: StopFlag,
+    duration: float | None,
+    swap: Swap | None = None,
 ) -> Iterator[list[KernelRecord]]:
     """Each poll's records (empty when idle), then the final drain after detaching."""
     deadline = None if duration is None else time.monotonic() + duration
@@ -357,5 +410,9 @@ def poll_batches(
         timeout = 0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
         records = source.poll(timeout)
         yield extras.add(records)
+        if swap is not None and swap.due(session.opts):
+            break
     session.detach()  # no new events; what is in the ring is still read below
+    if swap is not None:
+        swap.detached()
     yield extras.add(source.poll(final=True), final=True)

@@ -1,0 +1,102 @@
+"""Following the dashboard's tracing request: `nettrail collect --providers-from-server`.
+
+The ingest answer names what the dashboard asks this host to trace
+(translators/tracing_request.py; the HTTP sink keeps the newest). When it differs from
+what runs, the new programs are opened and loaded (verified) while the old ones still
+run, then the old ones are detached, the ring drained, and the new ones attached: the
+gap is the drain and the attach, measured and sent on the new collector_status
+(untraced_ns). A request whose programs will not load is said once and not tried again
+until it changes; the old programs keep running. The new session has fresh maps, so
+its counters start from zero, as after a collector restart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from typing import Any, Protocol
+
+from collector.bpf.build import BuildError
+from collector.bpf.loader import BpfError, KernelSession, Options
+from translators.tracing_request import TracingRequest, from_answer
+
+COMMAND_LINE, DASHBOARD = "command line", "dashboard"
+
+
+class Answers(Protocol):
+    tracing: tuple[bool, Any]  # collector/sinks/http.py: (answered, the answer's "tracing" member)
+
+
+def options_for(own: Options, request: TracingRequest | None) -> tuple[Options, str]:
+    """The options a request asks for, from the collector's own (the command line's)."""
+    if request is None:
+        return own, COMMAND_LINE
+    if request.skb_sample is None:  # the collector's own sampling, and its stages
+        return dataclasses.replace(own, providers=request.providers), DASHBOARD
+    # the stages follow the new N (ends when sampled, all with every buffer)
+    return dataclasses.replace(
+        own, providers=request.providers, skb_sample=request.skb_sample, skb_stages=None
+    ), DASHBOARD
+
+
+def prepare(opts: Options) -> KernelSession:
+    """A session opened, configured and loaded, not attached (nothing of it runs yet)."""
+    session = KernelSession(opts)
+    try:
+        session.open()
+        session.configure()
+        session.load()
+    except BaseException:
+        session.close()
+        raise
+    return session
+
+
+@dataclasses.dataclass
+class Swap:
+    """Watches the answers for a request that differs from what runs; prepares its session."""
+
+    answers: Answers | None  # None: the command line's set, always
+    own: Options
+    prog: str = "nettrail collect"
+    next: KernelSession | None = None
+    origin: str = COMMAND_LINE  # who chose the prepared session's providers
+    detached_ns: int = 0  # CLOCK_MONOTONIC when the old programs were detached
+    _seen: Any = None  # the last answer value looked at
+    _refused: Options | None = None  # its programs would not load: not tried again until it changes
+
+    def due(self, running: Options) -> bool:
+        """True once a session for a changed request is loaded (in `next`)."""
+        if self.answers is None:
+            return False
+        answered, value = self.answers.tracing
+        if not answered or value == self._seen:
+            return False
+        self._seen = value
+        try:
+            wanted, origin = options_for(self.own, from_answer(value))
+        except ValueError as exc:
+            self._say(f"ignoring the server's tracing request: {exc}")
+            return False
+        if wanted == running or wanted == self._refused:
+            return False
+        try:
+            self.next = prepare(wanted)
+        except (BpfError, BuildError) as exc:
+            self._refused = wanted
+            self._say(f"cannot trace {','.join(wanted.providers)} as the {origin} asks: {exc}; "
+                      f"still tracing {','.join(running.providers)}")  # fmt: skip
+            return False
+        self.origin = origin
+        return True
+
+    def detached(self) -> None:
+        self.detached_ns = time.monotonic_ns()
+
+    def take(self) -> KernelSession | None:
+        session, self.next = self.next, None
+        return session
+
+    def _say(self, message: str) -> None:
+        print(f"{self.prog}: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,54 @@
+"""The dashboard's tracing request on the wire (translators/tracing_request.py) and the
+options the collector makes of it (collector/bpf/swap.py, options_for)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from collector.bpf.loader import PROVIDERS, Options
+from collector.bpf.swap import COMMAND_LINE, DASHBOARD, options_for
+from translators.tracing_request import PROVIDER_NAMES, TracingRequest, from_answer, to_answer
+
+
+def test_the_collectors_providers_are_the_requests() -> None:
+    assert PROVIDERS == PROVIDER_NAMES
+
+
+def test_null_is_the_collectors_own_choice_and_a_request_round_trips() -> None:
+    assert from_answer(None) is None
+    request = TracingRequest(("tcp", "skb-lifecycle"), 256)
+    assert from_answer(to_answer(request)) == request
+    assert from_answer({"providers": ["udp"]}) == TracingRequest(("udp",), None)
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ({"providers": []}, "providers: unknown (none)"),
+        ({"providers": ["tcp", "everything"]}, "providers: unknown everything"),
+        ({"providers": ["tcp", "tcp"]}, "each provider once"),
+        ({"providers": ["tcp"], "skb_sample": 0}, "skb_sample: between 1"),
+        ({"providers": ["tcp"], "skb_sample": 1 << 21}, "skb_sample: between 1"),
+        ({"providers": "tcp"}, "tracing: Expected `array`"),
+        ({"providers": ["tcp"], "ppl": 1}, "tracing: Object contains unknown field `ppl`"),
+        ([1, 2], "tracing: Expected `object`"),
+    ],
+)
+def test_a_malformed_request_says_what_is_wrong(value: Any, error: str) -> None:
+    with pytest.raises(ValueError) as exc:
+        from_answer(value)
+    assert error in str(exc.value)
+
+
+def test_options_keep_the_command_lines_settings_the_request_does_not_name() -> None:
+    own = Options(providers=("tcp", "skb-lifecycle"), ppl=8, skb_sample=256, skb_stages="ends", exclude_pid=7)
+    assert options_for(own, None) == (own, COMMAND_LINE)
+    kept, origin = options_for(own, TracingRequest(("tcp", "udp", "skb-lifecycle")))
+    assert origin == DASHBOARD
+    assert (kept.providers, kept.ppl, kept.skb_sample, kept.skb_stages, kept.exclude_pid) == (
+        ("tcp", "udp", "skb-lifecycle"), 8, 256, "ends", 7,
+    )  # fmt: skip
+    full, _ = options_for(own, TracingRequest(("skb-lifecycle",), 1))
+    assert (full.skb_sample, full.skb_stages) == (1, None)  # every buffer: its stages follow (all)

@@ -447,3 +447,82 @@ def test_the_redis_channel_layer_works_under_up(data_dir: Path) -> None:
         assert proc.returncode == 0
     finally:
         stop_up(proc)
+
+
+def tracing_form(http: requests.Session, port: int, host: str, data: dict[str, Any]) -> requests.Response:
+    """POST the Status page's tracing form for `host` as the logged-in user (with its CSRF token)."""
+    url = f"http://127.0.0.1:{port}/status/tracing/?host={host}"
+    http.get(url, timeout=10).raise_for_status()
+    fields = {**data, "csrfmiddlewaretoken": http.cookies["csrftoken"]}
+    return http.post(url, data=fields, headers={"Referer": url}, timeout=10, allow_redirects=False)
+
+
+def wait_for_status(data_dir: Path, providers: list[str], origin: str) -> tuple[int | None, int]:
+    """(untraced_ns, how many statuses) once the newest collector_status runs `providers`
+    chosen by `origin` (bounded wait)."""
+    query = "SELECT providers, providers_from, untraced_ns FROM traces_collectorstatus ORDER BY seq"
+    rows: list[tuple[str, str, int | None]] = []
+    for _ in range(240):  # at most 120 s: a swap loads (verifies) the new programs first
+        with sqlite3.connect(f"file:{data_dir / 'nettrail.sqlite3'}?mode=ro", uri=True) as db:
+            rows = db.execute(query).fetchall()
+        if rows and (json.loads(rows[-1][0]), rows[-1][1]) == (providers, origin):
+            return rows[-1][2], len(rows)
+        time.sleep(0.5)
+    raise AssertionError(f"no collector_status running {providers} chosen by the {origin}: {rows}")
+
+
+def udp_datagrams(data_dir: Path, dport: int) -> dict[str, int]:
+    """udp_datagram records to `dport` by probe (send, receive)."""
+    query = "SELECT probe, count(*) FROM traces_udpdatagram WHERE dport = ? GROUP BY probe"
+    with sqlite3.connect(f"file:{data_dir / 'nettrail.sqlite3'}?mode=ro", uri=True) as db:
+        return dict(db.execute(query, (dport,)).fetchall())
+
+
+@pytest.mark.kernel
+def test_staff_change_what_the_local_collector_traces_from_the_dashboard(data_dir: Path) -> None:
+    """The Status page's tracing form reaches `nettrail up`'s collector: it swaps its
+    programs for the set asked (udp added to tcp,skb), says so and how long nothing was
+    traced, records UDP from then on, and goes back to its own set when asked for nothing."""
+    reason = collector_missing()
+    if reason:
+        pytest.skip(reason)
+    port = free_port()
+    env = up_env(data_dir, NETTRAIL_PROVIDERS="tcp,skb")
+    command = [PYTHON, "-m", "nettrail.cli", "up", "--port", str(port)]
+    with up_running(command, cwd=REPO, env=env) as proc:
+        wait_for_line(proc, "nettrail collect: tracing tcp,skb ")
+        assert wait_for_status(data_dir, ["tcp", "skb"], "command line") == (None, 1)
+        with sqlite3.connect(f"file:{data_dir / 'nettrail.sqlite3'}?mode=ro", uri=True) as db:
+            (host,) = db.execute("SELECT name FROM traces_host").fetchone()
+        closed = free_udp_port()
+        send_udp(closed, 3)  # not traced: udp is not in the set yet
+        http = logged_in(port)
+        answer = tracing_form(http, port, host, {"providers": ["tcp", "skb", "udp"]})
+        assert answer.status_code == 302, answer.text[:300]
+        wait_for_line(proc, "nettrail collect: tracing tcp,udp,skb ")  # in loader.PROVIDERS order
+        untraced_ns, statuses = wait_for_status(data_dir, ["tcp", "udp", "skb"], "dashboard")
+        assert statuses == 2 and untraced_ns is not None and untraced_ns > 0
+        send_udp(closed, 5)
+        for _ in range(120):  # at most 60 s for the sink's batches
+            if sum(udp_datagrams(data_dir, closed).values()) >= 10:
+                break
+            time.sleep(0.5)
+        # the five sent after the swap, each sent and received on loopback; none of the three before
+        assert udp_datagrams(data_dir, closed) == {"send": 5, "receive": 5}
+        page = http.get(f"http://127.0.0.1:{port}/status/tracing/?host={host}", timeout=10).text
+        assert "set by admin" in page and "as the dashboard asked" in page
+        answer = tracing_form(http, port, host, {"own": ""})
+        assert answer.status_code == 302
+        assert wait_for_status(data_dir, ["tcp", "skb"], "command line")[1] == 3
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def send_udp(port: int, count: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for i in range(count):
+            sock.sendto(b"nettrail-%d" % i, ("127.0.0.1", port))

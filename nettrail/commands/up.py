@@ -11,7 +11,9 @@ when the ``collect`` command exists, ``nettrail collect --server URL --token-fil
 --skb-stages ends`` (sampled buffer lifecycles: $NETTRAIL_SKB_SAMPLE=N follows one buffer in N
 instead, 1 every buffer, 0 none; each followed buffer's first sighting, copy and end, and
 $NETTRAIL_SKB_STAGES=all adds its receive entry and transmit stages; $NETTRAIL_PROVIDERS
-chooses the whole provider set, e.g. tcp,skb, the set within the 3% always-on budget) as a root child (F: ``collector.token`` in the data directory, mode 0600, owned by root;
+chooses the whole provider set, e.g. tcp,skb, the set within the 3% always-on budget;
+--providers-from-server: staff may change the set from the dashboard's Status page, and the
+collector follows it) as a root child (F: ``collector.token`` in the data directory, mode 0600, owned by root;
 a token on the command line would be visible to every local user in ``ps``). Ctrl-C / SIGTERM stop both:
 the collector first (it drains its ring buffer and ships its last batches while the
 webapp still takes them), then the webapp.
@@ -42,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.sinks.token_source import write_token_file
+from translators.tracing_request import PROVIDER_NAMES
 
 WEBAPP_USER = "nettrail"
 LOCAL_TOKEN_LABEL = "nettrail up: local collector"
@@ -101,8 +104,8 @@ WITHIN_BUDGET = "tcp,skb"  # states, retransmits, resets, drops: no per-packet p
 PROVIDERS_ENV = "NETTRAIL_PROVIDERS"
 SKB_SAMPLE_ENV = "NETTRAIL_SKB_SAMPLE"
 SKB_STAGES_ENV = "NETTRAIL_SKB_STAGES"
-# collector/bpf/loader.py's PROVIDERS and SKB_STAGES (not imported: up runs without the collector)
-KNOWN_PROVIDERS = ("tcp", "siftr", "tcpdebug", "ip", "udp", "skb", "skb-lifecycle", "ip-flows")
+KNOWN_PROVIDERS = PROVIDER_NAMES
+# collector/bpf/loader.py's SKB_STAGES (not imported: up runs without the collector)
 SKB_STAGES = ("all", "ends")
 
 
@@ -396,6 +399,7 @@ def _start_collector(url: str, token: str, token_file: Path) -> subprocess.Popen
         *(sys.executable, "-m", "nettrail.cli", "collect"),
         *("--server", url.rstrip("/"), "--token-file", str(token_file)),
         *("--alerts", "--ppl", str(COLLECTOR_PPL)),  # alerts reach the dashboard live
+        "--providers-from-server",  # staff may change the set from the Status page (below: until they do)
         *collector_providers(dict(os.environ)),
     ]
     print("nettrail: collector started (live kernel tracing)", flush=True)

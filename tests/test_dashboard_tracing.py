@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jsonschema
 import pytest
 from django.test import Client
 from webapp_cast import Cast, cast, post, retransmit  # noqa: F401 (cast is a fixture)
@@ -104,3 +105,28 @@ def test_an_unknown_host_is_not_found(cast: Cast) -> None:
 def test_a_row_edited_to_nonsense_asks_for_nothing(cast: Cast) -> None:
     Host.objects.filter(name="host-a").update(tracing_providers="tcp,bogus")
     assert answer_for(cast.token_a, "host-a", 1) is None
+
+
+def json_schema(openapi: Any) -> Any:
+    """An OpenAPI 3.0 schema as JSON Schema: `nullable` becomes a null type."""
+    if isinstance(openapi, list):
+        return [json_schema(v) for v in openapi]
+    if not isinstance(openapi, dict):
+        return openapi
+    out = {k: json_schema(v) for k, v in openapi.items() if k != "nullable"}
+    if openapi.get("nullable"):
+        out["type"] = [out["type"], "null"]
+        if "enum" in out:
+            out["enum"] = [*out["enum"], None]
+    return out
+
+
+def test_ingest_answers_match_the_published_schema(cast: Cast) -> None:
+    schema = logged_in(cast.viewer).get("/api/schema").json()
+    answer = schema["paths"]["/api/ingest"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    validator = jsonschema.Draft202012Validator(json_schema(answer))
+    validator.validate(post(Client(), cast.token_a, [retransmit("host-a", 1)]).json())  # tracing: null
+    tracing.set_request(cast.host_a, TracingRequest(("tcp", "skb-lifecycle"), 64), "admin")
+    validator.validate(post(Client(), cast.token_a, [retransmit("host-a", 2)]).json())
+    with pytest.raises(jsonschema.ValidationError):  # the check can fail
+        validator.validate({"stored": 1, "duplicates": 0, "tracing": {"providers": ["kprobes"], "skb_sample": 0}})

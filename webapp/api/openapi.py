@@ -16,9 +16,31 @@ from typing import Any
 from django.conf import settings
 from django.urls import URLPattern, URLResolver, get_resolver
 
+from translators.tracing_request import MAX_SKB_SAMPLE, PROVIDER_NAMES
+
 API_PREFIX = "api/"
 _CONVERTER = re.compile(r"<(?:(?P<conv>\w+):)?(?P<name>\w+)>")
 ERROR = {"$ref": "#/components/schemas/Error"}
+
+# The ingest answer (webapp/traces/ingest.py; tracing: translators/tracing_request.py).
+INGEST_ANSWER = {
+    "type": "object",
+    "required": ["stored", "duplicates", "tracing"],
+    "properties": {
+        "stored": {"type": "integer"},
+        "duplicates": {"type": "integer"},
+        "queued": {"type": "boolean"},
+        "tracing": {
+            "type": "object",
+            "nullable": True,
+            "required": ["providers", "skb_sample"],
+            "properties": {
+                "providers": {"type": "array", "items": {"type": "string", "enum": list(PROVIDER_NAMES)}},
+                "skb_sample": {"type": "integer", "nullable": True, "minimum": 1, "maximum": MAX_SKB_SAMPLE},
+            },
+        },
+    },
+}
 
 # Endpoints of other apps, described here from their contracts (docs/webapp.md).
 OTHER_ENDPOINTS: dict[str, dict[str, Any]] = {
@@ -35,7 +57,11 @@ OTHER_ENDPOINTS: dict[str, dict[str, Any]] = {
                 },
             },
             "responses": {
-                "200": {"description": "{stored: N, duplicates: M}"},
+                "200": {
+                    "description": "{stored: N, duplicates: M, tracing: T}; T: what the dashboard asks the token's "
+                    "host to trace, null or {providers: [...], skb_sample: N or null}",
+                    "content": {"application/json": {"schema": INGEST_ANSWER}},
+                },
                 "400": {"description": "record I: field: why", "content": {"application/json": {"schema": ERROR}}},
                 "401": {"description": "missing or unknown token"},
                 "403": {"description": "a record of another host"},

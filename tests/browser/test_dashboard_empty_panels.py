@@ -1,7 +1,8 @@
 """Empty panels say why (issue 18 item 3): on a host whose collector runs tcp and siftr
 only, a connection's skb-lifecycle, tcpdebug and drops panels name the missing provider
 and the command that enables it; the Buffers page's empty drop chart says the same per
-host. A host of its own (its newest collector_status decides)."""
+host, and the UDP page names the provider that is off. A host of its own (its newest
+collector_status decides)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from translators.records import CollectorStatus, SkbDrop, SkbEvent, TcpDebugSnapshot
+from translators.records import CollectorStatus, SkbDrop, SkbEvent, TcpDebugSnapshot, UdpDatagram
 
 from .conftest import Server, screenshot
 from .dashboard_batch import BOOT, _seq, build
@@ -24,7 +25,8 @@ def conn(server: Server) -> Any:
     # a token made as the server's user (daphne_server.Server.make_token)
     host = Server(server.url, server.make_token(HOST), server.data_dir)
     batch = build(HOST, sport=40860, cookie=860)
-    kept = [r for r in batch.records if not isinstance(r, SkbEvent | SkbDrop | TcpDebugSnapshot)]
+    # none of the providers it does not run (tcp and siftr only)
+    kept = [r for r in batch.records if not isinstance(r, SkbEvent | SkbDrop | TcpDebugSnapshot | UdpDatagram)]
     status = CollectorStatus(
         host_id=HOST, boot_id=BOOT, seq=next(_seq), ts_ns=1, ts_wall=time.time(), provider="nettrail", probe="status",
         providers=["tcp", "siftr"], attached={},
@@ -40,11 +42,14 @@ def test_a_connections_empty_panels_name_the_provider_and_how_to_enable_it(
     page.wait_for_function("document.body.dataset.loaded === '1'")
     expect = {
         "skbs": "No skb lifecycles: the collector on panels-host runs tcp, siftr, not skb-lifecycle. "
-        "Enable it: nettrail collect --providers tcp,siftr,skb-lifecycle (nettrail up: NETTRAIL_PROVIDERS=tcp,siftr,skb-lifecycle).",
+        "Enable it: nettrail collect --providers tcp,siftr,skb-lifecycle (nettrail up: NETTRAIL_PROVIDERS=tcp,siftr,skb-lifecycle), or on the dashboard: "
+        "Status, What it traces (staff; followed by a collector run with --providers-from-server, as nettrail up's is).",
         "tcpdebug": "No tcpdebug snapshots: the collector on panels-host runs tcp, siftr, not tcpdebug. "
-        "Enable it: nettrail collect --providers tcp,siftr,tcpdebug (nettrail up: NETTRAIL_PROVIDERS=tcp,siftr,tcpdebug).",
+        "Enable it: nettrail collect --providers tcp,siftr,tcpdebug (nettrail up: NETTRAIL_PROVIDERS=tcp,siftr,tcpdebug), or on the dashboard: "
+        "Status, What it traces (staff; followed by a collector run with --providers-from-server, as nettrail up's is).",
         "drops": "No drops: the collector on panels-host runs tcp, siftr, not skb. "
-        "Enable it: nettrail collect --providers tcp,siftr,skb (nettrail up: NETTRAIL_PROVIDERS=tcp,siftr,skb).",
+        "Enable it: nettrail collect --providers tcp,siftr,skb (nettrail up: NETTRAIL_PROVIDERS=tcp,siftr,skb), or on the dashboard: "
+        "Status, What it traces (staff; followed by a collector run with --providers-from-server, as nettrail up's is).",
     }
     for panel, text in expect.items():
         shown = page.locator(f"#{panel}-empty")
@@ -59,5 +64,17 @@ def test_the_buffers_page_says_why_a_host_has_no_drops(server: Server, page: Any
     page.wait_for_function("document.body.dataset.loaded === '1'")
     assert page.locator("#drops-empty").inner_text() == (
         "No drops recorded. No drops: the collector on panels-host runs tcp, siftr, not skb. "
-        "Enable it: nettrail collect --providers tcp,siftr,skb (nettrail up: NETTRAIL_PROVIDERS=tcp,siftr,skb)."
+        "Enable it: nettrail collect --providers tcp,siftr,skb (nettrail up: NETTRAIL_PROVIDERS=tcp,siftr,skb), or on the dashboard: "
+        "Status, What it traces (staff; followed by a collector run with --providers-from-server, as nettrail up's is)."
+    )
+
+
+def test_the_udp_page_says_the_provider_is_off_and_how_to_enable_it(server: Server, page: Any, conn: Any) -> None:
+    page.goto(f"{server.url}/udp/?host={HOST}")
+    page.wait_for_function("document.body.dataset.loaded === '1'")
+    assert page.locator("#udp-empty").inner_text() == (
+        "No UDP datagrams recorded. The udp provider is not enabled on panels-host (runs tcp, siftr): add udp to the "
+        "collector's --providers (nettrail collect --providers tcp,udp,…; nettrail up: NETTRAIL_PROVIDERS=tcp,udp,…), "
+        "or on the dashboard: Status, What it traces (staff; followed by a collector run with --providers-from-server, "
+        "as nettrail up's is), to record UDP datagrams."
     )

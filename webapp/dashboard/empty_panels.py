@@ -44,7 +44,9 @@ def why(host: str, panel: str, providers: list[str] | None, scope: str = "this c
         return (
             f"No {what}: the collector on {host} runs {', '.join(providers) or 'no provider'}, not {wanted}. "
             f"Enable it: nettrail collect --providers {','.join([*providers, wanted])} "
-            f"(nettrail up: NETTRAIL_PROVIDERS={','.join([*providers, wanted])})."
+            f"(nettrail up: NETTRAIL_PROVIDERS={','.join([*providers, wanted])}), or on the dashboard: "
+            f"Status, What it traces (staff; followed by a collector run with --providers-from-server, "
+            f"as nettrail up's is)."
         )
     return f"No {what} recorded for {scope} (the collector on {host} runs {', '.join(providers)})."
 

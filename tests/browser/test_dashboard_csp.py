@@ -49,7 +49,12 @@ def test_every_dashboard_page_loads_without_a_csp_violation(server: Server, stri
     page = strict_page
     messages = watch_console(page)
     found = []
-    for path in (*PAGES, f"/connections/{ingested.uuid}/", f"/buffers/?conn={ingested.uuid}"):
+    extra = (
+        f"/connections/{ingested.uuid}/",
+        f"/buffers/?conn={ingested.uuid}",
+        f"/status/tracing/?host={ingested.host}",
+    )
+    for path in (*PAGES, *extra):
         resp = page.goto(f"{server.url}{path}")
         assert resp.status == 200, path
         assert "script-src 'self'" in resp.headers["content-security-policy"], path

@@ -108,8 +108,20 @@ def test_staff_reach_the_hosts_tracing_form_from_its_panel_and_change_it(
     screenshot(page, "tracing")
     assert page.locator("#tracing-requested").inner_text().startswith("tcp, skb — set by admin at ")
     host = selfhealth[0]
-    answer = host.ingest([msgspec.structs.replace(selfhealth[1], seq=20_000)])
+    page.wait_for_function(
+        f"(document.body.dataset.liveGroups || '').split(' ').includes('host.{HOST}')", timeout=30_000
+    )
+    # the collector's answer to the request: its status after the swap, shown without a reload
+    swapped = msgspec.structs.replace(
+        selfhealth[1], seq=20_000, ts_wall=selfhealth[1].ts_wall + 200, providers=["tcp", "skb"],
+        providers_from="dashboard", untraced_ns=1234,
+    )  # fmt: skip
+    answer = host.ingest([swapped])
     assert answer["tracing"] == {"providers": ["tcp", "skb"], "skb_sample": None}
+    page.wait_for_function("document.getElementById('tracing-running').textContent.startsWith('tcp, skb,')")
+    assert page.locator("#tracing-running").inner_text() == (
+        "tcp, skb, as the dashboard asked; nothing was traced for 1234 ns while its programs were swapped"
+    )
     page.locator("#tracing-own").click()  # back to the collector's own choice: other tests see it unchanged
     page.wait_for_selector("#tracing-saved")
     requested = page.locator("#tracing-requested").inner_text()

@@ -203,6 +203,19 @@ def up_running(command: list[str], **popen: Any) -> Iterator[subprocess.Popen[st
             proc.wait()
 
 
+@contextmanager
+def up_tracing(data_dir: Path, providers: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """`nettrail up` as root with NETTRAIL_PROVIDERS=providers, and its port (skips
+    without the collector's needs)."""
+    reason = collector_missing()
+    if reason:
+        pytest.skip(reason)
+    port = free_port()
+    command = [PYTHON, "-m", "nettrail.cli", "up", "--port", str(port)]
+    with up_running(command, cwd=REPO, env=up_env(data_dir, NETTRAIL_PROVIDERS=providers)) as proc:
+        yield proc, port
+
+
 def ensure_account() -> pwd.struct_passwd:
     from nettrail.commands.up import WEBAPP_USER, _ensure_user
 
@@ -264,13 +277,7 @@ def test_up_as_root_starts_the_collector_and_its_records_reach_the_webapp(data_d
 def test_nettrail_providers_runs_the_set_within_the_budget(data_dir: Path) -> None:
     """NETTRAIL_PROVIDERS=tcp,skb reaches the real collector: it loads exactly that set
     (no lifecycles), says so in its collector_status, and connections still arrive."""
-    reason = collector_missing()
-    if reason:
-        pytest.skip(reason)
-    port = free_port()
-    env = up_env(data_dir, NETTRAIL_PROVIDERS="tcp,skb")
-    command = [PYTHON, "-m", "nettrail.cli", "up", "--port", str(port)]
-    with up_running(command, cwd=REPO, env=env) as proc:
+    with up_tracing(data_dir, "tcp,skb") as (proc, port):
         wait_for_line(proc, "nettrail collect: tracing")
         collectors = [
             p.cmdline() for p in psutil.Process(proc.pid).children(recursive=True) if "collect" in p.cmdline()
@@ -483,13 +490,7 @@ def test_staff_change_what_the_local_collector_traces_from_the_dashboard(data_di
     """The Status page's tracing form reaches `nettrail up`'s collector: it swaps its
     programs for the set asked (udp added to tcp,skb), says so and how long nothing was
     traced, records UDP from then on, and goes back to its own set when asked for nothing."""
-    reason = collector_missing()
-    if reason:
-        pytest.skip(reason)
-    port = free_port()
-    env = up_env(data_dir, NETTRAIL_PROVIDERS="tcp,skb")
-    command = [PYTHON, "-m", "nettrail.cli", "up", "--port", str(port)]
-    with up_running(command, cwd=REPO, env=env) as proc:
+    with up_tracing(data_dir, "tcp,skb") as (proc, port):
         wait_for_line(proc, "nettrail collect: tracing tcp,skb ")
         assert wait_for_status(data_dir, ["tcp", "skb"], "command line") == (None, 1)
         with sqlite3.connect(f"file:{data_dir / 'nettrail.sqlite3'}?mode=ro", uri=True) as db:

@@ -130,3 +130,14 @@ def test_ingest_answers_match_the_published_schema(cast: Cast) -> None:
     validator.validate(post(Client(), cast.token_a, [retransmit("host-a", 2)]).json())
     with pytest.raises(jsonschema.ValidationError):  # the check can fail
         validator.validate({"stored": 1, "duplicates": 0, "tracing": {"providers": ["kprobes"], "skb_sample": 0}})
+
+
+def test_the_django_admin_shows_the_request_but_cannot_change_it(cast: Cast) -> None:
+    """Unchecked edits would bypass the form's checks and its record of who set it."""
+    tracing.set_request(cast.host_a, TracingRequest(("tcp",)), "admin")
+    client = logged_in(cast.admin)
+    url = f"/admin/traces/host/{cast.host_a.pk}/change/"
+    page = client.get(url).content.decode()
+    assert 'name="tracing_providers"' not in page and '<div class="readonly">tcp</div>' in page
+    assert client.post(url, {"name": "host-a", "tracing_providers": "ip,tcpdebug"}).status_code == 302
+    assert Host.objects.get(pk=cast.host_a.pk).tracing_providers == "tcp"

@@ -14,8 +14,10 @@ from webapp.traces.models import Host, IngestToken
 
 @admin.register(Host)
 class HostAdmin(admin.ModelAdmin):
-    list_display = ("name", "created", "last_seen")
+    list_display = ("name", "created", "last_seen", "tracing_providers")
     search_fields = ("name",)
+    # Changed on the dashboard's tracing page only, where each value is checked and who set it is kept.
+    readonly_fields = ("tracing_providers", "tracing_skb_sample", "tracing_set_by", "tracing_set_at")
 
 
 @admin.register(IngestToken)

@@ -44,15 +44,18 @@ def test_a_changed_request_is_loaded_but_runs_only_once_attached() -> None:
     swap = Swap(answers, own)
     with KernelSession(own) as running:
         assert swap.due(running.opts) and swap.origin == DASHBOARD
-        following = swap.take()
-        assert following is not None and swap.take() is None
+        following = swap.next
+        assert following is not None
         try:
             assert following.opts.providers == ("tcp", "udp")
             assert following.links == {} and following.reader is None  # loaded, not attached
             assert "udp_fail_queue_rcv_skb" in following.program_ids()
             assert running.links  # the old programs still run
-            following.attach()
-            assert set(following.links) == set(following.loaded_names())
+            swap.switch(running)
+            assert running.links == {} and set(following.links) == set(following.loaded_names())
+            assert running.reader is not None  # the old ring stays readable for its drain
+            assert swap.untraced_ns > 0 and not swap.failed
+            assert swap.take() is following and swap.take() is None
         finally:
             following.close()
     answers.tracing = (True, None)  # back to the command line's set

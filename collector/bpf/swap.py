@@ -3,9 +3,9 @@
 The ingest answer names what the dashboard asks this host to trace
 (translators/tracing_request.py; the HTTP sink keeps the newest). When it differs from
 what runs, the new programs are opened and loaded (verified) while the old ones still
-run, then the old ones are detached, the ring drained, and the new ones attached: the
-gap is the drain and the attach, measured and sent on the new collector_status
-(untraced_ns). A request whose programs will not load is said once and not tried again
+run, then the old ones are detached and the new ones attached at once (the old ring is
+drained after; the new one holds what comes meanwhile): the gap, from the first detach
+to the last attach, is measured and sent on the new collector_status (untraced_ns). A request whose programs will not load is said once and not tried again
 until it changes; the old programs keep running. The new session has fresh maps, so
 its counters start from zero, as after a collector restart.
 """
@@ -62,7 +62,9 @@ class Swap:
     prog: str = "nettrail collect"
     next: KernelSession | None = None
     origin: str = COMMAND_LINE  # who chose the prepared session's providers
-    detached_ns: int = 0  # CLOCK_MONOTONIC when the old programs were detached
+    started_ns: int = 0  # CLOCK_MONOTONIC when the last switch began detaching
+    untraced_ns: int = 0  # how long the last switch left tracepoints untraced
+    failed: str = ""  # why the last switch could not attach the prepared programs
     _seen: Any = None  # the last answer value looked at
     _refused: Options | None = None  # its programs would not load: not tried again until it changes
 
@@ -91,8 +93,18 @@ class Swap:
         self.origin = origin
         return True
 
-    def detached(self) -> None:
-        self.detached_ns = time.monotonic_ns()
+    def switch(self, running: KernelSession) -> None:
+        """Detach the running programs and attach the prepared ones at once (the old ring
+        is drained after: the new ring holds what comes meanwhile). untraced_ns: from the
+        first detach to the last attach, the longest any tracepoint went untraced."""
+        assert self.next is not None
+        self.started_ns = time.monotonic_ns()
+        running.detach()
+        try:
+            self.next.attach()
+        except BpfError as exc:  # loaded but would not attach: trace() goes back to the command line's set
+            self.failed = str(exc)
+        self.untraced_ns = time.monotonic_ns() - self.started_ns
 
     def take(self) -> KernelSession | None:
         session, self.next = self.next, None

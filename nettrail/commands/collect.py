@@ -308,23 +308,22 @@ def trace(
             following = swap.take()
             if following is None:
                 break
-            session.close()  # detached and drained by poll_batches
-            session = following
-            try:
-                session.attach()
-            except BpfError as exc:  # loaded but would not attach: back to the set that ran
-                print(f"{PROG}: {exc}; tracing {','.join(opts.providers)} again", file=sys.stderr)
+            session.close()  # detached and drained by poll_batches, `following` attached
+            session, untraced_ns, origin = following, swap.untraced_ns, swap.origin
+            if swap.failed:  # loaded but would not attach: back to the command line's set
+                print(f"{PROG}: {swap.failed}; tracing {','.join(opts.providers)} again", file=sys.stderr)
                 session.close()
                 session = KernelSession(opts)
                 session.__enter__()
-                swap.origin = COMMAND_LINE
-            untraced_ns = time.monotonic_ns() - swap.detached_ns
-            origin = swap.origin
+                untraced_ns, origin, swap.failed = time.monotonic_ns() - swap.started_ns, COMMAND_LINE, ""
             if alerting is not None:
                 alerting.restart()  # the new session's counters start from zero
     except (BpfError, BuildError) as exc:
         return fail(str(exc))
     finally:
+        pending = swap.take()  # attached by a switch an exception then cut short
+        if pending is not None:
+            pending.close()
         session.close()
         sink.close()
     return 0
@@ -412,7 +411,8 @@ def poll_batches(
         yield extras.add(records)
         if swap is not None and swap.due(session.opts):
             break
-    session.detach()  # no new events; what is in the ring is still read below
-    if swap is not None:
-        swap.detached()
+    if swap is not None and swap.next is not None:
+        swap.switch(session)  # the next programs run from here; this ring is still read below
+    else:
+        session.detach()  # no new events; what is in the ring is still read below
     yield extras.add(source.poll(final=True), final=True)

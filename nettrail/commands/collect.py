@@ -297,11 +297,13 @@ def trace(
     swap = Swap(follow, opts, PROG)  # type: ignore[arg-type]  # the HTTP sink has `tracing`
     counters = live.StackCounters() if not args.no_stack_counters else None  # one baseline across swaps
     origin, untraced_ns = COMMAND_LINE, None
+    deadline = None if args.duration is None else time.monotonic() + args.duration  # across swaps
     try:
         while True:
             announce(session)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
             source = collect(
-                session, sink, stop, args.duration, args.flow_interval, alerting, not args.no_stack_counters,
+                session, sink, stop, left, args.flow_interval, alerting, not args.no_stack_counters,
                 args.stats_interval, swap=swap, counters=counters, origin=origin, untraced_ns=untraced_ns,
             )  # fmt: skip
             print(f"{PROG}: {source.totals.summary()}", file=sys.stderr)

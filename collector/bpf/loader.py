@@ -377,11 +377,19 @@ class KernelSession:
             self.lib.bpf_object__close(self.obj)
             self.obj = 0
 
-    def __enter__(self) -> KernelSession:
+    def prepare(self) -> None:
+        """Open, configure and load (the verifier runs), nothing attached; closed on failure."""
         try:
             self.open()
             self.configure()
             self.load()
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> KernelSession:
+        self.prepare()
+        try:
             self.attach()
         except BaseException:
             self.close()

@@ -41,15 +41,9 @@ def options_for(own: Options, request: TracingRequest | None) -> tuple[Options, 
 
 
 def prepare(opts: Options) -> KernelSession:
-    """A session opened, configured and loaded, not attached (nothing of it runs yet)."""
+    """A session loaded, not attached (nothing of it runs yet)."""
     session = KernelSession(opts)
-    try:
-        session.open()
-        session.configure()
-        session.load()
-    except BaseException:
-        session.close()
-        raise
+    session.prepare()
     return session
 
 

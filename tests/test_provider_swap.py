@@ -38,6 +38,7 @@ def test_nothing_is_prepared_until_a_request_differs_from_what_runs(capsys: pyte
     assert swap.take() is None and capsys.readouterr().err == ""
 
 
+@pytest.mark.matrix  # the swap on Debian 12's 6.1 and 6.12 too (tests/kernel_matrix.py)
 def test_a_changed_request_is_loaded_but_runs_only_once_attached() -> None:
     own = Options(providers=("tcp",))
     answers = Answers((True, {"providers": ["tcp", "udp"], "skb_sample": None}))

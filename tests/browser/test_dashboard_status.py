@@ -122,6 +122,16 @@ def test_staff_reach_the_hosts_tracing_form_from_its_panel_and_change_it(
     assert page.locator("#tracing-running").inner_text() == (
         "tcp, skb, as the dashboard asked; nothing was traced for 1234 ns while its programs were swapped"
     )
+    page.goto(f"{server.url}/status/?host={HOST}")  # the panel says who chose the set and the swap's gap
+    page.wait_for_selector("body[data-loaded='1']")
+    panel = page.locator(f"section.host-status[data-host='{HOST}']")
+    summary = dict(
+        zip(panel.locator(".summary dt").all_inner_texts(), panel.locator(".summary dd").all_inner_texts(), strict=True)
+    )
+    assert (summary["Providers"], summary["Chosen by"], summary["Not traced while swapping"]) == (
+        "tcp, skb", "the dashboard", "0.001 ms",
+    )  # fmt: skip
+    page.goto(f"{server.url}/status/tracing/?host={HOST}")
     page.locator("#tracing-own").click()  # back to the collector's own choice: other tests see it unchanged
     page.wait_for_selector("#tracing-saved")
     requested = page.locator("#tracing-requested").inner_text()

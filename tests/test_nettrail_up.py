@@ -189,8 +189,9 @@ def test_up_without_root_starts_only_the_webapp_and_says_tracing_needs_root(data
 
 @contextmanager
 def up_running(command: list[str], **popen: Any) -> Iterator[subprocess.Popen[str]]:
-    """`nettrail up` as a child for the block; after it, SIGTERM must stop it with status 0
-    (it is killed if the block failed)."""
+    """`nettrail up` as a child for the block; after it, SIGTERM must stop it with status 0.
+    If the block failed it is stopped the same way, then killed with whatever it left: a
+    SIGKILL alone orphaned its webapp and collector (their own sessions), still tracing."""
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
     try:
         yield proc
@@ -199,8 +200,11 @@ def up_running(command: list[str], **popen: Any) -> Iterator[subprocess.Popen[st
         assert proc.returncode == 0
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            children = psutil.Process(proc.pid).children(recursive=True)
+            stop_up(proc)  # SIGTERM first: it stops the collector, then the webapp
+            for child in children:  # by PID, whatever SIGTERM did not end
+                if child.is_running():
+                    child.kill()
 
 
 @contextmanager

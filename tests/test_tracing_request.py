@@ -7,13 +7,9 @@ from typing import Any
 
 import pytest
 
-from collector.bpf.loader import PROVIDERS, Options
+from collector.bpf.loader import Options
 from collector.bpf.swap import COMMAND_LINE, DASHBOARD, options_for
-from translators.tracing_request import PROVIDER_NAMES, TracingRequest, from_answer, to_answer
-
-
-def test_the_collectors_providers_are_the_requests() -> None:
-    assert PROVIDERS == PROVIDER_NAMES
+from translators.tracing_request import TracingRequest, from_answer, to_answer
 
 
 def test_null_is_the_collectors_own_choice_and_a_request_round_trips() -> None:

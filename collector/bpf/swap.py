@@ -5,8 +5,9 @@ The ingest answer names what the dashboard asks this host to trace
 what runs, the new programs are opened and loaded (verified) while the old ones still
 run, then the old ones are detached and the new ones attached at once (the old ring is
 drained after; the new one holds what comes meanwhile): the gap, from the first detach
-to the last attach, is measured and sent on the new collector_status (untraced_ns). A request whose programs will not load is said once and not tried again
-until it changes; the old programs keep running. The new session has fresh maps, so
+to the last attach, is measured and sent on the new collector_status (untraced_ns). A
+request whose programs will not load is said once and not tried again until it changes;
+the old programs keep running. The new session has fresh maps, so
 its counters start from zero, as after a collector restart.
 """
 

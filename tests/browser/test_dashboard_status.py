@@ -97,7 +97,7 @@ def test_staff_reach_the_hosts_tracing_form_from_its_panel_and_change_it(
     page.goto(f"{server.url}/status/?host={HOST}")
     page.wait_for_selector("body[data-loaded='1']")
     page.locator(f"section.host-status[data-host='{HOST}'] a.tracing-link").click()
-    page.wait_for_selector("#tracing-form")
+    page.wait_for_selector("body[data-page='tracing'][data-loaded='1']")  # js/tracing.js drew "Running"
     assert page.locator("#tracing-host").inner_text() == HOST
     assert page.locator("#tracing-requested").inner_text() == "nothing: the collector's own choice"
     assert "tcp, siftr, its own choice" in page.locator("#tracing-running").inner_text()

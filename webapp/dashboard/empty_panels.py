@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webapp.dashboard.tables import CollectorStatus
+from webapp.dashboard.selfhealth import newest_status
 from webapp.traces.tokens import CAPTURE_PREFIX
 
 # panel -> (what its rows are, the providers that record them: the first is the one to enable)
@@ -26,7 +26,7 @@ PANELS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 def newest_providers(host: str) -> list[str] | None:
     """The providers of the host's newest collector_status; None when it sent none."""
-    row = CollectorStatus.objects.filter(host_id=host).order_by("-ts_wall", "-id").values("providers").first()
+    row = newest_status(host, "providers")
     return None if row is None else list(row["providers"] or [])
 
 

@@ -51,13 +51,21 @@ def known_rules() -> set[str]:
     return rules | set(Alert.objects.values_list("rule_id", flat=True).distinct())
 
 
+def newest_status(host: str, *fields: str) -> dict[str, Any] | None:
+    """These fields of the host's newest ``collector_status``; None when it sent none."""
+    row: dict[str, Any] | None = (
+        CollectorStatus.objects.filter(host_id=host).order_by("-ts_wall", "-id").values(*fields).first()
+    )
+    return row
+
+
 def provider_off(provider: str, host: str | None = None) -> list[dict[str, Any]]:
     """Hosts whose newest ``collector_status`` does not list ``provider``, with the
     providers they run: an empty panel says why it is empty (issue 18 item 3)."""
     hosts = [host] if host else hosts_with_status()
     out = []
     for h in hosts:
-        row = CollectorStatus.objects.filter(host_id=h).order_by("-ts_wall", "-id").values("providers").first()
+        row = newest_status(h, "providers")
         if row is not None and provider not in (row["providers"] or []):
             out.append({"host_id": h, "providers": list(row["providers"] or [])})
     return out
@@ -88,7 +96,7 @@ def hosts_with_status() -> list[str]:
 
 
 def host_status(host: str) -> dict[str, Any]:
-    status = CollectorStatus.objects.filter(host_id=host).order_by("-ts_wall", "-id").values(*STATUS_FIELDS).first()
+    status = newest_status(host, *STATUS_FIELDS)
     cols = ("ts_wall", "cpu_percent", "events_per_s", "rss_bytes", "pid", "interval_s", "events_by_type", "cpu_total_s")
     rows = list(CollectorStats.objects.filter(host_id=host).order_by("-ts_wall", "-id").values(*cols)[:MAX_STATS])
     rows.reverse()

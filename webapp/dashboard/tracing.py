@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 from translators.tracing_request import MAX_SKB_SAMPLE, PROVIDER_NAMES, TracingRequest
-from webapp.dashboard.tables import CollectorStatus
+from webapp.dashboard.selfhealth import newest_status
 from webapp.traces import tracing
 from webapp.traces.models import Host
 
@@ -83,15 +83,10 @@ def tracing_page(request: HttpRequest) -> HttpResponse:
         form = TracingForm(initial=_initial(host))
     else:
         return HttpResponse("GET or POST", status=405, content_type="text/plain")
-    running = (
-        CollectorStatus.objects.filter(host_id=host.name)
-        .order_by("-ts_wall", "-id")
-        .values("providers", "skb_sample", "ts_wall", "untraced_ns", "providers_from")
-        .first()
-    )
+    running = newest_status(host.name, "providers", "skb_sample", "untraced_ns", "providers_from")
     context = {
-        "host": host, "form": form, "staff": staff, "requested": tracing.request_of(host), "running": running,
+        "host": host, "form": form, "staff": staff, "requested": tracing.request_of(host),
         "presets": PRESETS, "saved": request.GET.get("saved") == "1", "logout_url": reverse("logout"),
-        "page_data": {"hosts": [], "host": host.name},
+        "page_data": {"hosts": [], "host": host.name, "running": running},  # js/tracing.js shows it
     }  # fmt: skip
     return render(request, "dashboard/tracing.html", context)

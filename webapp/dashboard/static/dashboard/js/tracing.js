@@ -1,5 +1,6 @@
-/* Tracing page (webapp/dashboard/tracing.py): "Running" follows the host's newest
-   collector_status live, so a swap the form asked for shows when the collector makes it. */
+/* Tracing page (webapp/dashboard/tracing.py): "Running" is the host's newest
+   collector_status (page data), then follows it live, so a swap the form asked for
+   shows when the collector makes it. */
 "use strict";
 
 (() => {
@@ -14,6 +15,8 @@
     return `${(s.providers || []).join(", ")}${sample}, ${who}${gap}`;
   }
 
+  running.textContent = NT.pageData.running ? describe(NT.pageData.running) : "no collector status from this host yet";
+  document.body.dataset.loaded = "1";
   NT.live([{ host, kind: ["collector_status"] }], (records) => {
     const statuses = records.filter((r) => r.kind === "collector_status" && r.host_id === host);
     if (statuses.length) running.textContent = describe(statuses[statuses.length - 1]);

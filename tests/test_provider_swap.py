@@ -6,15 +6,19 @@ test_staff_change_what_the_local_collector_traces_from_the_dashboard."""
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from collector.bpf.loader import KernelSession, Options
+from collector.bpf.loader import Filters, KernelSession, Options
+from collector.bpf.source import KernelSource, wall_offset
 from collector.bpf.swap import COMMAND_LINE, DASHBOARD, Swap
-from tests.kernel_support import kernel
+from tests.kernel_support import Capture, bound_listener, cookie_of, kernel, my_comm
+from translators.kernel import KernelEnv
 
 pytestmark = kernel
 
@@ -64,6 +68,61 @@ def test_a_changed_request_is_loaded_but_runs_only_once_attached() -> None:
     back = swap.take()
     assert back is not None
     back.close()
+
+
+@pytest.mark.matrix
+def test_sockets_keep_their_owners_across_a_swap() -> None:
+    """A listener bound and a connection made before the swap: after it, the listener's
+    new child (established in softirq, inheriting the listener's owner) and the old
+    connection's CLOSE_WAIT (the peer's FIN, in softirq) are still this process's; a
+    session that did not take over the owner maps would know neither."""
+    listener = bound_listener()
+    port = listener.getsockname()[1]
+    own = Options(providers=("tcp",), filters=Filters(port=port))
+    answers = Answers((True, {"providers": ["tcp", "skb"], "skb_sample": None}))
+    swap = Swap(answers, own)
+    env = KernelEnv(host_id="test-host", boot_id="test-boot", wall_offset=wall_offset())
+    sockets = [listener]
+    with KernelSession(own) as running:
+        listener.listen(4)
+        old_client = socket.create_connection(("127.0.0.1", port))
+        old_server, _ = listener.accept()
+        sockets += [old_client, old_server]
+        old_client.sendall(b"x")
+        assert old_server.recv(1) == b"x"
+        assert swap.due(running.opts, running)
+        following = swap.next
+        assert following is not None
+        try:
+            swap.switch(running)
+            cap = Capture(following, KernelSource(following, env, flow_interval=3600.0))
+            sockets.append(socket.create_connection(("127.0.0.1", port)))
+            new_server, _ = listener.accept()
+            sockets.append(new_server)
+            child_cookie, old_cookie = cookie_of(new_server), cookie_of(old_client)
+            old_server.close()  # its FIN moves old_client to CLOSE_WAIT in softirq
+            cap.wait_for(lambda recs: bool(_states_of(recs, child_cookie) and _closing(recs, old_cookie)))
+            records = cap.settle()
+        finally:
+            following.close()
+            for s in sockets:
+                s.close()
+    child, closing = _states_of(records, child_cookie), _closing(records, old_cookie)
+    assert child and closing
+    for r in [*child, *closing]:
+        assert (r.pid, r.comm) == (os.getpid(), my_comm()), r
+        if r.ctx != "task":  # softirq: the owner came from the maps taken over
+            assert r.attribution == "owner-map", r
+    assert "softirq" in {r.ctx for r in [*child, *closing]}  # what only the maps could attribute
+    assert "softirq" in {r.ctx for r in [*child, *closing]}
+
+
+def _states_of(records: list[Any], cookie: int) -> list[Any]:
+    return [r for r in records if r.kind == "tcp_state" and r.sock_cookie == cookie]
+
+
+def _closing(records: list[Any], cookie: int) -> list[Any]:
+    return [r for r in _states_of(records, cookie) if r.state == "CLOSE_WAIT"]
 
 
 def test_a_request_that_cannot_be_traced_is_said_once_and_changes_nothing(

@@ -70,6 +70,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "bpf_map__set_initial_value": (c_int, [c_void_p, c_void_p, c_size_t]),
     "bpf_map__set_max_entries": (c_int, [c_void_p, c_uint32]),
     "bpf_map__max_entries": (c_uint32, [c_void_p]),
+    "bpf_map__reuse_fd": (c_int, [c_void_p, c_int]),
     "bpf_map_lookup_elem": (c_int, [c_int, c_void_p, c_void_p]),
     "bpf_map_update_elem": (c_int, [c_int, c_void_p, c_void_p, ctypes.c_uint64]),
     "bpf_map_get_next_key": (c_int, [c_int, c_void_p, c_void_p]),

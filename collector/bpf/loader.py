@@ -93,6 +93,12 @@ CTX_FROM_HOOKS_LOSES = "a hard interrupt taken in a task is the task's: the pree
 # Without them sockets are still attributed, at connect/listen/close (inet_sock_set_state),
 # by inheritance from the listener and by the owner map; what is lost is named (variants.py).
 OPTIONAL_ATTRIBUTION = frozenset({"sock_send_length", "sock_recv_length"})
+# Who owns each socket, kept by the attribution programs every provider loads: a session
+# that follows another (a swap of providers, collector/bpf/swap.py) takes these maps over,
+# so a socket opened or a listener bound before the swap keeps its owner after it (its
+# events in softirq context have no other source). owner_hints is not among them: its
+# entries are trusted against owner_epoch, a global of each object.
+ATTRIBUTION_MAPS = ("owners", "listeners", "port_owners", "closed")
 DEFAULT_RINGBUF_BYTES = 16 * 1024 * 1024
 DEFAULT_IP_FLOWS_MAX = 16384  # entries of the ip_flows LRU map (about 100 bytes each)
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
@@ -245,8 +251,9 @@ class KernelSession:
     """One loaded object: `with KernelSession(opts) as s:` opens, configures, loads and
     attaches; leaving the block (normally, by signal or by exception) detaches everything."""
 
-    def __init__(self, opts: Options) -> None:
+    def __init__(self, opts: Options, carry_from: KernelSession | None = None) -> None:
         self.opts = opts
+        self.carry_from = carry_from  # the session whose attribution maps this one takes over
         self.lib = libbpf.get()
         self.obj = 0
         self.links: dict[str, int] = {}
@@ -302,6 +309,18 @@ class KernelSession:
         slots = self.lib.bpf_object__find_map_by_name(self.obj, b"ip_slots")
         if slots and self.lib.bpf_map__set_max_entries(slots, layout.IP_SLOTS_PER_CPU * self.ncpus) < 0:
             raise BpfError(f"failed to size ip_slots for {self.ncpus} CPUs")
+        self._carry_attribution()
+
+    def _carry_attribution(self) -> None:
+        """Take over the attribution maps of the session this one follows (same object only:
+        another build's maps may be laid out otherwise)."""
+        before = self.carry_from
+        if before is None or not before.obj or before.path != self.path:
+            return
+        for name in ATTRIBUTION_MAPS:
+            ret = self.lib.bpf_map__reuse_fd(self._map(name), before._map_fd(name))
+            if ret < 0:
+                raise BpfError(f"failed to take over {name} from the running programs: {os.strerror(-ret)}")
 
     def load(self) -> None:
         ret = self.lib.bpf_object__load(self.obj)
@@ -354,12 +373,24 @@ class KernelSession:
         if self.lib.bpf_map_update_elem(self._map_fd("softirq_cpus"), ctypes.byref(key), zeros.ctypes.data, 0) < 0:
             raise BpfError(f"failed to clear softirq_cpus: {os.strerror(ctypes.get_errno())}")
 
-    def detach(self) -> None:
+    def detach(self, settle: bool = True) -> None:
         """Stop the programs firing, in the reverse of attach order (the context programs
-        last); maps and the ring stay readable until close()."""
+        last); maps and the ring stay readable until close(). settle: return only once no
+        run of them is left (settle()), so a drain after this reads every event."""
+        attached = bool(self.links)
         for link in reversed(list(self.links.values())):
             self.lib.bpf_link__destroy(link)
         self.links.clear()
+        if attached and settle:
+            self.settle()
+
+    def settle(self) -> None:
+        """Return once every run of the detached programs has ended. A detach stops new runs
+        only: a run a CPU began just before it can still write an event after the ring's
+        final read, which would then be neither received nor counted lost. A tracepoint
+        runs its programs with preemption off (outside PREEMPT_RT), so once every CPU has
+        scheduled this thread, each such run is over."""
+        _each_cpu_scheduled()
 
     def close(self) -> None:
         """Detach and free everything; safe to call twice and after a failed step."""

@@ -7,8 +7,9 @@ run, then the old ones are detached and the new ones attached at once (the old r
 drained after; the new one holds what comes meanwhile): the gap, from the first detach
 to the last attach, is measured and sent on the new collector_status (untraced_ns). A
 request whose programs will not load is said once and not tried again until it changes;
-the old programs keep running. The new session has fresh maps, so
-its counters start from zero, as after a collector restart.
+the old programs keep running. The new session takes over the running one's attribution
+maps (loader.ATTRIBUTION_MAPS: sockets keep their owners); its other maps are fresh, so its
+counters start from zero, as after a collector restart.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ def options_for(own: Options, request: TracingRequest | None) -> tuple[Options, 
     ), DASHBOARD
 
 
-def prepare(opts: Options) -> KernelSession:
-    """A session loaded, not attached (nothing of it runs yet)."""
-    session = KernelSession(opts)
+def prepare(opts: Options, running: KernelSession | None = None) -> KernelSession:
+    """A session loaded, not attached (nothing of it runs yet), with the running one's
+    attribution maps."""
+    session = KernelSession(opts, carry_from=running)
     session.prepare()
     return session
 
@@ -63,8 +65,9 @@ class Swap:
     _seen: Any = None  # the last answer value looked at
     _refused: Options | None = None  # its programs would not load: not tried again until it changes
 
-    def due(self, running: Options) -> bool:
-        """True once a session for a changed request is loaded (in `next`)."""
+    def due(self, running: Options, session: KernelSession | None = None) -> bool:
+        """True once a session for a changed request is loaded (in `next`); `session`, the
+        running one, lends it its attribution maps."""
         if self.answers is None:
             return False
         answered, value = self.answers.tracing
@@ -79,7 +82,7 @@ class Swap:
         if wanted == running or wanted == self._refused:
             return False
         try:
-            self.next = prepare(wanted)
+            self.next = prepare(wanted, session)
         except (BpfError, BuildError) as exc:
             self._refused = wanted
             self._say(f"cannot trace {','.join(wanted.providers)} as the {origin} asks: {exc}; "
@@ -94,12 +97,13 @@ class Swap:
         first detach to the last attach, the longest any tracepoint went untraced."""
         assert self.next is not None
         self.started_ns = time.monotonic_ns()
-        running.detach()
+        running.detach(settle=False)  # its last runs end while the new programs attach
         try:
             self.next.attach()
         except BpfError as exc:  # loaded but would not attach: trace() goes back to the command line's set
             self.failed = str(exc)
         self.untraced_ns = time.monotonic_ns() - self.started_ns
+        running.settle()  # before the old ring's final drain
 
     def take(self) -> KernelSession | None:
         session, self.next = self.next, None

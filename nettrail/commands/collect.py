@@ -314,9 +314,13 @@ def trace(
             session, untraced_ns, origin = following, swap.untraced_ns, swap.origin
             if swap.failed:  # loaded but would not attach: back to the command line's set
                 print(f"{PROG}: {swap.failed}; tracing {','.join(opts.providers)} again", file=sys.stderr)
-                session.close()
-                session = KernelSession(opts)
-                session.__enter__()
+                failed = session
+                failed.detach()  # what of it did attach
+                session = KernelSession(opts, carry_from=failed)  # keeps the owners
+                try:
+                    session.__enter__()
+                finally:
+                    failed.close()
                 untraced_ns, origin, swap.failed = time.monotonic_ns() - swap.started_ns, COMMAND_LINE, ""
             if alerting is not None:
                 alerting.restart()  # the new session's counters start from zero
@@ -411,7 +415,7 @@ def poll_batches(
         timeout = 0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
         records = source.poll(timeout)
         yield extras.add(records)
-        if swap is not None and swap.due(session.opts):
+        if swap is not None and swap.due(session.opts, session):
             break
     if swap is not None and swap.next is not None:
         swap.switch(session)  # the next programs run from here; this ring is still read below

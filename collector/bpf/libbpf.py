@@ -49,6 +49,16 @@ class BpfProgInfo(ctypes.Structure):
     ]  # fmt: skip
 
 
+class BpfMapCreateOpts(ctypes.Structure):
+    """struct bpf_map_create_opts (libbpf 1.x, bpf.h); sz is its size."""
+
+    _fields_ = [
+        ("sz", c_size_t), ("btf_fd", u32), ("btf_key_type_id", u32), ("btf_value_type_id", u32),
+        ("btf_vmlinux_value_type_id", u32), ("inner_map_fd", u32), ("map_flags", u32), ("map_extra", u64),
+        ("numa_node", u32), ("map_ifindex", u32),
+    ]  # fmt: skip
+
+
 # name: (restype, argtypes)
 _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "bpf_object__open_file": (c_void_p, [c_char_p, c_void_p]),
@@ -71,6 +81,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "bpf_map__set_max_entries": (c_int, [c_void_p, c_uint32]),
     "bpf_map__max_entries": (c_uint32, [c_void_p]),
     "bpf_map__reuse_fd": (c_int, [c_void_p, c_int]),
+    "bpf_map_create": (c_int, [c_int, c_char_p, c_uint32, c_uint32, c_uint32, c_void_p]),
     "bpf_map_lookup_elem": (c_int, [c_int, c_void_p, c_void_p]),
     "bpf_map_update_elem": (c_int, [c_int, c_void_p, c_void_p, ctypes.c_uint64]),
     "bpf_map_get_next_key": (c_int, [c_int, c_void_p, c_void_p]),

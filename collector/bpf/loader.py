@@ -24,7 +24,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from collector.bpf import btf, build, layout, libbpf, tracepoints, variants
+from collector.bpf import btf, build, layout, libbpf, settle, tracepoints, variants
 from collector.bpf.ringbuf import RingReader
 from translators.tracing_request import PROVIDER_NAMES
 
@@ -385,12 +385,13 @@ class KernelSession:
             self.settle()
 
     def settle(self) -> None:
-        """Return once every run of the detached programs has ended. A detach stops new runs
-        only: a run a CPU began just before it can still write an event after the ring's
-        final read, which would then be neither received nor counted lost. A tracepoint
-        runs its programs with preemption off (outside PREEMPT_RT), so once every CPU has
-        scheduled this thread, each such run is over."""
-        _each_cpu_scheduled()
+        """Return once every run of the detached programs has ended (collector/bpf/settle.py):
+        a run a CPU began just before the detach could otherwise write an event after the
+        ring's final read, neither received nor counted lost."""
+        try:
+            settle.wait_for_running_programs()
+        except OSError as exc:
+            raise BpfError(str(exc)) from exc
 
     def close(self) -> None:
         """Detach and free everything; safe to call twice and after a failed step."""

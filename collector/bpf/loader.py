@@ -395,7 +395,7 @@ class KernelSession:
 
     def close(self) -> None:
         """Detach and free everything; safe to call twice and after a failed step."""
-        self.detach()
+        self.detach(settle=False)  # nothing is read after this
         if self.reader is not None:
             self.reader.close()
             self.reader = None

@@ -62,6 +62,8 @@ def test_a_live_connection_graphs_its_sequence_from_the_kernel_records_and_says_
     sent = [v for v in series(page, "data") if v is not None]
     assert sent[-1] == acks[-1] + 4 * MSS
     assert [v for v in series(page, "sack") if v is not None] == [50 * MSS // 2 + 2 * MSS]
+    labels = page.evaluate("() => NT.charts['chart-tseq'].series.map((s) => s.label)")
+    assert labels[3] == "SACK (estimated)"  # an estimate is said to be one, on the chart itself
     wins = [v for v in series(page, "win") if v is not None]
     assert wins[0] == 65535 * 4
     assert page.evaluate(PAINTED, ["chart-tseq", "#0b5cad"]) > 50  # the snd_nxt line is drawn
@@ -99,6 +101,7 @@ def test_an_uploaded_capture_graphs_its_packets_and_downloads_them_as_a_pcap(
     assert page.locator("#tseq-source").inner_text() == "From the packets (tcp_segment records)."
     assert [v for v in series(page, "retrans") if v is not None] == [7 * 1000 + 1]  # the one lost segment
     assert len([v for v in series(page, "sack") if v is not None]) == 3
+    assert page.evaluate("() => NT.charts['chart-tseq'].series[3].label") == "SACK"  # the packets' own blocks
     assert page.locator("#why-pcap").count() == 0
     assert page.locator("#tcpdebug-empty").inner_text() == (
         "No tcpdebug snapshots: capture:packets.pcap is an uploaded capture; "

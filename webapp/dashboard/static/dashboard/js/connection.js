@@ -183,7 +183,10 @@
       axes: [{}, { size: 80 }],
     };
     // Without packets the points are the kernel's: the data "points" are snd_nxt (drawn as a line).
-    if (data.source !== "tcp_segment") opts.series[1] = { label: "snd_nxt (sent)", stroke: "#0b5cad", width: 1.5, spanGaps: true, paths: uPlot.paths.stepped({ align: 1 }) };
+    if (data.source !== "tcp_segment") {
+      opts.series[1] = { label: "snd_nxt (sent)", stroke: "#0b5cad", width: 1.5, spanGaps: true, paths: uPlot.paths.stepped({ align: 1 }) };
+      opts.series[3].label = "SACK (estimated)"; // the kernel counts SACKed segments, not their ranges
+    }
     charts["chart-tseq"] = NT.chart(container, opts, [data.t, data.data, data.retrans, data.sack, data.ack, data.win]);
   }
 

@@ -108,8 +108,14 @@ class RetransRatio(Rule):
             return
         sustained = f.crit_since is not None and t - f.crit_since >= self.num("critical_windows") * self.window
         subject = self.ctx.owner(rec)
+        # without the socket's own count of segments sent, it is estimated: said so
+        of = (
+            f"{int(sent)} segments"
+            if f.counters_out is not None
+            else f"about {int(sent)} segments (estimated from the send sequence / MSS)"
+        )
         message = (
-            f"{who(subject)} retransmitted {int(retrans)} of {int(sent)} segments ({ratio:.1%}) to "
+            f"{who(subject)} retransmitted {int(retrans)} of {of} ({ratio:.1%}) to "
             f"{endpoint(rec.dst, rec.dport)} in the last {self.window:g} s: sustained loss on this path "
             f"cuts throughput (threshold {self.num('min_ratio'):.0%} with at least {self.num('min_retrans'):g})."
         )

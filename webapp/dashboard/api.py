@@ -26,6 +26,7 @@ from webapp.dashboard import (
     detail,
     empty_panels,
     own_traffic,
+    page_losses,
     queries,
     selfhealth,
     stitch_match,
@@ -129,6 +130,7 @@ def connections(request: HttpRequest) -> HttpResponse:
             "folded": both.folded,  # rows of this page shown as their other end's "both ends"
             "hints": hints,
             "hosts": host_names(),
+            "losses": page_losses.for_page("connections", None),
             "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
         }
     )
@@ -162,6 +164,7 @@ def connection(request: HttpRequest, uuid: str) -> HttpResponse:
             "drops": detail.drops(host, uuid),
             "alerts": detail.alerts(host, uuid),
             "empty_why": empty_panels.connection_panels(host),  # shown under a panel with no rows
+            "losses": page_losses.for_page("connections", host),
         }
     )
 
@@ -238,6 +241,7 @@ def buffers_view(request: HttpRequest) -> HttpResponse:
             **buffers.summary(host, reason, conn),
             "empty_why": empty_panels.hosts_panel(live, "drops"),
             "sampling": selfhealth.lifecycle_sampling(host),
+            "losses": page_losses.for_page("buffers", host),
         }
     )
 
@@ -290,6 +294,7 @@ def udp(request: HttpRequest) -> HttpResponse:
             "socket_events": list(sock_rows),
             "hosts": host_names(),
             "provider_off": selfhealth.provider_off("udp", host),
+            "losses": page_losses.for_page("udp", host),
         }
     )
 
@@ -301,11 +306,12 @@ def udp(request: HttpRequest) -> HttpResponse:
 def ip_flows(request: HttpRequest) -> HttpResponse:
     """?host=&sort=bytes|packets|first|last (- descends): one row per flow, exact totals."""
     sort = request.GET.get("sort") or counters.DEFAULT_FLOW_SORT
+    host = request.GET.get("host") or None
     try:
-        body = counters.ip_flows(request.GET.get("host") or None, sort)
+        body = counters.ip_flows(host, sort)
     except counters.SortError as exc:
         return json_error(400, str(exc))
-    return JsonResponse({**body, "hosts": host_names()})
+    return JsonResponse({**body, "hosts": host_names(), "losses": page_losses.for_page("counters", host)})
 
 
 @api("GET")

@@ -108,6 +108,7 @@
     history.replaceState(null, "", location.pathname + (p.toString() ? "?" + p : ""));
     let d;
     try { d = await fetchBuffers("/api/dash/buffers?" + p); } catch (e) { NT.showError(e.message); return; }
+    NT.lossNote(d.losses);
     const reason = form.elements.reason;
     const chosen = reason.value || pd.reason;
     reason.replaceChildren(el("option", { value: "", text: "any" }), ...d.reasons.map((r) => el("option", { value: r, text: r, selected: r === chosen })));

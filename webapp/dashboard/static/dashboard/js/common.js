@@ -251,5 +251,25 @@ const NT = (() => {
 
   function sevBadge(sev) { return el("span", { class: `badge sev-${sev}`, text: sev }); }
 
-  return { pageData, fetchJSON, latest, el, num, bytes, duration, time, datetime, stamps, axisTime, endpoint, live, chart, linkRow, connHref, sevBadge, showError };
+  /* What this page's counts are short by (page_losses.py): per host, the records of the
+     page's kinds and of every kind lost on the way, at the top of the page, with the way
+     to every loss (Status). Gone when there is none. */
+  function lossNote(losses) {
+    let note = document.getElementById("page-losses");
+    if (!losses || !losses.length) {
+      if (note) note.remove();
+      return;
+    }
+    if (!note) {
+      note = el("section", { id: "page-losses", class: "panel page-losses", role: "note", "aria-label": "Records lost" });
+      const main = document.getElementById("main");
+      main.insertBefore(note, main.querySelector("section") || null);
+    }
+    note.replaceChildren(
+      el("p", { text: "The counts on this page are short by records lost on the way:" }),
+      el("ul", {}, ...losses.map((l) => el("li", {}, el("strong", { text: l.host_id }), `: ${num(l.lost)} ${l.what}`))),
+      el("p", {}, "Every loss of each host: ", el("a", { href: "/status/", text: "Status" }), "."));
+  }
+
+  return { pageData, fetchJSON, latest, el, num, bytes, duration, time, datetime, stamps, axisTime, endpoint, live, chart, linkRow, connHref, sevBadge, showError, lossNote };
 })();

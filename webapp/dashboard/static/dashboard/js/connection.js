@@ -258,6 +258,7 @@
     try {
       const d = await NT.fetchJSON(`/api/dash/connections/${uuid}?host=${encodeURIComponent(NT.pageData.host || "")}`);
       summary(d.conn);
+      NT.lossNote(d.losses);
       marks = d.marks;
       timeline(d.timeline, d.conn);
       sampling(d.sampling);

@@ -97,6 +97,7 @@
     }
     errorBox.hidden = true;
     input.removeAttribute("aria-invalid");
+    NT.lossNote(data.losses);
     // A filter that found nothing says why when a near miss exists (comm ~ iperf).
     hintBox.textContent = (data.hints || []).join(" · ");
     hintBox.hidden = !hintBox.textContent;

@@ -46,6 +46,7 @@
     const p = params();
     p.set("sort", state.sort);
     const d = await fetchFlows("/api/dash/ip-flows?" + p);
+    NT.lossNote(d.losses);
     const tbody = document.querySelector("#ip-flows tbody");
     tbody.replaceChildren(...d.flows.map(flowRow));
     if (!d.flows.length) tbody.append(el("tr", {}, el("td", { colspan: 10, class: "muted", text: "No IP flow counters recorded." })));

@@ -14,6 +14,7 @@
     history.replaceState(null, "", location.pathname + (host ? "?" + p : ""));
     let d;
     try { d = await fetchFlows("/api/dash/udp?" + p); } catch (e) { NT.showError(e.message); return; }
+    NT.lossNote(d.losses);
     const tbody = document.querySelector("#flows tbody");
     tbody.replaceChildren(...d.flows.map((f) => {
       const tr = el("tr", {},

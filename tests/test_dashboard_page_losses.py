@@ -1,0 +1,89 @@
+"""Each data page names what its counts are short by (webapp/dashboard/page_losses.py):
+the loss reports of its own record kinds and those of every kind (a skipped program run,
+the sink's spool, a refused batch), per host, summed; none of another page's kinds."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from translators.records import LossReport
+from webapp.dashboard import page_losses
+from webapp.traces.models import Host
+from webapp.traces.store import store_batch
+
+pytestmark = pytest.mark.django_db
+
+RING = ("loss", "map/counters")
+
+
+def loss(host: str, seq: int, probe: str, hook: str, kind: str, lost: int) -> LossReport:
+    return LossReport(
+        host_id=host, boot_id="b", seq=seq, ts_ns=seq, ts_wall=1_700_000_000.0 + seq, provider="nettrail",
+        probe=probe, hook=hook, event_type=kind, lost=lost, lost_total=lost,
+    )  # fmt: skip
+
+
+@pytest.fixture()
+def client() -> Client:
+    for name in ("a", "b"):
+        Host.objects.create(name=name)
+    store_batch([
+        loss("a", 1, *RING, "udp_datagram", 7),
+        loss("a", 2, *RING, "udp_datagram", 5),  # summed with the first
+        loss("a", 3, *RING, "skb_drop", 3),
+        loss("a", 4, "skipped", "prog/net_dev_queue", "net_dev_queue runs", 4),
+        loss("a", 5, "evicted", "map/ip_flows", "ip_flow_counters", 6),
+        loss("b", 1, "loss", "sink/spool", "spool", 2),
+        loss("b", 2, "malformed", "decode", "tcp_state", 1),
+        loss("b", 3, "loss", "sink/rejected", "rejected", 9),
+        loss("b", 4, *RING, "siftr_sample", 0),  # nothing lost in that report
+    ])  # fmt: skip
+    c = Client()
+    c.force_login(get_user_model().objects.create_user("viewer", password="pw-for-tests-only"))
+    return c
+
+
+def lines(page: str, host: str | None = None) -> list[tuple[str, int, str]]:
+    return [(r["host_id"], r["lost"], r["what"]) for r in page_losses.for_page(page, host)]
+
+
+ANY_KIND = [
+    ("b", 9, "records of any kind refused by the server"),
+    ("a", 4, "net_dev_queue runs skipped by the kernel (their events neither recorded nor counted)"),
+    ("b", 2, "records of any kind lost: the collector's spool was full"),
+]
+
+
+def test_each_page_lists_its_own_kinds_and_those_of_every_kind_largest_first(client: Client) -> None:
+    assert lines("udp") == [("a", 12, "udp_datagram events lost: the ring buffer was full"), *ANY_KIND]
+    assert lines("buffers") == [ANY_KIND[0], ANY_KIND[1], ("a", 3, "skb_drop events lost: the ring buffer was full"), ANY_KIND[2]]  # fmt: skip
+    assert lines("counters") == [ANY_KIND[0], ("a", 6, "ip_flow_counters lost: evicted from the kernel's map"), *ANY_KIND[1:]]  # fmt: skip
+    assert lines("connections") == [*ANY_KIND, ("b", 1, "tcp_state events lost: they could not be decoded")]
+
+
+def test_a_host_filter_keeps_that_hosts_losses_only(client: Client) -> None:
+    assert lines("udp", "a") == [
+        ("a", 12, "udp_datagram events lost: the ring buffer was full"),
+        ANY_KIND[1],
+    ]
+    assert lines("udp", "c") == []
+
+
+def test_a_report_without_a_hook_is_listed_as_it_is(client: Client) -> None:
+    bare = LossReport(
+        host_id="a", boot_id="b", seq=99, ts_ns=99, ts_wall=1.0, provider="nettrail", probe="loss",
+        event_type="udp_datagram", lost=1, lost_total=1,
+    )  # fmt: skip
+    store_batch([bare])
+    assert ("a", 1, "udp_datagram lost (loss, no hook)") in lines("udp", "a")
+    assert ("a", 1, "udp_datagram lost (loss, no hook)") not in lines("buffers", "a")
+
+
+def test_the_page_apis_carry_them(client: Client) -> None:
+    udp = client.get("/api/dash/udp", {"host": "a"}).json()["losses"]
+    assert [(r["host_id"], r["lost"]) for r in udp] == [("a", 12), ("a", 4)]
+    assert [r["lost"] for r in client.get("/api/dash/buffers", {"host": "b"}).json()["losses"]] == [9, 2]
+    assert [r["lost"] for r in client.get("/api/dash/ip-flows", {"host": "a"}).json()["losses"]] == [6, 4]
+    assert len(client.get("/api/dash/connections").json()["losses"]) == 4

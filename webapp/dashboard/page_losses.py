@@ -1,0 +1,76 @@
+"""What a page's numbers are short by: the loss reports that bear on it, per host.
+
+A page counts records; a record lost on the way (the ring full, an event undecodable, a
+run the kernel skipped, a counter evicted, the sink's spool full, a batch refused) is not
+in its counts. The Status page lists every loss of a host; each data page also names, at
+its top, those of its own record kinds and those of every kind, so a number read there
+is known to be short, and by how much (issue 18: nothing lost silently).
+Keep in sync with: docs/collector.md "Where records can be lost", js/common.js (lossNote).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Sum
+
+from webapp.dashboard.tables import LossReport
+
+# the event types (the ring's kinds, or a map's) whose records each page counts
+PAGE_KINDS: dict[str, frozenset[str]] = {
+    "connections": frozenset(
+        {
+            "tcp_state",
+            "tcp_retransmit",
+            "tcp_reset",
+            "tcp_cong_state",
+            "tcp_destroy",
+            "siftr_sample",
+            "tcpdebug_snapshot",
+            "flow_counters",
+        }
+    ),  # fmt: skip
+    "buffers": frozenset({"skb_drop", "skb_stage"}),
+    "udp": frozenset({"udp_datagram", "udp_fail"}),
+    "counters": frozenset({"ip_packet", "ip_flow_counters", "ip_flow_packets"}),
+}
+PAGES = tuple(PAGE_KINDS)
+# (probe, hook prefix) -> what the count is of, and why it was lost
+WHY = (
+    ("loss", "map/counters", "{kind} events lost: the ring buffer was full"),
+    ("malformed", "decode", "{kind} events lost: they could not be decoded"),
+    ("evicted", "map/", "{kind} lost: evicted from the kernel's map"),
+    ("skipped", "prog/", "{kind} skipped by the kernel (their events neither recorded nor counted)"),
+    ("loss", "sink/spool", "records of any kind lost: the collector's spool was full"),
+    ("loss", "sink/rejected", "records of any kind refused by the server"),
+    ("loss", "writer/refused", "records of any kind accepted but not storable"),
+)
+ANY_KIND_HOOKS = ("sink/spool", "sink/rejected", "writer/refused")
+
+
+def _why(probe: str, hook: str, kind: str) -> str:
+    for p, prefix, text in WHY:
+        if probe == p and hook.startswith(prefix):
+            return text.format(kind=kind)
+    return f"{kind} lost ({probe or 'no probe'}, {hook or 'no hook'})"
+
+
+def _bears_on(page: str, probe: str, hook: str, kind: str) -> bool:
+    if probe == "skipped" or hook in ANY_KIND_HOOKS:  # a skipped run may be of any provider's
+        return True
+    return kind in PAGE_KINDS[page]
+
+
+def for_page(page: str, host: str | None) -> list[dict[str, Any]]:
+    """[{host_id, lost, what}] of the losses that make `page`'s counts short, largest first."""
+    qs = LossReport.objects.filter(lost__gt=0)
+    if host:
+        qs = qs.filter(host_id=host)
+    rows = qs.values("host_id", "probe", "hook", "event_type").annotate(n=Sum("lost"))
+    out = []
+    for r in rows:
+        # a report may lack its probe or hook (any record's envelope fields are optional)
+        probe, hook, kind = r["probe"] or "", r["hook"] or "", r["event_type"] or ""
+        if _bears_on(page, probe, hook, kind):
+            out.append({"host_id": r["host_id"], "lost": int(r["n"]), "what": _why(probe, hook, kind)})
+    return sorted(out, key=lambda r: (-r["lost"], r["host_id"], r["what"]))

@@ -6,8 +6,11 @@ test_staff_change_what_the_local_collector_traces_from_the_dashboard."""
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
 import socket
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ import pytest
 from collector.bpf.loader import Filters, KernelSession, Options
 from collector.bpf.source import KernelSource, wall_offset
 from collector.bpf.swap import COMMAND_LINE, DASHBOARD, Swap
+from tests.collect_process import Collector
 from tests.kernel_support import Capture, bound_listener, cookie_of, kernel, my_comm
 from translators.kernel import KernelEnv
 
@@ -139,3 +143,49 @@ def test_a_request_that_cannot_be_traced_is_said_once_and_changes_nothing(
     answers.tracing = (True, {"providers": ["tcp", "everything"]})
     assert not swap.due(own)
     assert "ignoring the server's tracing request: providers: unknown everything" in capsys.readouterr().err
+
+
+class _Flipping(http.server.BaseHTTPRequestHandler):
+    """An ingest server whose every answer asks for the other set: the collector swaps
+    after each batch, and each swap's collector_status makes the next batch."""
+
+    sets = (["tcp"], ["tcp", "skb"])
+    answers = 0
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        cls = type(self)
+        cls.answers += 1
+        body = json.dumps({"stored": 0, "duplicates": 0, "tracing": {"providers": cls.sets[cls.answers % 2]}})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_duration_bounds_the_whole_run_however_often_the_set_is_swapped(tmp_path: Path) -> None:
+    """--duration 4 while the server asks for another set at every answer: the collector
+    swaps again and again, and still stops on its own. Were the duration counted from each
+    swap, it would never end (the bound below is only the test's patience)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Flipping)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    collector = Collector(
+        "--providers", "tcp", "--duration", "4", "--server", url, "--token", "t", "--spool", str(tmp_path),
+        "--providers-from-server", "--no-stack-counters",
+    )  # fmt: skip
+    try:
+        rc = collector.proc.wait(timeout=180)
+    finally:
+        if collector.proc.poll() is None:
+            collector.proc.kill()
+            collector.proc.wait()
+        server.shutdown()
+        thread.join()
+    err = collector.proc.stderr.read().decode() if collector.proc.stderr else ""
+    assert rc == 0, err
+    assert "tracing tcp,skb (programs" in err, err  # it followed the requests

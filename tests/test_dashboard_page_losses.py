@@ -71,6 +71,21 @@ def test_a_host_filter_keeps_that_hosts_losses_only(client: Client) -> None:
     assert lines("udp", "c") == []
 
 
+def test_a_connections_page_counts_what_its_host_lost_while_it_was_open(client: Client) -> None:
+    t0 = 1_700_000_000.0
+    # host b's reports at t0+1 (spool), +2 (malformed tcp_state), +3 (rejected): a connection
+    # open at t0+1.5 only sees those after, up to REPORT_LAG_S after its last record
+    open_at = (t0 + 1.5, t0 + 1.5)
+    assert [(r["lost"], r["what"]) for r in page_losses.for_page("connections", "b", open_at)] == [
+        (9, "records of any kind refused by the server"),
+        (1, "tcp_state events lost: they could not be decoded"),
+    ]
+    later = t0 + 3 + page_losses.REPORT_LAG_S + 0.5  # opened after the last report's lag
+    assert page_losses.for_page("connections", "b", (later, later + 10)) == []
+    before = t0 + 1 - page_losses.REPORT_LAG_S - 0.5  # closed more than the lag before the first
+    assert page_losses.for_page("connections", "b", (before - 10, before)) == []
+
+
 def test_a_report_without_a_hook_is_listed_as_it_is(client: Client) -> None:
     bare = LossReport(
         host_id="a", boot_id="b", seq=99, ts_ns=99, ts_wall=1.0, provider="nettrail", probe="loss",

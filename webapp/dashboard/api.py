@@ -164,7 +164,7 @@ def connection(request: HttpRequest, uuid: str) -> HttpResponse:
             "drops": detail.drops(host, uuid),
             "alerts": detail.alerts(host, uuid),
             "empty_why": empty_panels.connection_panels(host),  # shown under a panel with no rows
-            "losses": page_losses.for_page("connections", host),
+            "losses": page_losses.for_page("connections", host, (conn.first_seen, conn.last_seen)),
         }
     )
 

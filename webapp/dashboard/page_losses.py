@@ -61,11 +61,20 @@ def _bears_on(page: str, probe: str, hook: str, kind: str) -> bool:
     return kind in PAGE_KINDS[page]
 
 
-def for_page(page: str, host: str | None) -> list[dict[str, Any]]:
-    """[{host_id, lost, what}] of the losses that make `page`'s counts short, largest first."""
+# a loss is reported at the poll after it (0.1 s) or, for a sink, at its next batch: a
+# connection's page counts those reported up to this long after its last record
+REPORT_LAG_S = 5.0
+
+
+def for_page(page: str, host: str | None, during: tuple[float, float] | None = None) -> list[dict[str, Any]]:
+    """[{host_id, lost, what}] of the losses that make `page`'s counts short, largest first;
+    `during` (first, last wall-clock seconds): only those reported meanwhile (a connection's
+    page: what its host lost while it was open, some of which may be its own)."""
     qs = LossReport.objects.filter(lost__gt=0)
     if host:
         qs = qs.filter(host_id=host)
+    if during is not None:
+        qs = qs.filter(ts_wall__gte=during[0], ts_wall__lte=during[1] + REPORT_LAG_S)
     rows = qs.values("host_id", "probe", "hook", "event_type").annotate(n=Sum("lost"))
     out = []
     for r in rows:

@@ -254,7 +254,7 @@ const NT = (() => {
   /* What this page's counts are short by (page_losses.py): per host, the records of the
      page's kinds and of every kind lost on the way, at the top of the page, with the way
      to every loss (Status). Gone when there is none. */
-  function lossNote(losses) {
+  function lossNote(losses, heading = "The counts on this page are short by records lost on the way:") {
     let note = document.getElementById("page-losses");
     if (!losses || !losses.length) {
       if (note) note.remove();
@@ -266,7 +266,7 @@ const NT = (() => {
       main.insertBefore(note, main.querySelector("section") || null);
     }
     note.replaceChildren(
-      el("p", { text: "The counts on this page are short by records lost on the way:" }),
+      el("p", { text: heading }),
       el("ul", {}, ...losses.map((l) => el("li", {}, el("strong", { text: l.host_id }), `: ${num(l.lost)} ${l.what}`))),
       el("p", {}, "Every loss of each host: ", el("a", { href: "/status/", text: "Status" }), "."));
   }

@@ -258,7 +258,7 @@
     try {
       const d = await NT.fetchJSON(`/api/dash/connections/${uuid}?host=${encodeURIComponent(NT.pageData.host || "")}`);
       summary(d.conn);
-      NT.lossNote(d.losses);
+      NT.lossNote(d.losses, "While this connection was open, its host lost records on the way (some may be this connection's):");
       marks = d.marks;
       timeline(d.timeline, d.conn);
       sampling(d.sampling);

@@ -9,7 +9,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from tests.selfhealth_cast import ABSENT, ATTACHED, CPU, PID, conn_uuid, records
+from tests.selfhealth_cast import ABSENT, ATTACHED, CPU, PID, _env, conn_uuid, records
+from translators.records import CollectorStatus, FlowCounters
 from webapp.traces.models import Host
 from webapp.traces.store import store_batch
 
@@ -76,3 +77,23 @@ def test_a_connection_shows_its_sampling_windows(client: Client) -> None:
     d = client.get(f"/api/dash/connections/{conn_uuid(HOST)}").json()["sampling"]
     assert (d["packets"], d["samples"], d["ratio"]) == (1200, 200, 6.0)
     assert [(w["packets"], w["samples"], w["ratio"]) for w in d["windows"]] == [(800, 100, 8.0), (400, 100, 4.0)]
+
+
+def test_a_window_across_a_new_collector_session_counts_from_zero(client: Client) -> None:
+    """A restart or a swap of the collector's programs starts siftr's counts again (fresh
+    maps); the session's collector_status comes first. The window across it is the new
+    session's counts, not their difference from the old one's (30 buffers here, where
+    the old session had counted 120), nor skipped."""
+    host = "swapped"
+    Host.objects.create(name=host)
+    flow = {"conn_uuid": conn_uuid(host), "sock_cookie": 5, "ip_ver": 4, "src": "10.9.0.1", "sport": 40001,
+            "dst": "10.9.0.2", "dport": 443}  # fmt: skip
+
+    def counts(seq: int, dt: float, skbs: int, samples: int) -> FlowCounters:
+        return FlowCounters(**_env(host, seq, dt, "siftr", "flow-counters", **flow), proto="tcp", packets_in=0,
+                            packets_out=0, skbs=skbs, samples=samples)  # fmt: skip
+
+    started = CollectorStatus(**_env(host, 3, 3.5, "nettrail", "status"), providers=["tcp", "siftr"], attached={})
+    store_batch([counts(1, 2, 60, 10), counts(2, 3, 120, 20), started, counts(4, 4, 150, 25), counts(5, 5, 210, 35)])
+    d = client.get(f"/api/dash/connections/{conn_uuid(host)}", {"host": host}).json()["sampling"]
+    assert [(w["packets"], w["samples"]) for w in d["windows"]] == [(60, 10), (60, 10), (150, 25), (60, 10)]

@@ -130,6 +130,14 @@ def status(host: str | None) -> dict[str, Any]:
     return {"hosts": [host_status(h) for h in hosts], "cpu_budget": cpu_budget()}
 
 
+def _session_starts(host: str, after: float | None, until: float) -> list[float]:
+    """When the host's collector sessions began (each sends a collector_status first)."""
+    qs = CollectorStatus.objects.filter(host_id=host, ts_wall__lte=until)
+    if after is not None:
+        qs = qs.filter(ts_wall__gt=after)
+    return list(qs.order_by("-ts_wall").values_list("ts_wall", flat=True)[:MAX_WINDOWS])
+
+
 def connection_sampling(host: str, uuid: str) -> dict[str, Any]:
     """SIFTR sampling of one connection per flow_counters window: Δbuffers / Δsamples (H2).
     The buffers siftr saw (``skbs``), of which the kernel sampled one in ppl; records from
@@ -142,12 +150,18 @@ def connection_sampling(host: str, uuid: str) -> dict[str, Any]:
     )
     rows.reverse()
     windows: list[dict[str, Any]] = []
-    prev = (0, 0)
+    prev, prev_t = (0, 0), None
     if len(rows) > MAX_WINDOWS:  # older reports exist: the oldest row read is only a baseline
-        prev = (rows[0][4] or rows[0][1] + rows[0][2], rows[0][3])
+        prev, prev_t = (rows[0][4] or rows[0][1] + rows[0][2], rows[0][3]), rows[0][0]
         rows = rows[1:]
+    starts = _session_starts(host, prev_t, rows[-1][0]) if rows else []
     for t, pin, pout, samples, skbs in rows:
         packets = skbs or pin + pout
+        if prev_t is not None and any(prev_t < s <= t for s in starts):
+            # a new collector session (a restart, or a swap of its programs) began in this
+            # window: its counts start from zero, so they are this window's, not a difference
+            prev = (0, 0)
+        prev_t = t
         dp, ds = packets - prev[0], samples - prev[1]
         if dp > 0 or ds > 0:
             windows.append({"t": t, "packets": dp, "samples": ds, "ratio": round(dp / ds, 2) if ds > 0 else None})

@@ -107,7 +107,7 @@ def test_settling_after_a_detach_waits_for_the_runs_begun_before_it(tmp_path: Pa
                 begun, ended = runs()
                 under_way = begun >= 3 and begun == ended + 1
             lib.bpf_link__destroy(link)
-            settle.wait_for_running_programs()
+            settle.synchronize_rcu()
             begun, ended = runs()
         time.sleep(0.1)
         assert under_way

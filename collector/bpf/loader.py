@@ -228,18 +228,6 @@ def config_bytes(opts: Options, drop_reasons: dict[int, str]) -> bytes:
     return cfg.tobytes()
 
 
-def _each_cpu_scheduled() -> None:
-    """Return once each CPU this process may run on has scheduled it, i.e. has finished
-    whatever softirq it was serving when this was called (outside PREEMPT_RT a softirq is
-    never preempted by a task). CPUs outside the affinity mask are not waited for."""
-    allowed = os.sched_getaffinity(0)
-    try:
-        for cpu in sorted(allowed):
-            os.sched_setaffinity(0, {cpu})  # returns once this thread has moved there
-    finally:
-        os.sched_setaffinity(0, allowed)
-
-
 def _why(err: int) -> str:
     text = os.strerror(err)
     if err == errno.EPERM:  # EACCES from a load is the verifier saying no, not privileges
@@ -343,14 +331,15 @@ class KernelSession:
         made right after attaching once showed. So the softirq words start at 0,
         softirq_exit is attached before softirq_entry, and the event programs only once
         every CPU has left the softirq it may have been serving when softirq_entry came
-        (whose events would otherwise be called task). detach() goes in reverse."""
+        (whose events would otherwise be called task): an RCU grace period, which waits
+        for every softirq under way (settle.py). detach() goes in reverse."""
         names = self.loaded_names()
         context = [n for n in CONTEXT_PROGRAMS if n in names]
         if context:
             self._clear_softirq_cpus()
             for name in context:
                 self._attach_one(name)
-            _each_cpu_scheduled()
+            self._synchronize()
         for name in [n for n in names if n not in CONTEXT_PROGRAMS]:
             self._attach_one(name)
 
@@ -388,8 +377,11 @@ class KernelSession:
         """Return once every run of the detached programs has ended (collector/bpf/settle.py):
         a run a CPU began just before the detach could otherwise write an event after the
         ring's final read, neither received nor counted lost."""
+        self._synchronize()
+
+    def _synchronize(self) -> None:
         try:
-            settle.wait_for_running_programs()
+            settle.synchronize_rcu()
         except OSError as exc:
             raise BpfError(str(exc)) from exc
 

@@ -1,12 +1,16 @@
-"""Waiting until no run of a detached program is left.
+"""Waiting for an RCU grace period from user space: until no run of a detached program,
+and no softirq, that had begun is left.
 
 Detaching a program (destroying its link) stops new runs only: a run another CPU began
 just before can still write its event afterwards, which a final read of the ring made
 at once would miss, neither received nor counted lost. A tracepoint's BPF programs run
-inside rcu_read_lock() (bpf_trace_run), and the kernel's own way for user space to wait
-for every running program is an update of a map-in-map: the bpf() syscall returns only
-after synchronize_rcu() (maybe_wait_bpf_programs, kernel/bpf/syscall.c), on every kernel
-nettrail supports, PREEMPT_RT included, whichever CPUs the collector may run on.
+inside rcu_read_lock() (bpf_trace_run), and a softirq being served has bottom halves off,
+also an RCU read-side section: so one grace period covers both (the loader's attach of
+the softirq hooks needs the second). The kernel's own way for user space to wait for one
+is an update of a map-in-map: the bpf() syscall returns only after synchronize_rcu()
+(maybe_wait_bpf_programs, kernel/bpf/syscall.c), so that user space knows no program
+still runs with the old value; on every kernel nettrail supports, PREEMPT_RT included,
+and on every CPU, whichever the collector may run on.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ def _barrier() -> tuple[int, int]:
     return _maps
 
 
-def wait_for_running_programs() -> None:
-    """Return once every BPF program run that had begun when this was called has ended."""
+def synchronize_rcu() -> None:
+    """Return once every BPF program run and every softirq that had begun has ended."""
     outer, inner = _barrier()
     key, value = ctypes.c_uint32(0), ctypes.c_uint32(inner)
     ret = libbpf.get().bpf_map_update_elem(outer, ctypes.byref(key), ctypes.byref(value), 0)

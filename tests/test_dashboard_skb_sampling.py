@@ -27,6 +27,7 @@ from translators.records import (
     TcpStateChange,
     connection_uuid,
 )
+from translators.skb import INFERRED_APPROX
 from webapp.traces.models import Host
 from webapp.traces.store import store_batch
 
@@ -188,3 +189,26 @@ def test_nettrail_providers_chooses_the_whole_set_and_a_bad_one_is_said(capsys: 
             "--providers", COLLECTOR_PROVIDERS + ",skb-lifecycle", *sampled,
         ]  # fmt: skip
         assert "$NETTRAIL_PROVIDERS takes providers from tcp, siftr" in capsys.readouterr().err
+
+
+def test_an_inferred_stage_is_marked_as_one_wherever_a_lifecycle_is_shown(client: Client) -> None:
+    """The copy and consume of a read buffer have no tracepoint: stamped at the recvmsg's
+    return (an upper bound), their times are approximate (translators/skb.py), and the
+    views say "(inferred)" (js/common.js stageName) from this flag."""
+    t = time.time() - 5
+    uuid = connection_uuid(HOST, BOOT, 31)
+    seen = dict(provider="skb", skb_uid=31, conn_uuid=uuid, len=100)
+    store_batch([
+        SkbEvent(**env(HOST, t), **seen, probe="skb-rx-first", stage="rx-first", hook="tp_btf/netif_receive_skb"),
+        SkbEvent(**env(HOST, t + 0.001), **seen, probe="skb-copy", stage="copy", hook="tp_btf/skb_copy_datagram_iovec"),
+        SkbEvent(
+            **env(HOST, t + 0.002), **seen, probe="skb-consume", stage="consume", end="consumed",
+            hook="tp_btf/sock_recv_length", approx=list(INFERRED_APPROX),
+        ),
+    ])  # fmt: skip
+    flags = [
+        (s["stage"], s["inferred"]) for s in client.get("/api/dash/skb/31", {"host": HOST}).json()["skb"]["stages"]
+    ]
+    assert flags == [("rx-first", False), ("copy", False), ("consume", True)]
+    [life] = [b for b in client.get("/api/dash/buffers").json()["lifecycles"] if b["skb_uid"] == 31]
+    assert [s["inferred"] for s in life["stages"]] == [False, False, True]  # detail.lifecycles: every list of them

@@ -150,5 +150,5 @@ def test_the_connection_page_shows_the_sampling_ratio_beside_cwnd_and_srtt(
         "latest window 4.00 (400 packets at"
     )
     titles = page.locator(".chart-grid .u-title").all_inner_texts()
-    assert titles[:2] == ["cwnd and ssthresh (sampled 1 in 6.0)", "srtt and rttvar (sampled 1 in 6.0)"]
+    assert titles[:2] == ["cwnd and ssthresh, segments × MSS (sampled 1 in 6.0)", "srtt and rttvar (sampled 1 in 6.0)"]
     assert page.evaluate(PAINTED, ["chart-cwnd", "#0b5cad"]) > 20

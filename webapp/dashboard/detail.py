@@ -193,9 +193,8 @@ def lifecycles(uids: list[int], host: str | None = None) -> list[dict[str, Any]]
     drops = SkbDrop.objects.filter(skb_uid__in=uids)
     if host is not None:
         events, drops = events.filter(host_id=host), drops.filter(host_id=host)
-    for ev in events.values(
-        "host_id", "skb_uid", "ts_wall", "ts_ns", "stage", "since_prev_ns", "end", "conn_uuid", "if_name", "len"
-    ):
+    cols = ("host_id", "skb_uid", "ts_wall", "ts_ns", "stage", "since_prev_ns", "end", "conn_uuid", "if_name", "len")
+    for ev in events.values(*cols, "approx"):
         b = by_uid.setdefault(
             (ev["host_id"], ev["skb_uid"]),
             {
@@ -216,6 +215,8 @@ def lifecycles(uids: list[int], host: str | None = None) -> list[dict[str, Any]]
                 "since_prev_ns": ev["since_prev_ns"],
                 "if_name": ev["if_name"],
                 "len": ev["len"],
+                # no tracepoint: stamped at the recvmsg's return, an upper bound (translators/skb.py)
+                "inferred": "ts_ns" in (ev["approx"] or []),
             }
         )
         b["end"] = ev["end"] or b["end"]

@@ -47,10 +47,10 @@
 
   function stageBar(stages) {
     const total = stages.reduce((s, x) => s + (x.since_prev_ns || 0), 0) || 1;
-    return el("div", { class: "bar", role: "img", "aria-label": stages.map((s) => `${s.stage} after ${duration((s.since_prev_ns || 0) / 1e9)}`).join(", ") },
-      ...stages.map((s, i) => el("span", { title: `${s.stage}: ${duration((s.since_prev_ns || 0) / 1e9)}`, style: { width: `${Math.max(2, 100 * (s.since_prev_ns || 0) / total)}%`, background: COLORS[i % COLORS.length] } })));
+    return el("div", { class: "bar", role: "img", "aria-label": stages.map((s) => `${NT.stageName(s)} after ${duration((s.since_prev_ns || 0) / 1e9)}`).join(", ") },
+      ...stages.map((s, i) => el("span", { title: `${NT.stageName(s)}: ${duration((s.since_prev_ns || 0) / 1e9)}`, style: { width: `${Math.max(2, 100 * (s.since_prev_ns || 0) / total)}%`, background: COLORS[i % COLORS.length] } })));
   }
-  function stagesText(stages) { return stages.map((s) => `${s.stage} +${duration((s.since_prev_ns || 0) / 1e9)}`).join(" → "); }
+  function stagesText(stages) { return stages.map((s) => `${NT.stageName(s)} +${duration((s.since_prev_ns || 0) / 1e9)}`).join(" → "); }
 
   function lifecycleRows(list) {
     return list.map((b) => el("tr", { dataset: { skb: b.skb_uid } },
@@ -69,7 +69,7 @@
     const b = d.skb;
     const panel = document.getElementById("skb-panel");
     sampling("skb-sampling", d.sampling);
-    const rows = b.stages.map((s) => el("tr", {}, el("td", { text: time(s.ts) }), el("td", { text: s.stage }),
+    const rows = b.stages.map((s) => el("tr", {}, el("td", { text: time(s.ts) }), el("td", { text: NT.stageName(s) }),
       el("td", { class: "num", text: duration((s.since_prev_ns || 0) / 1e9) }), el("td", { text: s.if_name || "–" }), el("td", { class: "num", text: num(s.len) })));
     const conn = d.conn
       ? el("p", {}, "Connection: ", el("a", { href: NT.connHref(d.conn), text: `${NT.endpoint(d.conn.src, d.conn.sport)} → ${NT.endpoint(d.conn.dst, d.conn.dport)}` }), ` (${d.conn.comm || "?"}, ${d.conn.state || "?"})`)

@@ -249,6 +249,10 @@ const NT = (() => {
     return tr;
   }
 
+  /* A lifecycle stage's name; an inferred one (no tracepoint: the copy or consume of a
+     read buffer, stamped at its recvmsg's return, an upper bound) says so. */
+  function stageName(s) { return s.inferred ? `${s.stage} (inferred)` : s.stage; }
+
   function sevBadge(sev) { return el("span", { class: `badge sev-${sev}`, text: sev }); }
 
   /* What this page's counts are short by (page_losses.py): per host, the records of the
@@ -271,5 +275,5 @@ const NT = (() => {
       el("p", {}, "Every loss of each host: ", el("a", { href: "/status/", text: "Status" }), "."));
   }
 
-  return { pageData, fetchJSON, latest, el, num, bytes, duration, time, datetime, stamps, axisTime, endpoint, live, chart, linkRow, connHref, sevBadge, showError, lossNote };
+  return { pageData, fetchJSON, latest, el, num, bytes, duration, time, datetime, stamps, axisTime, endpoint, live, chart, linkRow, connHref, sevBadge, showError, lossNote, stageName };
 })();

@@ -148,7 +148,8 @@
     document.querySelector(".chart-grid").hidden = empty;
     if (empty) return;
     const us = (v) => duration(v / 1e6);
-    siftrChart("chart-cwnd", "cwnd and ssthresh" + sampledSuffix, [{ label: "cwnd", color: "#0b5cad" }, { label: "ssthresh", color: "#b3261e" }], ["cwnd", "ssthresh"], bytes, data);
+    // Linux counts cwnd and ssthresh in segments; SIFTR reports bytes: the chart says how they were made
+    siftrChart("chart-cwnd", "cwnd and ssthresh, segments × MSS" + sampledSuffix, [{ label: "cwnd", color: "#0b5cad" }, { label: "ssthresh", color: "#b3261e" }], ["cwnd", "ssthresh"], bytes, data);
     siftrChart("chart-rtt", "srtt and rttvar" + sampledSuffix, [{ label: "srtt", color: "#1f7a3a" }, { label: "rttvar", color: "#a15c00" }], ["srtt", "rttvar"], us, data);
     siftrChart("chart-wnd", "snd_wnd and rcv_wnd", [{ label: "snd_wnd", color: "#5a3fa0" }, { label: "rcv_wnd", color: "#0a7d8c" }], ["snd_wnd", "rcv_wnd"], bytes, data);
     siftrChart("chart-inflight", "bytes in flight", [{ label: "in flight", color: "#10243b" }], ["inflight"], bytes, data);
@@ -207,14 +208,14 @@
   const STAGE_COLORS = ["#0b5cad", "#1f7a3a", "#a15c00", "#5a3fa0", "#0a7d8c", "#b3261e", "#6b7280", "#10243b"];
   function stageBar(stages) {
     const total = stages.reduce((s, x) => s + (x.since_prev_ns || 0), 0) || 1;
-    return el("div", { class: "bar", role: "img", "aria-label": stages.map((s) => `${s.stage} ${duration((s.since_prev_ns || 0) / 1e9)}`).join(", ") },
-      ...stages.map((s, i) => el("span", { title: `${s.stage}: ${duration((s.since_prev_ns || 0) / 1e9)}`, style: { width: `${Math.max(2, 100 * (s.since_prev_ns || 0) / total)}%`, background: STAGE_COLORS[i % STAGE_COLORS.length] } })));
+    return el("div", { class: "bar", role: "img", "aria-label": stages.map((s) => `${NT.stageName(s)} ${duration((s.since_prev_ns || 0) / 1e9)}`).join(", ") },
+      ...stages.map((s, i) => el("span", { title: `${NT.stageName(s)}: ${duration((s.since_prev_ns || 0) / 1e9)}`, style: { width: `${Math.max(2, 100 * (s.since_prev_ns || 0) / total)}%`, background: STAGE_COLORS[i % STAGE_COLORS.length] } })));
   }
   function skbs(rows) {
     document.querySelector("#skbs tbody").replaceChildren(...rows.map((b) => el("tr", {},
       el("td", {}, el("a", { href: `/buffers/?skb=${b.skb_uid}`, text: String(b.skb_uid) })),
       el("td", { text: time(b.first) }),
-      el("td", {}, stageBar(b.stages), el("span", { class: "muted", text: b.stages.map((s) => `${s.stage} +${duration((s.since_prev_ns || 0) / 1e9)}`).join(" → ") })),
+      el("td", {}, stageBar(b.stages), el("span", { class: "muted", text: b.stages.map((s) => `${NT.stageName(s)} +${duration((s.since_prev_ns || 0) / 1e9)}`).join(" → ") })),
       el("td", { class: "num", text: duration(b.total_ns / 1e9) }), el("td", { text: b.end || "–" }))));
   }
 

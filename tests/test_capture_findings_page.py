@@ -54,3 +54,31 @@ def test_the_capture_result_page_names_each_connections_findings(viewer_client: 
     assert '<span class="badge sev-notice" title="refused: the responder answered the SYN' in rows[refused.conn_uuid]
     assert 'data-kind="refused">refused</span>' in rows[refused.conn_uuid]
     assert '<td class="findings">–</td>' in rows[clean.conn_uuid]
+
+
+def test_a_connection_whose_opener_is_guessed_says_so(viewer_client: Client, tmp_path: Path) -> None:
+    """A capture that begins mid-connection has no SYN: which end opened it is a guess
+    (the higher port), and the result page marks that originator as guessed."""
+    from scapy.all import IP, TCP, wrpcap
+
+    c, s = IP(src="10.1.0.1", dst="10.1.0.2"), IP(src="10.1.0.2", dst="10.1.0.1")
+    packets = [
+        c / TCP(sport=40000, dport=80, flags="S", seq=100),  # this one is seen from its SYN
+        s / TCP(sport=80, dport=40000, flags="SA", seq=500, ack=101),
+        s / TCP(sport=80, dport=40002, flags="PA", seq=7000, ack=300) / (b"x" * 10),  # mid-stream
+        c / TCP(sport=40002, dport=80, flags="A", seq=300, ack=7010),
+    ]
+    for i, p in enumerate(packets):
+        p.time = 1_700_000_000 + i * 0.01
+    wrpcap(str(tmp_path / "mid.pcap"), packets)
+    with (tmp_path / "mid.pcap").open("rb") as f:
+        assert viewer_client.post("/captures/upload/", {"capture": f}).status_code == 303
+    html = viewer_client.get("/captures/", {"host": "capture:mid.pcap"}).content.decode()
+    table = html[html.index('id="capture-conns"') :]
+    rows = {row.split('"', 1)[0]: row for row in table.split('<tr data-uuid="')[1:]}
+    mid = Connection.objects.get(host_id="capture:mid.pcap", sport=40002)
+    seen = Connection.objects.get(host_id="capture:mid.pcap", sport=40000)
+    assert '10.1.0.1:40002</a> <span class="muted guessed"' in rows[mid.conn_uuid]
+    assert "guessed" not in rows[seen.conn_uuid]
+    detail = viewer_client.get(f"/api/dash/connections/{mid.conn_uuid}", {"host": "capture:mid.pcap"}).json()
+    assert detail["conn"]["direction_guessed"] is True  # the connection page says it beside the endpoint

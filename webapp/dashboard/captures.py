@@ -29,7 +29,7 @@ def is_capture(host: str) -> bool:
 
 
 def zeek_states(rows: list[Connection]) -> dict[tuple[str, str], dict[str, Any]]:
-    """(host, uuid) -> {conn_state, history, findings} from the newest summary, for the rows given."""
+    """(host, uuid) -> {conn_state, history, findings, direction_guessed} from the newest summary, for the rows given."""
     if not rows:
         return {}
     hosts = {c.host_id for c in rows}
@@ -38,10 +38,12 @@ def zeek_states(rows: list[Connection]) -> dict[tuple[str, str], dict[str, Any]]
     summaries = (
         ConnectionSummary.objects.filter(host_id__in=hosts, conn_uuid__in=uuids)
         .order_by("ts_ns")
-        .values_list("host_id", "conn_uuid", "conn_state", "history", "findings")
+        .values_list("host_id", "conn_uuid", "conn_state", "history", "findings", "direction_guessed")
     )
-    for host, uuid, conn_state, history, findings in summaries:  # the newest summary last, so it wins
-        found[(host, uuid)] = {"conn_state": conn_state, "history": history, "findings": findings or []}
+    for host, uuid, conn_state, history, findings, guessed in summaries:  # the newest summary last, so it wins
+        found[(host, uuid)] = {
+            "conn_state": conn_state, "history": history, "findings": findings or [], "direction_guessed": bool(guessed),
+        }  # fmt: skip
     return found
 
 
@@ -88,6 +90,8 @@ def capture(host: str) -> dict[str, Any]:
                 "retrans": c.retransmits,
                 "alerts": c.alerts,
                 "findings": zeek.get("findings", []),  # analysis/flows/findings.py, worst first
+                # no SYN seen: which end opened it is a guess (the higher port's, or the SYN-ACK's peer)
+                "direction_guessed": zeek.get("direction_guessed", False),
             }
         )
     cols = ("id", "rule_id", "severity", "status", "count", "message", "conn_uuid", "src", "dst", "dport")

@@ -323,6 +323,7 @@ SUMMARY_FIELDS = (
     "segs_out",
     "retrans_bytes",
     "lifetime_ns",
+    "direction_guessed",  # a capture without the SYN: which end opened it is a guess
 )
 
 

@@ -122,3 +122,15 @@ def test_the_collectors_wire_dicts_are_filled_too(form: str) -> None:
     last = out[-1]
     got = (last["conn_state"], last["history"]) if form == "dict" else (last.conn_state, last.history)
     assert got == ("REJ", "Sr")
+
+
+def test_a_connection_opened_before_tracing_says_its_originator_is_guessed() -> None:
+    """Its opening was never seen (tracing began, or the collector restarted, after it):
+    the local side is taken as the originator, and the summary says that is a guess."""
+    before = LiveSummaries().fold(
+        [st(1, "ESTABLISHED", "FIN_WAIT_1"), st(2, "FIN_WAIT_1", "FIN_WAIT_2"), st(3, "FIN_WAIT_2", "TIME_WAIT"),
+         summary(4, acked=1, received=1)]
+    )[-1]  # fmt: skip
+    assert isinstance(before, r.Connection) and before.direction_guessed is True
+    seen = LiveSummaries().fold([st(1, "CLOSED", "SYN_SENT", True), rst(2, "peer"), summary(3)])[-1]
+    assert isinstance(seen, r.Connection) and seen.direction_guessed is False

@@ -121,6 +121,53 @@ def test_sockets_keep_their_owners_across_a_swap() -> None:
     assert "softirq" in {r.ctx for r in [*child, *closing]}
 
 
+@pytest.mark.parametrize("taken_over", [True, False])
+def test_a_connection_across_a_swap_keeps_its_history_and_opener(taken_over: bool) -> None:
+    """Opened before the swap, closed after it: the new session's source goes on from what
+    the old one knew of the socket (KernelSource.take_over, as `nettrail collect` does at a
+    swap), so its summary's Zeek history starts with the SYN seen before, and its opener
+    is known. Without that, the opening is unseen and the opener a guess, which it says."""
+    listener = bound_listener()
+    port = listener.getsockname()[1]
+    own = Options(providers=("tcp",), filters=Filters(port=port))
+    swap = Swap(Answers((True, {"providers": ["tcp", "skb"], "skb_sample": None})), own)
+    env = KernelEnv(host_id="test-host", boot_id="test-boot", wall_offset=wall_offset())
+    sockets = [listener]
+    with KernelSession(own) as running:
+        old = Capture(running, KernelSource(running, env, flow_interval=3600.0))
+        listener.listen(4)
+        client = socket.create_connection(("127.0.0.1", port))
+        server, _ = listener.accept()
+        sockets += [client, server]
+        cookie, client_port = cookie_of(client), client.getsockname()[1]
+        old.wait_for(
+            lambda recs: any(
+                r.kind == "tcp_state" and r.sock_cookie == cookie and r.state == "ESTABLISHED" for r in recs
+            )
+        )
+        assert swap.due(running.opts, running) and swap.next is not None
+        following = swap.next
+        try:
+            swap.switch(running)
+            old.records.extend(old.source.poll(final=True))  # the old ring's drain
+            new = Capture(following, KernelSource(following, env, flow_interval=3600.0))
+            if taken_over:
+                new.source.take_over(old.source)
+            client.close()
+            server.close()
+            records = new.wait_for(lambda recs: any(r.kind == "connection" and r.sock_cookie == cookie for r in recs))
+        finally:
+            following.close()
+            for s in sockets:
+                s.close()
+    [summary] = [r for r in records if r.kind == "connection" and r.sock_cookie == cookie]
+    if taken_over:
+        got = (summary.direction_guessed, summary.history[:3], summary.sport)  # type: ignore[attr-defined]
+        assert got == (False, "ShA", client_port), summary
+    else:
+        assert summary.direction_guessed is True and not summary.history.startswith("S"), summary  # type: ignore[attr-defined]
+
+
 def _states_of(records: list[Any], cookie: int) -> list[Any]:
     return [r for r in records if r.kind == "tcp_state" and r.sock_cookie == cookie]
 

@@ -255,6 +255,9 @@ class LiveSummaries:
             self._data_from_counters(s, rec)
         _set(rec, "conn_state", zeek.conn_state(z, "tcp"))
         _set(rec, "history", zeek.history(z) or None)
+        # its opening was not seen (tracing began, or the collector restarted, after it):
+        # the local side is taken as the originator, a guess the record says it is
+        _set(rec, "direction_guessed", s.local_orig is None)
 
     @staticmethod
     def _data_from_counters(s: _Socket, rec: KernelRecord) -> None:

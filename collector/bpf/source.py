@@ -116,6 +116,16 @@ class KernelSource:
         self.next_flow = time.monotonic() + flow_interval
         self.next_wall = time.monotonic() + WALL_RESAMPLE_S
 
+    def take_over(self, before: KernelSource) -> None:
+        """Go on from what the source of the session this one follows (a swap of its
+        programs) knew of each socket: its 4-tuple while it had a port, its summary so far
+        (the Zeek history), its SIFTR samples' header. Not the counters' baselines: the new
+        session's maps are fresh."""
+        self.tuples = before.tuples
+        self.summaries = before.summaries
+        self.flow_meta = before.flow_meta
+        self.seq = max(self.seq, before.seq)
+
     # -- the loop body ---------------------------------------------------------------------
     def poll(self, timeout: float = 0.1, final: bool = False) -> list[KernelRecord]:
         """Wait up to timeout for events, then everything available as records."""

@@ -297,6 +297,7 @@ def trace(
     swap = Swap(follow, opts, PROG)  # type: ignore[arg-type]  # the HTTP sink has `tracing`
     counters = live.StackCounters() if not args.no_stack_counters else None  # one baseline across swaps
     origin, untraced_ns = COMMAND_LINE, None
+    source: KernelSource | None = None  # the last session's: the next one goes on from what it knew
     deadline = None if args.duration is None else time.monotonic() + args.duration  # across swaps
     try:
         while True:
@@ -305,6 +306,7 @@ def trace(
             source = collect(
                 session, sink, stop, left, args.flow_interval, alerting, not args.no_stack_counters,
                 args.stats_interval, swap=swap, counters=counters, origin=origin, untraced_ns=untraced_ns,
+                before=source,
             )  # fmt: skip
             print(f"{PROG}: {source.totals.summary()}", file=sys.stderr)
             following = swap.take()
@@ -359,8 +361,11 @@ def collect(
     counters: live.StackCounters | None = None,
     origin: str = COMMAND_LINE,
     untraced_ns: int | None = None,
+    before: KernelSource | None = None,
 ) -> KernelSource:
-    """Trace until stopped, the duration ends or `swap` has the next session loaded."""
+    """Trace until stopped, the duration ends or `swap` has the next session loaded;
+    `before`: the source of the session this one follows, whose knowledge of each socket
+    it takes over."""
     env = KernelEnv(
         host_id=identity.host_id(),
         boot_id=identity.boot_id(),
@@ -371,6 +376,8 @@ def collect(
         symbolize=kernel_symbols().symbolize,
     )
     source = KernelSource(session, env, flow_interval)
+    if before is not None:
+        source.take_over(before)
     health = SelfHealth(source, env, stats_interval)
     if counters is None and stack_counters:
         counters = live.StackCounters()

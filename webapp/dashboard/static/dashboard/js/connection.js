@@ -18,7 +18,7 @@
 
   function summary(c) {
     const items = [
-      ["Host", c.host_id], ["Protocol", c.proto], ["Local", endpoint(c.src, c.sport) + (c.direction_guessed ? " (the opener, guessed: no SYN seen)" : "")], ["Remote", endpoint(c.dst, c.dport)],
+      ["Host", c.host_id], ["Protocol", c.proto], ["Local", endpoint(c.src, c.sport) + (c.direction_guessed ? " (the opener, guessed: its opening was not seen)" : "")], ["Remote", endpoint(c.dst, c.dport)],
       ["Process", c.comm ? `${c.comm} (pid ${c.pid ?? "?"}, uid ${c.uid ?? "?"})` : "–"], ["State", c.state || (c.conn_state ? `${c.conn_state} (Zeek conn_state; history ${c.history || "–"})` : "–")],
       ["Opened", NT.datetime(c.start)], ["Duration", duration(c.duration)], ["Bytes out", bytes(c.bytes_out) + (c.retrans_bytes_out ? ` (incl. ${bytes(c.retrans_bytes_out)} retransmitted)` : "")],
       ["Bytes in", bytes(c.bytes_in)], ["Packets out", num(c.packets_out)], ["Packets in", num(c.packets_in)], ["Retransmitted", c.retrans_segs ? `${num(c.retrans_segs)} segments, ${bytes(c.retrans_bytes_out)}` : num(c.retrans)], ["Handshake RTT", c.handshake_rtt_us ? duration(c.handshake_rtt_us / 1e6) : "–"],

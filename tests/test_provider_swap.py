@@ -57,7 +57,7 @@ def test_a_changed_request_is_loaded_but_runs_only_once_attached() -> None:
         assert following is not None
         try:
             assert following.opts.providers == ("tcp", "udp")
-            assert following.links == {} and following.reader is None  # loaded, not attached
+            assert following.links == {} and following.reader is not None  # loaded and its ring mapped, not attached
             assert "udp_fail_queue_rcv_skb" in following.program_ids()
             assert running.links  # the old programs still run
             swap.switch(running)

@@ -320,7 +320,12 @@ class KernelSession:
 
     def attach(self) -> None:
         self.attach_programs()
-        self.reader = RingReader(self._map_fd("events"), self.opts.ringbuf_bytes, layout.EVENT_SIZE)
+        self.open_reader()
+
+    def open_reader(self) -> None:
+        """Map the ring for reading (loaded is enough: a swap does it before its gap)."""
+        if self.reader is None:
+            self.reader = RingReader(self._map_fd("events"), self.opts.ringbuf_bytes, layout.EVENT_SIZE)
 
     def attach_programs(self) -> None:
         """Attach the loaded programs (again, after detach(): maps and ring are kept).

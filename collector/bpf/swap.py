@@ -5,7 +5,10 @@ The ingest answer names what the dashboard asks this host to trace
 what runs, the new programs are opened and loaded (verified) while the old ones still
 run, then the old ones are detached and the new ones attached at once (the old ring is
 drained after; the new one holds what comes meanwhile): the gap, from the first detach
-to the last attach, is measured and sent on the new collector_status (untraced_ns). A
+to the last attach, is measured and sent on the new collector_status (untraced_ns). Its
+floor is one RCU grace period: a tracepoint whose last probe went and whose first comes
+back waits for one at that attach (tracepoint.c, the 1->0->1 transition), which the
+first attach pays for all of them (bench/bench_swap.py). A
 request whose programs will not load is said once and not tried again until it changes;
 the old programs keep running. The new session takes over the running one's attribution
 maps (loader.ATTRIBUTION_MAPS: sockets keep their owners); its other maps are fresh, so its
@@ -44,9 +47,14 @@ def options_for(own: Options, request: TracingRequest | None) -> tuple[Options, 
 
 def prepare(opts: Options, running: KernelSession | None = None) -> KernelSession:
     """A session loaded, not attached (nothing of it runs yet), with the running one's
-    attribution maps."""
+    attribution maps and its ring mapped (outside the switch's gap)."""
     session = KernelSession(opts, carry_from=running)
     session.prepare()
+    try:
+        session.open_reader()
+    except BaseException:
+        session.close()
+        raise
     return session
 
 

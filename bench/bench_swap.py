@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             ways = [("swap", swapped), ("restart", restarted)]
             for way, fn in ways if r % 2 == 0 else reversed(ways):  # the order alternates
                 results[name][way].append(fn(before, after))
-    grace = []  # the gap's floor: the first attach waits for one (see the module's docstring)
+    grace: list[float] = []  # the gap's floor: the first attach waits for one (see the module's docstring)
     for _ in range(10):
         start = time.monotonic_ns()
         settle.synchronize_rcu()
@@ -97,9 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     rows = ["| change | swap: untraced ms, median (quartiles) | restart: untraced ms, median (quartiles) | restart / swap |", "|---|---|---|---|"]  # fmt: skip
     for name, got in results.items():
-        s, r = statistics.median(got["swap"]), statistics.median(got["restart"])
+        swap_ms, restart_ms = statistics.median(got["swap"]), statistics.median(got["restart"])
         rows.append(
-            f"| {name} | {s:.1f} ({quartiles(got['swap'])}) | {r:.1f} ({quartiles(got['restart'])}) | {r / s:.0f}x |"
+            f"| {name} | {swap_ms:.1f} ({quartiles(got['swap'])}) | {restart_ms:.1f} ({quartiles(got['restart'])}) | "
+            f"{restart_ms / swap_ms:.0f}x |"
         )
     print("\n".join(rows))
     if args.no_write:

@@ -71,6 +71,8 @@ def restarted(before: Options, after: Options) -> float:
 
 
 def quartiles(values: list[float]) -> str:
+    if len(values) < 2:
+        return "one round"
     q = statistics.quantiles(values, n=4)
     return f"{q[0]:.1f}-{q[2]:.1f}"
 

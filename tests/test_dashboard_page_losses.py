@@ -10,7 +10,7 @@ from django.test import Client
 
 from translators.records import LossReport
 from webapp.dashboard import page_losses
-from webapp.traces.models import Host
+from webapp.traces.models import KIND_MODELS, Host, Trimmed
 from webapp.traces.store import store_batch
 
 pytestmark = pytest.mark.django_db
@@ -102,3 +102,23 @@ def test_the_page_apis_carry_them(client: Client) -> None:
     assert [r["lost"] for r in client.get("/api/dash/buffers", {"host": "b"}).json()["losses"]] == [9, 2]
     assert [r["lost"] for r in client.get("/api/dash/ip-flows", {"host": "a"}).json()["losses"]] == [6, 4]
     assert len(client.get("/api/dash/connections").json()["losses"]) == 4
+
+
+def test_what_retention_removed_is_named_on_the_pages_that_read_it(client: Client) -> None:
+    """The store dropping records by policy (webapp/traces/retention.py) is said too: per
+    table, how many and up to when, on every page that reads that table, and the loss
+    reports' own table everywhere (removed, they no longer count above)."""
+    t = 1_700_000_100.0
+    Trimmed.objects.create(table=KIND_MODELS["siftr_sample"]._meta.db_table, rows=5_000, newest=t, updated=t)
+    Trimmed.objects.create(table=KIND_MODELS["loss_report"]._meta.db_table, rows=7, newest=t - 50, updated=t)
+    Trimmed.objects.create(table=KIND_MODELS["udp_datagram"]._meta.db_table, rows=0, newest=None, updated=t)
+    siftr = ("every host", 5_000, "siftr_sample records removed by retention, up to 2023-11-14 22:15:00 UTC "
+             "(NETTRAIL_RETENTION_DAYS, NETTRAIL_RETENTION_ROWS)")  # fmt: skip
+    reports = ("every host", 7, "loss_report records removed by retention, up to 2023-11-14 22:14:10 UTC "
+               "(NETTRAIL_RETENTION_DAYS, NETTRAIL_RETENTION_ROWS)")  # fmt: skip
+    assert siftr in lines("connections") and reports in lines("connections")
+    assert siftr not in lines("udp") and reports in lines("udp")  # nothing of udp's was removed
+    # a connection opened after the last removal lost none of its records to it
+    assert [r for r in page_losses.for_page("connections", "a", (t + 1, t + 2)) if r["host_id"] == "every host"] == []
+    opened_before = page_losses.for_page("connections", "a", (t - 10, t + 2))
+    assert [r["lost"] for r in opened_before if r["host_id"] == "every host"] == [5_000]

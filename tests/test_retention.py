@@ -12,7 +12,7 @@ from django.db.models import Model
 from django.test import override_settings
 
 from translators import records as r
-from webapp.traces.models import Connection, SkbDrop, TcpStateChange
+from webapp.traces.models import Connection, SkbDrop, TcpStateChange, Trimmed
 from webapp.traces.retention import Policy, start_trimmer, trim
 from webapp.traces.store import store_batch
 
@@ -96,3 +96,16 @@ def test_the_server_trimmer_thread_trims_periodically_until_stopped() -> None:
         assert count_between_trims(SkbDrop) == 0
     finally:
         stop.set()
+
+
+def test_what_it_removes_is_kept_per_table_with_the_newest_time_removed() -> None:
+    """Retention is the store dropping records: each table's count and the newest time
+    removed are kept (Trimmed), and added to on every trim, for the pages' notes."""
+    store_batch([drop(i, NOW - 10 * DAY + i) for i in range(6)] + [drop(100 + i, NOW + i) for i in range(6)])
+    trim(Policy(days=3, rows=0, batch=4), now=NOW)  # the six old ones, by age
+    row = Trimmed.objects.get(table=SkbDrop._meta.db_table)
+    assert (row.rows, row.newest, row.updated) == (6, NOW - 3 * DAY, NOW)  # everything before the cutoff
+    trim(Policy(days=0, rows=2, batch=3), now=NOW + 10)  # then by rows: 100..103 go
+    row.refresh_from_db()
+    assert (row.rows, row.newest, row.updated) == (10, NOW + 3, NOW + 10)  # the newest removed: seq 103's time
+    assert not Trimmed.objects.filter(table=TcpStateChange._meta.db_table).exists()  # nothing removed there

@@ -4,17 +4,21 @@ A page counts records; a record lost on the way (the ring full, an event undecod
 run the kernel skipped, a counter evicted, the sink's spool full, a batch refused) is not
 in its counts. The Status page lists every loss of a host; each data page also names, at
 its top, those of its own record kinds and those of every kind, so a number read there
-is known to be short, and by how much (issue 18: nothing lost silently).
+is known to be short, and by how much (issue 18: nothing lost silently). The store's own
+removals are named too: what retention deleted from each table the page reads, and up to
+when (webapp/traces/retention.py keeps that in Trimmed).
 Keep in sync with: docs/collector.md "Where records can be lost", js/common.js (lossNote).
 """
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from django.db.models import Sum
 
 from webapp.dashboard.tables import LossReport
+from webapp.traces.models import KIND_MODELS, Connection, Trimmed
 
 # the event types (the ring's kinds, or a map's) whose records each page counts
 PAGE_KINDS: dict[str, frozenset[str]] = {
@@ -46,6 +50,16 @@ WHY = (
     ("loss", "writer/refused", "records of any kind accepted but not storable"),
 )
 ANY_KIND_HOOKS = ("sink/spool", "sink/rejected", "writer/refused")
+# the record kinds (tables) each page reads, for what retention removed from them; the
+# loss reports' own table on every page: removed, they no longer count above
+PAGE_TABLES: dict[str, tuple[str, ...]] = {
+    "connections": ("connection", "tcp_state", "tcp_retransmit", "tcp_reset", "tcp_cong_state", "siftr_sample",
+                    "tcpdebug_snapshot", "flow_counters", "tcp_segment", "skb_event", "skb_drop"),
+    "buffers": ("skb_event", "skb_drop", "drop_count"),
+    "udp": ("udp_datagram", "sock_event"),
+    "counters": ("ip_flow_counters", "stack_counter"),
+}  # fmt: skip
+RETENTION = "NETTRAIL_RETENTION_DAYS, NETTRAIL_RETENTION_ROWS"
 
 
 def _why(probe: str, hook: str, kind: str) -> str:
@@ -82,4 +96,25 @@ def for_page(page: str, host: str | None, during: tuple[float, float] | None = N
         probe, hook, kind = r["probe"] or "", r["hook"] or "", r["event_type"] or ""
         if _bears_on(page, probe, hook, kind):
             out.append({"host_id": r["host_id"], "lost": int(r["n"]), "what": _why(probe, hook, kind)})
+    out += trimmed(page, during)
     return sorted(out, key=lambda r: (-r["lost"], r["host_id"], r["what"]))
+
+
+def trimmed(page: str, during: tuple[float, float] | None = None) -> list[dict[str, Any]]:
+    """What retention removed from the page's tables (every host's, and so perhaps these
+    hosts'): with `during`, only where it reached the connection's opening."""
+    tables = {KIND_MODELS[k]._meta.db_table: k for k in (*PAGE_TABLES[page], "loss_report")}
+    if page == "connections":
+        tables[Connection._meta.db_table] = "connection row"
+    out = []
+    for row in Trimmed.objects.filter(table__in=tables, rows__gt=0):
+        if during is not None and (row.newest is None or row.newest < during[0]):
+            continue  # removed before the connection opened: none of its records
+        up_to = "" if row.newest is None else f", up to {_utc(row.newest)}"
+        what = f"{tables[row.table]} records removed by retention{up_to} ({RETENTION})"
+        out.append({"host_id": "every host", "lost": row.rows, "what": what})
+    return out
+
+
+def _utc(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

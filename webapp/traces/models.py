@@ -180,3 +180,17 @@ class Connection(models.Model):
 
     def __str__(self) -> str:
         return f"{self.src}:{self.sport} -> {self.dst}:{self.dport} ({self.state})"
+
+
+class Trimmed(models.Model):
+    """What retention (retention.py) removed from one table: its rows and the newest wall
+    time among them, so a page can say its records of that kind start after it (nothing
+    is removed without a word)."""
+
+    table = models.CharField(max_length=100, unique=True)  # the db_table
+    rows = models.BigIntegerField(default=0)  # removed since the database was made
+    newest = models.FloatField(null=True)  # wall clock: records at or before it may be gone
+    updated = models.FloatField(default=0.0)  # when retention last removed any
+
+    def __str__(self) -> str:
+        return f"{self.table}: {self.rows} rows trimmed, up to {self.newest}"

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection, models, transaction
 
 from webapp.traces import partitions, recency
-from webapp.traces.models import KIND_MODELS, Connection
+from webapp.traces.models import KIND_MODELS, Connection, Trimmed
 
 log = logging.getLogger(__name__)
 PAUSE_BETWEEN_BATCHES = 0.01  # seconds: lets a waiting ingest take the write lock
@@ -45,48 +45,73 @@ def trimmed_models() -> Iterable[tuple[type[models.Model], str]]:
 
 
 def trim(policy: Policy, now: float | None = None) -> dict[str, int]:
-    """Delete what the policy no longer keeps; returns rows deleted per table."""
+    """Delete what the policy no longer keeps; returns rows deleted per table. Each
+    table's count and the newest time deleted are kept in Trimmed, for the pages."""
     now = time.time() if now is None else now
+    cutoff = now - policy.days * 86400
     # PostgreSQL: whole days older than the cutoff go as partitions (partitions.py).
-    dropped = partitions.drop_before(now - policy.days * 86400) if policy.days else {}
+    dropped = partitions.drop_before(cutoff) if policy.days else {}
     deleted: dict[str, int] = {}
     for model, time_column in trimmed_models():
-        count = dropped.get(model._meta.db_table, 0)
+        table = model._meta.db_table
+        count = dropped.get(table, 0)
+        newest = cutoff if count else None
         if policy.days:
-            count += _trim_age(model, time_column, now - policy.days * 86400, policy.batch)
+            n, _ = _trim_age(model, time_column, cutoff, policy.batch)
+            count, newest = count + n, cutoff if n else newest
         if policy.rows:
-            count += _trim_rows(model, policy.rows, policy.batch)
+            n, last = _trim_rows(model, time_column, policy.rows, policy.batch)
+            count, newest = count + n, _later(newest, last)
         if count:
-            deleted[model._meta.db_table] = count
+            deleted[table] = count
+            _note(table, count, newest, now)
     return deleted
 
 
-def _trim_age(model: type[models.Model], time_column: str, cutoff: float, batch: int) -> int:
+def _later(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _note(table: str, count: int, newest: float | None, now: float) -> None:
+    """Add to the table's Trimmed row (made on its first trim)."""
+    with transaction.atomic():
+        row, _ = Trimmed.objects.select_for_update().get_or_create(table=table)
+        row.rows += count
+        row.newest = _later(row.newest, newest)
+        row.updated = now
+        row.save()
+
+
+def _trim_age(model: type[models.Model], time_column: str, cutoff: float, batch: int) -> tuple[int, float | None]:
     older = model.objects.filter(**{f"{time_column}__lt": cutoff}).order_by("id")
     if time_column == "last_seen":
         older = recency.at_most(older, cutoff)  # PostgreSQL: through last_seen's bucket index
-    return _delete_batches(model, older, batch)
+    return _delete_batches(model, time_column, older, batch)
 
 
-def _trim_rows(model: type[models.Model], keep: int, batch: int) -> int:
+def _trim_rows(model: type[models.Model], time_column: str, keep: int, batch: int) -> tuple[int, float | None]:
     total = model.objects.count()
     if total <= keep:
-        return 0
+        return 0, None
     # The id of the newest row to drop: everything at or below it goes.
     last = model.objects.order_by("id").values_list("id", flat=True)[total - keep - 1]
-    return _delete_batches(model, model.objects.filter(id__lte=last).order_by("id"), batch)
+    return _delete_batches(model, time_column, model.objects.filter(id__lte=last).order_by("id"), batch)
 
 
-def _delete_batches(model: type[models.Model], query: models.QuerySet[models.Model], batch: int) -> int:
-    deleted = 0
+def _delete_batches(
+    model: type[models.Model], time_column: str, query: models.QuerySet[models.Model], batch: int
+) -> tuple[int, float | None]:
+    """-> (rows deleted, the newest of their times)."""
+    deleted, newest = 0, None
     while True:
         with transaction.atomic():
-            ids = list(query.values_list("id", flat=True)[:batch])
-            if ids:
-                model.objects.filter(id__in=ids).delete()
-        deleted += len(ids)
-        if len(ids) < batch:
-            return deleted
+            rows = list(query.values_list("id", time_column)[:batch])
+            if rows:
+                model.objects.filter(id__in=[r[0] for r in rows]).delete()
+                newest = _later(newest, max(r[1] for r in rows))
+        deleted += len(rows)
+        if len(rows) < batch:
+            return deleted, newest
         time.sleep(PAUSE_BETWEEN_BATCHES)
 
 

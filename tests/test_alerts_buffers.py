@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from tests.alert_streams import Stream, engine, feed_all, only
+from typing import Any
+
+from tests.alert_streams import BOOT, HOST, Stream, engine, feed_all, only
+from translators.records import CollectorStatus
 
 
 def test_it_warns_on_one_listen_overflow_and_turns_critical_when_it_persists_5_of_10_seconds():
@@ -117,6 +120,26 @@ def test_it_counts_a_udp_datagram_dropped_at_the_socket_once_even_with_two_recor
     assert (a.condition, a.severity, a.src, a.sport, a.proto) == ("rcvbuf", "warning", "10.0.0.2", 5353, "udp")
     assert a.metric == 11 / 10006  # the 11th drop crossed 0.1 %
     assert "dropped 11 datagrams" in a.message
+
+
+def test_udp_received_counts_carry_on_across_a_new_collector_session():
+    """udp_flows counts start again in a new collector session (a swap of its programs, a
+    restart), announced by its collector_status: its first report counts from zero, so
+    5000 + 5000 datagrams were received, and 11 drops are 0.11 % of them (not 0.22 %)."""
+    s, e = Stream(), engine()
+    f = s.flow("10.0.0.2", 5353, "10.0.0.9", 5000)
+    recs: list[Any] = [s.counters(f, proto="udp", packets_in=0)]
+    s.advance(1)
+    recs.append(s.counters(f, proto="udp", packets_in=5000))
+    s.advance(1)
+    s.seq += 1
+    recs.append(CollectorStatus(host_id=HOST, boot_id=BOOT, seq=s.seq, ts_ns=1, ts_wall=s.t, provider="nettrail",
+                                probe="status", providers=["udp", "skb"], attached={}))  # fmt: skip
+    s.advance(1)
+    recs.append(s.counters(f, proto="udp", packets_in=5000))  # the new session's own count
+    drops = [s.drop("SOCKET_RCVBUFF", "10.0.0.9", 5000, "10.0.0.2", 5353, l4="udp") for _ in range(11)]
+    alerts = only(feed_all(e, recs + drops), "K11")
+    assert [a.metric for a in alerts] == [11 / 10011]
 
 
 def test_it_warns_on_udp_rcvbuf_drops_with_nothing_received():

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from analysis.alerts.config import config_from_mapping
+from analysis.alerts.live import Alerting
 from tests.alert_streams import Flow, Stream, engine, feed_all, only
+from translators.records import Alert
 
 
 def bulk(s: Stream, f: Flow, segments: int, retrans_every: int | None, dt: float = 0.05, ca: str = "Recovery"):
@@ -187,3 +192,25 @@ def test_it_does_not_count_a_syn_timeout_in_syn_sent_as_a_data_rto():
     alerts = feed_all(e, recs)
     assert only(alerts, "K2", "rto") == [] and only(alerts, "K6") == []
     assert [a.metric for a in only(alerts, "K2", "syn-retry")] == [1.0, 3.0]
+
+
+def test_an_alert_open_across_a_swap_of_the_collectors_programs_goes_on_as_one_alert():
+    """`nettrail collect` streams each kernel session's records through one Alerting
+    (a swap of programs keeps the engine): an alert open at the swap is the same alert
+    after it, its count growing, never frozen open beside a new one."""
+    s = Stream()
+    f = s.flow()
+    recs, _ = bulk(s, f, 200, retrans_every=10)
+    alerting = Alerting(config_from_mapping({}))
+    written: list[Any] = []
+
+    class ListSink:
+        def write(self, records: list[Any]) -> None:
+            written.extend(records)
+
+    half = len(recs) // 2
+    alerting.stream(iter([recs[:half]]), ListSink())  # the session before the swap
+    alerting.stream(iter([recs[half:]]), ListSink())  # the one after
+    k1 = [a for a in written if isinstance(a, Alert) and a.rule_id == "K1"]
+    assert len({a.alert_id for a in k1}) == 1
+    assert k1[-1].count > k1[0].count

@@ -75,6 +75,21 @@ def test_the_ratio_is_the_latest_windows_not_the_flows_lifetime():
     assert [a.sampling_ratio for a in alerts] == [2.0]
 
 
+def test_a_window_across_a_new_collector_session_counts_from_zero():
+    """A swap of the collector's programs (or a restart) starts siftr's counts again; its
+    collector_status comes first. The next report is that session's own window (3000 skbs
+    / 120 samples = 25), not its difference from the old session's totals (2000 / 20)."""
+    s, e = Stream(), engine()
+    f = s.flow()
+    old = s.counters(f, packets_in=0, packets_out=0, skbs=1000, samples=100)
+    s.advance(1)
+    started = status(s, ppl=8)
+    s.advance(1)
+    new = s.counters(f, packets_in=0, packets_out=0, skbs=3000, samples=120)
+    alerts = only(feed_all(e, [old, started, new, *collapse(s, f)]), "K6")
+    assert [a.sampling_ratio for a in alerts] == [25.0]
+
+
 def test_a_window_of_a_few_samples_extends_into_the_next_instead_of_reading_as_unsampled():
     # A blackout's report window holds one retransmit, sampled at ppl 3: 1 packet / 1 sample.
     # Seen on a real ppl 3 run (tests/test_alerts_sampled_kernel.py): K6 then said nothing.

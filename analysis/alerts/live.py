@@ -180,11 +180,6 @@ class Alerting:
         self.notifiers = Notifiers(config.notify)
         self.alerts = 0
 
-    def restart(self) -> None:
-        """A fresh engine, as after a collector restart: a new kernel session's counters
-        start from zero (`nettrail collect --providers-from-server` swapping its programs)."""
-        self.engine = engine.RuleEngine(self.config)
-
     @classmethod
     def from_args(cls, rules: str | None) -> Alerting:
         """From --rules FILE (else $NETTRAIL_RULES, else the defaults); ConfigError says what is wrong."""

@@ -324,8 +324,6 @@ def trace(
                 finally:
                     failed.close()
                 untraced_ns, origin, swap.failed = time.monotonic_ns() - swap.started_ns, COMMAND_LINE, ""
-            if alerting is not None:
-                alerting.restart()  # the new session's counters start from zero
     except (BpfError, BuildError) as exc:
         return fail(str(exc))
     finally:

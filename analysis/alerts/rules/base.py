@@ -78,25 +78,35 @@ class Sampling:
     MIN_WINDOW_SAMPLES = 16
 
     def __init__(self, max_flows: int) -> None:
-        self.flows: LruMap[FlowKey, tuple[int, int, float | None]] = LruMap(max_flows)
+        # per flow: where the open window began (packets, samples, time) and the last ratio
+        self.flows: LruMap[FlowKey, tuple[int, int, float, float | None]] = LruMap(max_flows)
         self.hosts: dict[str, float] = {}
+        # per host, when its newest collector session began (its collector_status): the
+        # kernel's map counts (skbs, samples, udp's and ip-flows' packets) start again there
+        self.sessions: dict[str, float] = {}
+
+    def new_session_since(self, host: str, t: float) -> bool:
+        """Whether a collector session of `host` began after `t` (map counts restarted)."""
+        return self.sessions.get(host, float("-inf")) > t
 
     def observe(self, rec: Record) -> None:
         if isinstance(rec, FlowCounters):
             if rec.proto != "tcp" or rec.samples <= 0:
                 return
             key, packets = flow_key(rec), rec.skbs or rec.packets_in + rec.packets_out
-            start = self.flows.peek(key) or (0, 0, None)  # where the open window began, the last ratio
+            start = self.flows.peek(key) or (0, 0, float("-inf"), None)
             moved = (packets - start[0], rec.samples - start[1])
-            if moved[0] < 0 or moved[1] < 0:  # counts restarted (a new collector): a window from zero
-                moved = (packets, rec.samples)
+            if moved[0] < 0 or moved[1] < 0 or self.new_session_since(rec.host_id, start[2]):
+                moved = (packets, rec.samples)  # counts restarted (a new session): a window from zero
             if moved[1] >= self.MIN_WINDOW_SAMPLES:
-                self.flows.put(key, (packets, rec.samples, moved[0] / moved[1]))
+                self.flows.put(key, (packets, rec.samples, rec.ts_wall, moved[0] / moved[1]))
         elif isinstance(rec, SamplingReport):
             if rec.event_type == "siftr_sample" and rec.ratio is not None and rec.emitted >= self.MIN_WINDOW_SAMPLES:
                 self.hosts[rec.host_id] = rec.ratio
-        elif isinstance(rec, CollectorStatus) and rec.ppl is not None:
-            self.hosts[rec.host_id] = float(rec.ppl)
+        elif isinstance(rec, CollectorStatus):
+            self.sessions[rec.host_id] = max(rec.ts_wall, self.sessions.get(rec.host_id, rec.ts_wall))
+            if rec.ppl is not None:
+                self.hosts[rec.host_id] = float(rec.ppl)
 
     def ratio(self, rec: Record) -> float | None:
         """Packets per sample behind this record; None when every packet was recorded."""
@@ -108,7 +118,7 @@ class Sampling:
         """Packets per SIFTR sample of the record's flow, whatever its kind: for an exact record
         (a congestion-state change) that extends a judgment made on the flow's samples."""
         known = self.flows.peek(flow_key(rec))
-        ratio = known[2] if known is not None and known[2] is not None else self.hosts.get(rec.host_id)
+        ratio = known[3] if known is not None and known[3] is not None else self.hosts.get(rec.host_id)
         return round(ratio, 2) if ratio is not None and ratio > 1.0 else None
 
     @staticmethod

@@ -290,7 +290,7 @@ class UdpDrops(Rule):
         self.window = self.num("window_s")
         self.ports = self.keys_map()
         self.minute = self.keys_map()
-        self.counters: LruMap[object, int] = LruMap(ctx.max_flows)
+        self.counters: LruMap[object, tuple[int, float]] = LruMap(ctx.max_flows)  # packets_in, when
 
     def _port(self, rec: Record, addr: str | None, port: int | None) -> _UdpPort:
         w = self.window
@@ -313,9 +313,15 @@ class UdpDrops(Rule):
     def _counters(self, rec: FlowCounters) -> None:
         key = flow_key(rec)
         prev = self.counters.peek(key)
-        self.counters.put(key, rec.packets_in)
-        if prev is not None and rec.packets_in > prev:
-            self._port(rec, rec.src, rec.sport).received.add(rec.ts_wall, rec.packets_in - prev)
+        self.counters.put(key, (rec.packets_in, rec.ts_wall))
+        if prev is None:
+            return  # the first report: a baseline
+        if self.ctx.sampling.new_session_since(rec.host_id, prev[1]):
+            got = rec.packets_in  # the udp_flows map of a new collector session counts from zero
+        else:
+            got = rec.packets_in - prev[0]
+        if got > 0:
+            self._port(rec, rec.src, rec.sport).received.add(rec.ts_wall, got)
 
     def _skb(self, rec: SkbDrop) -> None:
         reason = rec.drop_reason_str

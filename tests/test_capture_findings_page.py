@@ -43,12 +43,7 @@ def test_the_connection_page_of_an_uploaded_capture_lists_its_findings(viewer_cl
 
 
 def test_the_capture_result_page_names_each_connections_findings(viewer_client: Client, tmp_path: Path) -> None:
-    capture = write_capture(tmp_path / "lab.pcap")
-    with capture.open("rb") as f:
-        assert viewer_client.post("/captures/upload/", {"capture": f}).status_code == 303
-    html = viewer_client.get("/captures/", {"host": "capture:lab.pcap"}).content.decode()
-    table = html[html.index('id="capture-conns"') :]
-    rows = {row.split('"', 1)[0]: row for row in table.split('<tr data-uuid="')[1:]}
+    rows = result_rows(viewer_client, write_capture(tmp_path / "lab.pcap"))
     refused = Connection.objects.get(host_id="capture:lab.pcap", dport=81)
     clean = Connection.objects.get(host_id="capture:lab.pcap", dport=80)
     assert '<span class="badge sev-notice" title="refused: the responder answered the SYN' in rows[refused.conn_uuid]
@@ -71,14 +66,19 @@ def test_a_connection_whose_opener_is_guessed_says_so(viewer_client: Client, tmp
     for i, p in enumerate(packets):
         p.time = 1_700_000_000 + i * 0.01
     wrpcap(str(tmp_path / "mid.pcap"), packets)
-    with (tmp_path / "mid.pcap").open("rb") as f:
-        assert viewer_client.post("/captures/upload/", {"capture": f}).status_code == 303
-    html = viewer_client.get("/captures/", {"host": "capture:mid.pcap"}).content.decode()
-    table = html[html.index('id="capture-conns"') :]
-    rows = {row.split('"', 1)[0]: row for row in table.split('<tr data-uuid="')[1:]}
+    rows = result_rows(viewer_client, tmp_path / "mid.pcap")
     mid = Connection.objects.get(host_id="capture:mid.pcap", sport=40002)
     seen = Connection.objects.get(host_id="capture:mid.pcap", sport=40000)
     assert '10.1.0.1:40002</a> <span class="muted guessed"' in rows[mid.conn_uuid]
     assert "guessed" not in rows[seen.conn_uuid]
     detail = viewer_client.get(f"/api/dash/connections/{mid.conn_uuid}", {"host": "capture:mid.pcap"}).json()
     assert detail["conn"]["direction_guessed"] is True  # the connection page says it beside the endpoint
+
+
+def result_rows(client: Client, capture: Path) -> dict[str, str]:
+    """Upload the capture; its result page's connection rows by uuid (their HTML)."""
+    with capture.open("rb") as f:
+        assert client.post("/captures/upload/", {"capture": f}).status_code == 303
+    html = client.get("/captures/", {"host": f"capture:{capture.name}"}).content.decode()
+    table = html[html.index('id="capture-conns"') :]
+    return {row.split('"', 1)[0]: row for row in table.split('<tr data-uuid="')[1:]}

@@ -145,7 +145,7 @@ class Connection(Record, tag="connection", kw_only=True):
     wire_bytes_resp: Annotated[Int, doc("IP bytes from the responder", unit="bytes")] = None
     conn_state: Annotated[Str, doc("Zeek conn_state", choices=ZEEK_CONN_STATES, brief=True)] = None
     history: Annotated[Str, doc("Zeek history letters (upper case: originator)", brief=True)] = None
-    direction_guessed: Annotated[Bool, doc("no SYN seen: originator guessed from the ports")] = None
+    direction_guessed: Annotated[Bool, doc("the opening was not seen (no SYN in a capture; a live socket opened before tracing began): the originator is guessed")] = None
     stream: Annotated[Int, doc("connection index in the capture (like tcp.stream / udp.stream)")] = None
     state: Annotated[Str, doc("last TCP state (live)", choices=TCP_STATES)] = None
     handshake_rtt_us: Annotated[Int, doc("SYN to the handshake's final ACK (iRTT)", unit="us")] = None

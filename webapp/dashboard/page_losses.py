@@ -22,23 +22,12 @@ from webapp.traces.models import KIND_MODELS, Connection, Trimmed
 
 # the event types (the ring's kinds, or a map's) whose records each page counts
 PAGE_KINDS: dict[str, frozenset[str]] = {
-    "connections": frozenset(
-        {
-            "tcp_state",
-            "tcp_retransmit",
-            "tcp_reset",
-            "tcp_cong_state",
-            "tcp_destroy",
-            "siftr_sample",
-            "tcpdebug_snapshot",
-            "flow_counters",
-        }
-    ),  # fmt: skip
+    "connections": frozenset({"tcp_state", "tcp_retransmit", "tcp_reset", "tcp_cong_state", "tcp_destroy",
+                              "siftr_sample", "tcpdebug_snapshot", "flow_counters"}),
     "buffers": frozenset({"skb_drop", "skb_stage"}),
     "udp": frozenset({"udp_datagram", "udp_fail"}),
     "counters": frozenset({"ip_packet", "ip_flow_counters", "ip_flow_packets"}),
-}
-PAGES = tuple(PAGE_KINDS)
+}  # fmt: skip
 # (probe, hook prefix) -> what the count is of, and why it was lost
 WHY = (
     ("loss", "map/counters", "{kind} events lost: the ring buffer was full"),

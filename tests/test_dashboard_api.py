@@ -288,6 +288,43 @@ def test_an_alert_row_carries_its_first_and_worst_versions(client: Client) -> No
     assert row["worst"] == {"metric": 0.061, "count": 120, "message": "120 retransmitted (6.1%)", "ts": t + 1}
 
 
+def test_an_open_alert_its_collector_restarted_after_says_nothing_follows_it(client: Client) -> None:
+    """A restart's rule engine does not know the alerts of the one before: an alert left
+    open by it is marked from the host's fresh start (a collector_status without
+    untraced_ns); a swap of programs (untraced_ns set) keeps the engine, and marks nothing."""
+    from translators.records import CollectorStatus
+
+    t = 1_700_000_200.0
+
+    def alert(alert_id: str, at: float, status: str = "open") -> Alert:
+        return Alert(
+            host_id=HOST, boot_id=BOOT, seq=next(_seq), ts_ns=int(at * 1e9), ts_wall=at, provider="nettrail",
+            probe="alert", rule_id="K1", severity="warning", start=t, alert_id=alert_id, metric=0.05, count=10,
+            status=status, message="retransmitted",
+        )  # fmt: skip
+
+    def started(at: float, untraced_ns: int | None) -> CollectorStatus:
+        return CollectorStatus(
+            host_id=HOST, boot_id=BOOT, seq=next(_seq), ts_ns=int(at * 1e9), ts_wall=at, provider="nettrail",
+            probe="status", providers=["tcp"], attached={}, untraced_ns=untraced_ns,
+        )  # fmt: skip
+
+    store_batch([alert("left", t), alert("closed", t, "closed"), started(t + 5, 6_000_000), alert("swapped", t + 1)])
+
+    assert set(client_marks(client).values()) == {None}  # a swap: the engine goes on
+    store_batch([started(t + 10, None), alert("after", t + 11)])  # a fresh start, then a new alert
+    got = client_marks(client)
+    assert (got["left"], got["closed"], got["swapped"], got["after"]) == (t + 10, None, t + 10, None)
+
+
+def client_marks(client: Client) -> dict[str, Any]:
+    rows = client.get("/api/dash/alerts", {"rule": "K1"}).json()["alerts"]
+    from webapp.dashboard.tables import Alert as AlertRow
+
+    ids = dict(AlertRow.objects.values_list("id", "alert_id"))
+    return {ids[r["id"]]: r["unfollowed_since"] for r in rows}
+
+
 def test_the_udp_view_names_the_hosts_whose_collector_runs_no_udp_provider(client: Client) -> None:
     from translators.records import CollectorStatus
 

@@ -15,7 +15,7 @@ from typing import Any
 from django.db.models import Exists, Max, OuterRef, Q, QuerySet, Subquery
 
 from webapp.dashboard.models import AlertAck
-from webapp.dashboard.tables import Alert
+from webapp.dashboard.tables import Alert, CollectorStatus
 
 
 def latest(qs: QuerySet[Any]) -> QuerySet[Any]:
@@ -70,3 +70,20 @@ def history(alert_ids: list[str]) -> dict[str, dict[str, Any]]:
         if key >= worst_key:
             entry["worst"] = _values(row)
     return out
+
+
+def unfollowed(rows: list[Any]) -> dict[int, float]:
+    """Open alerts no engine follows any more -> when their host's collector started
+    afresh after their newest version. A restart's rule engine does not know the alerts of
+    the one before, so such an alert keeps its last version for good; a start with
+    ``untraced_ns`` null is a fresh one (a swap of programs sets it and keeps the engine)."""
+    open_rows = [a for a in rows if a.status == "open"]
+    if not open_rows:
+        return {}
+    starts = dict(
+        CollectorStatus.objects.filter(host_id__in={a.host_id for a in open_rows}, untraced_ns__isnull=True)
+        .values("host_id")
+        .annotate(t=Max("ts_wall"))
+        .values_list("host_id", "t")
+    )
+    return {a.pk: starts[a.host_id] for a in open_rows if a.host_id in starts and starts[a.host_id] > a.ts_wall}

@@ -327,7 +327,9 @@ def _ack_of(a: Any) -> AlertAck | None:
     return alert_versions.ack_of(a)
 
 
-def _alert_json(a: Any, history: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+def _alert_json(
+    a: Any, history: dict[str, dict[str, Any]] | None = None, unfollowed: dict[int, float] | None = None
+) -> dict[str, Any]:
     ack = _ack_of(a)
     past = (history or {}).get(a.alert_id) if a.alert_id else None
     return {
@@ -354,6 +356,8 @@ def _alert_json(a: Any, history: dict[str, dict[str, Any]] | None = None) -> dic
         "first": past["first"] if past else None,
         "worst": past["worst"] if past else None,
         "versions": past["versions"] if past else 1,
+        # open, but its collector restarted since its last version: nothing follows it now
+        "unfollowed_since": (unfollowed or {}).get(a.pk),
     }
 
 
@@ -379,7 +383,8 @@ def alerts(request: HttpRequest) -> HttpResponse:
     }
     rows = list(qs[:ALERT_LIMIT])
     history = alert_versions.history([a.alert_id for a in rows if a.alert_id])
-    return JsonResponse({"alerts": [_alert_json(a, history) for a in rows], **facets})
+    unfollowed = alert_versions.unfollowed(rows)
+    return JsonResponse({"alerts": [_alert_json(a, history, unfollowed) for a in rows], **facets})
 
 
 @api("POST")

@@ -72,7 +72,7 @@
     document.querySelector("#alerts tbody").replaceChildren(...d.alerts.map((a) => el("tr", { dataset: { id: a.id } },
       el("td", {}, ...NT.datetime(a.start).split(" ").map((part) => el("span", { class: "nowrap", text: part + " " }))),
       el("td", {}, NT.sevBadge(a.severity)), el("td", { text: a.rule_id }),
-      el("td", { class: "trunc", title: a.host_id, text: a.host_id }), el("td", { text: a.status }), el("td", { class: "num count", text: num(a.count) }),
+      el("td", { class: "trunc", title: a.host_id, text: a.host_id }), el("td", { class: "status", text: status(a) }), el("td", { class: "num count", text: num(a.count) }),
       el("td", { class: "msg" }, a.conn_uuid
         ? el("a", { class: "clamp", title: a.message, href: NT.connHref(a), text: a.message })
         : el("span", { class: "clamp", title: a.message, text: a.message }), versions(a)),
@@ -81,6 +81,11 @@
         ? el("span", { class: "acked", text: `${a.acked_by}, ${NT.datetime(a.acked_at)}` })
         : el("button", { type: "button", class: "ack", "aria-label": `Acknowledge alert ${a.rule_id} ${a.id}`, text: "Acknowledge", onclick: (ev) => acknowledge(a.id, ev.currentTarget) })))));
     document.body.dataset.loaded = "1";
+  }
+
+  // An open alert whose collector restarted since its last version: no engine follows it now.
+  function status(a) {
+    return a.unfollowed_since ? `open, not followed since the collector restarted ${NT.datetime(a.unfollowed_since)}` : a.status;
   }
 
   form.addEventListener("submit", (ev) => { ev.preventDefault(); load(); });

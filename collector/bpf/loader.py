@@ -412,6 +412,10 @@ class KernelSession:
             self.open()
             self.configure()
             self.load()
+            settle.ready()  # detach() waits with it: made here, where a failure is said at once
+        except OSError as exc:
+            self.close()
+            raise BpfError(str(exc)) from exc
         except BaseException:
             self.close()
             raise

@@ -41,6 +41,12 @@ def _barrier() -> tuple[int, int]:
     return _maps
 
 
+def ready() -> None:
+    """Make the maps now (the loader, at load): a failure is said at start-up, never at a
+    final drain, where it would cost the ring's events."""
+    _barrier()
+
+
 def synchronize_rcu() -> None:
     """Return once every BPF program run and every softirq that had begun has ended."""
     outer, inner = _barrier()

@@ -130,7 +130,8 @@ def connections(request: HttpRequest) -> HttpResponse:
             "folded": both.folded,  # rows of this page shown as their other end's "both ends"
             "hints": hints,
             "hosts": host_names(),
-            "losses": page_losses.for_page("connections", None),
+            # the page's note, read on its loads (not on the live table's new-uuid checks)
+            "losses": None if uuids else page_losses.for_page("connections", None),
             "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
         }
     )

@@ -241,7 +241,7 @@ class KernelSession:
 
     def __init__(self, opts: Options, carry_from: KernelSession | None = None) -> None:
         self.opts = opts
-        self.carry_from = carry_from  # the session whose attribution maps this one takes over
+        self.carry_from = carry_from  # the session whose attribution maps this one takes over (at configure)
         self.lib = libbpf.get()
         self.obj = 0
         self.links: dict[str, int] = {}
@@ -302,7 +302,7 @@ class KernelSession:
     def _carry_attribution(self) -> None:
         """Take over the attribution maps of the session this one follows (same object only:
         another build's maps may be laid out otherwise)."""
-        before = self.carry_from
+        before, self.carry_from = self.carry_from, None  # not kept: each swap would chain the last
         if before is None or not before.obj or before.path != self.path:
             return
         for name in ATTRIBUTION_MAPS:

@@ -3,7 +3,9 @@
 It speaks the ingest contract of docs/api.md: bearer token, a MessagePack array of
 records, 200 {"stored", "duplicates"} idempotent on (host, boot, seq). Knobs let a test
 make it fail: `fail_next` answers that many requests with `fail_status`, `slow` delays
-the answer after storing (a timeout on the client side), `max_records` answers 413 to
+the answer after storing (a timeout on the client side), `stall` delays storing (a
+request in flight for that long; with `drop_stalled` it is then neither stored nor
+answered: the batch never reached the database), `max_records` answers 413 to
 bigger batches, `reject_seq` answers 400 to a batch holding that seq (naming its index, as
 the ingest view names the first bad record), `reject_all_from` to one holding any seq from
 that on, and `fail_after_reject` fails that many requests after the next such 400 (once).
@@ -34,6 +36,8 @@ class IngestStub:
         self.fail_next = 0
         self.fail_status = 500
         self.slow = 0.0
+        self.stall = 0.0
+        self.drop_stalled = False
         self.max_records: int | None = None
         self.reject_seq: int | None = None
         self.reject_all_from: int | None = None
@@ -89,6 +93,10 @@ class IngestStub:
         if failing:
             return self.answer(h, self.fail_status, {"error": "try later"}, {"Retry-After": "0"})
         records = decode_batch(body, "msgpack")
+        if self.stall:
+            time.sleep(self.stall)
+            if self.drop_stalled:
+                return None
         if self.max_records is not None and len(records) > self.max_records:
             return self.answer(h, 413, {"error": "batch too large"})
         seqs = [r.seq for r in records]

@@ -96,6 +96,14 @@ def test_a_report_without_a_hook_is_listed_as_it_is(client: Client) -> None:
     assert ("a", 1, "udp_datagram lost (loss, no hook)") not in lines("buffers", "a")
 
 
+def test_records_a_killed_collector_held_are_named_on_every_page(client: Client) -> None:
+    """The next collector on the spool reports them (collector/sinks/held.py): of any kind."""
+    store_batch([loss("a", 6, "loss", "sink/killed", "killed", 120)])
+    what = "records of any kind lost: a collector was killed (SIGKILL) holding them in memory"
+    for page in page_losses.PAGE_KINDS:
+        assert lines(page, "a")[0] == ("a", 120, what)
+
+
 def test_the_page_apis_carry_them(client: Client) -> None:
     udp = client.get("/api/dash/udp", {"host": "a"}).json()["losses"]
     assert [(r["host_id"], r["lost"]) for r in udp] == [("a", 12), ("a", 4)]

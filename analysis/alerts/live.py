@@ -154,6 +154,10 @@ class Extras:
             if lost > self.lost_seen[reason]:
                 extra.append(self.sink_loss(reason, lost - self.lost_seen[reason], lost))
                 self.lost_seen[reason] = lost
+        take_killed = getattr(self.sink, "take_killed", None)  # the HTTP sink's, once per sink
+        killed = take_killed() if take_killed is not None else 0
+        if killed:
+            extra.append(self.sink_loss("killed", killed, killed))
         if self.health is not None:
             extra.extend(self.health.add(records, final))
         if not extra:
@@ -167,7 +171,9 @@ class Extras:
 
 
 # Records the sink could not bring to the database, by loss_report event_type: dropped
-# for lack of spool space, and refused by the server (collector/sinks/http.py).
+# for lack of spool space, and refused by the server (collector/sinks/http.py). A third,
+# "killed", is what a collector killed on the same spool held in memory, reported once
+# by the next one (HttpSink.take_killed).
 SINK_LOSSES = {"spool": "lost_records", "rejected": "refused_records"}
 
 

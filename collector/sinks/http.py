@@ -25,7 +25,9 @@ What happens to a batch, by answer (the ingest contract in docs/api.md):
   collector reports them as a LossReport, event_type "rejected": not in the database).
 The spool outlives the process: a new sink on the same directory replays it first.
 The server is idempotent on (host, boot, seq), so a batch replayed after a lost 200
-is stored once.
+is stored once. What a sink holds in memory is kept in a ledger beside the spool
+(collector/sinks/held.py): after a SIGKILL the next sink spools the batch that was in
+flight again and counts the records that were pending in ``killed_records``.
 
 Keep in sync with: the ingest view in webapp/ (status codes), collector/spool.py and
 docs/collector-sinks.md.
@@ -46,6 +48,7 @@ from typing import Any
 import msgspec
 import requests
 
+from collector.sinks import held
 from collector.sinks.http_transport import check_server_url
 from collector.spool import DEFAULT_MAX_BYTES, Spool, SpoolError
 
@@ -138,6 +141,9 @@ class HttpSink:
         self._down = False  # the server failed; new batches go behind the spool
         self._backoff = retry_interval
         self._next_retry = 0.0
+        self._in_flight = 0  # records of the batch being posted
+        self.killed_records = self._claim_killed()
+        self._held = held.HeldLedger(self.spool.dir)
         self._has_spool = not self.spool.empty()
         self._thread = threading.Thread(target=self._run, name="nettrail-http-sink", daemon=True)
         self._thread.start()
@@ -157,6 +163,7 @@ class HttpSink:
             self._pending.extend(batch)
             self._accepted += len(batch)
             self._overflow()
+            self._note_held()
             if len(self._pending) >= self.batch_size:
                 self._cond.notify_all()
 
@@ -193,6 +200,7 @@ class HttpSink:
             self._cond.notify_all()
         self._thread.join()
         self._session.close()
+        self._held.close()  # everything was sent or spooled
 
     @property
     def spooled(self) -> bool:
@@ -203,6 +211,13 @@ class HttpSink:
     def lost_records(self) -> int:
         """Records dropped for lack of spool space: report them as a LossReport (event_type "spool")."""
         return self.spool.lost_records + self.stats.unspoolable_records
+
+    def take_killed(self) -> int:
+        """Records a collector killed on this spool held in memory (lost), once: a LossReport,
+        event_type "killed"; 0 afterwards."""
+        with self._cond:
+            killed, self.killed_records = self.killed_records, 0
+        return killed
 
     @property
     def refused_records(self) -> int:
@@ -224,7 +239,12 @@ class HttpSink:
                 del self._pending[: self.batch_size]
                 closing = self._closing and not self._pending
             if chunk:
-                self._ship(_encoder.encode(chunk), len(chunk))
+                payload = _encoder.encode(chunk)
+                self._held.in_flight(payload)  # the bytes before the count that says they are there
+                with self._cond:
+                    self._in_flight = len(chunk)
+                    self._note_held()
+                self._ship(payload, len(chunk))
                 self._mark_handled(len(chunk))
             if closing:
                 self._final_replay()
@@ -251,7 +271,34 @@ class HttpSink:
     def _mark_handled(self, count: int) -> None:
         with self._cond:
             self._handled += count
+            self._in_flight = 0
+            self._note_held()
             self._cond.notify_all()
+
+    def _note_held(self) -> None:
+        """The ledger's counts (under _cond): pending = written, neither handled nor in flight."""
+        self._held.note(self._accepted - self._handled - self._in_flight, self._in_flight)
+
+    def _claim_killed(self) -> int:
+        """Before the first send: what collectors killed on this spool held. Their batches in
+        flight go back into the spool (replayed first, stored once); their pending records
+        were lost. Returns those."""
+        lost = 0
+        for found in held.claim(self.spool.dir):
+            payload, in_flight = found.payload, found.in_flight
+            if in_flight and payload is not None and _batch_size(payload) == in_flight:
+                try:
+                    self.spool.append(payload, in_flight)
+                    in_flight = 0
+                except (SpoolError, OSError) as exc:
+                    log.error("cannot spool the batch a killed collector had in flight: %s", exc)
+            lost += found.pending + in_flight
+            log.error(
+                "the collector (pid %d) before this one was killed holding %d records in memory: %d lost, %d "
+                "in flight spooled again",
+                found.pid, found.pending + found.in_flight, found.pending + in_flight, found.in_flight - in_flight,
+            )  # fmt: skip
+        return lost
 
     def _ship(self, payload: bytes, count: int) -> None:
         if not self._down and not self._has_spool:
@@ -432,6 +479,14 @@ class HttpSink:
             log.error(
                 "rejected/ over %d bytes: deleted %s (%d records lost)", self.spool.max_bytes, oldest.name, records
             )
+
+
+def _batch_size(payload: bytes) -> int | None:
+    """Records in an encoded batch, or None if it does not decode (a torn write)."""
+    try:
+        return len(_raw_list.decode(payload))
+    except msgspec.DecodeError:
+        return None
 
 
 def _refused_index(answer: requests.Response, count: int) -> int | None:

@@ -1,7 +1,8 @@
 """What a page's numbers are short by: the loss reports that bear on it, per host.
 
 A page counts records; a record lost on the way (the ring full, an event undecodable, a
-run the kernel skipped, a counter evicted, the sink's spool full, a batch refused) is not
+run the kernel skipped, a counter evicted, the sink's spool full, a batch refused, a
+collector killed with records in memory) is not
 in its counts. The Status page lists every loss of a host; each data page also names, at
 its top, those of its own record kinds and those of every kind, so a number read there
 is known to be short, and by how much (issue 18: nothing lost silently). The store's own
@@ -36,9 +37,10 @@ WHY = (
     ("skipped", "prog/", "{kind} skipped by the kernel (their events neither recorded nor counted)"),
     ("loss", "sink/spool", "records of any kind lost: the collector's spool was full"),
     ("loss", "sink/rejected", "records of any kind refused by the server"),
+    ("loss", "sink/killed", "records of any kind lost: a collector was killed (SIGKILL) holding them in memory"),
     ("loss", "writer/refused", "records of any kind accepted but not storable"),
 )
-ANY_KIND_HOOKS = ("sink/spool", "sink/rejected", "writer/refused")
+ANY_KIND_HOOKS = ("sink/spool", "sink/rejected", "sink/killed", "writer/refused")
 # the record kinds (tables) each page reads, for what retention removed from them; the
 # loss reports' own table on every page: removed, they no longer count above
 PAGE_TABLES: dict[str, tuple[str, ...]] = {

@@ -65,6 +65,12 @@ class CollectorLoss(Rule):
             f"started: alerts and timelines for this window are built on incomplete data, so absence of an alert "
             f"proves nothing here."
         )
+        if rec.hook == "sink/killed":  # reported by the next collector (collector/sinks/held.py)
+            message = (
+                f"A collector on this host was killed (SIGKILL) holding {rec.lost} records in memory, lost: alerts "
+                f"and timelines of its last moments are built on incomplete data, so absence of an alert proves "
+                f"nothing there."
+            )
         self.fire(
             "lost-events", ("event", rec.event_type), now=t, severity="critical" if critical else "warning",
             subject=host_subject(rec), message=message, clear_after=2 * w, metric=share, evidence=s.evidence,

@@ -117,6 +117,8 @@ def test_a_sampled_run_reports_its_attach_coverage_sampling_ratio_and_cpu(tmp_pa
     # H4: the CPU the collector reports is what /proc/PID/stat says, and the intervals chain up
     stats = [r for r in records if r.kind == "collector_stats"]
     assert len(stats) >= 3 and all(r.pid == pid for r in stats)  # a busy loop checks the clock less often
+    # the last says the collector stopped (--duration): nothing follows its alerts after it
+    assert [r.stopped for r in stats] == [None] * (len(stats) - 1) + [True]
     for a, b in zip(stats, stats[1:], strict=False):
         assert b.cpu_total_s - a.cpu_total_s == pytest.approx(b.cpu_time_s, abs=2e-6)
     for r in stats:

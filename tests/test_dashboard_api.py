@@ -315,14 +315,35 @@ def test_an_open_alert_its_collector_restarted_after_says_nothing_follows_it(cli
     store_batch([started(t + 10, None), alert("after", t + 11)])  # a fresh start, then a new alert
     got = client_marks(client)
     assert (got["left"], got["closed"], got["swapped"], got["after"]) == (t + 10, None, t + 10, None)
+    assert client_marks(client, "unfollowed_because")["left"] == "restarted"
+
+    # a collector that stops for good (its last collector_stats says so) follows nothing
+    # either; the first stop or fresh start after an alert's newest version is named
+    store_batch([stats(t + 20, stopped=None), alert("running", t + 21), stats(t + 22, stopped=None)])
+    assert client_marks(client)["running"] is None  # a periodic record: the engine runs on
+    store_batch([stats(t + 30, stopped=True), started(t + 40, None)])
+    got, why = client_marks(client), client_marks(client, "unfollowed_because")
+    assert (got["running"], why["running"]) == (t + 30, "stopped")
+    assert (got["after"], why["after"]) == (t + 30, "stopped")
+    assert (got["left"], why["left"]) == (t + 10, "restarted")  # the earliest after it
 
 
-def client_marks(client: Client) -> dict[str, Any]:
+def stats(at: float, stopped: bool | None) -> Any:
+    from translators.records import CollectorStats
+
+    return CollectorStats(
+        host_id=HOST, boot_id=BOOT, seq=next(_seq), ts_ns=int(at * 1e9), ts_wall=at, provider="nettrail",
+        probe="stats", interval_s=10.0, cpu_time_s=0.1, cpu_total_s=1.0, cpu_percent=1.0, events=5,
+        events_per_s=0.5, records=5, stopped=stopped,
+    )  # fmt: skip
+
+
+def client_marks(client: Client, field: str = "unfollowed_since") -> dict[str, Any]:
     rows = client.get("/api/dash/alerts", {"rule": "K1"}).json()["alerts"]
     from webapp.dashboard.tables import Alert as AlertRow
 
     ids = dict(AlertRow.objects.values_list("id", "alert_id"))
-    return {ids[r["id"]]: r["unfollowed_since"] for r in rows}
+    return {ids[r["id"]]: r[field] for r in rows}
 
 
 def test_the_udp_view_names_the_hosts_whose_collector_runs_no_udp_provider(client: Client) -> None:

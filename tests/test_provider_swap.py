@@ -23,6 +23,7 @@ from collector.bpf.swap import COMMAND_LINE, DASHBOARD, Swap
 from tests.collect_process import Collector
 from tests.kernel_support import Capture, bound_listener, cookie_of, kernel, my_comm
 from translators.kernel import KernelEnv
+from translators.records import decode_batch
 
 pytestmark = kernel
 
@@ -199,10 +200,13 @@ class _Flipping(http.server.BaseHTTPRequestHandler):
     sets = (["tcp"], ["tcp", "skb"])
     answers = 0
 
+    stats: list[Any] = []  # the collector_stats received, in order
+
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         cls = type(self)
         cls.answers += 1
+        cls.stats.extend(r for r in decode_batch(body, "msgpack") if r.kind == "collector_stats")
         body = json.dumps({"stored": 0, "duplicates": 0, "tracing": {"providers": cls.sets[cls.answers % 2]}})
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -236,3 +240,9 @@ def test_duration_bounds_the_whole_run_however_often_the_set_is_swapped(tmp_path
     err = collector.proc.stderr.read().decode() if collector.proc.stderr else ""
     assert rc == 0, err
     assert "tracing tcp,skb (programs" in err, err  # it followed the requests
+    # each swap ends a session with its collector_stats; only the last says the collector
+    # stopped (nothing follows its alerts after it), not those of the swaps
+    swaps = err.count("tracing tcp")
+    stopped = [r.stopped for r in _Flipping.stats]
+    assert swaps >= 2 and len(stopped) >= swaps
+    assert stopped == [None] * (len(stopped) - 1) + [True]

@@ -85,6 +85,7 @@ class CollectorStats(Record, tag="collector_stats", kw_only=True):
     records: Annotated[int, doc("records the collector emitted in the interval")]
     events_by_type: Annotated[dict[str, int], doc("events read in the interval by event type")] = msgspec.field(default_factory=dict)
     rss_bytes: Annotated[Int, doc("resident memory of the collector at the end of the interval", unit="bytes")] = None
+    stopped: Annotated[Bool, doc("true on the last record of a collector that stopped (SIGTERM, Ctrl-C, --duration), not at a swap of providers: nothing follows its alerts after it", index=True)] = None
 
 
 class Alert(FlowRecord, tag="alert", kw_only=True):

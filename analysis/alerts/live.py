@@ -59,7 +59,7 @@ class Numbering(Protocol):
 class SelfReports(Protocol):
     """collector.health.reporter.SelfHealth: the collector's records about itself (H2, H4)."""
 
-    def add(self, records: list[KernelRecord], final: bool = False) -> list[KernelRecord]: ...
+    def add(self, records: list[KernelRecord], final: bool = False, stopping: bool = False) -> list[KernelRecord]: ...
 
 
 def read_mib(paths: Iterable[str] = STACK_COUNTER_FILES) -> dict[tuple[str, str], int]:
@@ -145,7 +145,7 @@ class Extras:
     def _lost(self, attribute: str) -> int:
         return int(getattr(self.sink, attribute, 0))
 
-    def add(self, records: list[KernelRecord], final: bool = False) -> list[KernelRecord]:
+    def add(self, records: list[KernelRecord], final: bool = False, stopping: bool = False) -> list[KernelRecord]:
         extra: list[KernelRecord] = []
         if self.counters is not None and self.counters.due(final):
             extra.extend(self.counters.records(self.env))
@@ -159,7 +159,7 @@ class Extras:
         if killed:
             extra.append(self.sink_loss("killed", killed, killed))
         if self.health is not None:
-            extra.extend(self.health.add(records, final))
+            extra.extend(self.health.add(records, final, stopping))
         if not extra:
             return records
         return records + self.source.number(extra)

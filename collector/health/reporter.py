@@ -40,7 +40,8 @@ class SelfHealth:
         self.lifetimes_seen = source.skb_lifetimes
         self.next_flow = source.next_flow
 
-    def add(self, records: list[KernelRecord], final: bool = False) -> list[KernelRecord]:
+    def add(self, records: list[KernelRecord], final: bool = False, stopping: bool = False) -> list[KernelRecord]:
+        """`final`: the session's last poll; `stopping`: the collector's (not a swap's)."""
         out: list[KernelRecord] = []
         src = self.source
         if self.sampling.active:
@@ -56,5 +57,5 @@ class SelfHealth:
         self.next_flow = src.next_flow
         self.overhead.count(len(records))
         if self.overhead.due(final):
-            out.append(self.overhead.record(self.env))
+            out.append(self.overhead.record(self.env, stopped=final and stopping))
         return out

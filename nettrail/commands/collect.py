@@ -422,8 +422,9 @@ def poll_batches(
         yield extras.add(records)
         if swap is not None and swap.due(session.opts, session):
             break
-    if swap is not None and swap.next is not None:
+    swapping = swap is not None and swap.next is not None
+    if swap is not None and swapping:
         swap.switch(session)  # the next programs run from here; this ring is still read below
     else:
         session.detach()  # no new events; what is in the ring is still read below
-    yield extras.add(source.poll(final=True), final=True)
+    yield extras.add(source.poll(final=True), final=True, stopping=not swapping)

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from translators.records import Alert, CollectorStatus
+from translators.records import Alert, CollectorStats, CollectorStatus
 
 from .conftest import HOST, Server, screenshot
 from .dashboard_batch import BOOT, _seq
@@ -83,3 +83,20 @@ def test_an_alert_left_open_by_a_restarted_collector_says_nothing_follows_it(ser
     page.wait_for_selector("body[data-loaded='1']")
     status = page.locator("#alerts tbody tr td.status").inner_text()
     assert status.startswith("open, not followed since the collector restarted ")
+
+
+def test_an_alert_left_open_by_a_stopped_collector_says_nothing_follows_it(server: Server, page: Any) -> None:
+    host = "stopped-host"
+    other = Server(server.url, server.make_token(host), server.data_dir)
+    t = time.time()
+    left = msgspec.structs.replace(version(0.05, 12, "open", t), host_id=host, alert_id="k1-stopped", ts_wall=t)
+    last = CollectorStats(
+        host_id=host, boot_id=BOOT, seq=next(_seq), ts_ns=2, ts_wall=t + 1, provider="nettrail", probe="stats",
+        interval_s=3.0, cpu_time_s=0.01, cpu_total_s=0.5, cpu_percent=0.3, events=4, events_per_s=1.3, records=4,
+        stopped=True,  # the collector's last record: SIGTERM, Ctrl-C or --duration
+    )  # fmt: skip
+    assert other.ingest([left, last])["stored"] == 2
+    page.goto(f"{server.url}/alerts/?host={host}")
+    page.wait_for_selector("body[data-loaded='1']")
+    status = page.locator("#alerts tbody tr td.status").inner_text()
+    assert status.startswith("open, not followed since the collector stopped ")

@@ -15,7 +15,7 @@ from typing import Any
 from django.db.models import Exists, Max, OuterRef, Q, QuerySet, Subquery
 
 from webapp.dashboard.models import AlertAck
-from webapp.dashboard.tables import Alert, CollectorStatus
+from webapp.dashboard.tables import Alert, CollectorStats, CollectorStatus
 
 
 def latest(qs: QuerySet[Any]) -> QuerySet[Any]:
@@ -72,18 +72,31 @@ def history(alert_ids: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def unfollowed(rows: list[Any]) -> dict[int, float]:
-    """Open alerts no engine follows any more -> when their host's collector started
-    afresh after their newest version. A restart's rule engine does not know the alerts of
-    the one before, so such an alert keeps its last version for good; a start with
-    ``untraced_ns`` null is a fresh one (a swap of programs sets it and keeps the engine)."""
+def unfollowed(rows: list[Any]) -> dict[int, tuple[str, float]]:
+    """Open alerts no engine follows any more -> (why, when): the first time after their
+    newest version that their host's collector stopped ("stopped": a collector_stats
+    marked ``stopped``) or started afresh ("restarted": a collector_status with
+    ``untraced_ns`` null; a swap of programs sets it and keeps the engine). A restart's
+    rule engine does not know the alerts of the one before, and a stopped one none at
+    all, so such an alert keeps its last version for good. A collector killed outright
+    says nothing until the next one starts."""
     open_rows = [a for a in rows if a.status == "open"]
     if not open_rows:
         return {}
-    starts = dict(
-        CollectorStatus.objects.filter(host_id__in={a.host_id for a in open_rows}, untraced_ns__isnull=True)
-        .values("host_id")
-        .annotate(t=Max("ts_wall"))
-        .values_list("host_id", "t")
-    )
-    return {a.pk: starts[a.host_id] for a in open_rows if a.host_id in starts and starts[a.host_id] > a.ts_wall}
+    since: dict[str, float] = {}
+    for a in open_rows:
+        since[a.host_id] = min(a.ts_wall, since.get(a.host_id, a.ts_wall))
+    ends: dict[str, list[tuple[float, str]]] = {}
+    for host, t in since.items():
+        starts = CollectorStatus.objects.filter(host_id=host, untraced_ns__isnull=True, ts_wall__gt=t)
+        stops = CollectorStats.objects.filter(host_id=host, stopped=True, ts_wall__gt=t)
+        ends[host] = sorted(
+            [(when, "restarted") for when in starts.values_list("ts_wall", flat=True)]
+            + [(when, "stopped") for when in stops.values_list("ts_wall", flat=True)]
+        )
+    out: dict[int, tuple[str, float]] = {}
+    for a in open_rows:
+        later = next(((why, when) for when, why in ends[a.host_id] if when > a.ts_wall), None)
+        if later is not None:
+            out[a.pk] = later
+    return out

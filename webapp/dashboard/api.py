@@ -329,10 +329,12 @@ def _ack_of(a: Any) -> AlertAck | None:
 
 
 def _alert_json(
-    a: Any, history: dict[str, dict[str, Any]] | None = None, unfollowed: dict[int, float] | None = None
+    a: Any, history: dict[str, dict[str, Any]] | None = None, unfollowed: dict[int, tuple[str, float]] | None = None
 ) -> dict[str, Any]:
     ack = _ack_of(a)
     past = (history or {}).get(a.alert_id) if a.alert_id else None
+    # open, but its collector stopped or restarted since its last version: nothing follows it now
+    unfollowed_because, unfollowed_since = (unfollowed or {}).get(a.pk, (None, None))
     return {
         "id": a.pk,
         "host_id": a.host_id,
@@ -357,8 +359,8 @@ def _alert_json(
         "first": past["first"] if past else None,
         "worst": past["worst"] if past else None,
         "versions": past["versions"] if past else 1,
-        # open, but its collector restarted since its last version: nothing follows it now
-        "unfollowed_since": (unfollowed or {}).get(a.pk),
+        "unfollowed_since": unfollowed_since,
+        "unfollowed_because": unfollowed_because,  # "stopped" or "restarted"
     }
 
 

@@ -83,9 +83,9 @@
     document.body.dataset.loaded = "1";
   }
 
-  // An open alert whose collector restarted since its last version: no engine follows it now.
+  // An open alert whose collector stopped or restarted since its last version: no engine follows it now.
   function status(a) {
-    return a.unfollowed_since ? `open, not followed since the collector restarted ${NT.datetime(a.unfollowed_since)}` : a.status;
+    return a.unfollowed_since ? `open, not followed since the collector ${a.unfollowed_because} ${NT.datetime(a.unfollowed_since)}` : a.status;
   }
 
   form.addEventListener("submit", (ev) => { ev.preventDefault(); load(); });

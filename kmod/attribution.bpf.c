@@ -43,8 +43,8 @@ static __always_inline void user_call(const struct sock *sk, int ret, int flags,
 			return;
 		if (cfg.providers & (NT_PROV_SKB | NT_PROV_SKB_LIFE))
 			port_owner_note(sk);
-		if (cfg.providers & NT_PROV_UDP)
-			udp_call(sk, ret, req == PRU_SEND, hook_call(task)); /* start() notes the owner */
+		if (cfg.providers & (NT_PROV_UDP | NT_PROV_UDP_CALLS))
+			udp_call(sk, ret, req == PRU_SEND, hook_call(task)); /* attribute() notes the owner */
 		return;
 	}
 	if (proto != IPPROTO_TCP)

@@ -212,14 +212,14 @@ static __always_inline struct nt_event *start(struct nt_header *h, const struct 
 	return e;
 }
 
-static __always_inline void port_owner_note(const struct sock *sk)
+static __always_inline void port_owner_set(__u16 port, __u32 netns)
 {
 	struct nt_listen_key k = {};
 	struct nt_owner cur = {};
 	struct nt_owner *old;
 
-	k.port = BPF_CORE_READ(sk, __sk_common.skc_num);
-	k.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+	k.port = port;
+	k.netns = netns;
 	if (!k.port)
 		return;
 	owner_from_current(&cur);
@@ -228,6 +228,11 @@ static __always_inline void port_owner_note(const struct sock *sk)
 		return;
 	cur.first_ns = bpf_ktime_get_ns();
 	bpf_map_update_elem(&port_owners, &k, &cur, BPF_ANY);
+}
+
+static __always_inline void port_owner_note(const struct sock *sk)
+{
+	port_owner_set(BPF_CORE_READ(sk, __sk_common.skc_num), BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum));
 }
 
 /* The owner as recorded, if it is the current thread already: the cheap answer for

@@ -136,6 +136,24 @@ NT_MAP struct {
 	__type(value, struct nt_closed);
 } closed SEC(".maps");
 
+/* The address an unconnected UDP socket's call sends to or received from, by thread
+ * (pid_tgid), as the cgroup sock_addr programs saw it (udp_peer.bpf.c), until the call's
+ * sock_send_length / sock_recv_length takes it (udp_call, udp.bpf.h). */
+struct nt_udp_peer {
+	__u64 cookie; /* the socket's: a stale entry of another socket is not taken */
+	__u8 addr[NT_ADDR_LEN];
+	__u16 port; /* host order */
+	__u16 family;
+	__u32 _pad;
+};
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64);
+	__type(value, struct nt_udp_peer);
+} udp_peers SEC(".maps");
+
 /* UDP senders by (netns, local port): a datagram dropped at the receiver has no
  * socket, but its source port names the sending socket on this host. */
 NT_MAP struct {

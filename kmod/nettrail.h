@@ -51,6 +51,7 @@ enum nt_attribution { NT_ATTR_NONE = 0, NT_ATTR_CURRENT = 1, NT_ATTR_OWNER = 2 }
 #define NT_PROV_IP 0x20
 #define NT_PROV_SKB_LIFE 0x40 /* skb lifecycles; NT_PROV_SKB alone is drops only (always-on mode) */
 #define NT_PROV_IP_FLOWS 0x80 /* exact per-flow ip counters (map ip_flows); NT_PROV_IP: a record per packet */
+#define NT_PROV_UDP_CALLS 0x100 /* udp's always-on mode: the call records only (NT_PROV_UDP adds the device's) */
 
 /* Filters and settings fixed at load time: the only member of .rodata (`cfg`). */
 struct nt_config {

@@ -122,14 +122,37 @@ static __always_inline void udp_packet(const struct sk_buff *skb, const struct s
 	submit(e);
 }
 
-/* A send/recv call on a UDP socket: bytes or -errno, in the caller's context. */
+/* An unconnected socket's call: the peer the cgroup sock_addr hooks saw it name
+ * (udp_peer.bpf.c), if this thread's last one was on this socket. Taken once. */
+static __always_inline void udp_call_peer(struct nt_header *h)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct nt_udp_peer *p = bpf_map_lookup_elem(&udp_peers, &pid_tgid);
+
+	if (!p)
+		return;
+	if (p->cookie == h->cookie && p->family == h->family) {
+		h->dport = p->port;
+		__builtin_memcpy(h->daddr, p->addr, NT_ADDR_LEN);
+	}
+	bpf_map_delete_elem(&udp_peers, &pid_tgid);
+}
+
+/* A send/recv call on a UDP socket: bytes or -errno, in the caller's context, local
+ * first; the remote end from the socket (connected) or the call (udp_call_peer). */
 static __always_inline void udp_call(const struct sock *sk, int ret, __u8 dir, __u8 task)
 {
 	struct nt_header h = {};
-	struct nt_event *e = start(&h, sk, NT_EV_UDP, task);
+	struct nt_event *e;
 
-	if (!e)
+	h.cookie = cookie_of(sk);
+	fill_flow(&h, sk);
+	if (!h.dport)
+		udp_call_peer(&h);
+	attribute(&h, NT_EV_UDP, task);
+	if (!pass(&h) || !(e = reserve(NT_EV_UDP)))
 		return;
+	__builtin_memcpy(&e->hdr, &h, sizeof(h));
 	__builtin_memset(&e->udp, 0, sizeof(e->udp));
 	e->udp.ret = ret;
 	e->udp.direction = dir;

@@ -37,7 +37,7 @@ def test_every_provider_loads_with_the_variant_of_this_kernels_prototypes_and_na
     assert s.failed == {}
     # only the optional attribution hooks may be missing on the kernels nettrail runs on
     assert set(s.absent) <= loader.OPTIONAL_ATTRIBUTION
-    assert coverage["attached"] == sorted(tp for tp in loader.program_names(s.opts) if tp not in s.absent)
+    assert coverage["attached"] == sorted(tp for tp in s.program_names() if tp not in s.absent)
     # Debian's kernels and this host's: task context from the preempt count, without the
     # softirq hooks (x86: through the runqueue, per-CPU offsets from BTF; core_fixes.bpf.h)
     assert loader.context_source(s.opts) == (

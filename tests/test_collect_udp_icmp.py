@@ -3,7 +3,8 @@ A connected UDP socket sends to a closed port: the first datagram goes out and a
 unreachable comes back; the kernel hands that error to the next send, which fails with
 ECONNREFUSED having sent nothing. Only datagrams are `udp_datagram` records: the ICMP reply is
 an `ip_packet` of protocol ICMP, the failed call a `sock_event` `send-error`, and a call on
-an unconnected socket has no remote end (null, not 0.0.0.0 port 0). Counts against the
+an unconnected socket names the address it sent to (the cgroup sendmsg hook,
+kmod/udp_peer.bpf.c), its local end the socket's (0.0.0.0 / :: unbound). Counts against the
 namespace's own SNMP counters. Keep in sync with translators/udp.py (translate_failed_call)."""
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ def test_a_port_unreachable_is_an_icmp_packet_and_the_failed_send_a_send_error(f
     )
     any_addr = "0.0.0.0" if family == socket.AF_INET else "::"
     calls = sorted((r.probe, r.src, r.sport, r.dst, r.dport, r.bytes) for r in datagrams if r.bytes is not None)
-    assert calls == sorted([("send", host, sport, host, PORT, 100)] * 2 + [("send", any_addr, other, None, None, 50)])
+    assert calls == sorted(
+        [("send", host, sport, host, PORT, 100)] * 2 + [("send", any_addr, other, host, OTHER_PORT, 50)]
+    )
     errors = [r for r in records if isinstance(r, SockEvent)]
     assert [(r.probe, r.proto, r.rc, r.sk_err, r.sport, r.dport) for r in errors] == [
         ("send-error", "udp", -errno.ECONNREFUSED, errno.ECONNREFUSED, sport, PORT)

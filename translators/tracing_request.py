@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-PROVIDER_NAMES = ("tcp", "siftr", "tcpdebug", "ip", "udp", "skb", "skb-lifecycle", "ip-flows")
+PROVIDER_NAMES = ("tcp", "siftr", "tcpdebug", "ip", "udp", "skb", "skb-lifecycle", "ip-flows", "udp-calls")
 MAX_SKB_SAMPLE = 1 << 20  # one buffer in a million: beyond that a sample says nothing
 
 

@@ -72,6 +72,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "bpf_program__set_autoload": (c_int, [c_void_p, ctypes.c_bool]),
     "bpf_program__autoload": (ctypes.c_bool, [c_void_p]),
     "bpf_program__attach": (c_void_p, [c_void_p]),
+    "bpf_program__attach_cgroup": (c_void_p, [c_void_p, c_int]),
     "bpf_program__fd": (c_int, [c_void_p]),
     "bpf_link__destroy": (c_int, [c_void_p]),
     "bpf_map__name": (c_char_p, [c_void_p]),

@@ -24,12 +24,13 @@ from typing import Any, cast
 
 import numpy as np
 
-from collector.bpf import btf, build, layout, libbpf, settle, tracepoints, variants
+from collector.bpf import btf, build, cgroup, layout, libbpf, settle, tracepoints, variants
 from collector.bpf.ringbuf import RingReader
 from translators.tracing_request import PROVIDER_NAMES
 
 # "skb" is drops only (the always-on mode); "skb-lifecycle" follows every buffer (and its drops).
 # "ip-flows" is ip's always-on mode: exact per-flow counters, a record only per sampled packet.
+# "udp-calls" is udp's: the send and receive calls' records, without the device's per packet.
 PROVIDERS = PROVIDER_NAMES
 PROVIDER_BITS = {
     "tcp": layout.PROV_TCP,
@@ -40,6 +41,7 @@ PROVIDER_BITS = {
     "ip": layout.PROV_IP,
     "skb-lifecycle": layout.PROV_SKB_LIFE,
     "ip-flows": layout.PROV_IP_FLOWS,
+    "udp-calls": layout.PROV_UDP_CALLS,
 }
 ALWAYS: frozenset[str] = frozenset(PROVIDERS)
 # program (= tracepoint) -> providers that need it. The attribution programs are
@@ -60,7 +62,7 @@ PROGRAMS: dict[str, frozenset[str]] = {
     "tcp_receive_reset": frozenset({"tcp"}),
     "tcp_cong_state_set": frozenset({"tcp"}),
     "tcp_probe": frozenset({"siftr", "tcpdebug"}),
-    "net_dev_queue": frozenset({"siftr", "tcpdebug", "ip", "ip-flows", "udp", "skb", "skb-lifecycle"}),  # skb: UDP
+    "net_dev_queue": frozenset({"siftr", "tcpdebug", "ip", "ip-flows", "udp", "skb-lifecycle"}),
     "netif_receive_skb": frozenset({"ip", "ip-flows", "udp", "skb-lifecycle"}),
     "napi_gro_receive_entry": frozenset({"skb-lifecycle"}),  # receive entry hooks: lifetimes start there
     "netif_rx_entry": frozenset({"skb-lifecycle"}),
@@ -70,8 +72,24 @@ PROGRAMS: dict[str, frozenset[str]] = {
     "skb_copy_datagram_iovec": frozenset({"skb-lifecycle"}),
     "consume_skb": frozenset({"skb-lifecycle"}),
     "kfree_skb": frozenset({"tcpdebug", "skb", "skb-lifecycle"}),
-    "udp_fail_queue_rcv_skb": frozenset({"udp"}),
+    "udp_fail_queue_rcv_skb": frozenset({"udp", "udp-calls"}),
+    # cgroup sock_addr programs, not tracepoints (kmod/udp_peer.bpf.c): they run for UDP
+    # calls only, for the peer of an unconnected socket's call and the sender of a datagram
+    # before it leaves (which the skb provider's drops are attributed to)
+    "udp_sendmsg4": frozenset({"udp", "udp-calls", "skb", "skb-lifecycle"}),
+    "udp_sendmsg6": frozenset({"udp", "udp-calls", "skb", "skb-lifecycle"}),
+    "udp_recvmsg4": frozenset({"udp", "udp-calls"}),
+    "udp_recvmsg6": frozenset({"udp", "udp-calls"}),
 }
+CGROUP_PROGRAMS = frozenset({"udp_sendmsg4", "udp_sendmsg6", "udp_recvmsg4", "udp_recvmsg6"})
+# Without the cgroup programs (no cgroup v2 hierarchy, or a kernel that refuses them), the
+# skb provider notes a UDP sender at net_dev_queue instead (a program on every packet sent),
+# and this is what the udp providers lose.
+CGROUP_FALLBACK = {"net_dev_queue": frozenset({"skb"})}
+CGROUP_LOSES = (
+    ("udp", "dst/dport of unconnected sockets' calls", "{why}"),
+    ("udp-calls", "dst/dport of unconnected sockets' calls", "{why}"),
+)
 # skb-lifecycle's intermediate stages (--skb-stages all): the receive entry hooks before
 # GRO and transmit start/done. They fire for every buffer, followed or not, so with sampled
 # lifecycles (--skb-sample N > 1) they are left out by default (--skb-stages ends): a
@@ -156,13 +174,32 @@ class Options:
     softirq_hooks: bool = False
 
 
-def program_names(opts: Options) -> list[str]:
-    """The programs these options need on this kernel, in PROGRAMS order (before its absences)."""
+def program_names(opts: Options, cgroup_programs: bool = True) -> list[str]:
+    """The programs these options need on this kernel, in PROGRAMS order (before its absences);
+    `cgroup_programs` False: without CGROUP_PROGRAMS, and with their fallback."""
     wanted = set(opts.providers)
     skip = SKB_STAGE_PROGRAMS if skb_stages(opts) == "ends" else frozenset()
     if context_source(opts) != "softirq hooks":
         skip |= set(CONTEXT_PROGRAMS)
-    return [name for name, needed_by in PROGRAMS.items() if needed_by & wanted and name not in skip]
+    if not cgroup_programs:
+        skip |= CGROUP_PROGRAMS
+
+    def needed_by(name: str) -> frozenset[str]:
+        return PROGRAMS[name] | (CGROUP_FALLBACK.get(name, frozenset()) if not cgroup_programs else frozenset())
+
+    return [name for name in PROGRAMS if needed_by(name) & wanted and name not in skip]
+
+
+def cgroup_unusable() -> str | None:
+    """Why the cgroup programs cannot run here, or None. Before 6.2 (no bpf_rdonly_cast:
+    the compat object) a cgroup program cannot read the socket behind its context, whose
+    namespace the skb provider's sender note needs; the call records that use the peers
+    came with 6.3 anyway."""
+    if not btf.kfunc_exists(variants.RDONLY_CAST):
+        return "a kernel before 6.2 (no bpf_rdonly_cast) cannot read a cgroup program's socket"
+    if cgroup.root() is None:
+        return "no cgroup v2 hierarchy is mounted"
+    return None
 
 
 def context_source(opts: Options) -> str:
@@ -252,6 +289,8 @@ class KernelSession:
         self.failed: dict[str, str] = {}  # tracepoint -> why its program did not attach
         self.choice = variants.Choice(variants.OBJECT, {}, ())
         self.degraded: tuple[tuple[str, str, str], ...] = ()  # (provider, field, why) this kernel cannot give
+        self.cgroup_why: str | None = None  # why the cgroup programs are left out (None: they are not)
+        self.cgroup_fd = -1  # the cgroup v2 root they attach to
         self.drop_reasons = btf.drop_reasons()
         self.rst_reasons = btf.rst_reasons()
         self.ncpus = self.lib.libbpf_num_possible_cpus()
@@ -260,7 +299,9 @@ class KernelSession:
     def open(self) -> None:
         # A program on a tracepoint this kernel lacks would fail the whole object's load:
         # leave it out and report it (H3); the attribution programs are not optional.
-        self.absent = tracepoints.absent(self.program_names())
+        if self.cgroup_why is None and CGROUP_PROGRAMS & set(self.program_names()):
+            self.cgroup_why = cgroup_unusable()
+        self.absent = tracepoints.absent(n for n in self.program_names() if n not in CGROUP_PROGRAMS)
         required = [n for n in self.absent if PROGRAMS[n] == ALWAYS and n not in OPTIONAL_ATTRIBUTION]
         if required:
             raise BpfError(f"this kernel has no tracepoint {', '.join(required)}: nettrail cannot attribute sockets")
@@ -268,6 +309,9 @@ class KernelSession:
         self.degraded = self.choice.degraded
         if context_source(self.opts) == "softirq hooks":  # what the softirq words cannot tell
             self.degraded += tuple((p, "ctx", CTX_FROM_HOOKS_LOSES) for p in self.opts.providers)
+        if self.cgroup_why is not None:
+            lost = ((p, what, why.format(why=self.cgroup_why)) for p, what, why in CGROUP_LOSES)
+            self.degraded += tuple(d for d in lost if d[0] in self.opts.providers)
         path = self.opts.object_path or build.ensure_built(self.choice.object_name)
         self.lib.take_messages()
         obj = self.lib.bpf_object__open_file(str(path).encode(), None)
@@ -302,7 +346,7 @@ class KernelSession:
     def _carry_attribution(self) -> None:
         """Take over the attribution maps of the session this one follows (same object only:
         another build's maps may be laid out otherwise)."""
-        before, self.carry_from = self.carry_from, None  # not kept: each swap would chain the last
+        before = self.carry_from  # dropped once loaded (prepare): each swap would chain the last
         if before is None or not before.obj or before.path != self.path:
             return
         for name in ATTRIBUTION_MAPS:
@@ -349,7 +393,10 @@ class KernelSession:
             self._attach_one(name)
 
     def _attach_one(self, name: str) -> None:
-        link = self.lib.bpf_program__attach(self._program(name))
+        if name in CGROUP_PROGRAMS:
+            link = self._attach_cgroup(name)
+        else:
+            link = self.lib.bpf_program__attach(self._program(name))
         if not link:
             err = ctypes.get_errno() or errno.EINVAL
             # Missing privileges or a broken attribution program stop tracing; any other
@@ -359,6 +406,21 @@ class KernelSession:
             self.failed[name] = _why(err)
             return
         self.links[name] = link
+
+    def _attach_cgroup(self, name: str) -> int | None:
+        """A cgroup program on the root of the cgroup v2 hierarchy (a link: it goes with
+        this process, and beside any other program there, never instead of it)."""
+        if self.cgroup_fd < 0:
+            path = cgroup.root()
+            if path is None:
+                ctypes.set_errno(errno.ENOENT)
+                return None
+            try:
+                self.cgroup_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+            except OSError as exc:
+                ctypes.set_errno(exc.errno or errno.EINVAL)
+                return None
+        return cast("int | None", self.lib.bpf_program__attach_cgroup(self._program(name), self.cgroup_fd))
 
     def _clear_softirq_cpus(self) -> None:
         """Every CPU's softirq word to 0: a detach can leave one at 1 (its entry seen, not its exit)."""
@@ -405,13 +467,28 @@ class KernelSession:
         if self.obj:
             self.lib.bpf_object__close(self.obj)
             self.obj = 0
+        if self.cgroup_fd >= 0:
+            os.close(self.cgroup_fd)
+            self.cgroup_fd = -1
 
     def prepare(self) -> None:
         """Open, configure and load (the verifier runs), nothing attached; closed on failure."""
         try:
-            self.open()
-            self.configure()
-            self.load()
+            try:
+                self.open()
+                self.configure()
+                self.load()
+            except BpfError as exc:
+                if self.cgroup_why is not None or not CGROUP_PROGRAMS & set(self.loaded_names()):
+                    raise
+                # a kernel that refuses the cgroup programs costs the peers of unconnected
+                # sockets' calls, not the rest (their fallback is loaded instead)
+                self.close()
+                self.cgroup_why = f"this kernel refused the cgroup programs ({exc})"
+                self.open()
+                self.configure()
+                self.load()
+            self.carry_from = None
             settle.ready()  # detach() waits with it: made here, where a failure is said at once
         except OSError as exc:
             self.close()
@@ -434,7 +511,7 @@ class KernelSession:
 
     # -- queries -------------------------------------------------------------------------
     def program_names(self) -> list[str]:
-        return program_names(self.opts)
+        return program_names(self.opts, self.cgroup_why is None)
 
     def loaded_names(self) -> list[str]:
         """The programs loaded: those the providers need on tracepoints this kernel has."""

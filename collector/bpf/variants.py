@@ -112,11 +112,21 @@ VARIANTS: dict[str, tuple[Variant, ...]] = {
 ABSENT_LOSES: dict[str, tuple[tuple[str, str, str], ...]] = {
     "sock_send_length": (
         ("udp", "udp_call.send", "no sock_send_length tracepoint (Linux 6.3+): no send call records"),
+        (
+            "udp-calls",
+            "udp_call.send",
+            "no sock_send_length tracepoint (Linux 6.3+): no send records (udp has its own)",
+        ),
         ("tcpdebug", "tcp_debug.user_send", "no sock_send_length tracepoint (Linux 6.3+): no SEND user requests"),
         ("tcp", "attribution", "no sock_send_length tracepoint: sockets attributed at connect/listen/close only"),
     ),
     "sock_recv_length": (
         ("udp", "udp_call.receive", "no sock_recv_length tracepoint (Linux 6.3+): no receive call records"),
+        (
+            "udp-calls",
+            "udp_call.receive",
+            "no sock_recv_length tracepoint (Linux 6.3+): no receive records (udp has its own)",
+        ),
         ("tcpdebug", "tcp_debug.user_rcvd", "no sock_recv_length tracepoint (Linux 6.3+): no RCVD user requests"),
         ("skb-lifecycle", "skb_lifecycle.read", "no sock_recv_length tracepoint: reads end at skb_copy_datagram_iovec"),
     ),

@@ -22,7 +22,8 @@ from translators.records import CollectorStatus
 TCP = frozenset({"tcp"})
 SAMPLES = frozenset({"siftr", "tcpdebug"})
 DROPS = frozenset({"skb", "skb-lifecycle"})
-UDP = frozenset({"udp"})
+UDP = frozenset({"udp"})  # per-packet datagram counts: the device's records
+UDP_ANY = frozenset({"udp", "udp-calls"})  # what both modes load
 STACK = "stack counters"  # not a tracepoint: /proc/net/netstat, read unless --no-stack-counters
 
 
@@ -83,7 +84,7 @@ RULE_INPUTS: dict[str, tuple[Input, ...]] = {
     "K10": (STATES,),
     "K11": (
         DROPPED,
-        _one(UDP, "udp_fail_queue_rcv_skb", "UDP queueing failures", "queueing failures (udp_fail_queue_rcv_skb)"),
+        _one(UDP_ANY, "udp_fail_queue_rcv_skb", "UDP queueing failures", "queueing failures (udp_fail_queue_rcv_skb)"),
         _one(UDP, "netif_receive_skb", "UDP datagram counts", "the receive-buffer drop share (the rate still counts)"),
     ),
     "K12": (DROPPED,),

@@ -175,7 +175,7 @@ def test_nettrail_up_runs_sampled_lifecycles_by_default_and_the_variable_sets_n_
 
 def test_nettrail_providers_chooses_the_whole_set_and_a_bad_one_is_said(capsys: pytest.CaptureFixture[str]) -> None:
     sampled = ["--skb-sample", str(COLLECTOR_SKB_SAMPLE), "--skb-stages", "ends"]
-    assert collector_providers({"NETTRAIL_PROVIDERS": WITHIN_BUDGET}) == ["--providers", "tcp,skb"]
+    assert collector_providers({"NETTRAIL_PROVIDERS": WITHIN_BUDGET}) == ["--providers", "tcp,skb,udp-calls"]
     # skb-lifecycle in it is sampled as in the default set, and NETTRAIL_SKB_SAMPLE still sets N
     assert collector_providers({"NETTRAIL_PROVIDERS": " tcp, skb-lifecycle ,tcp"}) == [
         "--providers", "tcp,skb-lifecycle", *sampled,

@@ -11,7 +11,7 @@ when the ``collect`` command exists, ``nettrail collect --server URL --token-fil
 --skb-stages ends`` (sampled buffer lifecycles: $NETTRAIL_SKB_SAMPLE=N follows one buffer in N
 instead, 1 every buffer, 0 none; each followed buffer's first sighting, copy and end, and
 $NETTRAIL_SKB_STAGES=all adds its receive entry and transmit stages; $NETTRAIL_PROVIDERS
-chooses the whole provider set, e.g. tcp,skb, the set within the 3% always-on budget;
+chooses the whole provider set, e.g. tcp,skb,udp-calls, the set within the 3% always-on budget;
 --providers-from-server: staff may change the set from the dashboard's Status page, and the
 collector follows it) as a root child (F: ``collector.token`` in the data directory, mode 0600, owned by root;
 a token on the command line would be visible to every local user in ``ps``). Ctrl-C / SIGTERM stop both:
@@ -89,8 +89,10 @@ COLLECTOR_PPL = 8
 # Following one buffer in 256, its ends only (below), adds 1.5-5% to the set's CPU per
 # byte of loopback TCP; the whole set costs 1.105-1.146 of untraced with lifecycles,
 # 1.088-1.094 without: over the 3% always-on budget (its tracepoints' dispatch alone is
-# 1.05), which only a set without per-packet hooks meets: WITHIN_BUDGET, 1.023-1.024
-# (docs/benchmarks.md, "Task context without the softirq hooks, and a set within the budget").
+# 1.05), which only a set without per-packet hooks meets: WITHIN_BUDGET, 1.009 with the
+# UDP page from the send and receive calls (docs/benchmarks.md, "udp-calls: the UDP page
+# without a program per packet"; udp in the default set costs what udp-calls does there,
+# since ip-flows runs the same hooks, and adds the device's view and exact counts).
 # NETTRAIL_PROVIDERS=a,b,... chooses the whole set instead (skb-lifecycle in it is sampled
 # as below). NETTRAIL_SKB_SAMPLE=N chooses another N (1: every buffer, the full tracing
 # switch), 0 turns lifecycles off. Sampled, only the stages a followed buffer cannot lose
@@ -100,7 +102,7 @@ COLLECTOR_PPL = 8
 # (the default with N = 1, full tracing unchanged).
 COLLECTOR_PROVIDERS = "tcp,siftr,skb,ip-flows,udp"  # without lifecycles (NETTRAIL_SKB_SAMPLE=0)
 COLLECTOR_SKB_SAMPLE = 256  # the default N, the one the benchmark measures
-WITHIN_BUDGET = "tcp,skb"  # states, retransmits, resets, drops: no per-packet program but attribution's
+WITHIN_BUDGET = "tcp,skb,udp-calls"  # states, retransmits, resets, drops, UDP calls: no program per packet
 PROVIDERS_ENV = "NETTRAIL_PROVIDERS"
 SKB_SAMPLE_ENV = "NETTRAIL_SKB_SAMPLE"
 SKB_STAGES_ENV = "NETTRAIL_SKB_STAGES"

@@ -73,8 +73,9 @@ def test_the_udp_page_says_the_provider_is_off_and_how_to_enable_it(server: Serv
     page.goto(f"{server.url}/udp/?host={HOST}")
     page.wait_for_function("document.body.dataset.loaded === '1'")
     assert page.locator("#udp-empty").inner_text() == (
-        "No UDP datagrams recorded. The udp provider is not enabled on panels-host (runs tcp, siftr): add udp to the "
-        "collector's --providers (nettrail collect --providers tcp,udp,…; nettrail up: NETTRAIL_PROVIDERS=tcp,udp,…), "
-        "or on the dashboard: Status, What it traces (staff; followed by a collector run with --providers-from-server, "
+        "No UDP datagrams recorded. The udp provider is not enabled on panels-host (runs tcp, siftr): add udp-calls "
+        "(its always-on mode: every send and receive call, with its peer) or udp (also every packet at the device, "
+        "costly) to the collector's --providers (nettrail collect --providers tcp,udp-calls,…; nettrail up: "
+        "NETTRAIL_PROVIDERS=tcp,udp-calls,…), or on the dashboard: Status, What it traces (staff; followed by a collector run with --providers-from-server, "
         "as nettrail up's is), to record UDP datagrams."
     )

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django.db.models import Count, Max, Min, Q, Sum
+from django.db.models import Count, Max, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from webapp.bus import health as bus_health
@@ -31,6 +31,7 @@ from webapp.dashboard import (
     selfhealth,
     stitch_match,
     time_wait,
+    udp_flows,
 )
 from webapp.dashboard.filterlang import INT64_MAX, FilterError
 from webapp.dashboard.models import AlertAck
@@ -269,18 +270,6 @@ def udp(request: HttpRequest) -> HttpResponse:
     qs = UdpDatagram.objects.all()
     if host:
         qs = qs.filter(host_id=host)
-    flows = (
-        qs.values("host_id", "src", "sport", "dst", "dport", "comm", "conn_uuid")
-        .annotate(
-            datagrams=Count("id"),
-            bytes=Sum("payload_length"),
-            errors=Count("id", filter=Q(error__isnull=False) & ~Q(error=0)),
-            icmp_errors=Count("id", filter=Q(icmp_error__isnull=False)),
-            first=Min("ts_wall"),
-            last=Max("ts_wall"),
-        )
-        .order_by("-last")[:UDP_LIMIT]
-    )
     socks = SockEvent.objects.filter(proto="udp")
     if host:
         socks = socks.filter(host_id=host)
@@ -291,10 +280,10 @@ def udp(request: HttpRequest) -> HttpResponse:
     )
     return JsonResponse(
         {
-            "flows": list(flows),
+            "flows": udp_flows.flows(qs, UDP_LIMIT),
             "socket_events": list(sock_rows),
             "hosts": host_names(),
-            "provider_off": selfhealth.provider_off("udp", host),
+            "provider_off": selfhealth.provider_off(("udp", "udp-calls"), host),
             "losses": page_losses.for_page("udp", host),
         }
     )

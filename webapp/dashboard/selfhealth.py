@@ -59,14 +59,16 @@ def newest_status(host: str, *fields: str) -> dict[str, Any] | None:
     return row
 
 
-def provider_off(provider: str, host: str | None = None) -> list[dict[str, Any]]:
-    """Hosts whose newest ``collector_status`` does not list ``provider``, with the
-    providers they run: an empty panel says why it is empty (issue 18 item 3)."""
+def provider_off(provider: str | tuple[str, ...], host: str | None = None) -> list[dict[str, Any]]:
+    """Hosts whose newest ``collector_status`` lists none of ``provider`` (one name, or
+    any of several: a provider and its always-on mode), with the providers they run: an
+    empty panel says why it is empty (issue 18 item 3)."""
+    wanted = {provider} if isinstance(provider, str) else set(provider)
     hosts = [host] if host else hosts_with_status()
     out = []
     for h in hosts:
         row = newest_status(h, "providers")
-        if row is not None and provider not in (row["providers"] or []):
+        if row is not None and not wanted & set(row["providers"] or []):
             out.append({"host_id": h, "providers": list(row["providers"] or [])})
     return out
 

@@ -29,7 +29,8 @@ PROVIDER_NOTES = {
     "skb": "drops with their reasons (always-on mode)",
     "siftr": "per-flow samples: cwnd, srtt, windows (rules K1, K6, K7, K13; the time-sequence graph)",
     "ip-flows": "exact per-flow IP counters",
-    "udp": "UDP datagrams (the UDP page)",
+    "udp": "UDP datagrams at the device and at each call, with exact per-flow counts (costly: a program on every packet)",
+    "udp-calls": "UDP datagrams at each send and receive call, with their peers (the UDP page; always-on mode)",
     "skb-lifecycle": "buffer lifecycles, one buffer in N followed (Buffers page)",
     "tcpdebug": "TCP debug records, every segment (costly)",
     "ip": "a record per IP packet (costly)",
@@ -37,7 +38,7 @@ PROVIDER_NOTES = {
 # Measured sets (docs/benchmarks.md, "Task context without the softirq hooks, and a set
 # within the budget"): CPU per byte of bulk loopback TCP against untraced.
 PRESETS = (
-    ("tcp,skb", "within the 3% always-on budget: 1.023-1.024 of untraced CPU per byte"),
+    ("tcp,skb,udp-calls", "within the 3% always-on budget: 1.009 of untraced CPU per byte"),
     ("tcp,siftr,skb,ip-flows,udp,skb-lifecycle", "nettrail up's default: 1.105-1.146 of untraced CPU per byte"),
 )
 

@@ -27,10 +27,10 @@
       return f.conn_uuid ? NT.linkRow(tr, NT.connHref(f)) : tr;
     }));
     if (!d.flows.length) {
-      // Say why the table is empty when a collector does not run the udp provider.
+      // Say why the table is empty when a collector runs neither udp nor udp-calls.
       const off = (d.provider_off || []).map((h) => `${h.host_id} (runs ${h.providers.join(", ") || "none"})`);
       const why = off.length
-        ? ` The udp provider is not enabled on ${off.join("; ")}: add udp to the collector's --providers (nettrail collect --providers tcp,udp,…; nettrail up: NETTRAIL_PROVIDERS=tcp,udp,…), or on the dashboard: Status, What it traces (staff; followed by a collector run with --providers-from-server, as nettrail up's is), to record UDP datagrams.`
+        ? ` The udp provider is not enabled on ${off.join("; ")}: add udp-calls (its always-on mode: every send and receive call, with its peer) or udp (also every packet at the device, costly) to the collector's --providers (nettrail collect --providers tcp,udp-calls,…; nettrail up: NETTRAIL_PROVIDERS=tcp,udp-calls,…), or on the dashboard: Status, What it traces (staff; followed by a collector run with --providers-from-server, as nettrail up's is), to record UDP datagrams.`
         : "";
       tbody.append(el("tr", {}, el("td", { colspan: 10, class: "muted wrap", id: "udp-empty", text: "No UDP datagrams recorded." + why })));
     }

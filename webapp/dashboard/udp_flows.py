@@ -1,0 +1,66 @@
+"""The UDP page's flows: one row per host, source, destination and process, each datagram once.
+
+A datagram may be recorded up to four times: at the sender's device and the receiver's
+(the udp provider's per-packet records, source first) and at the send and receive calls
+(udp and udp-calls, local first). A receive call's record is turned round here into the
+datagram's direction (its peer is the source), so that every row reads source ->
+destination. Within a row the device's and the calls' counts, sent or received, are views
+of the same datagrams (on loopback one host sends and receives each), so the largest is
+taken, never a sum. The payload is the device's UDP payload or the bytes the calls
+moved, of the same view.
+Keep in sync with: translators/udp.py (which records carry what), js/udp.js.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, Max, Min, Q, QuerySet, Sum
+
+CALL_HOOKS = ("tp_btf/sock_send_length", "tp_btf/sock_recv_length")
+GROUP = ("host_id", "src", "sport", "dst", "dport", "comm", "conn_uuid", "probe", "hook")
+
+
+def flows(qs: QuerySet[Any], limit: int) -> list[dict[str, Any]]:
+    """The newest `limit` flows of the UdpDatagram rows in `qs`."""
+    groups = (
+        qs.values(*GROUP)
+        .annotate(
+            datagrams=Count("id"),
+            payload=Sum("payload_length"),
+            moved=Sum("bytes"),
+            errors=Count("id", filter=Q(error__isnull=False) & ~Q(error=0)),
+            icmp_errors=Count("id", filter=Q(icmp_error__isnull=False)),
+            first=Min("ts_wall"),
+            last=Max("ts_wall"),
+        )
+        .order_by("-last")[: 4 * limit]
+    )
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for g in groups:
+        call = g["hook"] in CALL_HOOKS
+        src, sport, dst, dport = g["src"], g["sport"], g["dst"], g["dport"]
+        if call and g["probe"] == "receive":  # local first: the peer sent it
+            src, sport, dst, dport = dst, dport, src, sport
+        key = (g["host_id"], src, sport, dst, dport, g["comm"], g["conn_uuid"])
+        row = rows.setdefault(
+            key,
+            {
+                "host_id": g["host_id"], "src": src, "sport": sport, "dst": dst, "dport": dport, "comm": g["comm"],
+                "conn_uuid": g["conn_uuid"], "views": {}, "errors": 0, "icmp_errors": 0, "first": g["first"],
+                "last": g["last"],
+            },
+        )  # fmt: skip
+        view = row["views"].setdefault((g["probe"], call), [0, 0])
+        view[0] += g["datagrams"]
+        view[1] += (g["moved"] if call else g["payload"]) or 0
+        row["errors"] += g["errors"]
+        row["icmp_errors"] += g["icmp_errors"]
+        row["first"] = min(row["first"], g["first"])
+        row["last"] = max(row["last"], g["last"])
+    out = []
+    for row in rows.values():
+        datagrams, payload = max(row.pop("views").values())  # the view that saw most (then most bytes)
+        out.append({**row, "datagrams": datagrams, "bytes": payload})
+    out.sort(key=lambda r: r["last"], reverse=True)
+    return out[:limit]

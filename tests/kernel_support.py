@@ -177,7 +177,8 @@ def attached_tracepoints(session: KernelSession) -> set[str]:
 
     ids = set(session.program_ids().values())
     out = subprocess.run(["bpftool", "-j", "link", "list"], capture_output=True, text=True, check=True).stdout
-    return {str(link["tp_name"]) for link in json.loads(out or "[]") if link.get("prog_id") in ids}
+    links = json.loads(out or "[]")  # cgroup links (the UDP peer programs) name no tracepoint
+    return {str(link["tp_name"]) for link in links if link.get("prog_id") in ids and "tp_name" in link}
 
 
 def my_comm() -> str:

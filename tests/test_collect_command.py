@@ -44,7 +44,7 @@ def test_it_says_in_one_line_what_it_needs_when_run_as_an_ordinary_user() -> Non
     [
         (
             ["--providers", "tcp,mbuf"],
-            "--providers: unknown mbuf; choose from tcp, siftr, tcpdebug, ip, udp, skb, skb-lifecycle, ip-flows",
+            "--providers: unknown mbuf; choose from tcp, siftr, tcpdebug, ip, udp, skb, skb-lifecycle, ip-flows, udp-calls",
         ),
         (["--filter", "port=99999"], "bad filter 'port=99999': port must be 1-65535"),
         (["--filter", "host=1"], "bad filter 'host=1': use pid=N, port=N, addr=IP, cgroup=ID or netns=INODE"),

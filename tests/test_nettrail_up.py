@@ -483,8 +483,12 @@ def wait_for_status(data_dir: Path, providers: list[str], origin: str) -> tuple[
 
 
 def udp_datagrams(data_dir: Path, dport: int) -> dict[str, int]:
-    """udp_datagram records to `dport` by probe (send, receive)."""
-    query = "SELECT probe, count(*) FROM traces_udpdatagram WHERE dport = ? GROUP BY probe"
+    """udp_datagram records to `dport` by probe (send, receive) and where: the device's, or
+    a call's ("send call": the sendto's destination, from the cgroup sendmsg hook)."""
+    query = (
+        "SELECT probe || CASE WHEN hook LIKE '%sock_%_length' THEN ' call' ELSE '' END, count(*) "
+        "FROM traces_udpdatagram WHERE dport = ? GROUP BY 1"
+    )
     with sqlite3.connect(f"file:{data_dir / 'nettrail.sqlite3'}?mode=ro", uri=True) as db:
         return dict(db.execute(query, (dport,)).fetchall())
 
@@ -509,11 +513,12 @@ def test_staff_change_what_the_local_collector_traces_from_the_dashboard(data_di
         assert statuses == 2 and untraced_ns is not None and untraced_ns > 0
         send_udp(closed, 5)
         for _ in range(120):  # at most 60 s for the sink's batches
-            if sum(udp_datagrams(data_dir, closed).values()) >= 10:
+            if sum(udp_datagrams(data_dir, closed).values()) >= 15:
                 break
             time.sleep(0.5)
-        # the five sent after the swap, each sent and received on loopback; none of the three before
-        assert udp_datagrams(data_dir, closed) == {"send": 5, "receive": 5}
+        # the five sent after the swap, each sent and received on loopback and each a send
+        # call; none of the three before
+        assert udp_datagrams(data_dir, closed) == {"send": 5, "receive": 5, "send call": 5}
         page = http.get(f"http://127.0.0.1:{port}/status/tracing/?host={host}", timeout=10).text
         assert "set by admin" in page  # what runs is the collector_status checked above
         answer = tracing_form(http, port, host, {"own": ""})

@@ -85,3 +85,16 @@ def test_more_sent_than_received_shows_the_sends(client: Client) -> None:
         + [record("receive", False, B, A, "client", 50) for _ in range(1)]  # three lost on the way
     )
     assert rows(client) == [("10.0.0.1", 5000, "10.0.0.2", 53, "client", 4, 200)]
+
+
+def test_an_unbound_senders_calls_join_the_devices_row_that_names_its_address(client: Client) -> None:
+    unbound = ("0.0.0.0", 5000)
+    store_batch(
+        [record("send", True, unbound, B, "client", 70) for _ in range(2)]  # the call: local 0.0.0.0
+        + [record("send", False, A, B, "client", 70) for _ in range(2)]  # the device: the route's source
+        + [record("send", True, unbound, ("10.0.0.9", 53), "client", 5)]  # no device row to join
+    )
+    assert rows(client) == sorted(
+        [("10.0.0.1", 5000, "10.0.0.2", 53, "client", 2, 140), ("0.0.0.0", 5000, "10.0.0.9", 53, "client", 1, 5)],
+        key=str,
+    )

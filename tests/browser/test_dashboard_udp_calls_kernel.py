@@ -2,9 +2,7 @@
 NETTRAIL_PROVIDERS suggestion), on real traffic: a collector (eBPF, root) traces a network
 namespace of the test's own and ships to the webapp; datagrams to a closed port and an
 exchange with a server are on the UDP page with both ends' addresses and processes,
-each datagram once: the sender's view and the reader's of one flow are rows of their
-own, each end named as its socket names itself (an unbound socket's local address is
-0.0.0.0: the route picks the source below the call)."""
+each datagram once, a row per socket."""
 
 from __future__ import annotations
 
@@ -56,7 +54,7 @@ def test_the_udp_page_names_both_ends_of_each_flow_from_the_calls(
             cli.close()
             srv.close()
             deadline = time.monotonic() + WARMUP_S
-            want = 5  # client -> closed; client -> server and server -> client, each seen by both ends
+            want = 5  # client -> closed; client -> server and back, each by its sender and its reader
             while len([f for f in flows(server, cookies) if sport in (f["sport"], f["dport"])]) < want:
                 assert col.proc.poll() is None, col.log()
                 assert time.monotonic() < deadline, (flows(server, cookies), col.log())
@@ -66,20 +64,28 @@ def test_the_udp_page_names_both_ends_of_each_flow_from_the_calls(
         for f in flows(server, cookies)
         if sport in (f["sport"], f["dport"])
     )
-    client, comm = f"127.0.0.1:{sport}", "python"
     knocked = sum(5 * (i + 1) for i in range(TO_CLOSED))
+    # a row per socket (the rows of one flow's sender and reader stay apart, each naming
+    # the ends as its socket does: the unbound client's local address is 0.0.0.0, nothing
+    # on a call names the source the route chose), each datagram once
+    client = f"127.0.0.1:{sport}"
     assert got == sorted(
         [
-            (f"0.0.0.0:{sport}", f"127.0.0.1:{CLOSED}", comm, TO_CLOSED, knocked),  # sent unbound: local 0.0.0.0
-            (f"0.0.0.0:{sport}", f"127.0.0.1:{OPEN}", comm, EXCHANGED, 10 * EXCHANGED),
-            (client, f"127.0.0.1:{OPEN}", comm, EXCHANGED, 10 * EXCHANGED),  # the server's reads, turned round
-            (f"127.0.0.1:{OPEN}", client, comm, EXCHANGED, 10 * EXCHANGED),  # the server's answers
-            (f"127.0.0.1:{OPEN}", f"0.0.0.0:{sport}", comm, EXCHANGED, 10 * EXCHANGED),  # the client's reads
+            (f"0.0.0.0:{sport}", f"127.0.0.1:{CLOSED}", "python", TO_CLOSED, knocked),
+            (f"0.0.0.0:{sport}", f"127.0.0.1:{OPEN}", "python", EXCHANGED, 10 * EXCHANGED),  # the client's sends
+            (client, f"127.0.0.1:{OPEN}", "python", EXCHANGED, 10 * EXCHANGED),  # the server's reads, turned round
+            (f"127.0.0.1:{OPEN}", client, "python", EXCHANGED, 10 * EXCHANGED),  # the server's answers
+            (f"127.0.0.1:{OPEN}", f"0.0.0.0:{sport}", "python", EXCHANGED, 10 * EXCHANGED),  # the client's reads
         ]
     ), got
     page.goto(f"{server.url}/udp/?host={HOST}")
     page.wait_for_selector("body[data-loaded='1']")
     row = page.locator("#flows tbody tr", has_text=f"127.0.0.1:{CLOSED}").first
     cells = row.locator("td").all_inner_texts()
-    assert (cells[1], cells[2], cells[3], cells[4]) == (f"0.0.0.0:{sport}", f"127.0.0.1:{CLOSED}", comm, str(TO_CLOSED))
+    assert (cells[1], cells[2], cells[3], cells[4]) == (
+        f"0.0.0.0:{sport}",
+        f"127.0.0.1:{CLOSED}",
+        "python",
+        str(TO_CLOSED),
+    )
     screenshot(page, "udp-calls")

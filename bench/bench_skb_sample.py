@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from bpf_stats import per_program  # noqa: E402
-from cpu_cost import CHUNK, Contender, Worker, measure, quartiles, veth_pair  # noqa: E402
+from cpu_cost import CHUNK, Contender, Worker, measure, veth_pair  # noqa: E402
+from cpu_cost import ratio_table as cpu_ratio_table  # noqa: E402
 from doc_section import write_section  # noqa: E402
 from toggled import PHASE, TRAFFIC_CPU, pinned_toggled, ratio_rows  # noqa: E402
 
@@ -148,21 +149,8 @@ def cost_lines(cs: list[Contender], args: argparse.Namespace, load: str, user_sh
 
 
 def ratio_table(cs: list[Contender]) -> list[str]:
-    base = cs[0]
     up = next(c for c in cs if c.name == UP_NAME)
-    out = [
-        "| contender | CPU per byte (median of its blocks) | ratio to untraced (median) | quartiles | blocks "
-        "| to the set without lifecycles |",
-        "|---|---|---|---|---|---|",
-        f"| untraced | {statistics.median(base.costs):.3f} ns | 1.000 | – | {len(base.costs)} | – |",
-    ]
-    for c in cs[1:]:
-        lo, med, hi = quartiles(c.ratios)
-        out.append(
-            f"| {c.name} | {statistics.median(c.costs):.3f} ns | {med:.3f} | {lo:.3f} – {hi:.3f} | {len(c.ratios)} "
-            f"| {to_up(c, up):.3f} |"
-        )
-    return out
+    return cpu_ratio_table(cs, ("to the set without lifecycles", lambda c: f"{to_up(c, up):.3f}"))
 
 
 def stats_table(cs: list[Contender], args: argparse.Namespace) -> list[str]:

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from bpf_stats import per_program  # noqa: E402
-from cpu_cost import Contender, Worker, measure, quartiles  # noqa: E402
+from cpu_cost import Contender, Worker, measure, quartiles, ratio_table  # noqa: E402
 from doc_section import write_section  # noqa: E402
 
 from collector.bpf.loader import Options  # noqa: E402
@@ -63,15 +63,8 @@ def lines(cs: list[Contender], args: argparse.Namespace, load: str, user_share: 
         f"--ppl {COLLECTOR_PPL} and no filter, as `nettrail up` does; the thread spent {user_share:.0%} of its CPU "
         "in user space.",
         "",
-        "| contender | CPU per byte (median) | ratio to untraced (median) | quartiles | blocks |",
-        "|---|---|---|---|---|",
-        f"| untraced | {statistics.median(base.costs):.3f} ns | 1.000 | – | {len(base.costs)} |",
+        *ratio_table(cs),
     ]
-    for c in cs[1:]:
-        lo, m, hi = quartiles(c.ratios)
-        out.append(
-            f"| {c.name} | {statistics.median(c.costs):.3f} ns | {m:.3f} | {lo:.3f} – {hi:.3f} | {len(c.ratios)} |"
-        )
     untraced = statistics.median(base.costs)
     out += [
         "",

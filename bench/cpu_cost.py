@@ -24,7 +24,7 @@ import statistics
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
@@ -228,3 +228,23 @@ def delta(after: dict[str, tuple[int, int]], before: dict[str, tuple[int, int]])
 def quartiles(values: list[float]) -> tuple[float, float, float]:
     q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
     return q[0], statistics.median(values), q[2]
+
+
+def ratio_table(cs: list[Contender], extra: tuple[str, Callable[[Contender], str]] | None = None) -> list[str]:
+    """The contenders' markdown table: CPU per byte, median ratio to untraced (cs[0]) with
+    its quartiles, blocks; `extra`: (header, cell of a contender) as a last column."""
+    head, cell = extra if extra else ("", lambda c: "")
+    more = f" | {head}" if extra else ""
+    base = cs[0]
+    out = [
+        f"| contender | CPU per byte (median of its blocks) | ratio to untraced (median) | quartiles | blocks{more} |",
+        "|---|---|---|---|---|" + ("---|" if extra else ""),
+        f"| untraced | {statistics.median(base.costs):.3f} ns | 1.000 | – | {len(base.costs)}{' | –' if extra else ''} |",
+    ]
+    for c in cs[1:]:
+        lo, med, hi = quartiles(c.ratios)
+        tail = f" | {cell(c)}" if extra else ""
+        out.append(
+            f"| {c.name} | {statistics.median(c.costs):.3f} ns | {med:.3f} | {lo:.3f} – {hi:.3f} | {len(c.ratios)}{tail} |"
+        )
+    return out

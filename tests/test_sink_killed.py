@@ -47,7 +47,7 @@ CHILD = textwrap.dedent(
 
 
 @pytest.fixture
-def stub() -> Iterator[IngestStub]:
+def stub() -> Iterator[IngestStub]:  # as tests/test_sink_http.py's
     server = IngestStub()
     server.start()
     yield server

@@ -8,6 +8,7 @@ own SNMP counters."""
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +123,21 @@ def test_the_first_datagram_of_a_socket_dropped_in_its_send_keeps_its_sender() -
         "owner-map",
         "python",
     )
+
+
+def test_cgroup_programs_that_will_not_attach_cost_only_the_peers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A directory that is no cgroup: the cgroup programs do not attach (EBADF here; a
+    container that keeps the hierarchy's root from us says EPERM, taken the same way), which
+    is said (failed) and costs the peers of unconnected calls, not the tracing."""
+    monkeypatch.setenv("NETTRAIL_CGROUP2", str(tmp_path))
+    with netns_lab() as ns, tracing(("udp-calls",), netns=ns.inode) as cap:
+        if "sock_send_length" in cap.session.absent:
+            pytest.skip("no call records before Linux 6.3")
+        assert set(cap.session.failed) == set(loader.CGROUP_PROGRAMS)
+        with ns.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+            tx.sendto(b"still", ("127.0.0.1", 9))
+            sport = tx.getsockname()[1]
+        records = cap.settle(quiet=0.5)
+    assert calls(records, sport) == [("send", "0.0.0.0", sport, None, None, 5, "tp_btf/sock_send_length")]

@@ -400,8 +400,10 @@ class KernelSession:
         if not link:
             err = ctypes.get_errno() or errno.EINVAL
             # Missing privileges or a broken attribution program stop tracing; any other
-            # program that will not attach costs only the rules that need it (H3).
-            if err in (errno.EPERM, errno.EACCES) or PROGRAMS[name] == ALWAYS:
+            # program that will not attach costs only the rules that need it (H3), and a
+            # cgroup program (a container may keep the hierarchy's root from us, EPERM
+            # included) the peers of unconnected sockets' calls.
+            if (err in (errno.EPERM, errno.EACCES) and name not in CGROUP_PROGRAMS) or PROGRAMS[name] == ALWAYS:
                 raise BpfError(f"failed to attach {name}: {_why(err)}")
             self.failed[name] = _why(err)
             return

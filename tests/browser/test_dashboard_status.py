@@ -38,6 +38,7 @@ def test_the_status_page_shows_attach_coverage_cpu_and_sampling(server: Server, 
     page.wait_for_selector("body[data-loaded='1']")
     panel = page.locator(f"section.host-status[data-host='{HOST}']")
     assert panel.locator("h2").inner_text() == f"Collector on {HOST}"
+    assert panel.locator("[data-item='Stopped']").count() == 0  # its last record is not a stop
     summary = dict(
         zip(panel.locator(".summary dt").all_inner_texts(), panel.locator(".summary dd").all_inner_texts(), strict=True)
     )
@@ -152,3 +153,19 @@ def test_the_connection_page_shows_the_sampling_ratio_beside_cwnd_and_srtt(
     titles = page.locator(".chart-grid .u-title").all_inner_texts()
     assert titles[:2] == ["cwnd and ssthresh, segments × MSS (sampled 1 in 6.0)", "srtt and rttvar (sampled 1 in 6.0)"]
     assert page.evaluate(PAINTED, ["chart-cwnd", "#0b5cad"]) > 20
+
+
+def test_a_collector_that_stopped_says_so_in_its_panel(server: Server, page: Any) -> None:
+    """Its last collector_stats says stopped (SIGTERM, Ctrl-C, --duration; not a swap)."""
+    from translators.records import CollectorStats
+
+    host = "stopped-status-host"
+    other = Server(server.url, server.make_token(host), server.data_dir)
+    batch = records(host)
+    stats = [r for r in batch if isinstance(r, CollectorStats)]
+    last = msgspec.structs.replace(stats[-1], seq=20_000, ts_wall=stats[-1].ts_wall + 10, stopped=True)
+    assert other.ingest([*batch, last])["stored"] == len(batch) + 1
+    page.goto(f"{server.url}/status/?host={host}")
+    page.wait_for_selector("body[data-loaded='1']")
+    item = page.locator(f"section.host-status[data-host='{host}'] [data-item='Stopped'] dd")
+    assert item.inner_text().endswith("(SIGTERM, Ctrl-C or --duration): not tracing since")

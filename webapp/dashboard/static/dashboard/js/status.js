@@ -34,6 +34,8 @@
       ["Sampling", sampling], ["Stack counters", s.stack_counters === null || s.stack_counters === undefined ? "–" : (s.stack_counters ? "read" : "off")],
       ["CPU", last.cpu_percent === undefined ? "–" : `${num(last.cpu_percent, 2)} % of one CPU`],
       ["Events/s", last.events_per_s === undefined ? "–" : num(last.events_per_s)], ["Memory", bytes(last.rss_bytes)],
+      // its last record said it stopped (not a swap): nothing is traced on this host since
+      ...(last.stopped ? [["Stopped", `${datetime(last.ts_wall)} (SIGTERM, Ctrl-C or --duration): not tracing since`]] : []),
     ];
     return el("dl", { class: "summary" }, ...items.map(([k, v]) => el("div", { dataset: { item: k } }, el("dt", { text: k }), el("dd", { text: v }))));
   }

@@ -360,6 +360,29 @@ def test_the_udp_view_names_the_hosts_whose_collector_runs_no_udp_provider(clien
     assert client.get("/api/dash/udp", {"host": OTHER}).json()["provider_off"] == []
 
 
+def test_the_udp_view_says_what_a_hosts_udp_provider_cannot_give_there(client: Client) -> None:
+    """collector_status `degraded` of udp / udp-calls (a host without a cgroup v2 hierarchy:
+    no destinations for unconnected sockets' calls); another provider's is not the page's."""
+    from translators.records import CollectorStatus
+
+    why = "no cgroup v2 hierarchy is mounted"
+    store_batch([
+        CollectorStatus(
+            host_id=HOST, boot_id=BOOT, seq=next(_seq), ts_ns=1, ts_wall=30.0, provider="nettrail", probe="status",
+            providers=["tcp", "udp-calls"], attached={},
+            degraded={"udp-calls": {"dst/dport of unconnected sockets' calls": why}, "tcp": {"tcp_reset.reason": "x"}},
+        ),
+        CollectorStatus(
+            host_id=OTHER, boot_id=BOOT, seq=next(_seq), ts_ns=1, ts_wall=30.0, provider="nettrail", probe="status",
+            providers=["tcp"], attached={}, degraded={"udp-calls": {"stale": "not running it"}},
+        ),
+    ])  # fmt: skip
+    assert client.get("/api/dash/udp").json()["degraded"] == [
+        {"host_id": HOST, "provider": "udp-calls", "what": "dst/dport of unconnected sockets' calls", "why": why}
+    ]
+    assert client.get("/api/dash/udp", {"host": OTHER}).json()["degraded"] == []
+
+
 def test_nettrails_own_connections_are_hidden_unless_asked_for(
     client: Client, cast: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

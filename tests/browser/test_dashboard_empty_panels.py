@@ -79,3 +79,24 @@ def test_the_udp_page_says_the_provider_is_off_and_how_to_enable_it(server: Serv
         "NETTRAIL_PROVIDERS=tcp,udp-calls,…), or on the dashboard: Status, What it traces (staff; followed by a collector run with --providers-from-server, "
         "as nettrail up's is), to record UDP datagrams."
     )
+
+
+def test_the_udp_page_says_what_a_hosts_udp_provider_cannot_give(server: Server, page: Any) -> None:
+    """A host whose collector runs udp-calls without a cgroup v2 hierarchy: its unconnected
+    sockets' calls have no destination, and the page says why above the table."""
+    host = "udp-degraded-host"
+    other = Server(server.url, server.make_token(host), server.data_dir)
+    why = "no cgroup v2 hierarchy is mounted"
+    status = CollectorStatus(
+        host_id=host, boot_id=BOOT, seq=next(_seq), ts_ns=1, ts_wall=time.time(), provider="nettrail", probe="status",
+        providers=["tcp", "udp-calls"], attached={}, degraded={"udp-calls": {"dst/dport of unconnected sockets' calls": why}},
+    )  # fmt: skip
+    assert other.ingest([status])["stored"] == 1
+    page.goto(f"{server.url}/udp/?host={host}")
+    page.wait_for_function("document.body.dataset.loaded === '1'")
+    assert page.locator("#udp-degraded li").inner_text() == (
+        f"{host}: udp-calls dst/dport of unconnected sockets' calls: {why}"
+    )
+    page.goto(f"{server.url}/udp/?host={HOST}")  # runs tcp and siftr: nothing to say of udp
+    page.wait_for_function("document.body.dataset.loaded === '1'")
+    assert page.locator("#udp-degraded").count() == 0

@@ -284,6 +284,7 @@ def udp(request: HttpRequest) -> HttpResponse:
             "socket_events": list(sock_rows),
             "hosts": host_names(),
             "provider_off": selfhealth.provider_off(("udp", "udp-calls"), host),
+            "degraded": selfhealth.provider_degraded(("udp", "udp-calls"), host),
             "losses": page_losses.for_page("udp", host),
         }
     )

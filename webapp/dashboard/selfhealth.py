@@ -73,6 +73,22 @@ def provider_off(provider: str | tuple[str, ...], host: str | None = None) -> li
     return out
 
 
+def provider_degraded(providers: tuple[str, ...], host: str | None = None) -> list[dict[str, Any]]:
+    """[{host_id, provider, what, why}]: what the hosts' newest ``collector_status`` says
+    these providers cannot give on that kernel or host (its ``degraded``), for the pages
+    whose records lack it (e.g. the UDP page's destinations without the cgroup programs)."""
+    out = []
+    for h in [host] if host else hosts_with_status():
+        row = newest_status(h, "providers", "degraded")
+        if row is None:
+            continue
+        for provider in providers:
+            if provider in (row["providers"] or []):
+                for what, why in sorted((row["degraded"] or {}).get(provider, {}).items()):
+                    out.append({"host_id": h, "provider": provider, "what": what, "why": why})
+    return out
+
+
 def lifecycle_sampling(host: str | None = None) -> list[dict[str, Any]]:
     """Per host running skb-lifecycle: one buffer in how many its collector follows
     (``collector_status.skb_sample``) and the newest exact counts beside it (the

@@ -56,15 +56,15 @@ def main(argv: list[str] | None = None) -> int:
             assert len(stub.received) == n
             return time.perf_counter() - t0
 
-        writes = (held.HeldLedger.note, held.HeldLedger.in_flight)
+        writes = (held.HeldLedger.note, held.HeldLedger.hold)
         with_ledger, without = [], []
         for r in range(args.rounds):
             with_ledger.append(through_sink(Path(tmp) / f"live{r}"))
-            held.HeldLedger.note = held.HeldLedger.in_flight = lambda *a: None  # type: ignore[method-assign,assignment]
+            held.HeldLedger.note = held.HeldLedger.hold = lambda *a: None  # type: ignore[method-assign,assignment]
             try:
                 without.append(through_sink(Path(tmp) / f"bare{r}"))
             finally:
-                held.HeldLedger.note, held.HeldLedger.in_flight = writes  # type: ignore[method-assign]
+                held.HeldLedger.note, held.HeldLedger.hold = writes  # type: ignore[method-assign]
         live, bare = statistics.median(with_ledger), statistics.median(without)
 
         session = requests.Session()

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 from ingest_stub import TOKEN, IngestStub, make_records
 
@@ -83,7 +84,7 @@ def test_a_killed_sinks_pending_records_are_counted_and_its_batch_in_flight_is_s
     stub.stall = 0.0
     with caplog.at_level(logging.ERROR, logger="nettrail.sink.http"):
         sink = HttpSink(stub.url, TOKEN, spool, batch_size=IN_FLIGHT, flush_interval=0.01, retry_interval=0.02)
-    assert f"holding {IN_FLIGHT + PENDING} records in memory: {PENDING} lost, {IN_FLIGHT} in flight" in caplog.text
+    assert f"holding {IN_FLIGHT + PENDING} records in memory: {PENDING} lost, {IN_FLIGHT} spooled again" in caplog.text
     written = IN_FLIGHT + PENDING + AFTER
     sink.write(make_records(IN_FLIGHT + PENDING, AFTER))
     sink.close()
@@ -124,7 +125,7 @@ def test_a_torn_batch_in_flight_counts_as_lost(tmp_path: Path, stub: IngestStub)
     spool.mkdir()
     # a ledger whose process is gone (pid 0 never names a user process) and whose batch's
     # bytes were cut short
-    (spool / "held-dead.ledger").write_bytes(held.LEDGER.pack(held.MAGIC, 0, 1, 7, 3))
+    (spool / "held-dead.ledger").write_bytes(held.LEDGER.pack(held.MAGIC, 0, 1, 7, 3, 0))
     (spool / "held-dead.inflight").write_bytes(b"\x93\xa1")
     sink = HttpSink(stub.url, TOKEN, spool, batch_size=10, flush_interval=0.01)
     sink.close()
@@ -132,10 +133,25 @@ def test_a_torn_batch_in_flight_counts_as_lost(tmp_path: Path, stub: IngestStub)
     assert stub.requests == 0
 
 
+def test_a_chunk_killed_inside_its_spooling_is_spooled_again_not_counted_lost(tmp_path: Path, stub: IngestStub) -> None:
+    """write()'s overflow (a slow request holds the sender) spools a chunk with an fsync; a
+    kill inside it left the chunk neither surely spooled nor lost: held in its own slot, it
+    is spooled again (stored once) and only the pending records count as lost."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    chunk = msgspec.msgpack.encode(make_records(0, 10))
+    (spool / "held-dead.ledger").write_bytes(held.LEDGER.pack(held.MAGIC, 0, 1, 5, 0, 10))
+    (spool / "held-dead.overflow").write_bytes(chunk)
+    sink = HttpSink(stub.url, TOKEN, spool, batch_size=10, flush_interval=0.01)
+    sink.close()
+    assert sink.take_killed() == 5
+    assert stub.stored == list(range(10))
+
+
 def test_the_killed_records_become_one_loss_report(tmp_path: Path, stub: IngestStub) -> None:
     spool = tmp_path / "spool"
     spool.mkdir()
-    (spool / "held-dead.ledger").write_bytes(held.LEDGER.pack(held.MAGIC, 0, 1, 42, 0))
+    (spool / "held-dead.ledger").write_bytes(held.LEDGER.pack(held.MAGIC, 0, 1, 42, 0, 0))
     sink = HttpSink(stub.url, TOKEN, spool, batch_size=10, flush_interval=0.01)
 
     class Numbered:

@@ -1,19 +1,24 @@
 """What an HTTP sink holds in memory, kept on disk so that a collector killed outright is counted.
 
 A sink's records wait in memory until they are sent or spooled: those pending (written,
-not yet cut into a batch or waiting behind the batch in flight) and the batch in flight
-(posted, no answer yet). SIGTERM and Ctrl-C ship or spool them; SIGKILL (or the OOM
-killer) ends the process with them. So each sink keeps, beside its spool:
+not yet cut into a batch or waiting behind the batch in flight), the batch in flight
+(posted, no answer yet) and, while a slow request holds the sender, a chunk on its way
+to the spool (write()'s overflow, inside the spool's fsync). SIGTERM and Ctrl-C ship or
+spool them; SIGKILL (or the OOM killer) ends the process with them. So each sink keeps,
+beside its spool:
 
-    <spool>/held-<token>.ledger    pid, process start time, records pending, records in flight
+    <spool>/held-<token>.ledger    pid, process start time, records pending, in each slot
     <spool>/held-<token>.inflight  the batch in flight (MessagePack, as posted)
+    <spool>/held-<token>.overflow  the chunk being spooled
 
 rewritten in place at every change (no fsync: a killed process's writes are in the page
 cache; a machine that crashes loses the cache, and with it nothing this ledger could
-count). The next sink on the spool claims the ledgers whose process is gone: the batch
-in flight goes back into the spool (the server is idempotent on (host, boot, seq), so it
-is stored once whether or not its answer was lost), the pending records are reported as
-lost (HttpSink.killed_records, a loss_report `killed`). A clean close removes its files.
+count). A slot's bytes are written before the count that says they are there. The next
+sink on the spool claims the ledgers whose process is gone: each slot's records go back
+into the spool (the server is idempotent on (host, boot, seq), so they are stored once
+whether or not an answer was lost or the chunk's own append finished), the pending
+records are reported as lost (HttpSink.killed_records, a loss_report `killed`). A clean
+close removes its files.
 
 Keep in sync with: collector/sinks/http.py (the only user) and docs/collector-sinks.md.
 """
@@ -30,18 +35,20 @@ from pathlib import Path
 log = logging.getLogger("nettrail.sink.held")
 
 MAGIC = b"NTHL"
-LEDGER = struct.Struct("<4sIQQQ")  # magic, pid, process start time (clock ticks), pending, in flight
+# magic, pid, process start time (clock ticks), records pending, records in each SLOTS
+LEDGER = struct.Struct("<4sIQQQQ")
 PREFIX = "held-"
+SLOTS = ("inflight", "overflow")  # the batch being posted; write()'s chunk being spooled
 
 
 @dataclass(frozen=True)
 class Claimed:
-    """What a killed sink held: `pending` records lost, and its batch in flight."""
+    """What a killed sink held: `pending` records lost, and per slot (count, its bytes;
+    None if its file is missing)."""
 
     pid: int
     pending: int
-    in_flight: int
-    payload: bytes | None  # the batch in flight as posted; None if its file is missing
+    slots: tuple[tuple[int, bytes | None], ...]
 
 
 def start_time(pid: int) -> int | None:
@@ -54,32 +61,32 @@ def start_time(pid: int) -> int | None:
 
 
 class HeldLedger:
-    """This sink's ledger: `note()` at every change, `close()` when nothing is held."""
+    """This sink's ledger: `hold()` a slot's bytes, `note()` the counts at every change,
+    `close()` when nothing is held."""
 
     def __init__(self, directory: Path) -> None:
-        self.dir = directory
         stem = f"{PREFIX}{secrets.token_hex(6)}"
         self.ledger_path = directory / f"{stem}.ledger"
-        self.inflight_path = directory / f"{stem}.inflight"
         self._pid = os.getpid()
         self._started = start_time(self._pid) or 0
         self._ledger = os.open(self.ledger_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        self._inflight = os.open(self.inflight_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        self.note(0, 0)
+        flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC
+        self._slots = {slot: os.open(self.ledger_path.with_suffix(f".{slot}"), flags, 0o600) for slot in SLOTS}
+        self.note(0, 0, 0)
 
-    def note(self, pending: int, in_flight: int) -> None:
-        os.pwrite(self._ledger, LEDGER.pack(MAGIC, self._pid, self._started, pending, in_flight), 0)
+    def note(self, pending: int, in_flight: int, overflow: int) -> None:
+        os.pwrite(self._ledger, LEDGER.pack(MAGIC, self._pid, self._started, pending, in_flight, overflow), 0)
 
-    def in_flight(self, payload: bytes) -> None:
-        """The batch about to be posted: its bytes first, so the ledger never counts a batch it cannot replay."""
-        os.pwrite(self._inflight, payload, 0)
-        os.ftruncate(self._inflight, len(payload))
+    def hold(self, slot: str, payload: bytes) -> None:
+        """A slot's bytes, before the count that says they are there (note)."""
+        fd = self._slots[slot]
+        os.pwrite(fd, payload, 0)
+        os.ftruncate(fd, len(payload))
 
     def close(self) -> None:
-        for fd in (self._ledger, self._inflight):
+        for fd in (self._ledger, *self._slots.values()):
             os.close(fd)
-        self.ledger_path.unlink(missing_ok=True)
-        self.inflight_path.unlink(missing_ok=True)
+        _remove(self.ledger_path)
 
 
 def claim(directory: Path) -> list[Claimed]:
@@ -97,20 +104,29 @@ def claim(directory: Path) -> list[Claimed]:
             log.error("unreadable sink ledger %s: what its collector held is unknown", path)
             _remove(path)
             continue
-        _, pid, started, pending, in_flight = LEDGER.unpack_from(raw)
+        _, pid, started, pending, *counts = LEDGER.unpack_from(raw)
         if start_time(pid) == started:
             log.warning("spool %s is also used by a running collector (pid %d)", directory, pid)
             continue
-        inflight = path.with_suffix(".inflight")
-        try:
-            payload: bytes | None = inflight.read_bytes() if in_flight else None
-        except OSError:
-            payload = None
-        found.append(Claimed(pid, pending, in_flight, payload))
+        found.append(
+            Claimed(
+                pid,
+                pending,
+                tuple((n, _read(path.with_suffix(f".{s}")) if n else None) for s, n in zip(SLOTS, counts, strict=True)),
+            )
+        )
         _remove(path)
     return found
 
 
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
 def _remove(ledger: Path) -> None:
     ledger.unlink(missing_ok=True)
-    ledger.with_suffix(".inflight").unlink(missing_ok=True)
+    for slot in SLOTS:
+        ledger.with_suffix(f".{slot}").unlink(missing_ok=True)

@@ -142,6 +142,7 @@ class HttpSink:
         self._backoff = retry_interval
         self._next_retry = 0.0
         self._in_flight = 0  # records of the batch being posted
+        self._overflowing = 0  # records of write()'s chunk being spooled
         self.killed_records = self._claim_killed()
         self._held = held.HeldLedger(self.spool.dir)
         self._has_spool = not self.spool.empty()
@@ -173,8 +174,14 @@ class HttpSink:
         while len(self._pending) > self.max_pending:
             chunk = self._pending[: self.batch_size]
             del self._pending[: self.batch_size]
-            self._to_spool(_encoder.encode(chunk), len(chunk))
+            payload = _encoder.encode(chunk)
+            # held while the spool's fsync runs: a kill then neither loses it nor counts it lost
+            self._held.hold("overflow", payload)
+            self._overflowing = len(chunk)
+            self._note_held()
+            self._to_spool(payload, len(chunk))
             self._handled += len(chunk)
+            self._overflowing = 0
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every written record was sent or spooled; False on timeout."""
@@ -240,7 +247,7 @@ class HttpSink:
                 closing = self._closing and not self._pending
             if chunk:
                 payload = _encoder.encode(chunk)
-                self._held.in_flight(payload)  # the bytes before the count that says they are there
+                self._held.hold("inflight", payload)  # the bytes before the count that says they are there
                 with self._cond:
                     self._in_flight = len(chunk)
                     self._note_held()
@@ -276,27 +283,31 @@ class HttpSink:
             self._cond.notify_all()
 
     def _note_held(self) -> None:
-        """The ledger's counts (under _cond): pending = written, neither handled nor in flight."""
-        self._held.note(self._accepted - self._handled - self._in_flight, self._in_flight)
+        """The ledger's counts (under _cond): pending = written, neither handled nor in a slot."""
+        held_apart = self._in_flight + self._overflowing
+        self._held.note(self._accepted - self._handled - held_apart, self._in_flight, self._overflowing)
 
     def _claim_killed(self) -> int:
-        """Before the first send: what collectors killed on this spool held. Their batches in
-        flight go back into the spool (replayed first, stored once); their pending records
-        were lost. Returns those."""
+        """Before the first send: what collectors killed on this spool held. Their slots (the
+        batch in flight, a chunk being spooled) go back into the spool (replayed first, stored
+        once); their pending records were lost, as were a slot's whose bytes do not decode to
+        its count. Returns those lost."""
         lost = 0
         for found in held.claim(self.spool.dir):
-            payload, in_flight = found.payload, found.in_flight
-            if in_flight and payload is not None and _batch_size(payload) == in_flight:
-                try:
-                    self.spool.append(payload, in_flight)
-                    in_flight = 0
-                except (SpoolError, OSError) as exc:
-                    log.error("cannot spool the batch a killed collector had in flight: %s", exc)
-            lost += found.pending + in_flight
+            held_n = respooled = 0
+            for count, payload in found.slots:
+                held_n += count
+                if count and payload is not None and _batch_size(payload) == count:
+                    try:
+                        self.spool.append(payload, count)
+                        respooled += count
+                    except (SpoolError, OSError) as exc:
+                        log.error("cannot spool a batch a killed collector held: %s", exc)
+            lost += found.pending + held_n - respooled
             log.error(
                 "the collector (pid %d) before this one was killed holding %d records in memory: %d lost, %d "
-                "in flight spooled again",
-                found.pid, found.pending + found.in_flight, found.pending + in_flight, found.in_flight - in_flight,
+                "spooled again",
+                found.pid, found.pending + held_n, found.pending + held_n - respooled, respooled,
             )  # fmt: skip
         return lost
 

@@ -259,21 +259,27 @@ const NT = (() => {
      page's kinds and of every kind lost on the way, at the top of the page, with the way
      to every loss (Status). Gone when there is none. */
   function lossNote(losses, heading = "The counts on this page are short by records lost on the way:") {
-    let note = document.getElementById("page-losses");
-    if (!losses || !losses.length) {
+    pageNote("page-losses", "Records lost", heading, (losses || []).map((l) => [l.host_id, `${num(l.lost)} ${l.what}`]),
+      el("p", {}, "Every loss of each host: ", el("a", { href: "/status/", text: "Status" }), "."));
+  }
+
+  /* A note at the top of the page (#id): a heading, then one line per [host, text]; gone
+     when there is none. */
+  function pageNote(id, label, heading, lines, ...tail) {
+    let note = document.getElementById(id);
+    if (!lines.length) {
       if (note) note.remove();
       return;
     }
     if (!note) {
-      note = el("section", { id: "page-losses", class: "panel page-losses", role: "note", "aria-label": "Records lost" });
+      note = el("section", { id, class: "panel page-losses", role: "note", "aria-label": label });
       const main = document.getElementById("main");
       main.insertBefore(note, main.querySelector("section") || null);
     }
     note.replaceChildren(
       el("p", { text: heading }),
-      el("ul", {}, ...losses.map((l) => el("li", {}, el("strong", { text: l.host_id }), `: ${num(l.lost)} ${l.what}`))),
-      el("p", {}, "Every loss of each host: ", el("a", { href: "/status/", text: "Status" }), "."));
+      el("ul", {}, ...lines.map(([host, text]) => el("li", {}, el("strong", { text: host }), `: ${text}`))), ...tail);
   }
 
-  return { pageData, fetchJSON, latest, el, num, bytes, duration, time, datetime, stamps, axisTime, endpoint, live, chart, linkRow, connHref, sevBadge, showError, lossNote, stageName };
+  return { pageData, fetchJSON, latest, el, num, bytes, duration, time, datetime, stamps, axisTime, endpoint, live, chart, linkRow, connHref, sevBadge, showError, lossNote, pageNote, stageName };
 })();

@@ -15,7 +15,10 @@
     let d;
     try { d = await fetchFlows("/api/dash/udp?" + p); } catch (e) { NT.showError(e.message); return; }
     NT.lossNote(d.losses);
-    degradedNote(d.degraded || []);
+    // what a host's collector says its udp provider cannot give there (collector_status
+    // degraded): a null destination or a missing record is then explained, not a mystery
+    NT.pageNote("udp-degraded", "What the collectors cannot record", "What the collectors cannot record here:",
+      (d.degraded || []).map((i) => [i.host_id, `${i.provider} ${i.what}: ${i.why}`]));
     const tbody = document.querySelector("#flows tbody");
     tbody.replaceChildren(...d.flows.map((f) => {
       const tr = el("tr", {},
@@ -39,24 +42,6 @@
       el("td", { text: s.host_id }), el("td", { text: s.probe }), el("td", { text: endpoint(s.src, s.sport) }),
       el("td", { text: s.comm || "–" }), el("td", { class: "num", text: num(s.events) }), el("td", { text: time(s.last) }))));
     document.body.dataset.loaded = "1";
-  }
-
-  // What a host's collector says its udp provider cannot give there (collector_status
-  // degraded): a null destination or a missing record is then explained, not a mystery.
-  function degradedNote(items) {
-    let note = document.getElementById("udp-degraded");
-    if (!items.length) {
-      if (note) note.remove();
-      return;
-    }
-    if (!note) {
-      note = el("section", { id: "udp-degraded", class: "panel page-losses", role: "note", "aria-label": "What the collectors cannot record" });
-      const main = document.getElementById("main");
-      main.insertBefore(note, main.querySelector("section") || null);
-    }
-    note.replaceChildren(
-      el("p", { text: "What the collectors cannot record here:" }),
-      el("ul", {}, ...items.map((i) => el("li", {}, el("strong", { text: i.host_id }), `: ${i.provider} ${i.what}: ${i.why}`))));
   }
 
   form.addEventListener("submit", (ev) => { ev.preventDefault(); load(); });

@@ -260,6 +260,14 @@ NT_MAP struct {
 	__type(value, struct nt_skb_sampling);
 } skb_sampling SEC(".maps");
 
+/* --skb-window: whether a window is open, written by the collector (nettrail.h) */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nt_skb_window);
+} skb_window SEC(".maps");
+
 /* inferred consumes (no tracepoint where TCP/UDP free a read buffer): per-task reads
  * awaiting their recvmsg's sock_recv_length, and per-port UDP arrival queues */
 NT_MAP struct {

@@ -68,7 +68,7 @@ struct nt_config {
 	__s32 preempt_from_rq;  /* in_task(): this CPU's preempt count, bytes from its struct rq; 0 = use the softirq words */
 	__u16 port;             /* 0 = any; local or remote port */
 	__u8 addr_family;       /* 0 = any, 2 = AF_INET, 10 = AF_INET6 */
-	__u8 _pad[1];
+	__u8 skb_windowed;      /* skb-lifecycle --skb-window: lifetimes start only while `skb_window` is open */
 	__u8 addr[NT_ADDR_LEN]; /* local or remote address (IPv4 in the first 4 bytes) */
 };
 
@@ -524,6 +524,14 @@ struct nt_skb_sampling {
 	__u64 sampled; /* of them, followed: one in each block of cfg.skb_sample on each CPU */
 	__u32 pick;    /* the followed one's place in the current block (random, chosen at its start) */
 	__u32 left;    /* lifetimes the current block still takes (a countdown: no division per buffer) */
+};
+
+/* Map `skb_window` value (--skb-window): nonzero between windows. The collector attaches
+ * skb-lifecycle's hooks for a window and detaches them after it; a hook another provider
+ * keeps attached (net_dev_queue for ip-flows) starts no lifetime while it is closed, so
+ * the counts beside the samples are those of the windows on every set of providers. */
+struct nt_skb_window {
+	__u32 closed;
 };
 
 /* Map `skb_reads` value: buffers skb_copy_datagram_iovec copied during this task's

@@ -195,12 +195,27 @@ static __always_inline bool skb_skipped_again(__u64 addr, __u64 head, bool rx, _
 	return true;
 }
 
+/* --skb-window: between windows no lifetime starts, nor is counted (the verifier drops
+ * this without the option) */
+static __always_inline bool skb_window_closed(void)
+{
+	struct nt_skb_window *w;
+	__u32 zero = 0;
+
+	if (!cfg.skb_windowed)
+		return false;
+	w = bpf_map_lookup_elem(&skb_window, &zero);
+	return !w || w->closed;
+}
+
 /* A lifetime starts: count it; is it its block's pick? (Every one is without sampling.) */
 static __always_inline bool skb_sample_pick(void)
 {
 	struct nt_skb_sampling *c;
 	__u32 zero = 0, n = cfg.skb_sample, pos;
 
+	if (skb_window_closed())
+		return false;
 	c = bpf_map_lookup_elem(&skb_sampling, &zero);
 	if (!c)
 		return false;

@@ -23,6 +23,7 @@ from collector.bpf import layout, loader
 from collector.bpf.kallsyms import kernel_symbols
 from collector.bpf.loader import Filters, KernelSession, Options
 from collector.bpf.source import KernelSource, wall_offset
+from collector.bpf.windows import WindowSpec
 from translators import kernel as kernel_translators
 from translators.kernel import KernelEnv
 from translators.records import Record, SkbEvent
@@ -107,6 +108,7 @@ def tracing(
     skb_sample: int = 1,
     skb_stages: str | None = None,
     softirq_hooks: bool = False,
+    skb_window: WindowSpec | None = None,
     **filters: object,
 ) -> Iterator[Capture]:
     """A loaded session; counts_every: seconds between FlowCounters/DropCount map reads;
@@ -121,6 +123,7 @@ def tracing(
         skb_sample=skb_sample,
         skb_stages=skb_stages,
         softirq_hooks=softirq_hooks,
+        skb_window=skb_window,
     )
     env = KernelEnv(
         host_id="test-host", boot_id="test-boot", wall_offset=wall_offset(), symbolize=kernel_symbols().symbolize

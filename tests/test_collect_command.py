@@ -53,6 +53,9 @@ def test_it_says_in_one_line_what_it_needs_when_run_as_an_ordinary_user() -> Non
         (["--ip-sample", "-1"], "--ip-sample must be 0 (counters only) or a positive N"),
         (["--ip-flows-max", "0"], "--ip-flows-max must be between 1 and 1048576"),
         (["--stats-interval", "0"], "--stats-interval must be positive"),
+        (["--skb-window", "0.2"], "--skb-window '0.2': use OPEN/EVERY in seconds, e.g. 0.25/5"),
+        (["--skb-window", "2/1"], "--skb-window '2/1': OPEN/EVERY in seconds with 0.05 <= OPEN < EVERY <= 3600"),
+        (["--skb-window", "a/b"], "--skb-window 'a/b': use OPEN/EVERY in seconds, e.g. 0.25/5"),
         (["--out", "x.csv"], "--out x.csv: the file name must end in .jsonl or .msgpack"),
         (
             ["--server", "http://127.0.0.1:1"],

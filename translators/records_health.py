@@ -47,6 +47,7 @@ class SamplingReport(Record, tag="sampling_report", kw_only=True):
     observed: Annotated[int, doc("events the kernel counted exactly in the window (packets, drops; skb_event: buffer lifetimes started)", brief=True)]
     emitted: Annotated[int, doc("records of event_type emitted for them in the window (skb_event: lifetimes followed, each several records)", brief=True)]
     ratio: Annotated[Float, doc("observed / emitted: one record per this many events; null when none was emitted", fmt="%.2f", brief=True)] = None
+    open_s: Annotated[Float, doc("skb_event with --skb-window: how long lifetimes could start within the window (its skb-lifecycle windows' open time); observed counts the lifetimes that started then; null: no windows", unit="s", fmt="%.3f")] = None
 
 
 class CollectorStatus(Record, tag="collector_status", kw_only=True):
@@ -67,6 +68,7 @@ class CollectorStatus(Record, tag="collector_status", kw_only=True):
     drop_rate: Annotated[Int, doc("skb: drop events per second per CPU (--drop-rate; 0: all)")] = None
     skb_sample: Annotated[Int, doc("skb-lifecycle: one buffer lifetime followed in this many (--skb-sample; 1: all; null: skb-lifecycle not chosen)")] = None
     skb_stages: Annotated[Str, doc("skb-lifecycle: the stages recorded (--skb-stages): 'all', or 'ends' (first sighting, copy to the reader and end only: no receive entry hook and no transmit start/done stage is recorded); null: skb-lifecycle not chosen", choices=("all", "ends"))] = None
+    skb_window: Annotated[Str, doc("skb-lifecycle: its per-buffer hooks attached OPEN seconds of every EVERY, as 'OPEN/EVERY' (--skb-window); null: always attached, or skb-lifecycle not chosen")] = None
     stack_counters: Annotated[Bool, doc("the TCP MIB counters of /proc/net are read (stack_counter records)")] = None
     providers_from: Annotated[Str, doc("who chose the providers: the collector's 'command line', or the 'dashboard' (its tracing request for this host, --providers-from-server)", choices=("command line", "dashboard"))] = None
     untraced_ns: Annotated[Int, doc("the programs were swapped for these (the dashboard changed the set): nothing was traced for this long between the old programs' detach and these programs' attach; null: a start", unit="ns")] = None

@@ -77,7 +77,7 @@ CONFIG: Fields = [
     ("preempt_from_rq", "<i4"),
     ("port", "<u2"),
     ("addr_family", "u1"),
-    ("_pad", "V1"),
+    ("skb_windowed", "u1"),
     ("addr", f"V{ADDR_LEN}"),
 ]
 SKB_SAMPLING: Fields = [("seen", "<u8"), ("sampled", "<u8"), ("pick", "<u4"), ("left", "<u4")]

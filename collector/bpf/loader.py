@@ -26,6 +26,7 @@ import numpy as np
 
 from collector.bpf import btf, build, cgroup, layout, libbpf, settle, tracepoints, variants
 from collector.bpf.ringbuf import RingReader
+from collector.bpf.windows import WindowSpec
 from translators.tracing_request import PROVIDER_NAMES
 
 # "skb" is drops only (the always-on mode); "skb-lifecycle" follows every buffer (and its drops).
@@ -100,6 +101,18 @@ SKB_STAGE_PROGRAMS = frozenset(
     {"napi_gro_receive_entry", "netif_rx_entry", "netif_receive_skb_entry", "net_dev_start_xmit", "net_dev_xmit"}
 )
 SKB_STAGES = ("all", "ends")
+# skb-lifecycle in windows (--skb-window, collector/bpf/windows.py): the hooks attached for
+# a window only, where no other chosen provider needs them (kfree_skb is skb's, whose drop
+# counts are exact; the cgroup programs run per call, not per buffer). First sightings go
+# last at a window's opening and first at its close, the later stages and ends after.
+WINDOW_START = (
+    "net_dev_queue",
+    "netif_receive_skb",
+    "napi_gro_receive_entry",
+    "netif_rx_entry",
+    "netif_receive_skb_entry",
+)
+WINDOW_END = ("net_dev_start_xmit", "net_dev_xmit", "skb_copy_datagram_iovec", "consume_skb")
 # in_task()'s state (kmod/context.bpf.c), attached first and in this order: see attach_programs
 CONTEXT_PROGRAMS = ("softirq_exit", "softirq_entry")
 # Where in_task() reads whether an event fired in task context (kmod/core_fixes.bpf.h):
@@ -169,6 +182,8 @@ class Options:
     # skb-lifecycle: "all" stages or "ends" only (SKB_STAGE_PROGRAMS left out); None:
     # "ends" when sampled (skb_sample > 1), "all" when every buffer is followed
     skb_stages: str | None = None
+    # skb-lifecycle's hooks attached only OPEN seconds of every EVERY (None: always)
+    skb_window: WindowSpec | None = None
     # in_task() from softirq_entry/exit even where the preempt count can be read (to test
     # and measure that fallback)
     softirq_hooks: bool = False
@@ -224,6 +239,11 @@ def skb_stages(opts: Options) -> str:
     return "ends" if opts.skb_sample > 1 else "all"
 
 
+def skb_window(opts: Options) -> WindowSpec | None:
+    """The windows skb-lifecycle runs in with these options (None: it is not chosen, or always on)."""
+    return opts.skb_window if "skb-lifecycle" in opts.providers else None
+
+
 def missing_privileges() -> str | None:
     """Why this process cannot load BPF programs, or None if it can."""
     try:
@@ -252,6 +272,7 @@ def config_bytes(opts: Options, drop_reasons: dict[int, str]) -> bytes:
     cfg["ppl"] = max(1, opts.ppl)
     cfg["ip_sample"] = max(0, opts.ip_sample)
     cfg["skb_sample"] = max(1, opts.skb_sample)
+    cfg["skb_windowed"] = 1 if skb_window(opts) else 0
     cfg["preempt_from_rq"] = btf.preempt_count_from_runqueue() if context_source(opts) == "runqueue" else 0
     cfg["providers"] = sum(PROVIDER_BITS[p] for p in opts.providers)
     mask = [0, 0]
@@ -389,8 +410,46 @@ class KernelSession:
             for name in context:
                 self._attach_one(name)
             self._synchronize()
-        for name in [n for n in names if n not in CONTEXT_PROGRAMS]:
+        windowed = set(self.window_names(WINDOW_START + WINDOW_END))
+        if skb_window(self.opts) is not None:  # shut until the source opens the first window
+            self._write_skb_window(closed=True)
+        for name in [n for n in names if n not in CONTEXT_PROGRAMS and n not in windowed]:
             self._attach_one(name)
+
+    def window_names(self, which: tuple[str, ...]) -> list[str]:
+        """The loaded programs among `which` that skb-lifecycle's windows attach and detach:
+        those no other chosen provider needs (none without --skb-window)."""
+        if skb_window(self.opts) is None:
+            return []
+        wanted = set(self.opts.providers)
+        return [n for n in self.loaded_names() if n in which and PROGRAMS[n] & wanted == {"skb-lifecycle"}]
+
+    def set_skb_window(self, state: str) -> None:
+        """skb-lifecycle's window (collector/bpf/windows.py): "open" attaches its end
+        hooks, lets lifetimes start (`skb_window`) and attaches its first-sighting hooks;
+        "closed" stops lifetimes starting and detaches the first-sighting hooks; "ended"
+        detaches the end hooks."""
+        if state == "open":
+            self._attach_missing(self.window_names(WINDOW_END))
+            self._write_skb_window(closed=False)
+            self._attach_missing(self.window_names(WINDOW_START))
+            return
+        if state == "closed":
+            self._write_skb_window(closed=True)
+        for name in self.window_names(WINDOW_START if state == "closed" else WINDOW_END):
+            link = self.links.pop(name, None)
+            if link is not None:
+                self.lib.bpf_link__destroy(link)
+
+    def _attach_missing(self, names: list[str]) -> None:
+        for name in names:
+            if name not in self.links:
+                self._attach_one(name)
+
+    def _write_skb_window(self, closed: bool) -> None:
+        key, value = ctypes.c_uint32(0), ctypes.c_uint32(1 if closed else 0)
+        if self.lib.bpf_map_update_elem(self._map_fd("skb_window"), ctypes.byref(key), ctypes.byref(value), 0) < 0:
+            raise BpfError(f"failed to write skb_window: {os.strerror(ctypes.get_errno())}")
 
     def _attach_one(self, name: str) -> None:
         if name in CGROUP_PROGRAMS:

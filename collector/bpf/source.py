@@ -22,7 +22,8 @@ import numpy as np
 
 from analysis.flows.live_summary import LiveSummaries
 from collector.bpf import layout
-from collector.bpf.loader import KernelSession
+from collector.bpf.loader import KernelSession, skb_window
+from collector.bpf.windows import SkbWindows
 from translators import kernel
 from translators.ip_flows import translate_ip_flow
 from translators.kernel import KernelEnv, KernelRecord, Raw, collector_envelope
@@ -111,6 +112,9 @@ class KernelSource:
         self.counter_records: list[KernelRecord] = []
         # skb-lifecycle's exact counts (lifetimes seen, followed), read with the maps
         self.skb_lifetimes = (0, 0)
+        # skb-lifecycle's windows (--skb-window), opened and closed by poll
+        spec = skb_window(session.opts)
+        self.skb_windows = SkbWindows(session, spec) if spec is not None else None
         # Zeek conn_state/history of each socket's summary, from the events before it
         self.summaries = LiveSummaries()
         self.next_flow = time.monotonic() + flow_interval
@@ -141,6 +145,8 @@ class KernelSource:
                 break
             out.extend(self.translate(raw))
         now = time.monotonic()
+        if self.skb_windows is not None and not final:
+            self.skb_windows.tick(now)
         if now >= self.next_wall:
             self.env.wall_offset = wall_offset()
             self.next_wall = now + WALL_RESAMPLE_S

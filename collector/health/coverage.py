@@ -175,6 +175,7 @@ def collector_status(
     drop_rate: int,
     skb_sample: int | None = None,
     skb_stages: str | None = None,
+    skb_window: str | None = None,
     lost: dict[str, dict[str, str]] | None = None,
     providers_from: str = "command line",
     untraced_ns: int | None = None,
@@ -192,5 +193,5 @@ def collector_status(
         missing_drop_reasons=[r for r in WATCHED_DROP_REASONS if r not in reasons],
         rules_unavailable=unavailable, rules_degraded=degraded, kernel_release=os.uname().release,
         ppl=ppl, ip_sample=ip_sample, drop_rate=drop_rate, skb_sample=skb_sample, skb_stages=skb_stages,
-        stack_counters=stack_counters, degraded=lost or {}, providers_from=providers_from, untraced_ns=untraced_ns,
+        skb_window=skb_window, stack_counters=stack_counters, degraded=lost or {}, providers_from=providers_from, untraced_ns=untraced_ns,
     )  # fmt: skip

@@ -10,8 +10,10 @@ collector/bpf/source.py (received, counter_records, next_flow).
 
 from __future__ import annotations
 
+import time
+
 from collector.bpf import layout
-from collector.bpf.loader import Options
+from collector.bpf.loader import Options, skb_window
 from collector.bpf.source import KernelSource
 from collector.health.overhead import DEFAULT_INTERVAL_S, OverheadMeter
 from collector.health.sampling import SamplingMeter
@@ -27,6 +29,7 @@ def sampling_meter(opts: Options) -> SamplingMeter:
         drop_rate=opts.drop_rate if chosen & {"skb", "skb-lifecycle"} else 0,
         ip_records="ip" in chosen,
         skb_sample=opts.skb_sample if "skb-lifecycle" in chosen else 1,
+        skb_window=skb_window(opts),
     )
 
 
@@ -38,6 +41,7 @@ class SelfHealth:
         self.overhead = OverheadMeter(lambda: source.received, stats_interval_s)
         self.drops_seen = int(source.received[layout.EV_SKB_DROP])
         self.lifetimes_seen = source.skb_lifetimes
+        self.open_seen = 0.0  # the source's windows' open time at the last poll
         self.next_flow = source.next_flow
 
     def add(self, records: list[KernelRecord], final: bool = False, stopping: bool = False) -> list[KernelRecord]:
@@ -48,7 +52,10 @@ class SelfHealth:
             drops = int(src.received[layout.EV_SKB_DROP])
             now = src.skb_lifetimes
             lifetimes = (now[0] - self.lifetimes_seen[0], now[1] - self.lifetimes_seen[1])
-            self.sampling.observe(src.counter_records, drops - self.drops_seen, lifetimes)
+            windows = src.skb_windows
+            open_now = windows.open_total(time.monotonic()) if windows is not None else 0.0
+            self.sampling.observe(src.counter_records, drops - self.drops_seen, lifetimes, open_now - self.open_seen)
+            self.open_seen = open_now
             self.drops_seen = drops
             self.lifetimes_seen = now
             if final or src.next_flow != self.next_flow:  # this poll read the exact counters: a window ends

@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from collector.bpf.windows import WindowSpec
 from translators.kernel import KernelEnv, KernelRecord, collector_envelope
 from translators.records import SamplingReport
 
@@ -39,7 +40,10 @@ def _get(rec: Any, name: str) -> Any:
 
 
 class SamplingMeter:
-    def __init__(self, ppl: int, ip_sample: int, drop_rate: int, ip_records: bool = False, skb_sample: int = 1) -> None:
+    def __init__(
+        self, ppl: int, ip_sample: int, drop_rate: int, ip_records: bool = False, skb_sample: int = 1,
+        skb_window: WindowSpec | None = None,
+    ) -> None:  # fmt: skip
         self.settings: dict[str, str] = {}
         if ppl > 1:
             self.settings["siftr_sample"] = f"ppl {ppl}"
@@ -47,8 +51,12 @@ class SamplingMeter:
             self.settings["ip_packet"] = f"ip-sample {ip_sample}"
         if drop_rate > 0:
             self.settings["skb_drop"] = f"drop-rate {drop_rate}/s per CPU"
-        if skb_sample > 1:
-            self.settings["skb_event"] = f"skb-sample {skb_sample}"
+        if skb_sample > 1 or skb_window is not None:
+            self.settings["skb_event"] = ", ".join(
+                [f"skb-sample {skb_sample}"] + ([f"skb-window {skb_window.arg()}"] if skb_window else [])
+            )
+        self.windowed = skb_window is not None
+        self.open_s = 0.0  # skb-lifecycle's windows' open time in this report window
         self.flows: dict[Any, tuple[int, int]] = {}  # flow -> (skbs, samples) last reported
         self.ip_entries: dict[Any, int] = {}  # ip_flows entry -> samples last reported
         self.observed = dict.fromkeys(self.settings, 0)
@@ -60,10 +68,13 @@ class SamplingMeter:
         return bool(self.settings)
 
     def observe(
-        self, counter_records: Iterable[KernelRecord], drop_events: int = 0, lifetimes: tuple[int, int] = (0, 0)
-    ) -> None:
-        """Fold one poll's counter records (and the drop events it read, and the buffer
-        lifetimes (seen, followed) the kernel counted since the last poll) into the window."""
+        self, counter_records: Iterable[KernelRecord], drop_events: int = 0, lifetimes: tuple[int, int] = (0, 0),
+        open_s: float = 0.0,
+    ) -> None:  # fmt: skip
+        """Fold one poll's counter records (and the drop events it read, the buffer
+        lifetimes (seen, followed) the kernel counted since the last poll and, with
+        --skb-window, the time its windows were open since) into the window."""
+        self.open_s += open_s
         if "skb_drop" in self.settings:
             self.emitted["skb_drop"] += drop_events
         if "skb_event" in self.settings:
@@ -120,8 +131,10 @@ class SamplingMeter:
                     observed=observed,
                     emitted=emitted,
                     ratio=round(observed / emitted, 4) if emitted else None,
+                    open_s=round(self.open_s, 6) if self.windowed and event_type == "skb_event" else None,
                 )  # fmt: skip
             )
+        self.open_s = 0.0
         self.observed = dict.fromkeys(self.settings, 0)
         self.emitted = dict.fromkeys(self.settings, 0)
         self.started = now

@@ -31,6 +31,7 @@ from collector.bpf.kallsyms import kernel_symbols
 from collector.bpf.loader import BpfError, KernelSession, Options
 from collector.bpf.source import KernelSource, wall_offset
 from collector.bpf.swap import COMMAND_LINE, Swap
+from collector.bpf.windows import parse_window
 from collector.health import coverage
 from collector.health.overhead import DEFAULT_INTERVAL_S
 from collector.health.reporter import SelfHealth
@@ -116,6 +117,14 @@ def register(subparsers: Any) -> None:
         "all with --skb-sample 1",
     )
     p.add_argument(
+        "--skb-window",
+        default=None,
+        metavar="OPEN/EVERY",
+        help="skb-lifecycle: attach its per-buffer hooks for OPEN seconds of every EVERY (e.g. 0.25/5), "
+        "so that lifecycles cost a share of their always-on price; the buffers seen in the windows are "
+        "counted exactly and the windows' open time is reported beside them (default: always attached)",
+    )
+    p.add_argument(
         "--ip-flows-max",
         type=int,
         default=loader.DEFAULT_IP_FLOWS_MAX,
@@ -182,6 +191,7 @@ def parse_options(args: argparse.Namespace) -> Options:
         ip_flows_max=args.ip_flows_max,
         skb_sample=args.skb_sample,
         skb_stages=args.skb_stages,
+        skb_window=parse_window(args.skb_window) if args.skb_window else None,
     )
 
 
@@ -402,6 +412,7 @@ def status_record(
         stack_counters=stack_counters, ppl=opts.ppl, ip_sample=opts.ip_sample, drop_rate=opts.drop_rate,
         skb_sample=opts.skb_sample if "skb-lifecycle" in opts.providers else None,
         skb_stages=loader.skb_stages(opts) if "skb-lifecycle" in opts.providers else None,
+        skb_window=window.arg() if (window := loader.skb_window(opts)) else None,
         lost=variants.by_provider(session.degraded), providers_from=origin, untraced_ns=untraced_ns,
     )  # fmt: skip
 

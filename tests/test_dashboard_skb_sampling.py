@@ -16,6 +16,7 @@ from django.test import Client
 from nettrail.commands.up import (
     COLLECTOR_PROVIDERS,
     COLLECTOR_SKB_SAMPLE,
+    COLLECTOR_SKB_WINDOW,
     WITHIN_BUDGET,
     collector_providers,
 )
@@ -69,11 +70,16 @@ def test_retransmits_count_in_segments_and_failed_ones_do_not_count(client: Clie
 
 
 def status(
-    host: str, t: float, providers: list[str], skb_sample: int | None, skb_stages: str | None = None
+    host: str,
+    t: float,
+    providers: list[str],
+    skb_sample: int | None,
+    skb_stages: str | None = None,
+    skb_window: str | None = None,
 ) -> CollectorStatus:
     return CollectorStatus(
         **env(host, t), provider="nettrail", probe="status", providers=providers, attached={}, skb_sample=skb_sample,
-        skb_stages=skb_stages,
+        skb_stages=skb_stages, skb_window=skb_window,
     )  # fmt: skip
 
 
@@ -150,13 +156,51 @@ def test_lifecycles_recorded_with_the_ends_only_say_which_stages_are_not_recorde
     conn = client.get(f"/api/dash/connections/{uuid}").json()
     assert [(s["skb_stages"], s["stages_note"]) for s in conn["skb_sampling"]] == [("ends", note)]
     api = client.get(f"/api/connections/{uuid}/lifecycle").json()
-    assert api["skb_recording"] == {"skb_sample": 256, "skb_stages": "ends", "stages_note": note}
+    assert api["skb_recording"] == {
+        "skb_sample": 256, "skb_stages": "ends", "stages_note": note, "skb_window": None, "window_note": None,
+    }  # fmt: skip
     assert [r["stage"] for r in api["records"] if r["kind"] == "skb_event"] == [s for s, _ in ends]
 
 
-def test_nettrail_up_runs_sampled_lifecycles_by_default_and_the_variable_sets_n_or_turns_them_off() -> None:
+def test_lifecycles_followed_in_windows_say_so_with_the_windows_open_time(client: Client) -> None:
+    t = time.time() - 5
+    report = SamplingReport(
+        **env(HOST, t + 3), provider="nettrail", probe="sampling", event_type="skb_event",
+        setting="skb-sample 64, skb-window 0.2/2", window_s=4.0, observed=6400, emitted=100, ratio=64.0, open_s=0.41,
+    )  # fmt: skip
+    uuid = connection_uuid(HOST, BOOT, 41)
+    flow = {"provider": "tcp", "conn_uuid": uuid, "src": "10.0.0.1", "sport": 5000, "dst": "10.0.0.2", "dport": 80}
+    opened = TcpStateChange(
+        **env(HOST, t + 0.1, **flow), probe="state-change", prev_state="SYN_SENT", state="ESTABLISHED"
+    )
+    store_batch([status(HOST, t, ["tcp", "skb", "skb-lifecycle"], 64, "ends", "0.2/2"), report, opened])
+    [s] = client.get("/api/dash/buffers").json()["sampling"]
+    assert (s["skb_sample"], s["skb_window"], s["last"]["observed"], s["last"]["open_s"]) == (64, "0.2/2", 6400, 0.41)
+    assert "attached 0.2 s of every 2 s (10% of the time)" in s["window_note"]
+    assert "NETTRAIL_SKB_WINDOW=0" in s["window_note"]
+    api = client.get(f"/api/connections/{uuid}/lifecycle").json()
+    assert api["skb_recording"]["skb_window"] == "0.2/2"
+    assert api["skb_recording"]["window_note"] == s["window_note"]
+
+
+def test_nettrail_up_runs_sampled_lifecycles_by_default_and_the_variable_sets_n_or_turns_them_off(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     sampled = ["--providers", COLLECTOR_PROVIDERS + ",skb-lifecycle", "--skb-sample"]
-    ends, every = ["--skb-stages", "ends"], ["--skb-stages", "all"]
+    ends = ["--skb-stages", "ends", "--skb-window", COLLECTOR_SKB_WINDOW]
+    every = ["--skb-stages", "all", "--skb-window", COLLECTOR_SKB_WINDOW]
+    assert COLLECTOR_SKB_WINDOW == "0.2/2"
+    # in windows unless told otherwise: 0 attaches the hooks all the time, a bad value is said
+    assert collector_providers({"NETTRAIL_SKB_WINDOW": "0"}) == [*sampled, str(COLLECTOR_SKB_SAMPLE), *ends[:2]]
+    assert collector_providers({"NETTRAIL_SKB_WINDOW": "1/10"}) == [
+        *sampled,
+        str(COLLECTOR_SKB_SAMPLE),
+        *ends[:3],
+        "1/10",
+    ]
+    assert capsys.readouterr().err == ""
+    assert collector_providers({"NETTRAIL_SKB_WINDOW": "5/1"}) == [*sampled, str(COLLECTOR_SKB_SAMPLE), *ends]
+    assert "$NETTRAIL_SKB_WINDOW must be 0 (no windows) or OPEN/EVERY" in capsys.readouterr().err
     assert COLLECTOR_PROVIDERS == "tcp,siftr,skb,ip-flows,udp"
     assert collector_providers({}) == [*sampled, str(COLLECTOR_SKB_SAMPLE), *ends]
     assert collector_providers({"NETTRAIL_SKB_SAMPLE": "256"}) == [*sampled, "256", *ends]
@@ -174,7 +218,7 @@ def test_nettrail_up_runs_sampled_lifecycles_by_default_and_the_variable_sets_n_
 
 
 def test_nettrail_providers_chooses_the_whole_set_and_a_bad_one_is_said(capsys: pytest.CaptureFixture[str]) -> None:
-    sampled = ["--skb-sample", str(COLLECTOR_SKB_SAMPLE), "--skb-stages", "ends"]
+    sampled = ["--skb-sample", str(COLLECTOR_SKB_SAMPLE), "--skb-stages", "ends", "--skb-window", COLLECTOR_SKB_WINDOW]
     assert collector_providers({"NETTRAIL_PROVIDERS": WITHIN_BUDGET}) == ["--providers", "tcp,skb,udp-calls"]
     # skb-lifecycle in it is sampled as in the default set, and NETTRAIL_SKB_SAMPLE still sets N
     assert collector_providers({"NETTRAIL_PROVIDERS": " tcp, skb-lifecycle ,tcp"}) == [

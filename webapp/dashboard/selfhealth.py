@@ -101,7 +101,7 @@ def lifecycle_sampling(host: str | None = None) -> list[dict[str, Any]]:
         rec = skb_recording.recording(h)
         if rec is None:
             continue
-        cols = ("observed", "emitted", "window_s", "ts_wall")
+        cols = ("observed", "emitted", "window_s", "open_s", "ts_wall")
         report = SamplingReport.objects.filter(host_id=h, event_type="skb_event").order_by("-ts_wall", "-id")
         out.append({"host_id": h, **rec, "last": report.values(*cols).first()})
     return out

@@ -89,15 +89,18 @@
     const p = document.getElementById(id);
     p.dataset.skbSample = (list || []).map((s) => s.skb_sample).join(",");
     p.dataset.skbStages = (list || []).map((s) => s.skb_stages).join(",");
+    p.dataset.skbWindow = (list || []).map((s) => s.skb_window || "").join(",");
     if (!list || !list.length) {
       p.textContent = "No host runs skb-lifecycle: lifecycles need `nettrail collect --providers …,skb-lifecycle --skb-sample N` (with nettrail up: NETTRAIL_SKB_SAMPLE=N).";
       return;
     }
     p.textContent = "Sampling: " + list.map((s) => {
       const ratio = s.skb_sample > 1 ? `1 buffer in ${num(s.skb_sample)} followed` : "every buffer followed";
-      const last = s.last ? ` (last report: ${num(s.last.observed)} buffers seen, ${num(s.last.emitted)} followed)` : "";
+      const during = s.last && s.last.open_s != null ? ` in ${num(s.last.open_s, 1)} s of windows` : "";
+      const last = s.last ? ` (last report: ${num(s.last.observed)} buffers seen${during}, ${num(s.last.emitted)} followed)` : "";
       const stages = s.stages_note ? ` ${s.stages_note}` : " Every stage recorded.";
-      return `${s.host_id}: ${ratio}${last}.${stages}`;
+      const windows = s.window_note ? ` ${s.window_note}` : "";
+      return `${s.host_id}: ${ratio}${last}.${windows}${stages}`;
     }).join(" ");
   }
 

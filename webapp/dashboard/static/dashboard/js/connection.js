@@ -225,7 +225,8 @@
     const s = (list || [])[0];
     p.dataset.skbSample = s ? String(s.skb_sample) : "";
     p.dataset.skbStages = s ? s.skb_stages : "";
-    const stages = s && s.stages_note ? ` ${s.stages_note}` : "";
+    p.dataset.skbWindow = s && s.skb_window ? s.skb_window : "";
+    const stages = (s && s.window_note ? ` ${s.window_note}` : "") + (s && s.stages_note ? ` ${s.stages_note}` : "");
     p.textContent = !s ? "This host's collector does not run skb-lifecycle, so no buffer lifecycles (nettrail up: NETTRAIL_SKB_SAMPLE=N adds them)."
       : (s.skb_sample > 1 ? `Sampled: the kernel follows 1 buffer in ${num(s.skb_sample)} from its first sighting to its end; the others are counted, not shown.`
         : "Every buffer is followed (--skb-sample 1).") + stages;

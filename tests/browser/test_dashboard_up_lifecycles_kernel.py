@@ -1,7 +1,7 @@
 """Issue 18 item 9 on real traffic: `nettrail up`'s own collector arguments (its default
 providers, with sampled buffer lifecycles, and its --ppl) trace a loopback TCP
 connection, and the Buffers page and the connection's page show followed buffers whole,
-each view saying one buffer in N is followed. The collector is `nettrail collect` with
+each view saying one buffer in N is followed, in windows (0.2 s of every 2 s). The collector is `nettrail collect` with
 exactly the arguments `nettrail up` builds (nettrail/commands/up.py), plus a port filter
 that keeps the rest of this shared machine out of the test's host.
 """
@@ -21,14 +21,14 @@ from typing import Any
 import pytest
 import requests
 
-from nettrail.commands.up import COLLECTOR_PPL, COLLECTOR_SKB_SAMPLE, collector_providers
+from nettrail.commands.up import COLLECTOR_PPL, COLLECTOR_SKB_SAMPLE, COLLECTOR_SKB_WINDOW, collector_providers
 
 from .conftest import ROOT, Server, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel, pytest.mark.slow]
 HOST = "up-defaults-host"  # its own host: the newest collector_status is what the pages read
 WARMUP_S = 120.0  # the collector may first compile kmod/ (fresh checkout), then loads its programs
-WRITES = 2000  # one segment each: with their ACKs about 16 lifetimes followed at N = 256
+WRITES = 500  # one segment each, a batch: with their ACKs about 16 lifetimes at N = 64 if a window is open
 
 
 def _api(server: Server, cookies: dict[str, str], path: str, **params: Any) -> Any:
@@ -71,8 +71,9 @@ def test_nettrail_ups_default_collector_shows_sampled_lifecycles(
 ) -> None:
     lst, args = up_collector
     n = COLLECTOR_SKB_SAMPLE
-    assert args[:6] == [
-        "--providers", "tcp,siftr,skb,ip-flows,udp,skb-lifecycle", "--skb-sample", str(n), "--skb-stages", "ends"
+    assert args[:8] == [
+        "--providers", "tcp,siftr,skb,ip-flows,udp,skb-lifecycle", "--skb-sample", str(n), "--skb-stages", "ends",
+        "--skb-window", COLLECTOR_SKB_WINDOW,
     ]  # fmt: skip
     port = lst.getsockname()[1]
     cookies = {c["name"]: c["value"] for c in page.context.cookies()}
@@ -85,14 +86,15 @@ def test_nettrail_ups_default_collector_shows_sampled_lifecycles(
     client = socket.create_connection(("127.0.0.1", port))
     client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     server_side, _ = lst.accept()
-    for i in range(WRITES):  # one segment each, read whole before the next is sent
-        client.sendall(b"u" * (200 + i % 50))
-        got = 0
-        while got < 200 + i % 50:
-            got += len(server_side.recv(5000))
     uuid, stages = "", list[str]()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while not uuid and time.monotonic() < deadline:  # a followed data segment consumed, and the counts reported
+        # writes spread over time: lifecycles are followed in windows (0.2 s of every 2 s)
+        for i in range(WRITES):  # one segment each, read whole before the next is sent
+            client.sendall(b"u" * (200 + i % 50))
+            got = 0
+            while got < 200 + i % 50:
+                got += len(server_side.recv(5000))
         ours = {r["conn_uuid"] for r in _api(server, cookies, "connections", q=f"port {port}", host=HOST)["rows"]}
         d = _api(server, cookies, "buffers", host=HOST)
         # one of this test's writes (200-249 bytes of payload): not a SYN, FIN or pure ACK,
@@ -102,12 +104,12 @@ def test_nettrail_ups_default_collector_shows_sampled_lifecycles(
             for life in d["lifecycles"]
             if life["end"] == "consumed" and life["conn_uuid"] in ours and life["stages"][0]["len"] >= 200
         ]
-        if whole and d["sampling"]:
+        if whole and d["sampling"] and d["sampling"][0]["last"]:
             uuid = whole[0]["conn_uuid"]
             stages = [st["stage"] for st in whole[0]["stages"]]
         else:
-            time.sleep(1)
-    assert uuid, "no followed buffer consumed within 30 s"
+            time.sleep(0.3)
+    assert uuid, "no followed buffer consumed within 60 s"
     # followed whole: its start, receive, reader and end (sampled: no transmit stage hook)
     assert stages == ["tx-first", "rx", "copy", "consume"]
     client.close()
@@ -119,6 +121,10 @@ def test_nettrail_ups_default_collector_shows_sampled_lifecycles(
     assert note.get_attribute("data-skb-sample") == str(n)
     assert f"{HOST}: 1 buffer in {n} followed" in note.inner_text()
     assert note.get_attribute("data-skb-stages") == "ends" and "--skb-stages all" in note.inner_text()
+    # followed in windows, and said so beside the lifecycles, with the windows' open time
+    assert note.get_attribute("data-skb-window") == COLLECTOR_SKB_WINDOW
+    assert "attached 0.2 s of every 2 s (10% of the time)" in note.inner_text()
+    assert " s of windows, " in note.inner_text()
     consumed = page.locator("#lifecycles tbody tr", has_text="consumed")
     assert consumed.count() >= 1
     screenshot(page, "buffers-up-default-lifecycles")
@@ -128,4 +134,6 @@ def test_nettrail_ups_default_collector_shows_sampled_lifecycles(
     conn_note = page.locator("#skbs-sampling")
     assert conn_note.get_attribute("data-skb-sample") == str(n)
     assert f"1 buffer in {n}" in conn_note.inner_text() and "not recorded" in conn_note.inner_text()
+    assert conn_note.get_attribute("data-skb-window") == COLLECTOR_SKB_WINDOW
+    assert "Followed in windows only" in conn_note.inner_text()
     assert page.locator("#skbs tbody tr").count() >= 1

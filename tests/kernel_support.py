@@ -23,10 +23,10 @@ from collector.bpf import layout, loader
 from collector.bpf.kallsyms import kernel_symbols
 from collector.bpf.loader import Filters, KernelSession, Options
 from collector.bpf.source import KernelSource, wall_offset
-from collector.bpf.windows import WindowSpec
 from translators import kernel as kernel_translators
 from translators.kernel import KernelEnv
 from translators.records import Record, SkbEvent
+from translators.skb_window import WindowSpec
 
 # the counter slots of events that go through the ring (ip-flows' two after them count map entries)
 RING_EVENTS = layout.EV_IP_FLOW

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from collector.bpf.windows import WindowSpec
 from collector.health.reporter import SelfHealth
 from tests.kernel_support import Capture, attached_tracepoints, kernel, lifetimes, pinned, tracing
 from translators.records import IpFlowCounters, SamplingReport
+from translators.skb_window import WindowSpec
 
 pytestmark = kernel
 
@@ -78,16 +78,23 @@ def test_windows_follow_the_buffers_sent_while_open_and_only_those(providers: tu
         counts = cap.session.skb_sampling()
         live = cap.session.skb_follow_counts()
         open_total = windows.open_total(time.monotonic())
+        lost_reads = cap.lost("skb-lifecycle", "skb_lifecycle.read")
     tx.close()
     rx.close()
     sent_in_windows = len(first) + len(second)
     # every buffer sent in a window counted and followed (no sampling), none of the others
     assert counts == (sent_in_windows, sent_in_windows)
-    assert live == (0, 0)
+    assert live == (0, 0) or lost_reads  # every followed lifetime ended (where the kernel shows reads end)
     lives = lifetimes(records)
-    sizes = sorted(life[-1].len - IP_UDP_HEADERS for life in lives.values())
+    # which datagram each is: its received length (the later stages' length differs by kernel)
+    sizes = sorted(next(r.len for r in life if r.stage == "rx") - IP_UDP_HEADERS for life in lives.values())
     assert sizes == [*first, *second]
-    assert [[r.stage for r in life] for life in lives.values()] == [UDP_STAGES] * sent_in_windows
+    # whole, as far as this kernel shows: "copy" only where the datagram is copied through
+    # skb_copy_datagram_iovec (6.1 and 6.12 copy a linear one with copy_linear_skb, which has
+    # no tracepoint), and before 6.3 the consume may not be seen (no receive call's return)
+    whole = [s for s in UDP_STAGES if s != "copy"][: -1 if lost_reads else None]
+    stages = [[r.stage for r in life if r.stage != "copy"][: len(whole)] for life in lives.values()]
+    assert stages == [whole] * sent_in_windows
     # H2: the same exact counts, with the time the windows were open beside them
     assert {(r.event_type, r.setting) for r in reports} == {("skb_event", "skb-sample 1, skb-window 0.3/0.8")}
     assert (sum(r.observed for r in reports), sum(r.emitted for r in reports)) == (sent_in_windows, sent_in_windows)

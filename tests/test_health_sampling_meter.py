@@ -8,6 +8,7 @@ from typing import Any
 
 from collector.health.sampling import SamplingMeter
 from translators.kernel import KernelEnv
+from translators.skb_window import WindowSpec
 
 ENV = KernelEnv(host_id="h1", boot_id="b1", wall_offset=0.0)
 
@@ -58,3 +59,21 @@ def test_a_window_whose_events_were_all_suppressed_has_no_ratio():
     m.observe([{"kind": "drop_count", "delta": 30}], drop_events=0)
     [r] = m.records(ENV)
     assert (r.observed, r.emitted, r.ratio) == (30, 0, None)
+
+
+def test_lifecycle_windows_report_their_open_time_also_when_they_saw_nothing():
+    m = SamplingMeter(ppl=1, ip_sample=0, drop_rate=0, skb_sample=64, skb_window=WindowSpec(0.2, 2.0))
+    m.observe([], lifetimes=(6400, 100), open_s=0.2)
+    m.observe([], open_s=0.05)
+    [first] = m.records(ENV)
+    assert (first.setting, first.observed, first.emitted, first.ratio, first.open_s) == (
+        "skb-sample 64, skb-window 0.2/2", 6400, 100, 64.0, 0.25
+    )  # fmt: skip
+    m.observe([], open_s=0.2)  # a window with no buffer in it: its time is said, with nothing seen
+    [quiet] = m.records(ENV)
+    assert (quiet.observed, quiet.emitted, quiet.ratio, quiet.open_s) == (0, 0, None, 0.2)
+    assert m.records(ENV) == []  # no window open and nothing seen: no report
+    # without windows a report carries no open time
+    plain = SamplingMeter(ppl=1, ip_sample=0, drop_rate=0, skb_sample=8)
+    plain.observe([], lifetimes=(80, 10), open_s=0.3)
+    assert [r.open_s for r in plain.records(ENV)] == [None]

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from collector.bpf.windows import GRACE_S, SkbWindows, WindowSpec, parse_window
+from collector.bpf.windows import GRACE_S, SkbWindows
+from translators.skb_window import WindowSpec, parse_window
 
 
 class Steps:

@@ -26,7 +26,7 @@ import numpy as np
 
 from collector.bpf import btf, build, cgroup, layout, libbpf, settle, tracepoints, variants
 from collector.bpf.ringbuf import RingReader
-from collector.bpf.windows import WindowSpec
+from translators.skb_window import WindowSpec
 from translators.tracing_request import PROVIDER_NAMES
 
 # "skb" is drops only (the always-on mode); "skb-lifecycle" follows every buffer (and its drops).

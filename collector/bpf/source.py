@@ -113,7 +113,7 @@ class KernelSource:
         # skb-lifecycle's exact counts (lifetimes seen, followed), read with the maps
         self.skb_lifetimes = (0, 0)
         # skb-lifecycle's windows (--skb-window), opened and closed by poll
-        spec = skb_window(session.opts)
+        spec = skb_window(session.opts) if session is not None else None  # None: a source that only translates
         self.skb_windows = SkbWindows(session, spec) if spec is not None else None
         # Zeek conn_state/history of each socket's summary, from the events before it
         self.summaries = LiveSummaries()

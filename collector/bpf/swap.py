@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from collector.bpf.build import BuildError
 from collector.bpf.loader import BpfError, KernelSession, Options
+from translators.skb_window import ALWAYS, parse_window
 from translators.tracing_request import TracingRequest, from_answer
 
 COMMAND_LINE, DASHBOARD = "command line", "dashboard"
@@ -37,11 +38,14 @@ def options_for(own: Options, request: TracingRequest | None) -> tuple[Options, 
     """The options a request asks for, from the collector's own (the command line's)."""
     if request is None:
         return own, COMMAND_LINE
+    window = own.skb_window  # the collector's own windows, unless the request names them
+    if request.skb_window is not None:
+        window = None if request.skb_window == ALWAYS else parse_window(request.skb_window)
     if request.skb_sample is None:  # the collector's own sampling, and its stages
-        return dataclasses.replace(own, providers=request.providers), DASHBOARD
+        return dataclasses.replace(own, providers=request.providers, skb_window=window), DASHBOARD
     # the stages follow the new N (ends when sampled, all with every buffer)
     return dataclasses.replace(
-        own, providers=request.providers, skb_sample=request.skb_sample, skb_stages=None
+        own, providers=request.providers, skb_sample=request.skb_sample, skb_stages=None, skb_window=window
     ), DASHBOARD
 
 

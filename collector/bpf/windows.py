@@ -21,43 +21,11 @@ Keep in sync with kmod/nettrail.h (struct nt_skb_window) and collector/bpf/loade
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Protocol
 
+from translators.skb_window import WindowSpec
+
 GRACE_S = 0.1  # end hooks kept after a window closes, at most (buffers read later end "last seen")
-MIN_OPEN_S = 0.05  # shorter windows would be mostly attach and detach
-MAX_EVERY_S = 3600.0
-
-
-@dataclass(frozen=True)
-class WindowSpec:
-    open_s: float
-    every_s: float
-
-    @property
-    def duty(self) -> float:
-        """The share of the time a window is open."""
-        return self.open_s / self.every_s
-
-    def text(self) -> str:
-        return f"windows of {self.open_s:g} s every {self.every_s:g} s"
-
-    def arg(self) -> str:
-        return f"{self.open_s:g}/{self.every_s:g}"
-
-
-def parse_window(text: str) -> WindowSpec:
-    """'0.25/5' -> WindowSpec(0.25, 5.0); ValueError says what is wrong."""
-    head, sep, tail = text.partition("/")
-    try:
-        spec = WindowSpec(float(head), float(tail))
-    except ValueError:
-        raise ValueError(f"--skb-window {text!r}: use OPEN/EVERY in seconds, e.g. 0.25/5") from None
-    if not sep or not MIN_OPEN_S <= spec.open_s < spec.every_s <= MAX_EVERY_S:
-        raise ValueError(
-            f"--skb-window {text!r}: OPEN/EVERY in seconds with {MIN_OPEN_S:g} <= OPEN < EVERY <= {MAX_EVERY_S:g}"
-        )
-    return spec
 
 
 class WindowedSession(Protocol):

@@ -28,9 +28,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from collector.bpf.windows import WindowSpec
 from translators.kernel import KernelEnv, KernelRecord, collector_envelope
 from translators.records import SamplingReport
+from translators.skb_window import WindowSpec
 
 MAX_FLOWS = 200_000  # per-flow totals kept; beyond, the oldest half is forgotten (one window's delta is lost)
 
@@ -114,13 +114,15 @@ class SamplingMeter:
                 del self.ip_entries[old]
 
     def records(self, env: KernelEnv) -> list[KernelRecord]:
-        """The window's reports (types whose kernel count moved); starts the next window."""
+        """The window's reports (types whose kernel count moved, and skb_event whenever
+        skb-lifecycle's windows were open); starts the next window."""
         now = time.monotonic()
         window = now - self.started
         out: list[KernelRecord] = []
         for event_type, setting in self.settings.items():
             observed, emitted = self.observed[event_type], self.emitted[event_type]
-            if observed <= 0:
+            windowed = self.windowed and event_type == "skb_event"
+            if observed <= 0 and not (windowed and self.open_s > 0):  # windows open and nothing seen: said too
                 continue
             out.append(
                 SamplingReport(
@@ -131,7 +133,7 @@ class SamplingMeter:
                     observed=observed,
                     emitted=emitted,
                     ratio=round(observed / emitted, 4) if emitted else None,
-                    open_s=round(self.open_s, 6) if self.windowed and event_type == "skb_event" else None,
+                    open_s=round(self.open_s, 6) if windowed else None,
                 )  # fmt: skip
             )
         self.open_s = 0.0

@@ -31,13 +31,13 @@ from collector.bpf.kallsyms import kernel_symbols
 from collector.bpf.loader import BpfError, KernelSession, Options
 from collector.bpf.source import KernelSource, wall_offset
 from collector.bpf.swap import COMMAND_LINE, Swap
-from collector.bpf.windows import parse_window
 from collector.health import coverage
 from collector.health.overhead import DEFAULT_INTERVAL_S
 from collector.health.reporter import SelfHealth
 from collector.sinks.http_transport import add_transport_arguments, transport_options
 from collector.sinks.token_source import add_token_arguments, resolve_token
 from translators.kernel import KernelEnv, KernelRecord
+from translators.skb_window import parse_window
 from xo import add_libxo_argument, libxo_from_args
 
 DEFAULT_PROVIDERS = "tcp,siftr"

@@ -45,8 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from collector.bpf.windows import parse_window
 from collector.sinks.token_source import write_token_file
+from translators.skb_window import parse_window
 from translators.tracing_request import PROVIDER_NAMES
 
 WEBAPP_USER = "nettrail"

@@ -62,6 +62,27 @@ def test_staff_set_a_hosts_providers_and_only_that_hosts_collector_is_told(cast:
     assert Host.objects.get(name="host-a").tracing_providers == ""
 
 
+def test_staff_choose_the_lifecycle_windows_or_none_and_the_collector_is_told(cast: Cast) -> None:
+    admin = logged_in(cast.admin)
+    form = {"providers": ["tcp", "skb", "udp-calls", "skb-lifecycle"], "skb_sample": "64", "skb_window": " 0.20/2.0 "}
+    assert admin.post(f"{URL}?host=host-a", form).status_code == 302
+    assert Host.objects.get(name="host-a").tracing_skb_window == "0.2/2"  # its short form
+    assert answer_for(cast.token_a, "host-a", 1) == {
+        "providers": ["tcp", "skb", "skb-lifecycle", "udp-calls"], "skb_sample": 64, "skb_window": "0.2/2",
+    }  # fmt: skip
+    page = admin.get(URL, {"host": "host-a"}).content.decode()
+    assert "(skb-lifecycle windows: 0.2/2 s)" in page and 'value="0.2/2"' in page
+    # 0: every moment (the full tracing switch, with skb_sample 1)
+    assert admin.post(f"{URL}?host=host-a", {**form, "skb_sample": "1", "skb_window": "0"}).status_code == 302
+    assert answer_for(cast.token_a, "host-a", 2) == {
+        "providers": ["tcp", "skb", "skb-lifecycle", "udp-calls"], "skb_sample": 1, "skb_window": "0",
+    }  # fmt: skip
+    assert "(skb-lifecycle windows: none, all the time)" in admin.get(URL, {"host": "host-a"}).content.decode()
+    # empty: the collector's own windows, and the answer does not name them
+    assert admin.post(f"{URL}?host=host-a", {**form, "skb_window": ""}).status_code == 302
+    assert "skb_window" not in answer_for(cast.token_a, "host-a", 3)
+
+
 def test_a_plain_login_may_look_but_not_change(cast: Cast) -> None:
     tracing.set_request(cast.host_a, TracingRequest(("tcp", "skb")), "admin")
     viewer = logged_in(cast.viewer)
@@ -80,6 +101,10 @@ def test_a_plain_login_may_look_but_not_change(cast: Cast) -> None:
         ({"providers": ["tcp"], "skb_sample": "0"}, "greater than or equal to 1"),
         ({"providers": ["tcp"], "skb_sample": str(2**40)}, "less than or equal to"),
         ({"providers": ["tcp"], "skb_sample": "many"}, "Enter a whole number"),
+        ({"providers": ["tcp"], "skb_window": "5/1"}, "skb_window: 0 (all the time) or --skb-window &#x27;5/1&#x27;"),
+        ({"providers": ["tcp"], "skb_window": "often"}, "use OPEN/EVERY in seconds"),
+        ({"providers": ["tcp"], "skb_window": "0.2/" + "2" * 40}, "at most 32 characters"),
+        ({"providers": ["tcp"], "skb_window": "nan/inf"}, "OPEN/EVERY in seconds with 0.05"),
     ],
 )
 def test_absurd_values_are_refused_with_a_message_and_change_nothing(

@@ -3,8 +3,10 @@ ingest answer (docs/api.md), shared by the webapp that sends it and the collecto
 follows it (``nettrail collect --providers-from-server``).
 
 ``"tracing": null`` means "your own choice" (the collector's command line);
-``{"providers": [...], "skb_sample": N | null}`` names the whole provider set, and N the
-buffers skb-lifecycle follows (one in N; null: the collector's own --skb-sample).
+``{"providers": [...], "skb_sample": N | null, "skb_window": W}`` names the whole provider
+set, N the buffers skb-lifecycle follows (one in N; null: the collector's own
+--skb-sample) and W when (``"OPEN/EVERY"``: in windows, ``"0"``: all the time; null or
+absent: the collector's own --skb-window).
 The collector's provider names are defined here once (collector/bpf/loader.py
 maps each to its kernel bit and programs).
 """
@@ -15,6 +17,8 @@ from typing import Any
 
 import msgspec
 
+from translators.skb_window import ALWAYS, parse_window
+
 PROVIDER_NAMES = ("tcp", "siftr", "tcpdebug", "ip", "udp", "skb", "skb-lifecycle", "ip-flows", "udp-calls")
 MAX_SKB_SAMPLE = 1 << 20  # one buffer in a million: beyond that a sample says nothing
 
@@ -22,10 +26,11 @@ MAX_SKB_SAMPLE = 1 << 20  # one buffer in a million: beyond that a sample says n
 class TracingRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     providers: tuple[str, ...]
     skb_sample: int | None = None
+    skb_window: str | None = None
 
 
 def check(request: TracingRequest) -> TracingRequest:
-    """The request itself, or ValueError saying what is wrong with it."""
+    """The request (its windows in their short form), or ValueError saying what is wrong with it."""
     unknown = [p for p in request.providers if p not in PROVIDER_NAMES]
     if unknown or not request.providers:
         raise ValueError(
@@ -35,6 +40,12 @@ def check(request: TracingRequest) -> TracingRequest:
         raise ValueError("providers: each provider once")
     if request.skb_sample is not None and not 1 <= request.skb_sample <= MAX_SKB_SAMPLE:
         raise ValueError(f"skb_sample: between 1 (every buffer) and {MAX_SKB_SAMPLE}")
+    if request.skb_window is not None and request.skb_window != ALWAYS:
+        try:
+            window = parse_window(request.skb_window).arg()
+        except ValueError as exc:
+            raise ValueError(f"skb_window: {ALWAYS} (all the time) or {exc}") from None
+        return msgspec.structs.replace(request, skb_window=window)
     return request
 
 
@@ -51,4 +62,11 @@ def from_answer(value: Any) -> TracingRequest | None:
 
 
 def to_answer(request: TracingRequest | None) -> dict[str, Any] | None:
-    return None if request is None else {"providers": list(request.providers), "skb_sample": request.skb_sample}
+    """The answer's ``tracing`` member; skb_window only when named (a collector from before
+    it refuses a member it does not know)."""
+    if request is None:
+        return None
+    out: dict[str, Any] = {"providers": list(request.providers), "skb_sample": request.skb_sample}
+    if request.skb_window is not None:
+        out["skb_window"] = request.skb_window
+    return out

@@ -37,6 +37,7 @@ INGEST_ANSWER = {
             "properties": {
                 "providers": {"type": "array", "items": {"type": "string", "enum": list(PROVIDER_NAMES)}},
                 "skb_sample": {"type": "integer", "nullable": True, "minimum": 1, "maximum": MAX_SKB_SAMPLE},
+                "skb_window": {"type": "string", "pattern": r"^(0|[0-9.]+/[0-9.]+)$"},
             },
         },
     },
@@ -59,7 +60,8 @@ OTHER_ENDPOINTS: dict[str, dict[str, Any]] = {
             "responses": {
                 "200": {
                     "description": "{stored: N, duplicates: M, tracing: T}; T: what the dashboard asks the token's "
-                    "host to trace, null or {providers: [...], skb_sample: N or null}",
+                    "host to trace, null or {providers: [...], skb_sample: N or null, skb_window: 'OPEN/EVERY' or '0' "
+                    "(absent: the collector's own)}",
                     "content": {"application/json": {"schema": INGEST_ANSWER}},
                 },
                 "400": {"description": "record I: field: why", "content": {"application/json": {"schema": ERROR}}},

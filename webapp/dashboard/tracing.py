@@ -18,7 +18,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from translators.tracing_request import MAX_SKB_SAMPLE, PROVIDER_NAMES, TracingRequest
+from translators.tracing_request import MAX_SKB_SAMPLE, PROVIDER_NAMES, TracingRequest, check
 from webapp.dashboard.selfhealth import newest_status
 from webapp.traces import tracing
 from webapp.traces.models import Host
@@ -31,7 +31,7 @@ PROVIDER_NOTES = {
     "ip-flows": "exact per-flow IP counters",
     "udp": "UDP datagrams at the device and at each call, with exact per-flow counts (costly: a program on every packet)",
     "udp-calls": "UDP datagrams at each send and receive call, with their peers (the UDP page; always-on mode)",
-    "skb-lifecycle": "buffer lifecycles, one buffer in N followed (Buffers page)",
+    "skb-lifecycle": "buffer lifecycles, one buffer in N followed, in windows or all the time (Buffers page)",
     "tcpdebug": "TCP debug records, every segment (costly)",
     "ip": "a record per IP packet (costly)",
 }
@@ -39,6 +39,10 @@ PROVIDER_NOTES = {
 # within the budget"): CPU per byte of bulk loopback TCP against untraced.
 PRESETS = (
     ("tcp,skb,udp-calls", "within the 3% always-on budget: 1.009 of untraced CPU per byte"),
+    (
+        "tcp,skb,udp-calls,skb-lifecycle, one buffer in 64, windows 0.2/2",
+        'within the budget with buffer lifecycles: 1.016 (docs/benchmarks.md, "Buffer lifecycles in windows")',
+    ),
     ("tcp,siftr,skb,ip-flows,udp,skb-lifecycle", "nettrail up's default: 1.105-1.146 of untraced CPU per byte"),
 )
 
@@ -56,16 +60,32 @@ class TracingForm(forms.Form):
         label="skb-lifecycle: follow one buffer in N (empty: the collector's own; 1: every buffer)",
     )  # fmt: skip
 
+    skb_window = forms.CharField(
+        required=False, max_length=32,
+        label="skb-lifecycle: its hooks attached OPEN/EVERY seconds, e.g. 0.2/2 (empty: the collector's own; "
+        "0: all the time, the full tracing)",
+    )  # fmt: skip
+
+    def clean_skb_window(self) -> str | None:
+        value = str(self.cleaned_data.get("skb_window") or "").strip()
+        if not value:
+            return None
+        try:
+            return check(TracingRequest(("tcp",), None, value)).skb_window
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
     def request(self) -> TracingRequest:
         data = self.cleaned_data
-        return TracingRequest(tuple(p for p in PROVIDER_NAMES if p in data["providers"]), data["skb_sample"])
+        providers = tuple(p for p in PROVIDER_NAMES if p in data["providers"])
+        return TracingRequest(providers, data["skb_sample"], data["skb_window"])
 
 
 def _initial(host: Host) -> dict[str, Any]:
     request = tracing.request_of(host)
     if request is None:
-        return {"providers": [], "skb_sample": None}
-    return {"providers": list(request.providers), "skb_sample": request.skb_sample}
+        return {"providers": [], "skb_sample": None, "skb_window": ""}
+    return {"providers": list(request.providers), "skb_sample": request.skb_sample, "skb_window": request.skb_window}
 
 
 @login_required
@@ -84,7 +104,7 @@ def tracing_page(request: HttpRequest) -> HttpResponse:
         form = TracingForm(initial=_initial(host))
     else:
         return HttpResponse("GET or POST", status=405, content_type="text/plain")
-    running = newest_status(host.name, "providers", "skb_sample", "untraced_ns", "providers_from")
+    running = newest_status(host.name, "providers", "skb_sample", "skb_window", "untraced_ns", "providers_from")
     context = {
         "host": host, "form": form, "staff": staff, "requested": tracing.request_of(host),
         "presets": PRESETS, "saved": request.GET.get("saved") == "1", "logout_url": reverse("logout"),

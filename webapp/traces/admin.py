@@ -17,7 +17,13 @@ class HostAdmin(admin.ModelAdmin):
     list_display = ("name", "created", "last_seen", "tracing_providers")
     search_fields = ("name",)
     # Changed on the dashboard's tracing page only, where each value is checked and who set it is kept.
-    readonly_fields = ("tracing_providers", "tracing_skb_sample", "tracing_set_by", "tracing_set_at")
+    readonly_fields = (
+        "tracing_providers",
+        "tracing_skb_sample",
+        "tracing_skb_window",
+        "tracing_set_by",
+        "tracing_set_at",
+    )
 
 
 @admin.register(IngestToken)

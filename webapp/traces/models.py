@@ -35,6 +35,8 @@ class Host(models.Model):
     # skb_sample (None: the collector's own). Set by staff only (webapp/dashboard/tracing.py).
     tracing_providers = models.CharField(max_length=200, blank=True, default="")
     tracing_skb_sample = models.PositiveIntegerField(null=True, blank=True)
+    # skb-lifecycle's windows: "OPEN/EVERY", "0" all the time, "" the collector's own
+    tracing_skb_window = models.CharField(max_length=32, blank=True, default="")
     tracing_set_by = models.CharField(max_length=150, blank=True, default="")
     tracing_set_at = models.DateTimeField(null=True, blank=True)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from translators.skb_window import parse_window
 from webapp.traces.models import KIND_MODELS
 
 CollectorStatus: Any = KIND_MODELS["collector_status"]
@@ -32,14 +33,13 @@ def window_note(window: str | None) -> str | None:
     """What --skb-window OPEN/EVERY means for the lifecycles shown (None: always on)."""
     if not window:
         return None
-    open_s, _, every_s = window.partition("/")
     try:
-        share = float(open_s) / float(every_s)
-    except (ValueError, ZeroDivisionError):
+        spec = parse_window(window)
+    except ValueError:
         return f"Followed in windows only (--skb-window {window})."
     return (
-        f"Followed in windows only: the per-buffer hooks are attached {open_s} s of every {every_s} s "
-        f"({share:.0%} of the time), so the lifecycles and the counts beside them are those of the windows "
+        f"Followed in windows only: the per-buffer hooks are attached {spec.open_s:g} s of every {spec.every_s:g} s "
+        f"({spec.duty:.0%} of the time), so the lifecycles and the counts beside them are those of the windows "
         "(--skb-window; nettrail up: NETTRAIL_SKB_WINDOW=0 follows buffers all the time, at a higher cost)."
     )
 

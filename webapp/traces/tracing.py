@@ -21,7 +21,7 @@ def request_of(host: Host) -> TracingRequest | None:
     if not providers:
         return None
     try:
-        return check(TracingRequest(providers, host.tracing_skb_sample))
+        return check(TracingRequest(providers, host.tracing_skb_sample, host.tracing_skb_window or None))
     except ValueError:
         return None  # a row edited by hand to nonsense asks for nothing
 
@@ -33,9 +33,11 @@ def answer_of(host: Host) -> dict[str, Any] | None:
 def set_request(host: Host, request: TracingRequest | None, user: str) -> None:
     """Store (checked) or clear the host's request, saying who did it and when."""
     if request is not None:
-        check(request)
+        request = check(request)
     host.tracing_providers = ",".join(request.providers) if request is not None else ""
     host.tracing_skb_sample = request.skb_sample if request is not None else None
+    host.tracing_skb_window = (request.skb_window or "") if request is not None else ""
     host.tracing_set_by = user
     host.tracing_set_at = timezone.now()
-    host.save(update_fields=["tracing_providers", "tracing_skb_sample", "tracing_set_by", "tracing_set_at"])
+    fields = ["tracing_providers", "tracing_skb_sample", "tracing_skb_window", "tracing_set_by", "tracing_set_at"]
+    host.save(update_fields=fields)

@@ -8,7 +8,8 @@
   const running = document.getElementById("tracing-running");
 
   function describe(s) {
-    const sample = s.skb_sample ? ` (skb-lifecycle: one buffer in ${s.skb_sample})` : "";
+    const windows = s.skb_window ? `, in windows of ${s.skb_window.replace("/", " s every ")} s` : "";
+    const sample = s.skb_sample ? ` (skb-lifecycle: one buffer in ${s.skb_sample}${windows})` : "";
     const who = s.providers_from === "dashboard" ? "as the dashboard asked" : "its own choice";
     const gap = s.untraced_ns === null || s.untraced_ns === undefined ? ""
       : `; nothing was traced for ${s.untraced_ns} ns while its programs were swapped`;

@@ -7,7 +7,8 @@ to the spool (write()'s overflow, inside the spool's fsync). SIGTERM and Ctrl-C 
 spool them; SIGKILL (or the OOM killer) ends the process with them. So each sink keeps,
 beside its spool:
 
-    <spool>/held-<token>.ledger    pid, process start time, records pending, in each slot
+    <spool>/held-<token>.ledger    pid, process start time, records pending, in each slot,
+                                   and carried: earlier collectors' lost records not yet reported
     <spool>/held-<token>.inflight  the batch in flight (MessagePack, as posted)
     <spool>/held-<token>.overflow  the chunk being spooled
 
@@ -17,8 +18,11 @@ count). A slot's bytes are written before the count that says they are there. Th
 sink on the spool claims the ledgers whose process is gone: each slot's records go back
 into the spool (the server is idempotent on (host, boot, seq), so they are stored once
 whether or not an answer was lost or the chunk's own append finished), the pending
-records are reported as lost (HttpSink.killed_records, a loss_report `killed`). A clean
-close removes its files.
+records are reported as lost (HttpSink.killed_records, a loss_report `killed`). Until
+that report has left memory (sent or spooled) the count stays in the claiming sink's own
+ledger as `carried`, so a sink killed before it reported (or closed before anything took
+the report) hands the count on instead of losing it. A clean close removes its files, or
+keeps the ledger alone while it still carries a count.
 
 Keep in sync with: collector/sinks/http.py (the only user) and docs/collector-sinks.md.
 """
@@ -34,21 +38,23 @@ from pathlib import Path
 
 log = logging.getLogger("nettrail.sink.held")
 
-MAGIC = b"NTHL"
-# magic, pid, process start time (clock ticks), records pending, records in each SLOTS
-LEDGER = struct.Struct("<4sIQQQQ")
+MAGIC = b"NTH2"
+# magic, pid, process start time (clock ticks), records pending, records in each SLOTS, carried
+LEDGER = struct.Struct("<4sIQQQQQ")
+MAGIC_V1, LEDGER_V1 = b"NTHL", struct.Struct("<4sIQQQQ")  # before `carried` (read, never written)
 PREFIX = "held-"
 SLOTS = ("inflight", "overflow")  # the batch being posted; write()'s chunk being spooled
 
 
 @dataclass(frozen=True)
 class Claimed:
-    """What a killed sink held: `pending` records lost, and per slot (count, its bytes;
-    None if its file is missing)."""
+    """What a killed sink held: `pending` records lost, per slot (count, its bytes; None if
+    its file is missing), and `carried`: records lost before it that it had not reported."""
 
     pid: int
     pending: int
     slots: tuple[tuple[int, bytes | None], ...]
+    carried: int = 0
 
 
 def start_time(pid: int) -> int | None:
@@ -64,7 +70,7 @@ class HeldLedger:
     """This sink's ledger: `hold()` a slot's bytes, `note()` the counts at every change,
     `close()` when nothing is held."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, carried: int = 0) -> None:
         stem = f"{PREFIX}{secrets.token_hex(6)}"
         self.ledger_path = directory / f"{stem}.ledger"
         self._pid = os.getpid()
@@ -72,10 +78,12 @@ class HeldLedger:
         self._ledger = os.open(self.ledger_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC
         self._slots = {slot: os.open(self.ledger_path.with_suffix(f".{slot}"), flags, 0o600) for slot in SLOTS}
+        self.carried = carried
         self.note(0, 0, 0)
 
     def note(self, pending: int, in_flight: int, overflow: int) -> None:
-        os.pwrite(self._ledger, LEDGER.pack(MAGIC, self._pid, self._started, pending, in_flight, overflow), 0)
+        row = LEDGER.pack(MAGIC, self._pid, self._started, pending, in_flight, overflow, self.carried)
+        os.pwrite(self._ledger, row, 0)
 
     def hold(self, slot: str, payload: bytes) -> None:
         """A slot's bytes, before the count that says they are there (note)."""
@@ -84,9 +92,16 @@ class HeldLedger:
         os.ftruncate(fd, len(payload))
 
     def close(self) -> None:
+        """Nothing is held any more: the files go, but for the ledger while it carries a
+        count nobody reported (claimed by the next sink once this process is gone)."""
+        if self.carried:
+            self.note(0, 0, 0)
         for fd in (self._ledger, *self._slots.values()):
             os.close(fd)
-        _remove(self.ledger_path)
+        for slot in SLOTS:
+            self.ledger_path.with_suffix(f".{slot}").unlink(missing_ok=True)
+        if not self.carried:
+            self.ledger_path.unlink(missing_ok=True)
 
 
 def claim(directory: Path) -> list[Claimed]:
@@ -100,11 +115,14 @@ def claim(directory: Path) -> list[Claimed]:
             raw = path.read_bytes()
         except OSError:
             continue
-        if len(raw) < LEDGER.size or raw[:4] != MAGIC:
+        if raw[:4] == MAGIC and len(raw) >= LEDGER.size:
+            _, pid, started, pending, *counts, carried = LEDGER.unpack_from(raw)
+        elif raw[:4] == MAGIC_V1 and len(raw) >= LEDGER_V1.size:
+            (_, pid, started, pending, *counts), carried = LEDGER_V1.unpack_from(raw), 0
+        else:
             log.error("unreadable sink ledger %s: what its collector held is unknown", path)
             _remove(path)
             continue
-        _, pid, started, pending, *counts = LEDGER.unpack_from(raw)
         if start_time(pid) == started:
             log.warning("spool %s is also used by a running collector (pid %d)", directory, pid)
             continue
@@ -113,6 +131,7 @@ def claim(directory: Path) -> list[Claimed]:
                 pid,
                 pending,
                 tuple((n, _read(path.with_suffix(f".{s}")) if n else None) for s, n in zip(SLOTS, counts, strict=True)),
+                carried,
             )
         )
         _remove(path)

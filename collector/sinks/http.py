@@ -144,7 +144,10 @@ class HttpSink:
         self._in_flight = 0  # records of the batch being posted
         self._overflowing = 0  # records of write()'s chunk being spooled
         self.killed_records = self._claim_killed()
-        self._held = held.HeldLedger(self.spool.dir)
+        # held in this sink's ledger until the report of them has been sent or spooled
+        self._held = held.HeldLedger(self.spool.dir, carried=self.killed_records)
+        self._report_due = False  # take_killed() gave the count out: the next write() holds its report
+        self._report_mark: int | None = None  # once _handled reaches it, the report has left memory
         self._has_spool = not self.spool.empty()
         self._thread = threading.Thread(target=self._run, name="nettrail-http-sink", daemon=True)
         self._thread.start()
@@ -163,6 +166,8 @@ class HttpSink:
                 self._oldest = time.monotonic()
             self._pending.extend(batch)
             self._accepted += len(batch)
+            if self._report_due:
+                self._report_due, self._report_mark = False, self._accepted
             self._overflow()
             self._note_held()
             if len(self._pending) >= self.batch_size:
@@ -224,6 +229,7 @@ class HttpSink:
         event_type "killed"; 0 afterwards."""
         with self._cond:
             killed, self.killed_records = self.killed_records, 0
+            self._report_due = self._report_due or bool(killed)
         return killed
 
     @property
@@ -285,6 +291,8 @@ class HttpSink:
     def _note_held(self) -> None:
         """The ledger's counts (under _cond): pending = written, neither handled nor in a slot."""
         held_apart = self._in_flight + self._overflowing
+        if self._report_mark is not None and self._handled >= self._report_mark:
+            self._held.carried, self._report_mark = 0, None  # the killed records' report is out
         self._held.note(self._accepted - self._handled - held_apart, self._in_flight, self._overflowing)
 
     def _claim_killed(self) -> int:
@@ -303,12 +311,14 @@ class HttpSink:
                         respooled += count
                     except (SpoolError, OSError) as exc:
                         log.error("cannot spool a batch a killed collector held: %s", exc)
-            lost += found.pending + held_n - respooled
+            lost += found.pending + held_n - respooled + found.carried
             log.error(
                 "the collector (pid %d) before this one was killed holding %d records in memory: %d lost, %d "
                 "spooled again",
                 found.pid, found.pending + held_n, found.pending + held_n - respooled, respooled,
             )  # fmt: skip
+            if found.carried:
+                log.error("it had not yet reported %d records lost before it: counted here", found.carried)
         return lost
 
     def _ship(self, payload: bytes, count: int) -> None:

@@ -143,6 +143,7 @@ class Contender:
     empty: dict[str, tuple[int, int]] = field(default_factory=dict)  # the empty programs' meanwhile
     floor: float = 0.0  # ns the same runs cost empty programs
     stats_bytes: int = 0
+    session_class: type[KernelSession] = KernelSession  # what loads its options (a windowed bench's own clock)
 
 
 @contextmanager
@@ -158,7 +159,7 @@ def loaded(contenders: list[Contender]) -> Iterator[None]:
                 continue
             if c.opts is None:
                 continue
-            c.session = stack.enter_context(KernelSession(c.opts))
+            c.session = stack.enter_context(c.session_class(c.opts))
             c.session.detach()
             threads.append(threading.Thread(target=drain, args=(c.session, stop), daemon=True))
             threads[-1].start()

@@ -181,6 +181,8 @@ def test_lifecycles_followed_in_windows_say_so_with_the_windows_open_time(client
     api = client.get(f"/api/connections/{uuid}/lifecycle").json()
     assert api["skb_recording"]["skb_window"] == "0.2/2"
     assert api["skb_recording"]["window_note"] == s["window_note"]
+    [status_row] = client.get("/api/dash/status", {"host": HOST}).json()["hosts"]
+    assert status_row["status"]["skb_window"] == "0.2/2"  # the Status panel's sampling line
 
 
 def test_nettrail_up_runs_sampled_lifecycles_by_default_and_the_variable_sets_n_or_turns_them_off(

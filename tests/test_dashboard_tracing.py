@@ -71,13 +71,13 @@ def test_staff_choose_the_lifecycle_windows_or_none_and_the_collector_is_told(ca
         "providers": ["tcp", "skb", "skb-lifecycle", "udp-calls"], "skb_sample": 64, "skb_window": "0.2/2",
     }  # fmt: skip
     page = admin.get(URL, {"host": "host-a"}).content.decode()
-    assert "(skb-lifecycle windows: 0.2/2 s)" in page and 'value="0.2/2"' in page
+    assert "(skb-lifecycle: one buffer in 64, in windows 0.2/2 s)" in page and 'value="0.2/2"' in page
     # 0: every moment (the full tracing switch, with skb_sample 1)
     assert admin.post(f"{URL}?host=host-a", {**form, "skb_sample": "1", "skb_window": "0"}).status_code == 302
     assert answer_for(cast.token_a, "host-a", 2) == {
         "providers": ["tcp", "skb", "skb-lifecycle", "udp-calls"], "skb_sample": 1, "skb_window": "0",
     }  # fmt: skip
-    assert "(skb-lifecycle windows: none, all the time)" in admin.get(URL, {"host": "host-a"}).content.decode()
+    assert "(skb-lifecycle: one buffer in 1, all the time)" in admin.get(URL, {"host": "host-a"}).content.decode()
     # empty: the collector's own windows, and the answer does not name them
     assert admin.post(f"{URL}?host=host-a", {**form, "skb_window": ""}).status_code == 302
     assert "skb_window" not in answer_for(cast.token_a, "host-a", 3)

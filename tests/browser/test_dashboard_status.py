@@ -102,26 +102,33 @@ def test_staff_reach_the_hosts_tracing_form_from_its_panel_and_change_it(
     assert page.locator("#tracing-host").inner_text() == HOST
     assert page.locator("#tracing-requested").inner_text() == "nothing: the collector's own choice"
     assert "tcp, siftr, its own choice" in page.locator("#tracing-running").inner_text()
-    for provider in ("tcp", "skb"):
+    for provider in ("tcp", "skb", "skb-lifecycle"):
         page.locator(f"#tracing-form input[name='providers'][value='{provider}']").check()
+    page.locator("#tracing-form input[name='skb_sample']").fill("64")
+    page.locator("#tracing-form input[name='skb_window']").fill("0.50/5")
     page.locator("#tracing-set").click()
     page.wait_for_selector("#tracing-saved")
     screenshot(page, "tracing")
-    assert page.locator("#tracing-requested").inner_text().startswith("tcp, skb — set by admin at ")
+    assert (
+        page.locator("#tracing-requested")
+        .inner_text()
+        .startswith("tcp, skb, skb-lifecycle (skb-lifecycle: one buffer in 64, in windows 0.5/5 s) — set by admin at ")
+    )
     host = selfhealth[0]
     page.wait_for_function(
         f"(document.body.dataset.liveGroups || '').split(' ').includes('host.{HOST}')", timeout=30_000
     )
     # the collector's answer to the request: its status after the swap, shown without a reload
     swapped = msgspec.structs.replace(
-        selfhealth[1], seq=20_000, ts_wall=selfhealth[1].ts_wall + 200, providers=["tcp", "skb"],
-        providers_from="dashboard", untraced_ns=1234,
+        selfhealth[1], seq=20_000, ts_wall=selfhealth[1].ts_wall + 200, providers=["tcp", "skb", "skb-lifecycle"],
+        providers_from="dashboard", untraced_ns=1234, skb_sample=64, skb_stages="ends", skb_window="0.5/5",
     )  # fmt: skip
     answer = host.ingest([swapped])
-    assert answer["tracing"] == {"providers": ["tcp", "skb"], "skb_sample": None}
-    page.wait_for_function("document.getElementById('tracing-running').textContent.startsWith('tcp, skb,')")
+    assert answer["tracing"] == {"providers": ["tcp", "skb", "skb-lifecycle"], "skb_sample": 64, "skb_window": "0.5/5"}
+    page.wait_for_function("document.getElementById('tracing-running').textContent.startsWith('tcp, skb, skb-')")
     assert page.locator("#tracing-running").inner_text() == (
-        "tcp, skb, as the dashboard asked; nothing was traced for 1234 ns while its programs were swapped"
+        "tcp, skb, skb-lifecycle (skb-lifecycle: one buffer in 64, in windows of 0.5 s every 5 s), as the "
+        "dashboard asked; nothing was traced for 1234 ns while its programs were swapped"
     )
     page.goto(f"{server.url}/status/?host={HOST}")  # the panel says who chose the set and the swap's gap
     page.wait_for_selector("body[data-loaded='1']")
@@ -130,8 +137,9 @@ def test_staff_reach_the_hosts_tracing_form_from_its_panel_and_change_it(
         zip(panel.locator(".summary dt").all_inner_texts(), panel.locator(".summary dd").all_inner_texts(), strict=True)
     )
     assert (summary["Providers"], summary["Chosen by"], summary["Not traced while swapping"]) == (
-        "tcp, skb", "the dashboard", "0.001 ms",
+        "tcp, skb, skb-lifecycle", "the dashboard", "0.001 ms",
     )  # fmt: skip
+    assert "skb-window 0.5/5 (lifecycle hooks attached 0.5 s of every 5 s)" in summary["Sampling"]
     page.goto(f"{server.url}/status/tracing/?host={HOST}")
     page.locator("#tracing-own").click()  # back to the collector's own choice: other tests see it unchanged
     page.wait_for_selector("#tracing-saved")

@@ -28,7 +28,7 @@ SELF_HEALTH_RULES = ("H1", "H2", "H3", "H4")
 STATUS_FIELDS = (
     "ts_wall", "pid", "comm", "boot_id", "providers", "attached", "absent", "failed", "missing_drop_reasons",
     "rules_unavailable", "rules_degraded", "kernel_release", "ppl", "ip_sample", "drop_rate", "skb_sample", "skb_stages",
-    "stack_counters", "providers_from", "untraced_ns",
+    "skb_window", "stack_counters", "providers_from", "untraced_ns",
 )  # fmt: skip
 
 

@@ -24,7 +24,9 @@
     const last = h.latest || {};
     const sampling = [s.ppl > 1 ? `ppl ${s.ppl}` : null, s.ip_sample ? `ip-sample ${s.ip_sample}` : null,
       s.drop_rate ? `drop-rate ${s.drop_rate}/s per CPU` : null, s.skb_sample > 1 ? `skb-sample ${s.skb_sample}` : null,
-      s.skb_stages === "ends" ? "skb-stages ends (no transmit or receive entry stages)" : null].filter(Boolean).join(", ") || "every event";
+      s.skb_stages === "ends" ? "skb-stages ends (no transmit or receive entry stages)" : null,
+      s.skb_window ? `skb-window ${s.skb_window} (lifecycle hooks attached ${s.skb_window.replace("/", " s of every ")} s)` : null,
+    ].filter(Boolean).join(", ") || "every event";
     const items = [
       ["Process", s.pid ? `${s.comm || "?"} (pid ${s.pid})` : "–"], ["Kernel", s.kernel_release || "–"],
       ["Started", s.ts_wall ? datetime(s.ts_wall) : "–"], ["Providers", (s.providers || []).join(", ") || "–"],

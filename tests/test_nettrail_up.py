@@ -264,7 +264,9 @@ def test_up_as_root_starts_the_collector_and_its_records_reach_the_webapp(data_d
                 assert s.connect_ex(("127.0.0.1", closed_port)) != 0
         assert wait_for_alert(data_dir, "K14", closed_port) == ("connect-failures", "critical")
         children = psutil.Process(proc.pid).children(recursive=True)
-        assert sorted(p.uids().real != 0 for p in children) == [False, True]  # root collector, unprivileged webapp
+        roles = sorted((p.uids().real != 0, "collector.bpf.keeper" in " ".join(p.cmdline())) for p in children)
+        # root collector and its ring keeper (collector/bpf/keeper.py), unprivileged webapp
+        assert roles == [(False, False), (False, True), (True, False)]
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
         assert proc.returncode == 0

@@ -630,6 +630,10 @@ class KernelSession:
             raise BpfError(f"failed to read skb_follow: {os.strerror(ctypes.get_errno())}")
         return int(value["n"].sum()), int(value["reads"])
 
+    def ring_fd(self) -> int:
+        """The descriptor of the events ring (a keeper holds a duplicate: collector/bpf/keeper.py)."""
+        return self._map_fd("events")
+
     def map_size(self, name: str) -> int:
         """max_entries of one of the object's maps."""
         return int(self.lib.bpf_map__max_entries(self._map(name)))

@@ -319,6 +319,10 @@ class HttpSink:
             )  # fmt: skip
             if found.carried:
                 log.error("it had not yet reported %d records lost before it: counted here", found.carried)
+        for pid, unread in held.claim_unread(self.spool.dir):
+            lost += unread
+            log.error("the collector (pid %d) before this one was killed with %d events unread in its kernel ring: "
+                      "lost", pid, unread)  # fmt: skip
         return lost
 
     def _ship(self, payload: bytes, count: int) -> None:

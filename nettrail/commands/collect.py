@@ -25,9 +25,10 @@ from typing import Any, Protocol
 from analysis.alerts import live
 from analysis.alerts.config import ConfigError
 from collector import identity
-from collector.bpf import loader, variants
+from collector.bpf import layout, loader, variants
 from collector.bpf.build import BuildError
 from collector.bpf.kallsyms import kernel_symbols
+from collector.bpf.keeper import RingKeeper
 from collector.bpf.loader import BpfError, KernelSession, Options
 from collector.bpf.source import KernelSource, wall_offset
 from collector.bpf.swap import COMMAND_LINE, Swap
@@ -392,13 +393,29 @@ def collect(
     extras = live.Extras(source, env, sink, counters if stack_counters else None, health)
     status = status_record(session, env, stack_counters, origin, untraced_ns)
     batches = itertools.chain([source.number([status])], poll_batches(session, source, extras, stop, duration, swap))
+    keeper = ring_keeper(session, sink)
     if alerting is None:
         for records in batches:
             if records:
                 sink.write(records)
     else:
         alerting.stream(batches, sink)
+    if keeper is not None:
+        keeper.close()  # the ring's final read is done: nothing is left for it to count
     return source
+
+
+def ring_keeper(session: KernelSession, sink: Sink) -> RingKeeper | None:
+    """A keeper of this session's ring (collector/bpf/keeper.py), where a sink spools: if
+    this process is killed, the events it had not read are counted for the next collector."""
+    spool = getattr(getattr(sink, "spool", None), "dir", None)
+    if spool is None:
+        return None
+    try:
+        return RingKeeper.start(session.ring_fd(), session.opts.ringbuf_bytes, layout.EVENT_SIZE, spool)
+    except OSError as exc:
+        print(f"{PROG}: events unread if this collector is killed cannot be counted: {exc}", file=sys.stderr)
+        return None
 
 
 def status_record(

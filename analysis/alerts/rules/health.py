@@ -67,7 +67,8 @@ class CollectorLoss(Rule):
         )
         if rec.hook == "sink/killed":  # reported by the next collector (collector/sinks/held.py)
             message = (
-                f"A collector on this host was killed (SIGKILL) holding {rec.lost} records in memory, lost: alerts "
+                f"A collector on this host was killed (SIGKILL) holding {rec.lost} records in memory (unsent, or "
+                f"unread in its kernel ring), lost: alerts "
                 f"and timelines of its last moments are built on incomplete data, so absence of an alert proves "
                 f"nothing there."
             )

@@ -73,6 +73,9 @@ def test_windows_follow_the_buffers_sent_while_open_and_only_those(providers: tu
         send_sized(rx, tx, second)
         poll_until(cap, "closed")
         records = cap.settle()
+        # settle polls, and a window may have opened meanwhile: close it, then poll no more,
+        # so that the windows' open time stands still while the reports are made
+        poll_until(cap, "closed")
         reports.extend(r for r in health.add(records) if isinstance(r, SamplingReport))
         reports.extend(r for r in health.add([], final=True) if isinstance(r, SamplingReport))
         counts = cap.session.skb_sampling()
@@ -99,7 +102,7 @@ def test_windows_follow_the_buffers_sent_while_open_and_only_those(providers: tu
     assert {(r.event_type, r.setting) for r in reports} == {("skb_event", "skb-sample 1, skb-window 0.3/0.8")}
     assert (sum(r.observed for r in reports), sum(r.emitted for r in reports)) == (sent_in_windows, sent_in_windows)
     assert sum(r.open_s or 0 for r in reports) == pytest.approx(open_total, abs=1e-5)
-    assert windows.windows == 2 and open_total >= 2 * SPEC.open_s
+    assert windows.windows >= 2 and open_total >= 2 * SPEC.open_s  # a third may open while the test settles
     if "ip-flows" in providers:
         # the shared hooks stayed: ip-flows counted every datagram, windows or not
         flows = [r for r in records if isinstance(r, IpFlowCounters) and r.dport == port and r.direction == "send"]

@@ -93,14 +93,23 @@ def wait_for_line(proc: subprocess.Popen[str], needle: str) -> list[str]:
 
 
 def stop_up(proc: subprocess.Popen[str]) -> None:
-    """SIGTERM first: `nettrail up` stops its children (in their own sessions) itself."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
+    """SIGTERM first: `nettrail up` stops its children (in their own sessions) itself; then,
+    by PID, whatever of its tree is left (a test that failed midway must not leave a
+    collector tracing the machine)."""
+    if proc.poll() is not None:
+        return
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for child in tree:
         try:
-            proc.communicate(timeout=90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def test_up_serves_the_login_page_as_an_unprivileged_user_and_stops_on_sigterm(data_dir: Path) -> None:
@@ -140,9 +149,7 @@ def test_up_serves_the_login_page_as_an_unprivileged_user_and_stops_on_sigterm(d
         assert "nettrail: stopping" in output
         assert ADMIN_PASSWORD not in output  # a given password is never echoed
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_up(proc)
 
 
 def test_up_as_root_refuses_an_interpreter_the_webapp_user_cannot_reach_and_names_the_fix(data_dir: Path) -> None:
@@ -199,12 +206,7 @@ def up_running(command: list[str], **popen: Any) -> Iterator[subprocess.Popen[st
         proc.communicate(timeout=30)
         assert proc.returncode == 0
     finally:
-        if proc.poll() is None:
-            children = psutil.Process(proc.pid).children(recursive=True)
-            stop_up(proc)  # SIGTERM first: it stops the collector, then the webapp
-            for child in children:  # by PID, whatever SIGTERM did not end
-                if child.is_running():
-                    child.kill()
+        stop_up(proc)
 
 
 @contextmanager
@@ -274,9 +276,7 @@ def test_up_as_root_starts_the_collector_and_its_records_reach_the_webapp(data_d
         assert not token_file.exists()  # removed on stop (and revoked at the next start)
         assert token.startswith("nt_")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_up(proc)
 
 
 @pytest.mark.kernel

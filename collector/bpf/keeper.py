@@ -8,8 +8,8 @@ it ends. A collector that ended normally drained its ring first (poll_batches' f
 read), so the keeper finds nothing; one that was killed left events there, and the keeper
 counts them (after the collector's programs went with it: no run writes any more), writes
 the count beside the HTTP sink's spool and exits. The next sink on that spool claims the
-count as records lost (collector/sinks/held.py, claim_unread), with the pending records
-of the killed sink's own ledger.
+count (claim_unread) as records lost, with the pending records of the killed sink's own
+ledger (collector/sinks/held.py).
 
     <spool>/ring-<collector pid>.keeper   the keeper's pid while it waits or counts
     <spool>/ring-<collector pid>.unread   {"pid", "unread", "by_type"}, only if unread > 0
@@ -22,12 +22,15 @@ collector/bpf/ringbuf.py (the reader it reuses) and nettrail/commands/collect.py
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
+
+log = logging.getLogger("nettrail.keeper")
 
 SETTLE_S = 0.2  # after the collector is gone, until its programs' last runs have ended
 GONE_TIMEOUT_S = 30.0
@@ -53,7 +56,8 @@ class RingKeeper:
         cmd = [sys.executable, "-m", "collector.bpf.keeper", str(ring_fd), str(ring_bytes), str(record_size)]
         cmd += [str(pipe_r), str(os.getpid()), str(spool)]
         root = Path(__file__).resolve().parents[2]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+        path = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
         proc = subprocess.Popen(  # its own session: a terminal's Ctrl-C is the collector's to handle
             cmd, pass_fds=(ring_fd, pipe_r), start_new_session=True, env=env, stdin=subprocess.DEVNULL
         )
@@ -97,6 +101,33 @@ def alive(pid: int) -> bool:
         return False
     state = next((ln for ln in text.splitlines() if ln.startswith("State:")), "")
     return "zombie" not in state and "dead" not in state
+
+
+def claim_unread(spool: Path, wait_s: float = 5.0) -> list[tuple[int, int]]:
+    """(collector pid, events) the keepers of killed collectors found unread, removed once
+    read. A keeper still counting for a collector that is gone is waited for, up to wait_s
+    (a collector restarted at once would otherwise miss its count)."""
+    deadline = time.monotonic() + wait_s
+    while any(_counting(mark) for mark in spool.glob("ring-*.keeper")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    found = []
+    for path in sorted(spool.glob("ring-*.unread")):
+        try:
+            data = json.loads(path.read_text())
+            found.append((int(data["pid"]), int(data["unread"])))
+        except (OSError, ValueError, KeyError, TypeError):
+            log.error("unreadable ring count %s: what its killed collector left unread is unknown", path)
+        path.unlink(missing_ok=True)
+    return found
+
+
+def _counting(mark: Path) -> bool:
+    """A keeper whose collector is gone and which is itself still running."""
+    try:
+        collector, keeper = int(mark.stem.removeprefix("ring-")), int(mark.read_text())
+    except (OSError, ValueError):
+        return False
+    return not alive(collector) and alive(keeper)
 
 
 def main(argv: list[str]) -> int:

@@ -29,12 +29,10 @@ Keep in sync with: collector/sinks/http.py (the only user) and docs/collector-si
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
 import struct
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,34 +136,6 @@ def claim(directory: Path) -> list[Claimed]:
         )
         _remove(path)
     return found
-
-
-def claim_unread(directory: Path, wait_s: float = 5.0) -> list[tuple[int, int]]:
-    """(collector pid, events) its ring keeper found unread after it was killed
-    (collector/bpf/keeper.py), removed once read. A keeper still counting for a collector
-    that is gone is waited for (a collector restarted at once would miss its count)."""
-    deadline = time.monotonic() + wait_s
-    while any(_keeper_busy(mark) for mark in directory.glob("ring-*.keeper")) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    found = []
-    for path in sorted(directory.glob("ring-*.unread")):
-        try:
-            data = json.loads(path.read_text())
-            found.append((int(data["pid"]), int(data["unread"])))
-        except (OSError, ValueError, KeyError, TypeError):
-            log.error("unreadable ring count %s: what its killed collector left unread is unknown", path)
-        path.unlink(missing_ok=True)
-    return found
-
-
-def _keeper_busy(mark: Path) -> bool:
-    """A keeper whose collector is gone, still counting (its own process alive)."""
-    collector = int(mark.stem.removeprefix("ring-") or 0)
-    try:
-        keeper = int(mark.read_text() or 0)
-    except (OSError, ValueError):
-        return False
-    return start_time(collector) is None and start_time(keeper) is not None
 
 
 def _read(path: Path) -> bytes | None:

@@ -48,6 +48,7 @@ from typing import Any
 import msgspec
 import requests
 
+from collector.bpf import keeper
 from collector.sinks import held
 from collector.sinks.http_transport import check_server_url
 from collector.spool import DEFAULT_MAX_BYTES, Spool, SpoolError
@@ -319,7 +320,7 @@ class HttpSink:
             )  # fmt: skip
             if found.carried:
                 log.error("it had not yet reported %d records lost before it: counted here", found.carried)
-        for pid, unread in held.claim_unread(self.spool.dir):
+        for pid, unread in keeper.claim_unread(self.spool.dir):
             lost += unread
             log.error("the collector (pid %d) before this one was killed with %d events unread in its kernel ring: "
                       "lost", pid, unread)  # fmt: skip

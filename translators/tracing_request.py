@@ -40,13 +40,20 @@ def check(request: TracingRequest) -> TracingRequest:
         raise ValueError("providers: each provider once")
     if request.skb_sample is not None and not 1 <= request.skb_sample <= MAX_SKB_SAMPLE:
         raise ValueError(f"skb_sample: between 1 (every buffer) and {MAX_SKB_SAMPLE}")
-    if request.skb_window is not None and request.skb_window != ALWAYS:
-        try:
-            window = parse_window(request.skb_window).arg()
-        except ValueError as exc:
-            raise ValueError(f"skb_window: {ALWAYS} (all the time) or {exc}") from None
-        return msgspec.structs.replace(request, skb_window=window)
+    if request.skb_window is not None:
+        return msgspec.structs.replace(request, skb_window=short_window(request.skb_window))
     return request
+
+
+def short_window(text: str) -> str:
+    """A request's skb_window in its short form ("0.20/2.0" -> "0.2/2"; "0": all the time),
+    or ValueError saying what is wrong."""
+    if text == ALWAYS:
+        return text
+    try:
+        return parse_window(text).arg()
+    except ValueError as exc:
+        raise ValueError(f"skb_window: {ALWAYS} (all the time) or {exc}") from None
 
 
 def from_answer(value: Any) -> TracingRequest | None:

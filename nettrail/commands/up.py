@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.sinks.token_source import write_token_file
-from translators.skb_window import parse_window
+from translators.skb_window import ALWAYS, parse_window
 from translators.tracing_request import PROVIDER_NAMES
 
 WEBAPP_USER = "nettrail"
@@ -99,7 +99,7 @@ COLLECTOR_PPL = 8
 # Lifecycles run in windows (--skb-window COLLECTOR_SKB_WINDOW): their hooks on every
 # buffer's path are attached 0.2 s of every 2 s and cost nothing between windows, one
 # buffer in COLLECTOR_SKB_SAMPLE followed inside them: what they add to tcp,skb,udp-calls
-# is about 0.5% instead of 4.5% always on (docs/benchmarks.md, "Buffer lifecycles in
+# is about 0.7% instead of 4.5% always on (docs/benchmarks.md, "Buffer lifecycles in
 # windows"). NETTRAIL_SKB_WINDOW=OPEN/EVERY chooses other windows, 0 none (the full-time
 # tracing, one buffer in 256 was the former default).
 # NETTRAIL_PROVIDERS=a,b,... chooses the whole set instead (skb-lifecycle in it is sampled
@@ -163,7 +163,7 @@ def collector_providers(env: dict[str, str]) -> list[str]:
               file=sys.stderr, flush=True)  # fmt: skip
     args = ["--providers", ",".join([*providers, "skb-lifecycle"]), "--skb-sample", str(n), "--skb-stages", stages]
     window = env.get(SKB_WINDOW_ENV, "").strip() or COLLECTOR_SKB_WINDOW
-    if window == "0":
+    if window == ALWAYS:
         return args
     try:
         parse_window(window)

@@ -11,10 +11,8 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from ingest_stub import TOKEN, IngestStub
 
 from collector.sinks.http import HttpSink
@@ -67,15 +65,6 @@ CHILD = textwrap.dedent(
         time.sleep(120)
     """
 )
-
-
-@pytest.fixture
-def stub() -> Iterator[IngestStub]:
-    server = IngestStub()
-    server.start()
-    yield server
-    if server._server is not None:
-        server.stop()
 
 
 def run_child(spool: Path, drain: bool) -> tuple[subprocess.Popen[str], str]:

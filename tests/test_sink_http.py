@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -12,15 +11,6 @@ import pytest
 from ingest_stub import TOKEN, IngestStub, make_records
 
 from collector.sinks.http import MAX_RECORD_REFUSALS, HttpSink
-
-
-@pytest.fixture
-def stub() -> Iterator[IngestStub]:
-    server = IngestStub()
-    server.start()
-    yield server
-    if server._server is not None:
-        server.stop()
 
 
 def sink_for(url: str, spool: Path, **kw: object) -> HttpSink:

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -45,15 +44,6 @@ CHILD = textwrap.dedent(
     time.sleep(120)
     """
 )
-
-
-@pytest.fixture
-def stub() -> Iterator[IngestStub]:  # as tests/test_sink_http.py's
-    server = IngestStub()
-    server.start()
-    yield server
-    if server._server is not None:
-        server.stop()
 
 
 def kill_while_holding(stub: IngestStub, spool: Path) -> None:

@@ -88,6 +88,16 @@ NT_MAP struct {
 	__type(value, __u8);
 } flows_out SEC(".maps");
 
+/* siftr-poll's sockets: cookie -> what its last sample showed (siftr_poll.bpf.c), made
+ * at the socket's first poll, deleted at tcp_destroy_sock (the LRU bounds what a socket
+ * destroyed while siftr-poll was not chosen leaves). */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct nt_polled);
+} polled SEC(".maps");
+
 /* The owner map's version: bumped on every change to it, so a hint below is trusted
  * only while no owner changed anywhere. */
 NT_GLOBAL(__u64 owner_epoch, 0);

@@ -52,6 +52,7 @@ enum nt_attribution { NT_ATTR_NONE = 0, NT_ATTR_CURRENT = 1, NT_ATTR_OWNER = 2 }
 #define NT_PROV_SKB_LIFE 0x40 /* skb lifecycles; NT_PROV_SKB alone is drops only (always-on mode) */
 #define NT_PROV_IP_FLOWS 0x80 /* exact per-flow ip counters (map ip_flows); NT_PROV_IP: a record per packet */
 #define NT_PROV_UDP_CALLS 0x100 /* udp's always-on mode: the call records only (NT_PROV_UDP adds the device's) */
+#define NT_PROV_SIFTR_POLL 0x200 /* siftr's always-on mode: each socket's control block polled (siftr_poll.bpf.c) */
 
 /* Filters and settings fixed at load time: the only member of .rodata (`cfg`). */
 struct nt_config {
@@ -246,7 +247,7 @@ struct nt_siftr_body {
 	__u32 th_seq;
 	__u32 th_ack;
 	__u32 data_sz;
-	__u8 direction; /* 0 in, 1 out */
+	__u8 direction; /* 0 in, 1 out, 2 polled (no packet: th_seq, th_ack, data_sz 0) */
 	__u8 _pad_tail[3];
 };
 
@@ -265,6 +266,22 @@ struct nt_flow {
 	__u64 first_ns;    /* admission (first packet) */
 	__u64 last_ns;     /* the last sample, not the last packet: no clock read per packet */
 	__u64 skbs;        /* buffers siftr saw: tcp_probe (in) and net_dev_queue (out) */
+};
+
+/* Map `polled` value: what siftr-poll last sampled of a socket, so a poll that finds
+ * nothing moved and nothing waiting emits nothing. */
+struct nt_polled {
+	__u32 snd_una;
+	__u32 snd_nxt;
+	__u32 rcv_nxt;
+	__u32 snd_cwnd;
+	__u32 snd_wnd;
+	__u32 rcv_wnd;
+	__u32 srtt_us;
+	__u8 state;
+	__u8 ca_state;
+	__u8 sampled; /* 0 until the first sample */
+	__u8 _pad;
 };
 
 /* ---- tcpdebug provider -------------------------------------------------- */

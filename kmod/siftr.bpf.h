@@ -34,7 +34,7 @@ static __always_inline struct nt_flow *flow_find(__u64 cookie)
  * attribution run once per flow, when it is first seen (and again for each sample):
  * a flow the filters reject goes to `flows_out` and is not counted. The verdict is
  * kept only once the flow has an owner; until then a process filter cannot judge it. */
-static __noinline int flow_admit(const struct sock *sk, __u64 cookie, void *ctx)
+static __noinline int flow_admit(const struct sock *sk, __u64 cookie, __u8 how)
 {
 	struct nt_header h = { .cookie = cookie };
 	struct nt_flow init = {}, *slot;
@@ -43,7 +43,7 @@ static __noinline int flow_admit(const struct sock *sk, __u64 cookie, void *ctx)
 	if (bpf_map_lookup_elem(&flows_out, &cookie))
 		return 0;
 	fill_flow(&h, sk);
-	attribute(&h, NT_EV_SIFTR, in_task(ctx));
+	attribute(&h, NT_EV_SIFTR, how);
 	if (!pass(&h)) {
 		if (h.attribution != NT_ATTR_NONE || !(cfg.tgid || cfg.cgroup_id))
 			bpf_map_update_elem(&flows_out, &cookie, &no, BPF_ANY);
@@ -189,7 +189,7 @@ static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, co
 {
 	struct nt_flow *f = flow_find(cookie);
 
-	if (!f && (!flow_admit(sk, cookie, ctx) || !(f = flow_find(cookie))))
+	if (!f && (!flow_admit(sk, cookie, in_task(ctx)) || !(f = flow_find(cookie))))
 		return;
 	if (flow_count(f, sk, dir == 1))
 		siftr_emit(sk, f, skb, dir, ctx);

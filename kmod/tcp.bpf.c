@@ -381,13 +381,13 @@ int BPF_PROG(tcp_destroy_sock, struct sock *sk)
 	/* disconnected: tcp_disconnect() zeroed the counters; those it closed with */
 	c = BPF_CORE_READ(sk, __sk_common.skc_dport) ? NULL : bpf_map_lookup_elem(&closed, &h.cookie);
 	o = bpf_map_lookup_elem(&owners, &h.cookie);
-	if (cfg.providers & NT_PROV_SIFTR) {
+	if (cfg.providers & (NT_PROV_SIFTR | NT_PROV_SIFTR_POLL)) {
 		slot = flow_slot(h.cookie);
 		if (slot && slot->flow_cookie != h.cookie)
 			slot = NULL;
 	}
 	if (pass(&h)) {
-		if (cfg.providers & NT_PROV_SIFTR) {
+		if (cfg.providers & (NT_PROV_SIFTR | NT_PROV_SIFTR_POLL)) {
 			f = slot ?: bpf_map_lookup_elem(&flows, &h.cookie);
 			if (f)
 				emit_flow_final(&h, f, sk, c);
@@ -412,6 +412,8 @@ int BPF_PROG(tcp_destroy_sock, struct sock *sk)
 	else
 		bpf_map_delete_elem(&flows, &h.cookie);
 	bpf_map_delete_elem(&flows_out, &h.cookie);
+	if (cfg.providers & NT_PROV_SIFTR_POLL)
+		bpf_map_delete_elem(&polled, &h.cookie);
 	bpf_map_delete_elem(&owners, &h.cookie);
 	bpf_map_delete_elem(&closed, &h.cookie);
 	__sync_fetch_and_add(&owner_epoch, 1); /* also retires hints naming this socket's address */

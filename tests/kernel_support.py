@@ -109,6 +109,7 @@ def tracing(
     skb_stages: str | None = None,
     softirq_hooks: bool = False,
     skb_window: WindowSpec | None = None,
+    poll_interval: float = 0.1,
     **filters: object,
 ) -> Iterator[Capture]:
     """A loaded session; counts_every: seconds between FlowCounters/DropCount map reads;
@@ -124,6 +125,7 @@ def tracing(
         skb_stages=skb_stages,
         softirq_hooks=softirq_hooks,
         skb_window=skb_window,
+        poll_interval_s=poll_interval,
     )
     env = KernelEnv(
         host_id="test-host", boot_id="test-boot", wall_offset=wall_offset(), symbolize=kernel_symbols().symbolize

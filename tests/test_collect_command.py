@@ -44,7 +44,8 @@ def test_it_says_in_one_line_what_it_needs_when_run_as_an_ordinary_user() -> Non
     [
         (
             ["--providers", "tcp,mbuf"],
-            "--providers: unknown mbuf; choose from tcp, siftr, tcpdebug, ip, udp, skb, skb-lifecycle, ip-flows, udp-calls",
+            "--providers: unknown mbuf; choose from tcp, siftr, tcpdebug, ip, udp, skb, skb-lifecycle, ip-flows, udp-calls, "
+            "siftr-poll",
         ),
         (["--filter", "port=99999"], "bad filter 'port=99999': port must be 1-65535"),
         (["--filter", "host=1"], "bad filter 'host=1': use pid=N, port=N, addr=IP, cgroup=ID or netns=INODE"),
@@ -53,6 +54,7 @@ def test_it_says_in_one_line_what_it_needs_when_run_as_an_ordinary_user() -> Non
         (["--ip-sample", "-1"], "--ip-sample must be 0 (counters only) or a positive N"),
         (["--ip-flows-max", "0"], "--ip-flows-max must be between 1 and 1048576"),
         (["--stats-interval", "0"], "--stats-interval must be positive"),
+        (["--poll-interval", "0"], "--poll-interval must be between 0.01 and 60 seconds"),
         (["--skb-window", "0.2"], "--skb-window '0.2': use OPEN/EVERY in seconds, e.g. 0.25/5"),
         (["--skb-window", "2/1"], "--skb-window '2/1': OPEN/EVERY in seconds with 0.05 <= OPEN < EVERY <= 3600"),
         (["--skb-window", "a/b"], "--skb-window 'a/b': use OPEN/EVERY in seconds, e.g. 0.25/5"),

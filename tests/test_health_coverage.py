@@ -46,8 +46,24 @@ def test_an_absent_tcp_probe_makes_the_sample_rules_unavailable():
     assert sorted(unavailable) == ["K1", "K13", "K6", "K7"]
     assert (
         unavailable["K7"]
-        == "no SIFTR or tcpdebug samples (cwnd, srtt, windows): tracepoint tcp_probe absent on this kernel"
+        == "no SIFTR or tcpdebug samples (cwnd, srtt, windows): tracepoint tcp_probe absent on this kernel; "
+        "provider siftr-poll not chosen (--providers)"
     )
+
+
+def test_polled_siftr_samples_serve_the_sample_rules_and_say_they_are_polled():
+    unavailable, degraded = assess(attach("tcp,siftr-poll,skb,udp-calls"))
+    assert unavailable == {}
+    polled = (
+        "SIFTR samples polled every --poll-interval (siftr-poll), not taken at packets: a change shorter than "
+        "the interval can be missed"
+    )
+    assert {rule: degraded[rule] for rule in ("K1", "K6", "K7", "K13")} == dict.fromkeys(
+        ("K1", "K6", "K7", "K13"), polled
+    )
+    assert "K5" not in degraded  # receive windows from polled samples too; its drops from skb
+    unavailable, _ = assess(attach("tcp,siftr-poll,skb,udp-calls", failed={"siftr_poll": "Operation not permitted"}))
+    assert sorted(unavailable) == ["K1", "K13", "K6", "K7"]
 
 
 def test_an_absent_congestion_state_tracepoint_degrades_k2_and_k6():

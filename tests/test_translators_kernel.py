@@ -182,6 +182,15 @@ def test_a_siftr_sample_uses_freebsd_units_and_flags() -> None:
     assert "snd_cwnd" in rec.approx
 
 
+def test_a_polled_siftr_sample_says_so_and_has_no_packet_fields() -> None:
+    """siftr-poll (kmod/siftr_poll.bpf.c): direction 2, read at a poll of the socket; the
+    kernel writes 0 into the packet's fields, which have no value there."""
+    snap = {"snd_cwnd": 10, "mss_cache": 1448, "state": 1, "flags": 0x80, "direction": 2, "ctx": 0}
+    [rec] = translate(event(layout.EV_SIFTR, **V4, **OWNER, **snap))
+    assert (rec.hook, rec.direction, rec.ctx) == ("iter/tcp", "poll", "unknown")  # type: ignore[attr-defined]
+    assert (rec.th_seq, rec.th_ack, rec.data_sz, rec.snd_cwnd) == (None, None, None, 14480)  # type: ignore[attr-defined]
+
+
 def test_flow_counters_copy_the_kernels_exact_counts() -> None:
     raw = event(layout.EV_FLOW, **V4, packets_in=3, packets_out=5, bytes_in=10, bytes_out=7000, samples=1, skbs=4)
     [rec] = translate(raw)
@@ -293,7 +302,7 @@ def test_the_column_wise_siftr_batch_gives_the_row_by_row_records_byte_for_byte(
     rows["sport"], rows["dport"] = [1, 2, 3, 4, 5, 6], [80, 80, 443, 443, 0, 1]
     rows["attribution"] = [2, 1, 0, 2, 0, 1]
     rows["pid"], rows["comm"] = 42, b"iperf3"
-    rows["ctx"], rows["direction"] = [1, 2, 2, 1, 0, 2], [1, 0, 1, 0, 1, 0]
+    rows["ctx"], rows["direction"] = [1, 2, 2, 1, 0, 2], [1, 0, 1, 0, 2, 0]  # 2: a siftr-poll sample
     rows["snd_cwnd"], rows["mss_cache"] = [10, 0, 3, 44, 1, 2], [1448, 0, 536, 65483, 1, 9000]
     rows["snd_ssthresh"] = [0x7FFFFFFF, 5, 0x7FFFFFFF, 1, 0, 2]
     rows["flags"] = [0x80 | 0x1 | 0x2 | 0x4 | 0x8 | 0x10 | 0x20, 0x80, 0x82, 0, 0x81, 0x84]

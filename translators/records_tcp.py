@@ -174,9 +174,13 @@ class Connection(Record, tag="connection", kw_only=True):
 
 
 class SiftrSample(FlowRecord, tag="siftr_sample", kw_only=True):
-    """tcp:::siftr: a snapshot of the control block at one packet (providers.md 6.2)."""
+    """tcp:::siftr: a snapshot of the control block at one packet (providers.md 6.2), or at
+    a poll (siftr-poll: direction "poll", no packet)."""
 
-    direction: Annotated[str, doc("packet direction: in or out", choices=("in", "out"), brief=True)]
+    direction: Annotated[
+        str,
+        doc("packet direction: in or out; poll: siftr-poll's periodic sample, no packet", choices=("in", "out", "poll"), brief=True),
+    ]
     snd_cwnd: Annotated[Int, doc("congestion window", unit="bytes", brief=True)] = None
     snd_ssthresh: Annotated[Int, doc("slow-start threshold", unit="bytes")] = None
     snd_wnd: Annotated[Int, doc("send window (scaled)", unit="bytes")] = None
@@ -205,9 +209,9 @@ class SiftrSample(FlowRecord, tag="siftr_sample", kw_only=True):
     sacked_out: Annotated[Int, doc("SACKed segments")] = None
     lost_out: Annotated[Int, doc("segments marked lost")] = None
     retrans_out: Annotated[Int, doc("retransmitted segments in flight")] = None
-    th_seq: Annotated[Int, doc("sequence number of the triggering packet")] = None
-    th_ack: Annotated[Int, doc("acknowledgment number of the triggering packet")] = None
-    data_sz: Annotated[Int, doc("payload of the triggering packet", unit="bytes")] = None
+    th_seq: Annotated[Int, doc("sequence number of the triggering packet (none for a poll)")] = None
+    th_ack: Annotated[Int, doc("acknowledgment number of the triggering packet (none for a poll)")] = None
+    data_sz: Annotated[Int, doc("payload of the triggering packet (none for a poll)", unit="bytes")] = None
     ca_state: Annotated[Str, doc("congestion state", choices=CA_STATES)] = None
     cc_algo: Annotated[Str, doc("congestion control algorithm")] = None
 

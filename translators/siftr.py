@@ -84,9 +84,15 @@ def snapshot_fields(raw: Raw) -> dict[str, Any]:
     }
 
 
+# nt_siftr_body.direction: a packet received, sent, or no packet (siftr-poll's poll)
+DIRECTION_POLL = 2
+POLL_HOOK = "iter/tcp"
+
+
 def translate_sample(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
-    out = raw["direction"] == 1
-    hook = "tp_btf/net_dev_queue" if out else "tp_btf/tcp_probe"
+    d = raw["direction"]
+    hook, direction = _HOOKS[d], _DIRECTIONS[d]
+    polled = d == DIRECTION_POLL
     flags = raw["flags"]
     wscale = bool(flags & SNAP_WSCALE)
     state = state_name(raw["state"])
@@ -95,7 +101,7 @@ def translate_sample(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
         dict(
             **envelope(raw, env, "siftr", "siftr", hook),
             **snapshot_fields(raw),
-            direction="out" if out else "in",
+            direction=direction,
             t_flags=t_flags(flags, raw["ca_state"]),
             t_flags2=TF2_ECN_PERMIT if flags & SNAP_ECN else 0,
             conn_state=FREEBSD_STATE_NUMBER.get(state) if state else None,
@@ -112,9 +118,9 @@ def translate_sample(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
             sent_inflight_bytes=(raw["snd_nxt"] - raw["snd_una"]) & U32,
             flowid=raw["rxhash"] or (raw["cookie"] & U32),
             flowtype=0,
-            th_seq=raw["th_seq"],
-            th_ack=raw["th_ack"],
-            data_sz=raw["data_sz"],
+            th_seq=None if polled else raw["th_seq"],
+            th_ack=None if polled else raw["th_ack"],
+            data_sz=None if polled else raw["data_sz"],
             cc_algo=kernel.kernel_text(raw["cc_algo"]) or None,
             approx=list(SAMPLE_APPROX),
         ),
@@ -211,9 +217,9 @@ def translate_sample_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[Kern
             "sacked_out": col("sacked_out"),
             "lost_out": col("lost_out"),
             "retrans_out": col("retrans_out"),
-            "th_seq": col("th_seq"),
-            "th_ack": col("th_ack"),
-            "data_sz": col("data_sz"),
+            "th_seq": _packet_only(col("th_seq"), directions),
+            "th_ack": _packet_only(col("th_ack"), directions),
+            "data_sz": _packet_only(col("data_sz"), directions),
             "ca_state": list(map(_CA_NAMES.__getitem__, ca.tolist())),
             "cc_algo": _decoded(col("cc_algo")),
         }
@@ -222,10 +228,17 @@ def translate_sample_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[Kern
 
 
 # Per-value lookups for the u8 columns of the batch form (same values as the row form).
-_HOOKS = tuple("tp_btf/net_dev_queue" if d == 1 else "tp_btf/tcp_probe" for d in range(256))
-_DIRECTIONS = tuple("out" if d == 1 else "in" for d in range(256))
+_HOOKS = ("tp_btf/tcp_probe", "tp_btf/net_dev_queue", POLL_HOOK) + ("tp_btf/tcp_probe",) * 253
+_DIRECTIONS = ("in", "out", "poll") + ("in",) * 253
 _CA_NAMES = tuple(ca_state_name(x) for x in range(256))
 _STATE_NUMBERS = tuple(FREEBSD_STATE_NUMBER.get(state_name(s) or "") for s in range(256))
+
+
+def _packet_only(values: list[int | None], directions: list[int]) -> list[int | None]:
+    """A packet's field, None for a poll's sample (it has no packet)."""
+    if DIRECTION_POLL not in directions:
+        return values
+    return [None if d == DIRECTION_POLL else v for v, d in zip(values, directions, strict=True)]
 
 
 def _decoded(names: list[bytes]) -> list[str | None]:

@@ -61,6 +61,7 @@ class SiftrLogWriter:
         self._flowids: dict[int, tuple[str, int, str, int]] = {}
         self.inbound = 0
         self.outbound = 0
+        self.polled = 0
         self.last_time = enable_time
         ipmode = 4 if self.fam == "2" else 6
         self.header = SiftrHeader(version, *split_time(enable_time), sysname, sysver or linux_version_code(), ipmode)
@@ -69,6 +70,11 @@ class SiftrLogWriter:
         out.write(format_header(self.header))
 
     def write(self, sample: SiftrSample) -> None:
+        """One data line; a siftr-poll sample (no packet behind it) is counted in `polled`, not
+        written: each line of a SIFTR log is a packet, in or out."""
+        if sample.direction == "poll":
+            self.polled += 1
+            return
         if self.fam == "2" and sample.ip_ver == 6:
             raise ValueError("SIFTR 2.x logs are IPv4 only; use version 1.3.0 for IPv6 flows")
         flow = self._flow(sample)

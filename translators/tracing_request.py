@@ -19,7 +19,9 @@ import msgspec
 
 from translators.skb_window import ALWAYS, parse_window
 
-PROVIDER_NAMES = ("tcp", "siftr", "tcpdebug", "ip", "udp", "skb", "skb-lifecycle", "ip-flows", "udp-calls")
+PROVIDER_NAMES = (
+    "tcp", "siftr", "tcpdebug", "ip", "udp", "skb", "skb-lifecycle", "ip-flows", "udp-calls", "siftr-poll",
+)  # fmt: skip
 MAX_SKB_SAMPLE = 1 << 20  # one buffer in a million: beyond that a sample says nothing
 
 

@@ -53,6 +53,7 @@ ATTR_NONE, ATTR_CURRENT, ATTR_OWNER = 0, 1, 2
 PROV_TCP, PROV_SIFTR, PROV_TCPDEBUG, PROV_SKB, PROV_UDP, PROV_IP, PROV_SKB_LIFE = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x40
 PROV_IP_FLOWS = 0x80
 PROV_UDP_CALLS = 0x100  # udp's always-on mode: call records only
+PROV_SIFTR_POLL = 0x200  # siftr's always-on mode: each socket polled (kmod/siftr_poll.bpf.c)
 EV_IP_FLOW = 14  # no event: the counters slot of ip-flows (generated = ip_flows entries created)
 EV_IP_UNCOUNTED = 15  # no event: generated = packets ip-flows could not count (their entry was not made)
 

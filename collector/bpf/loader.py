@@ -32,6 +32,8 @@ from translators.tracing_request import PROVIDER_NAMES
 # "skb" is drops only (the always-on mode); "skb-lifecycle" follows every buffer (and its drops).
 # "ip-flows" is ip's always-on mode: exact per-flow counters, a record only per sampled packet.
 # "udp-calls" is udp's: the send and receive calls' records, without the device's per packet.
+# "siftr-poll" is siftr's: each socket's control block sampled every --poll-interval by an
+# iterator (kmod/siftr_poll.bpf.c), not at its packets.
 PROVIDERS = PROVIDER_NAMES
 PROVIDER_BITS = {
     "tcp": layout.PROV_TCP,
@@ -43,6 +45,7 @@ PROVIDER_BITS = {
     "skb-lifecycle": layout.PROV_SKB_LIFE,
     "ip-flows": layout.PROV_IP_FLOWS,
     "udp-calls": layout.PROV_UDP_CALLS,
+    "siftr-poll": layout.PROV_SIFTR_POLL,
 }
 ALWAYS: frozenset[str] = frozenset(PROVIDERS)
 # program (= tracepoint) -> providers that need it. The attribution programs are
@@ -81,7 +84,13 @@ PROGRAMS: dict[str, frozenset[str]] = {
     "udp_sendmsg6": frozenset({"udp", "udp-calls", "skb", "skb-lifecycle"}),
     "udp_recvmsg4": frozenset({"udp", "udp-calls"}),
     "udp_recvmsg6": frozenset({"udp", "udp-calls"}),
+    # an iterator over a network namespace's TCP sockets, run by the collector in each one
+    # every --poll-interval (collector/bpf/poll.py): on no packet's path
+    "siftr_poll": frozenset({"siftr-poll"}),
 }
+ITER_PROGRAMS = frozenset({"siftr_poll"})
+DEFAULT_POLL_INTERVAL_S = 0.1
+MIN_POLL_INTERVAL_S, MAX_POLL_INTERVAL_S = 0.01, 60.0  # a visit per socket per poll; K7's 2 s wants several
 CGROUP_PROGRAMS = frozenset({"udp_sendmsg4", "udp_sendmsg6", "udp_recvmsg4", "udp_recvmsg6"})
 # Without the cgroup programs (no cgroup v2 hierarchy, or a kernel that refuses them), the
 # skb provider notes a UDP sender at net_dev_queue instead (a program on every packet sent),
@@ -187,6 +196,8 @@ class Options:
     # in_task() from softirq_entry/exit even where the preempt count can be read (to test
     # and measure that fallback)
     softirq_hooks: bool = False
+    # siftr-poll: seconds between polls of every followed socket's control block
+    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
 
 
 def program_names(opts: Options, cgroup_programs: bool = True) -> list[str]:
@@ -322,7 +333,9 @@ class KernelSession:
         # leave it out and report it (H3); the attribution programs are not optional.
         if self.cgroup_why is None and CGROUP_PROGRAMS & set(self.program_names()):
             self.cgroup_why = cgroup_unusable()
-        self.absent = tracepoints.absent(n for n in self.program_names() if n not in CGROUP_PROGRAMS)
+        self.absent = tracepoints.absent(
+            n for n in self.program_names() if n not in CGROUP_PROGRAMS and n not in ITER_PROGRAMS
+        )
         required = [n for n in self.absent if PROGRAMS[n] == ALWAYS and n not in OPTIONAL_ATTRIBUTION]
         if required:
             raise BpfError(f"this kernel has no tracepoint {', '.join(required)}: nettrail cannot attribute sockets")
@@ -454,6 +467,8 @@ class KernelSession:
     def _attach_one(self, name: str) -> None:
         if name in CGROUP_PROGRAMS:
             link = self._attach_cgroup(name)
+        elif name in ITER_PROGRAMS:
+            link = self.lib.bpf_program__attach_iter(self._program(name), None)
         else:
             link = self.lib.bpf_program__attach(self._program(name))
         if not link:
@@ -482,6 +497,22 @@ class KernelSession:
                 ctypes.set_errno(exc.errno or errno.EINVAL)
                 return None
         return cast("int | None", self.lib.bpf_program__attach_cgroup(self._program(name), self.cgroup_fd))
+
+    def run_iter(self, name: str) -> bool:
+        """Run an attached iterator program once, over what it iterates in the calling
+        thread's network namespace; False if it is not attached."""
+        link = self.links.get(name)
+        if link is None:
+            return False
+        fd = self.lib.bpf_iter_create(self.lib.bpf_link__fd(link))
+        if fd < 0:
+            raise BpfError(f"failed to run {name}: {os.strerror(-fd)}")
+        try:
+            while os.read(fd, 4096):  # the program writes to the ring, not here: one read ends it
+                pass
+        finally:
+            os.close(fd)
+        return True
 
     def _clear_softirq_cpus(self) -> None:
         """Every CPU's softirq word to 0: a detach can leave one at 1 (its entry seen, not its exit)."""

@@ -23,6 +23,7 @@ import numpy as np
 from analysis.flows.live_summary import LiveSummaries
 from collector.bpf import layout
 from collector.bpf.loader import KernelSession, skb_window
+from collector.bpf.poll import SiftrPoller
 from collector.bpf.windows import SkbWindows
 from translators import kernel
 from translators.ip_flows import translate_ip_flow
@@ -115,6 +116,13 @@ class KernelSource:
         # skb-lifecycle's windows (--skb-window), opened and closed by poll
         spec = skb_window(session.opts) if session is not None else None  # None: a source that only translates
         self.skb_windows = SkbWindows(session, spec) if spec is not None else None
+        # siftr-poll's polls of every followed socket, run by poll before it reads the ring
+        polled = session is not None and "siftr-poll" in session.opts.providers
+        self.siftr_poller = (
+            SiftrPoller(session, session.opts.poll_interval_s, time.monotonic(), session.opts.filters.netns)
+            if polled
+            else None
+        )
         # Zeek conn_state/history of each socket's summary, from the events before it
         self.summaries = LiveSummaries()
         self.next_flow = time.monotonic() + flow_interval
@@ -138,6 +146,8 @@ class KernelSource:
             return []
         if not final and not reader.pending():
             reader.wait(timeout)
+        if self.siftr_poller is not None and not final:
+            self.siftr_poller.tick(time.monotonic())
         out: list[KernelRecord] = []
         for _ in range(64):  # bounded: a busy ring yields the loop back to the caller
             raw = reader.read()
@@ -264,13 +274,14 @@ class KernelSource:
     # -- exact counters and loss -----------------------------------------------------------
     def flow_counters(self) -> list[KernelRecord]:
         """FlowCounters for flows whose counters moved since the last report (map read)."""
-        if "siftr" not in self.session.opts.providers:
+        if not {"siftr", "siftr-poll"} & set(self.session.opts.providers):
             return []
         out: list[KernelRecord] = []
         now = time.monotonic_ns()
         for cookie, flow in self.session.flows().items():
             meta = self.flow_meta.get(cookie)
-            skbs = int(flow["skbs"])  # every buffer siftr sees moves it; the counters move only then
+            # every buffer siftr sees moves it (siftr-poll: every segment); the counters move only then
+            skbs = int(flow["skbs"])
             if meta is None or self.flow_seen.get(cookie) == skbs:
                 continue
             self.flow_seen[cookie] = skbs

@@ -32,6 +32,8 @@ class Source:
     providers: frozenset[str]
     tracepoint: str
     drop_reason: str | None = None
+    # what a rule served by this source (not the first) is told, instead of "from ... instead"
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,13 @@ def _one(providers: frozenset[str], tracepoint: str, what: str, loses: str | Non
 
 STATES = _one(TCP, "inet_sock_set_state", "TCP state changes")
 RETRANSMITS = _one(TCP, "tcp_retransmit_skb", "retransmissions")
-SAMPLED = _one(SAMPLES, "tcp_probe", "SIFTR or tcpdebug samples (cwnd, srtt, windows)")
+POLLED = Source(
+    frozenset({"siftr-poll"}),
+    "siftr_poll",  # an iterator, not a tracepoint
+    note="SIFTR samples polled every --poll-interval (siftr-poll), not taken at packets: a change shorter than "
+    "the interval can be missed",
+)
+SAMPLED = Input("SIFTR or tcpdebug samples (cwnd, srtt, windows)", (Source(SAMPLES, "tcp_probe"), POLLED))
 DROPPED = _one(DROPS, "kfree_skb", "skb drops")
 RESETS = Input("resets", (Source(TCP, "tcp_send_reset"), Source(TCP, "tcp_receive_reset")))
 
@@ -66,7 +74,7 @@ RULE_INPUTS: dict[str, tuple[Input, ...]] = {
         ),
     ),
     "K5": (
-        _one(SAMPLES, "tcp_probe", "receive windows from samples", "the zero-window condition"),
+        Input("receive windows from samples", (Source(SAMPLES, "tcp_probe"), POLLED), "the zero-window condition"),
         Input(
             "receive-buffer drops",
             tuple(Source(DROPS, "kfree_skb", r) for r in ("TCP_ZEROWINDOW", "SOCKET_RCVBUFF", "SOCKET_BACKLOG")),
@@ -157,7 +165,7 @@ def _fallback(inputs: Iterable[Input], have: Attach) -> str | None:
         why = have.why_not(first)
         if i.loses is None and why and rest and any(have.why_not(s) is None for s in rest):
             usable = next(s for s in rest if have.why_not(s) is None)
-            notes.append(f"{i.what} from the {usable.tracepoint} instead ({why})")
+            notes.append(usable.note or f"{i.what} from the {usable.tracepoint} instead ({why})")
     return "; ".join(notes) or None
 
 

@@ -30,6 +30,7 @@ def sampling_meter(opts: Options) -> SamplingMeter:
         ip_records="ip" in chosen,
         skb_sample=opts.skb_sample if "skb-lifecycle" in chosen else 1,
         skb_window=skb_window(opts),
+        poll_interval_s=opts.poll_interval_s if "siftr-poll" in chosen else None,
     )
 
 

@@ -6,7 +6,9 @@ Four event types are sampled or rate-limited in the kernel:
   (``skbs``: the kernel samples buffer 0, N, 2N, ...) and the samples it emitted;
   ``flow_counters`` records carry both (periodic map reads and the final one at
   tcp_destroy_sock), so the window's ratio is Δskbs / Δsamples. Not Δpackets: those are
-  the socket's segments, several to a GSO or GRO buffer.
+  the socket's segments, several to a GSO or GRO buffer. With siftr-poll (a sample per
+  socket per ``--poll-interval`` when it moved), ``skbs`` is the socket's segments in and
+  out, so the ratio is segments per polled sample.
 * ``ip_packet`` (ip-flows with ``--ip-sample N``): ``ip_flow_counters`` carry
   ``packets_delta`` and the entry's ``samples`` total.
 * ``skb_drop`` (``--drop-rate N``): ``drop_count`` deltas are every drop; the drop
@@ -42,11 +44,13 @@ def _get(rec: Any, name: str) -> Any:
 class SamplingMeter:
     def __init__(
         self, ppl: int, ip_sample: int, drop_rate: int, ip_records: bool = False, skb_sample: int = 1,
-        skb_window: WindowSpec | None = None,
+        skb_window: WindowSpec | None = None, poll_interval_s: float | None = None,
     ) -> None:  # fmt: skip
         self.settings: dict[str, str] = {}
         if ppl > 1:
             self.settings["siftr_sample"] = f"ppl {ppl}"
+        elif poll_interval_s is not None:
+            self.settings["siftr_sample"] = f"poll-interval {poll_interval_s:g} s"
         if ip_sample > 0 and not ip_records:  # the ip provider itself records every packet
             self.settings["ip_packet"] = f"ip-sample {ip_sample}"
         if drop_rate > 0:

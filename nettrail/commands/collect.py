@@ -126,6 +126,14 @@ def register(subparsers: Any) -> None:
         "counted exactly and the windows' open time is reported beside them (default: always attached)",
     )
     p.add_argument(
+        "--poll-interval",
+        type=float,
+        default=loader.DEFAULT_POLL_INTERVAL_S,
+        metavar="S",
+        help="siftr-poll: seconds between samples of each followed socket's control block (taken when "
+        f"something in it moved or data waits; default {loader.DEFAULT_POLL_INTERVAL_S:g})",
+    )
+    p.add_argument(
         "--ip-flows-max",
         type=int,
         default=loader.DEFAULT_IP_FLOWS_MAX,
@@ -181,6 +189,10 @@ def parse_options(args: argparse.Namespace) -> Options:
         raise ValueError("--duration must be positive")
     if not args.stats_interval > 0:
         raise ValueError("--stats-interval must be positive")
+    if not loader.MIN_POLL_INTERVAL_S <= args.poll_interval <= loader.MAX_POLL_INTERVAL_S:
+        raise ValueError(
+            f"--poll-interval must be between {loader.MIN_POLL_INTERVAL_S:g} and {loader.MAX_POLL_INTERVAL_S:g} seconds"
+        )
     return Options(
         providers=providers,
         ppl=args.ppl,
@@ -193,6 +205,7 @@ def parse_options(args: argparse.Namespace) -> Options:
         skb_sample=args.skb_sample,
         skb_stages=args.skb_stages,
         skb_window=parse_window(args.skb_window) if args.skb_window else None,
+        poll_interval_s=args.poll_interval,
     )
 
 

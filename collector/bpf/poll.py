@@ -1,0 +1,132 @@
+"""siftr-poll's clock: every --poll-interval the collector runs the iterator over the TCP
+sockets of each network namespace (kmod/siftr_poll.bpf.c), which writes a siftr sample
+of each socket whose control block moved or that has data waiting into the ring.
+
+Per-packet siftr costs its tracepoints' dispatch on every packet of the machine (about
+1.2% of the CPU per byte of bulk loopback TCP each, docs/benchmarks.md); a poll costs a
+visit per TCP socket per interval, whatever the traffic. What a poll cannot give: the
+packet behind a sample (th_seq, th_ack, data_sz) and what happened between two polls
+(a window that closed and opened again within the interval).
+
+A TCP iterator walks the namespace its creator is in, so the poller enters each network
+namespace that has a process in it or a name under /run/netns (rescanned every
+RESCAN_S), creates the iterator there and comes back: setns(2) on the polling thread only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+from collections.abc import Callable
+from typing import Protocol
+
+POLL_PROGRAM = "siftr_poll"
+RESCAN_S = 1.0  # seconds between scans for network namespaces
+CLONE_NEWNET = 0x40000000
+NAMED_NETNS = "/run/netns"
+HOME = "/proc/thread-self/ns/net"  # the polling thread's own namespace
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class PolledSession(Protocol):
+    def run_iter(self, name: str) -> bool: ...
+
+
+def setns(fd: int) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def netns_inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None  # gone meanwhile, or not ours to see
+
+
+def namespaces(proc: str = "/proc") -> dict[int, str]:
+    """Network namespace inode -> a path that enters it: each one a process is in, and
+    each one named under /run/netns (it may hold sockets no process has)."""
+    found: dict[int, str] = {}
+    paths = [os.path.join(NAMED_NETNS, n) for n in _listdir(NAMED_NETNS)]
+    paths += [f"{proc}/{pid}/ns/net" for pid in _listdir(proc) if pid.isdigit()]
+    for path in paths:
+        inode = netns_inode(path)
+        if inode is not None:
+            found.setdefault(inode, path)
+    return found
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+class SiftrPoller:
+    """Runs the poll every `interval_s` in every network namespace (or the one the
+    netns filter names), driven by the source's poll loop (tick)."""
+
+    def __init__(
+        self, session: PolledSession, interval_s: float, now: float, only_netns: int = 0,
+        scan: Callable[[], dict[int, str]] = namespaces,
+    ) -> None:  # fmt: skip
+        self.session = session
+        self.interval_s = interval_s
+        self.only_netns = only_netns
+        self.scan = scan
+        self.next_poll = now  # the first poll at the first tick
+        self.next_scan = now
+        self.home_netns = os.stat(HOME).st_ino
+        self.netns: dict[int, str] = {}
+        self.polls = 0
+        self.unreached: dict[int, str] = {}  # netns inode -> why it could not be polled (the last time)
+
+    def tick(self, now: float) -> None:
+        if now < self.next_poll:
+            return
+        if now >= self.next_scan:
+            self.netns = self.scan()
+            self.next_scan = now + RESCAN_S
+        self.poll_all()
+        self.polls += 1
+        # the next one an interval after this one was due; a late tick starts the count again
+        self.next_poll += self.interval_s
+        if self.next_poll <= now:
+            self.next_poll = now + self.interval_s
+
+    def poll_all(self) -> None:
+        if not self.only_netns or self.only_netns == self.home_netns:
+            self.session.run_iter(POLL_PROGRAM)
+        away = [(i, p) for i, p in self.netns.items() if i != self.home_netns and self.only_netns in (0, i)]
+        if not away:
+            return
+        home = os.open(HOME, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            for inode, path in away:
+                try:
+                    self.poll_in(path, inode, home)
+                    self.unreached.pop(inode, None)
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOENT, errno.ESRCH):  # not gone: say why
+                        self.unreached[inode] = f"{path}: {exc.strerror}"
+        finally:
+            os.close(home)
+
+    def poll_in(self, path: str, inode: int, home: int) -> None:
+        """Enter the namespace at `path` (if it is still `inode`), poll there, go `home`."""
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if os.fstat(fd).st_ino != inode:
+                return  # the process left it (or the pid was reused) since the scan
+            setns(fd)
+            try:
+                self.session.run_iter(POLL_PROGRAM)
+            finally:
+                setns(home)
+        finally:
+            os.close(fd)

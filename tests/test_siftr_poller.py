@@ -1,0 +1,84 @@
+"""siftr-poll's clock and its walk through the network namespaces (collector/bpf/poll.py):
+the polls come every interval of the loop's clock, and each poll runs the iterator once in
+every namespace it found (entered with setns on the polling thread, which comes back),
+or in the one a netns filter names. The kernel side: tests/test_collect_siftr_poll.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from collector.bpf import poll
+from collector.bpf.poll import POLL_PROGRAM, SiftrPoller
+
+
+def here() -> int:
+    return os.stat(poll.HOME).st_ino
+
+
+class Recorder:
+    """A session whose iterator notes the namespace it ran in."""
+
+    def __init__(self) -> None:
+        self.ran_in: list[int] = []
+
+    def run_iter(self, name: str) -> bool:
+        assert name == POLL_PROGRAM
+        self.ran_in.append(here())
+        return True
+
+
+def test_polls_come_every_interval_of_the_loop_clock_and_a_late_tick_restarts_the_count() -> None:
+    s = Recorder()
+    p = SiftrPoller(s, 0.1, now=10.0, scan=dict)
+    for t in (10.0, 10.05, 10.1, 10.15, 10.2, 10.25):
+        p.tick(t)
+    assert p.polls == 3  # at 10.0, 10.1 and 10.2
+    p.tick(11.0)  # a tick late by several intervals: one poll, the next an interval later
+    p.tick(11.05)
+    p.tick(11.1)
+    assert p.polls == 5
+    assert s.ran_in == [here()] * 5  # no other namespace found: its own only
+
+
+def test_namespaces_are_found_once_each_from_processes_and_names(tmp_path: Path, monkeypatch) -> None:
+    proc, named = tmp_path / "proc", tmp_path / "netns"
+    (named).mkdir()
+    (named / "blue").write_text("")
+    for pid in ("1", "22", "333"):
+        (proc / pid / "ns").mkdir(parents=True)
+    (proc / "1" / "ns" / "net").write_text("")
+    os.link(proc / "1" / "ns" / "net", proc / "22" / "ns" / "net")  # the same namespace
+    (proc / "self").mkdir()  # not a pid
+    monkeypatch.setattr(poll, "NAMED_NETNS", str(named))
+    found = poll.namespaces(str(proc))
+    inode = os.stat(proc / "1" / "ns" / "net").st_ino
+    assert sorted(found) == sorted([os.stat(named / "blue").st_ino, inode])
+    assert found[inode] in (f"{proc}/1/ns/net", f"{proc}/22/ns/net")  # either process enters it
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="entering a network namespace needs CAP_SYS_ADMIN")
+def test_each_poll_runs_in_every_namespace_and_the_thread_comes_home() -> None:
+    other = subprocess.Popen(["unshare", "-n", "sleep", "30"])
+    try:
+        deadline = time.monotonic() + 10
+        while os.readlink(f"/proc/{other.pid}/exe").endswith("unshare") and time.monotonic() < deadline:
+            time.sleep(0.01)  # until unshare has made the namespace and exec'd sleep
+        theirs = os.stat(f"/proc/{other.pid}/ns/net").st_ino
+        home = here()
+        assert theirs != home
+        s = Recorder()
+        p = SiftrPoller(s, 0.1, now=0.0)
+        p.tick(0.0)
+        assert theirs in s.ran_in and s.ran_in.count(home) == 1 and len(s.ran_in) == len(set(s.ran_in))
+        assert here() == home and p.unreached == {}
+        only = SiftrPoller(s := Recorder(), 0.1, now=0.0, only_netns=theirs)  # --filter netns=INODE
+        only.tick(0.0)
+        assert s.ran_in == [theirs] and here() == home
+    finally:
+        other.kill()
+        other.wait()

@@ -108,6 +108,18 @@ def test_zero_windows_and_retransmitted_peer_data() -> None:
     assert got == ("S1", "ShADawTW")
 
 
+def test_polled_samples_add_no_letter_whatever_they_show() -> None:
+    """siftr-poll's samples have no packet behind them (direction poll, no data_sz): a zero
+    window or a non-empty send buffer at a poll is no segment, so no letter."""
+    opened = (st(1, "CLOSED", "SYN_SENT", True), st(2, "SYN_SENT", "ESTABLISHED"))
+    closed = (st(7, "ESTABLISHED", "CLOSED"), summary(8, acked=0, received=0))
+    polls = (
+        sample(3, "poll", None, th_seq=None, conn_state=4, snd_wnd=0, rcv_wnd=0),  # type: ignore[arg-type]
+        sample(4, "poll", None, th_seq=None, conn_state=4, snd_wnd=65535, rcv_wnd=65535),  # type: ignore[arg-type]
+    )
+    assert fold(*opened, *polls, *closed) == fold(*opened, *closed)
+
+
 def test_a_listener_and_an_unknown_socket_get_no_summary() -> None:
     assert fold(st(1, "CLOSED", "LISTEN"), st(2, "LISTEN", "CLOSED"), summary(3)) == (None, None)
     assert fold(summary(1, acked=10, received=10)) == (None, None)

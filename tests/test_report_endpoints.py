@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 from django.contrib.auth import get_user_model
 from django.http import StreamingHttpResponse
 from django.test import AsyncClient, Client
-from report_cast import CONN_A, CONN_B, CONN_C, store_cast
+from report_cast import CONN_A, CONN_B, CONN_C, sample, store_cast
 from report_schemas import validate_json, validate_xml
 
 from translators.siftr_log import read_log
+from webapp.traces.store import store_batch
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
@@ -98,6 +100,14 @@ def test_bad_requests_get_a_json_error(viewer: Client, url: str, status: int, er
         assert resp.json() == {"error": error}
     else:
         assert resp.json()["error"]
+
+
+def test_a_connection_with_polled_samples_only_has_no_siftr_log_and_is_told_why(viewer: Client) -> None:
+    polled = msgspec.structs.replace(sample("beta", 3, CONN_C, 14480), direction="poll")
+    store_batch([polled])
+    resp = viewer.get(f"/api/connections/{CONN_C}/export", {"format": "siftr"})
+    assert resp.status_code == 409
+    assert resp.json()["error"].startswith("no SIFTR samples of packets in scope: those here were polled (siftr-poll)")
 
 
 def test_only_get_is_allowed(viewer: Client) -> None:

@@ -58,6 +58,13 @@ def test_it_writes_the_1_3_0_header_data_line_and_footer_exactly() -> None:
     assert len(lines) == 3
 
 
+def test_a_polled_sample_is_no_line_of_a_siftr_log() -> None:
+    """siftr-poll's samples are not packets; each line of a SIFTR log is one, in or out."""
+    polled = sample(1, direction="poll", th_seq=None, th_ack=None, data_sz=None)
+    with_poll = render([sample(0), polled], "1.3.0", enable_time=T0, disable_time=T0 + 1)
+    assert with_poll == render([sample(0)], "1.3.0", enable_time=T0, disable_time=T0 + 1)
+
+
 def test_it_writes_1_2_lines_with_hash_bwnd_and_tick_units() -> None:
     text = render([sample(0)], "1.2.3", enable_time=T0, disable_time=T0)
     header, line, footer = text.splitlines()

@@ -210,6 +210,8 @@ class LiveSummaries:
             size, direction, snd_wnd = rec["data_sz"] or 0, rec["direction"], rec["snd_wnd"]
         else:
             size, direction, snd_wnd = rec.data_sz or 0, rec.direction, rec.snd_wnd  # type: ignore[union-attr]
+        if direction == "poll":
+            return  # siftr-poll's sample: no packet behind it, no letter (the states and counters tell)
         if s.pending_ack:
             self._settle(s)
         z = s.z

@@ -17,7 +17,7 @@ from webapp.traces.tokens import CAPTURE_PREFIX
 
 # panel -> (what its rows are, the providers that record them: the first is the one to enable)
 PANELS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "siftr": ("SIFTR samples", ("siftr",)),
+    "siftr": ("SIFTR samples", ("siftr-poll", "siftr")),
     "tcpdebug": ("tcpdebug snapshots", ("tcpdebug",)),
     "skbs": ("skb lifecycles", ("skb-lifecycle",)),
     "drops": ("drops", ("skb", "skb-lifecycle", "tcpdebug")),

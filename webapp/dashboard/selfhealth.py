@@ -18,7 +18,15 @@ from django.db.models import Sum
 
 from analysis.alerts.config import load_config
 from webapp.dashboard import alert_versions
-from webapp.dashboard.tables import Alert, CollectorStats, CollectorStatus, FlowCounters, LossReport, SamplingReport
+from webapp.dashboard.tables import (
+    Alert,
+    CollectorStats,
+    CollectorStatus,
+    FlowCounters,
+    LossReport,
+    SamplingReport,
+    SiftrSample,
+)
 from webapp.traces import skb_recording
 
 MAX_STATS = 2000  # newest collector_stats per host in the chart (5.5 h at the default 10 s)
@@ -188,7 +196,7 @@ def connection_sampling(host: str, uuid: str) -> dict[str, Any]:
             windows.append({"t": t, "packets": dp, "samples": ds, "ratio": round(dp / ds, 2) if ds > 0 else None})
         prev = (packets, samples)
     if not rows:
-        return {"packets": None, "samples": None, "ratio": None, "windows": []}
+        return {"packets": None, "samples": None, "ratio": None, "windows": [], "polled": False}
     _, pin, pout, samples, skbs = rows[-1]
     total = skbs or pin + pout
     return {
@@ -196,4 +204,6 @@ def connection_sampling(host: str, uuid: str) -> dict[str, Any]:
         "samples": samples,
         "ratio": round(total / samples, 2) if samples else None,
         "windows": windows[-MAX_WINDOWS:],
+        # siftr-poll's samples (one per poll that found the socket moved): packets per sample then
+        "polled": SiftrSample.objects.filter(host_id=host, conn_uuid=uuid, direction="poll").exists(),
     }

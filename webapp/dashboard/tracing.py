@@ -27,7 +27,10 @@ from webapp.traces.models import Host
 PROVIDER_NOTES = {
     "tcp": "TCP states, retransmissions, resets, congestion-state changes",
     "skb": "drops with their reasons (always-on mode)",
-    "siftr": "per-flow samples: cwnd, srtt, windows (rules K1, K6, K7, K13; the time-sequence graph)",
+    "siftr": "per-flow samples at packets: cwnd, srtt, windows (rules K1, K6, K7, K13; the time-sequence graph; "
+    "SIFTR logs; costly: a program on every packet)",
+    "siftr-poll": "per-flow samples polled every 0.1 s: cwnd, srtt, windows (rules K1, K6, K7, K13; the time-sequence "
+    "graph; always-on mode)",
     "ip-flows": "exact per-flow IP counters",
     "udp": "UDP datagrams at the device and at each call, with exact per-flow counts (costly: a program on every packet)",
     "udp-calls": "UDP datagrams at each send and receive call, with their peers (the UDP page; always-on mode)",

@@ -95,8 +95,14 @@ def _unavailable(uuid: str, host: str) -> dict[str, str]:
             "No packets to download: a live connection is traced in the kernel, which records no packet bytes; "
             "packets exist for uploaded captures (Captures page) and `nettrail analyze FILE --store --keep-bytes`."
         )
-    if not SiftrSample.objects.filter(**mine).exists():
-        why["siftr"] = "No SIFTR samples for this connection: the collector's siftr provider was not running."
+    samples = SiftrSample.objects.filter(**mine)
+    if not samples.exclude(direction="poll").exists():
+        why["siftr"] = (
+            "No SIFTR log: this connection's SIFTR samples were polled (siftr-poll, one per interval with no packet "
+            "behind it), and each line of a SIFTR log is a packet; the per-packet siftr provider writes them."
+            if samples.exists()
+            else "No SIFTR samples for this connection: neither the siftr nor the siftr-poll provider was running."
+        )
     return why
 
 

@@ -25,6 +25,7 @@ from webapp.reports.render import CHUNK, as_records, scoped
 from webapp.traces.models import KIND_MODELS
 
 SIFTR_VERSIONS = ("1.2.3", "1.3.0", "2.0", "2.2")
+POLL = "poll"  # SiftrSample.direction of siftr-poll's samples: not packets, not in a SIFTR log
 
 
 class ExportUnavailable(LookupError):
@@ -32,7 +33,7 @@ class ExportUnavailable(LookupError):
 
 
 def siftr_samples(f: ReportFilter, version: str) -> Iterator[SiftrSample]:
-    qs = scoped("siftr_sample", f)
+    qs = scoped("siftr_sample", f).exclude(direction=POLL)
     if family(version) == "2":
         qs = qs.filter(ip_ver=4)  # SIFTR2 logs are IPv4 only (providers.md 6.5)
     for rec in as_records(qs.order_by("ts_wall", "seq"), "siftr_sample"):
@@ -50,8 +51,14 @@ def siftr_skips(f: ReportFilter) -> dict[str, int]:
 
 def siftr_steps(out: TextIO, f: ReportFilter, version: str = "1.3.0") -> Iterator[None]:
     """Writes the log, yielding after each line; ExportUnavailable when there is no sample."""
-    first = scoped("siftr_sample", f).order_by("ts_wall").values_list("ts_wall", flat=True).first()
+    samples = scoped("siftr_sample", f)
+    first = samples.exclude(direction=POLL).order_by("ts_wall").values_list("ts_wall", flat=True).first()
     if first is None:
+        if samples.exists():  # siftr-poll's samples only: each line of a SIFTR log is a packet
+            raise ExportUnavailable(
+                "no SIFTR samples of packets in scope: those here were polled (siftr-poll), one per socket per "
+                "interval with no packet behind it; a SIFTR log needs the per-packet siftr provider"
+            )
         raise ExportUnavailable("no SIFTR samples in scope")
     writer = SiftrLogWriter(out, version=version, enable_time=f.since if f.since is not None else first)
     for sample in siftr_samples(f, version):

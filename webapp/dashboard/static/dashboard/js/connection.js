@@ -133,13 +133,18 @@
     const last = d.windows.length ? d.windows[d.windows.length - 1] : null;
     const sampled = d.ratio > 1.0001;
     note.dataset.ratio = String(d.ratio);
-    note.textContent = sampled
+    note.dataset.polled = String(Boolean(d.polled));
+    note.textContent = d.polled
+      ? `Polled (siftr-poll): the socket's control block read every poll interval (0.1 s by default) when it moved; ${num(d.samples)} samples for ${num(d.packets)} packets (counted exactly in the kernel). ` +
+        "cwnd, srtt and the windows are seen at the polls only: what happened between two polls can be missing."
+      : sampled
       ? `Sampled: one SIFTR sample per ${num(d.ratio, 2)} packets (${num(d.packets)} packets, ${num(d.samples)} samples, counted exactly in the kernel)` +
         (last && last.ratio !== null ? `; latest window ${num(last.ratio, 2)} (${num(last.packets)} packets at ${time(last.t)}).` : ".") +
         " cwnd and srtt are seen between samples only: shorter dips and spikes can be missing."
       : `Every packet sampled (${num(d.packets)} packets, ${num(d.samples)} samples).`;
     note.hidden = false;
-    if (sampled) sampledSuffix = ` (sampled 1 in ${num(d.ratio, 1)})`;
+    if (d.polled) sampledSuffix = " (polled)";
+    else if (sampled) sampledSuffix = ` (sampled 1 in ${num(d.ratio, 1)})`;
   }
 
   function siftr(data) {
@@ -157,7 +162,7 @@
 
   const TSEQ_SOURCES = {
     tcp_segment: "From the packets (tcp_segment records).",
-    siftr_sample: "From the kernel's SIFTR samples (no packets recorded): snd_nxt, the ACK line snd_una, the window line snd_una + snd_wnd, retransmissions at the tcp_retransmit records' sequence; SACKs estimated as snd_una + sacked_out × mss.",
+    siftr_sample: "From the kernel's SIFTR samples (no packets recorded; with siftr-poll, one per poll interval, so steps between polls are joined): snd_nxt, the ACK line snd_una, the window line snd_una + snd_wnd, retransmissions at the tcp_retransmit records' sequence; SACKs estimated as snd_una + sacked_out × mss.",
     tcpdebug_snapshot: "From the kernel's tcpdebug snapshots (no packets or SIFTR samples recorded): snd_nxt, the ACK line snd_una, the window line snd_una + snd_wnd, retransmissions at the tcp_retransmit records' sequence.",
   };
   function tseq(data) {

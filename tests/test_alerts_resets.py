@@ -130,6 +130,34 @@ def test_a_reset_after_a_short_silence_or_an_answered_one_is_not_an_idle_timeout
         assert only(feed_all(e, recs), "K3") == []
 
 
+def polled_idle_then_reset(s: Stream, silence: float, answered: bool):
+    """idle_then_reset seen by siftr-poll: samples only when snd_una / snd_nxt moved."""
+    f = s.flow(dst="10.0.0.9", dport=5432, pid=61, comm="pooler")
+    recs = [s.state(f, "SYN_SENT", "ESTABLISHED")]
+    s.advance(0.1)
+    recs.append(s.siftr(f, "poll", snd_una=1, snd_nxt=1))
+    s.advance(0.1)
+    recs.append(s.siftr(f, "poll", snd_una=101, snd_nxt=101, rcv_buf_cc=300))  # a query answered
+    s.advance(silence)  # no poll sample: nothing moved
+    recs.append(s.siftr(f, "poll", snd_una=101, snd_nxt=201))  # the first query after the silence
+    if answered:
+        s.advance(0.1)
+        recs.append(s.siftr(f, "poll", snd_una=201, snd_nxt=201))
+    s.advance(0.05)
+    recs.append(s.reset(f, "peer", "ESTABLISHED"))
+    return recs
+
+
+def test_polled_samples_tell_the_silence_and_the_unanswered_query_before_an_idle_reset():
+    s, e = Stream(), engine()
+    recs = polled_idle_then_reset(s, 300.0, answered=False)
+    [a] = only(feed_all(e, recs), "K3", "idle-reset")
+    assert a.evidence == [recs[2].seq, recs[-1].seq] and 300.0 <= a.metric < 300.2
+    assert "and it answered the first data sent after that silence" in a.message
+    s, e = Stream(), engine()
+    assert only(feed_all(e, polled_idle_then_reset(s, 300.0, answered=True)), "K3") == []
+
+
 def test_the_peer_share_alert_counts_the_resets_that_came_after_a_long_silence():
     s, e = Stream(), engine(K3={"idle_reset_s": 60})
     recs = []

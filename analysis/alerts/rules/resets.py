@@ -10,7 +10,8 @@ port, local reply to an unacceptable segment, peer refusal, or peer abort.
 
 *idle-reset* (notice, per connection): a RST received in ESTABLISHED after the
 connection carried no data for ``idle_reset_s`` is classified as a likely middlebox
-idle timeout. Data is a siftr / tcpdebug sample with payload; the connection's
+idle timeout. Data is a siftr / tcpdebug sample with payload, or a siftr-poll sample
+whose snd_nxt or snd_una moved since the last poll (or with bytes to read); the connection's
 establishment counts as its first activity. The silence counts when it lasted until
 the RST, or when it was broken only by local data that the peer never answered (the
 middlebox that forgot the connection answers the first segment after the silence
@@ -60,6 +61,7 @@ class _Activity:
     gap: float = 0.0  # the silence (>= idle_reset_s) the latest data ended
     gap_seq: int = 0  # the last record before that silence
     answered: bool = True  # the peer sent data since that silence ended
+    polled: tuple[int | None, int | None] = (None, None)  # siftr-poll: snd_una, snd_nxt at the last poll
 
 
 @dataclass(slots=True)
@@ -92,7 +94,9 @@ class ResetStorm(Rule):
 
     def feed(self, rec: Record) -> None:
         if isinstance(rec, SiftrSample):
-            if rec.data_sz:
+            if rec.direction == "poll":
+                self._poll(rec)
+            elif rec.data_sz:
                 self._data(rec, rec.direction == "in")
             return
         if isinstance(rec, TcpDebugSnapshot):
@@ -126,6 +130,18 @@ class ResetStorm(Rule):
         elif received:
             a.answered = True
         a.last, a.last_seq = max(a.last, t), rec.seq
+
+    def _poll(self, rec: SiftrSample) -> None:
+        """A siftr-poll sample has no segment: data moved since the last poll if snd_nxt
+        advanced (sent) or snd_una did or bytes wait to be read (the peer's answer)."""
+        a = self.activity.peek(flow_key(rec))
+        if a is None:
+            return
+        una, nxt = a.polled
+        a.polled = (rec.snd_una, rec.snd_nxt)
+        received = (una is not None and rec.snd_una != una) or bool(rec.rcv_buf_cc)
+        if received or (nxt is not None and rec.snd_nxt != nxt):
+            self._data(rec, received)
 
     def _idle_reset(self, rec: TcpReset) -> bool:
         """Classify (and notice) a peer reset after a long silence; True when it was one."""

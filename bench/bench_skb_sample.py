@@ -39,11 +39,13 @@ from doc_section import write_section  # noqa: E402
 from toggled import PHASE, TRAFFIC_CPU, pinned_toggled, ratio_rows  # noqa: E402
 
 from collector.bpf.loader import CONTEXT_PROGRAMS, Filters, Options, program_names  # noqa: E402
-from nettrail.commands.up import COLLECTOR_PPL, COLLECTOR_PROVIDERS, COLLECTOR_SKB_SAMPLE, WITHIN_BUDGET  # noqa: E402
+from nettrail.commands.up import COLLECTOR_PPL, COLLECTOR_SKB_SAMPLE  # noqa: E402
+from nettrail.commands.up import PER_PACKET_PROVIDERS as COLLECTOR_PROVIDERS  # noqa: E402  (up's default then)
 
 SECTION = "## Sampled skb lifecycles and nettrail up's default providers"
 PORT = 52023  # not bench_collect's or bench_collect_decode's: they may run at the same time
 BUDGET = 1.03  # the always-on budget: ≤ 3% more CPU per byte than untraced
+WITHIN_BUDGET = "tcp,skb,udp-calls"  # the set within the budget then (before siftr-poll)
 UP = tuple(COLLECTOR_PROVIDERS.split(","))
 UP_NAME = f"nettrail up's set without lifecycles: {COLLECTOR_PROVIDERS} --ppl {COLLECTOR_PPL}"
 SKB_NAME = "skb alone (drops only, always-on)"

@@ -17,7 +17,7 @@ from nettrail.commands.up import (
     COLLECTOR_PROVIDERS,
     COLLECTOR_SKB_SAMPLE,
     COLLECTOR_SKB_WINDOW,
-    WITHIN_BUDGET,
+    PER_PACKET_PROVIDERS,
     collector_providers,
 )
 from translators.records import (
@@ -203,7 +203,7 @@ def test_nettrail_up_runs_sampled_lifecycles_by_default_and_the_variable_sets_n_
     assert capsys.readouterr().err == ""
     assert collector_providers({"NETTRAIL_SKB_WINDOW": "5/1"}) == [*sampled, str(COLLECTOR_SKB_SAMPLE), *ends]
     assert "$NETTRAIL_SKB_WINDOW must be 0 (no windows) or OPEN/EVERY" in capsys.readouterr().err
-    assert COLLECTOR_PROVIDERS == "tcp,siftr,skb,ip-flows,udp"
+    assert COLLECTOR_PROVIDERS == "tcp,siftr-poll,skb,udp-calls"  # no program on a packet's path
     assert collector_providers({}) == [*sampled, str(COLLECTOR_SKB_SAMPLE), *ends]
     assert collector_providers({"NETTRAIL_SKB_SAMPLE": "256"}) == [*sampled, "256", *ends]
     assert collector_providers({"NETTRAIL_SKB_SAMPLE": "1"}) == [*sampled, "1", *every]  # every buffer, every stage
@@ -219,9 +219,28 @@ def test_nettrail_up_runs_sampled_lifecycles_by_default_and_the_variable_sets_n_
     ]
 
 
+def test_before_6_3_the_default_takes_the_udp_page_from_the_device_and_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """udp-calls records from sock_send_length/sock_recv_length (Linux 6.3+): on Debian 12's
+    6.1 it would leave the UDP page empty, so the default runs udp there instead."""
+    sampled = ["--skb-sample", str(COLLECTOR_SKB_SAMPLE), "--skb-stages", "ends", "--skb-window", COLLECTOR_SKB_WINDOW]
+    old_kernel = collector_providers({}, calls=lambda: False)
+    assert old_kernel == ["--providers", "tcp,siftr-poll,skb,udp,skb-lifecycle", *sampled]
+    assert "udp-calls would record nothing: the UDP page comes from the device" in capsys.readouterr().err
+    # a set the user chose is run as chosen
+    assert collector_providers({"NETTRAIL_PROVIDERS": "tcp,udp-calls"}, calls=lambda: False) == [
+        "--providers", "tcp,udp-calls",
+    ]  # fmt: skip
+    assert collector_providers({}, calls=lambda: True)[1] == COLLECTOR_PROVIDERS + ",skb-lifecycle"
+    assert capsys.readouterr().err == ""
+
+
 def test_nettrail_providers_chooses_the_whole_set_and_a_bad_one_is_said(capsys: pytest.CaptureFixture[str]) -> None:
     sampled = ["--skb-sample", str(COLLECTOR_SKB_SAMPLE), "--skb-stages", "ends", "--skb-window", COLLECTOR_SKB_WINDOW]
-    assert collector_providers({"NETTRAIL_PROVIDERS": WITHIN_BUDGET}) == ["--providers", "tcp,skb,udp-calls"]
+    assert collector_providers({"NETTRAIL_PROVIDERS": PER_PACKET_PROVIDERS}) == [
+        "--providers", "tcp,siftr,skb,ip-flows,udp",
+    ]  # fmt: skip
     # skb-lifecycle in it is sampled as in the default set, and NETTRAIL_SKB_SAMPLE still sets N
     assert collector_providers({"NETTRAIL_PROVIDERS": " tcp, skb-lifecycle ,tcp"}) == [
         "--providers", "tcp,skb-lifecycle", *sampled,

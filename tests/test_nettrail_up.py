@@ -315,7 +315,7 @@ def assert_token_kept_off_command_lines(up_pid: int, token_file: Path) -> str:
     assert "--alerts" in collectors[0] and collectors[0][collectors[0].index("--ppl") + 1] == "8"
     # the always-on set with sampled buffer lifecycles, by default
     providers = collectors[0][collectors[0].index("--providers") + 1]
-    assert providers == "tcp,siftr,skb,ip-flows,udp,skb-lifecycle"
+    assert providers == "tcp,siftr-poll,skb,udp-calls,skb-lifecycle"  # no program on a packet's path
     assert collectors[0][collectors[0].index("--skb-sample") + 1] == str(COLLECTOR_SKB_SAMPLE)
     assert collectors[0][collectors[0].index("--skb-stages") + 1] == "ends"  # sampled: no stage hooks
     assert collectors[0][collectors[0].index("--token-file") + 1] == str(token_file)

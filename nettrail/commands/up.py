@@ -7,13 +7,14 @@ token for the local host (revoking the previous one), start daphne via
 ``python -m webapp.serve`` -- as root, in a child switched to the ``nettrail``
 system user (created if missing, owner of the data directory) -- then, as root and
 when the ``collect`` command exists, ``nettrail collect --server URL --token-file F
---alerts --ppl 8 --providers tcp,siftr,skb,ip-flows,udp,skb-lifecycle --skb-sample 64
---skb-stages ends --skb-window 0.2/2`` (sampled buffer lifecycles in windows: one buffer in 64
+--alerts --ppl 8 --providers tcp,siftr-poll,skb,udp-calls,skb-lifecycle --skb-sample 64
+--skb-stages ends --skb-window 0.2/2`` (no program on any packet's path: SIFTR samples by
+polling each socket, sampled buffer lifecycles in windows: one buffer in 64
 followed while a window is open, 0.2 s of every 2 s; $NETTRAIL_SKB_SAMPLE=N follows one in N
 instead, 1 every buffer, 0 none; $NETTRAIL_SKB_WINDOW=OPEN/EVERY other windows, 0 none (the
 hooks attached all the time); each followed buffer's first sighting, copy and end, and
 $NETTRAIL_SKB_STAGES=all adds its receive entry and transmit stages; $NETTRAIL_PROVIDERS
-chooses the whole provider set, e.g. tcp,skb,udp-calls, the set within the 3% always-on budget;
+chooses the whole provider set, e.g. tcp,siftr,skb,ip-flows,udp for a program on every packet;
 --providers-from-server: staff may change the set from the dashboard's Status page, and the
 collector follows it) as a root child (F: ``collector.token`` in the data directory, mode 0600, owned by root;
 a token on the command line would be visible to every local user in ``ps``). Ctrl-C / SIGTERM stop both:
@@ -42,6 +43,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,67 +86,83 @@ TOKEN_FILE = "collector.token"  # in the data directory: the local token for the
 # the ring buffer faster than one core decodes it and lose events (docs/benchmarks.md);
 # the exact per-flow counters stay exact whatever the sampling (docs/collector.md).
 COLLECTOR_PPL = 8
-# The always-on set: besides tcp and siftr, skb drop events (skb), exact per-flow IP
-# counters (ip-flows, no record per packet), UDP datagrams (udp: the UDP page; it takes
-# ip-flows' parse of each packet and reads nothing of a TCP packet) and buffer lifecycles,
-# the kernel following one buffer in COLLECTOR_SKB_SAMPLE (skb-lifecycle --skb-sample N:
-# the Buffers page and each connection's page, beside exact counts of the buffers seen).
-# Following one buffer in 256, its ends only (below), adds 1.5-5% to the set's CPU per
-# byte of loopback TCP; the whole set costs 1.105-1.146 of untraced with lifecycles,
-# 1.088-1.094 without: over the 3% always-on budget (its tracepoints' dispatch alone is
-# 1.05), which only a set without per-packet hooks meets: WITHIN_BUDGET, 1.009 with the
-# UDP page from the send and receive calls (docs/benchmarks.md, "udp-calls: the UDP page
-# without a program per packet"; udp in the default set costs what udp-calls does there,
-# since ip-flows runs the same hooks, and adds the device's view and exact counts).
-# Lifecycles run in windows (--skb-window COLLECTOR_SKB_WINDOW): their hooks on every
-# buffer's path are attached 0.2 s of every 2 s and cost nothing between windows, one
-# buffer in COLLECTOR_SKB_SAMPLE followed inside them: what they add to tcp,skb,udp-calls
-# is about 0.7% instead of 4.5% always on (docs/benchmarks.md, "Buffer lifecycles in
-# windows"). NETTRAIL_SKB_WINDOW=OPEN/EVERY chooses other windows, 0 none (the full-time
-# tracing, one buffer in 256 was the former default).
+# The always-on set: no program on any packet's path. TCP states, retransmissions, resets
+# and congestion states (tcp), each socket's control block polled every 0.1 s for SIFTR
+# samples (siftr-poll: cwnd, srtt, windows, the exact per-flow counts; rules K1, K6, K7,
+# K13 and the time-sequence graph), drops with their reasons (skb), the UDP page from the
+# send and receive calls (udp-calls), and buffer lifecycles in windows: the kernel follows
+# one buffer in COLLECTOR_SKB_SAMPLE while a window is open, 0.2 s of every 2 s
+# (skb-lifecycle --skb-sample N --skb-window COLLECTOR_SKB_WINDOW: the Buffers page and
+# each connection's page, beside exact counts of the buffers seen and the windows' open
+# time). Measured within the 3% always-on budget of CPU per byte of bulk loopback TCP
+# (docs/benchmarks.md, "SIFTR by polling"). Every per-packet tracepoint costs about 1.2%
+# in dispatch alone, so the former default, PER_PACKET_PROVIDERS (siftr's sample at
+# packets, --ppl 8, for SIFTR logs; ip-flows' per-flow IP counters; the device's UDP view),
+# costs about 1.10 (docs/benchmarks.md, "Buffer lifecycles in windows"): a choice, not the
+# default. NETTRAIL_SKB_WINDOW=OPEN/EVERY chooses other windows, 0 none (lifecycles all
+# the time).
 # NETTRAIL_PROVIDERS=a,b,... chooses the whole set instead (skb-lifecycle in it is sampled
 # as below). NETTRAIL_SKB_SAMPLE=N chooses another N (1: every buffer, the full tracing
 # switch), 0 turns lifecycles off. Sampled, only the stages a followed buffer cannot lose
 # are recorded (--skb-stages ends: first sighting, copy to its reader, end): the other
 # stage hooks (receive entry, transmit start and done) fire for every buffer, followed or
-# not, and were most of what lifecycles added; NETTRAIL_SKB_STAGES=all records them too
-# (the default with N = 1, full tracing unchanged).
-COLLECTOR_PROVIDERS = "tcp,siftr,skb,ip-flows,udp"  # without lifecycles (NETTRAIL_SKB_SAMPLE=0)
+# not; NETTRAIL_SKB_STAGES=all records them too (the default with N = 1).
+COLLECTOR_PROVIDERS = "tcp,siftr-poll,skb,udp-calls"  # without lifecycles (NETTRAIL_SKB_SAMPLE=0)
+PER_PACKET_PROVIDERS = "tcp,siftr,skb,ip-flows,udp"  # the former default: a program on every packet
 COLLECTOR_SKB_SAMPLE = 64  # the default N, followed inside the windows
 COLLECTOR_SKB_WINDOW = "0.2/2"  # OPEN/EVERY seconds
-WITHIN_BUDGET = "tcp,skb,udp-calls"  # states, retransmits, resets, drops, UDP calls: no program per packet
 PROVIDERS_ENV = "NETTRAIL_PROVIDERS"
 SKB_SAMPLE_ENV = "NETTRAIL_SKB_SAMPLE"
 SKB_STAGES_ENV = "NETTRAIL_SKB_STAGES"
 SKB_WINDOW_ENV = "NETTRAIL_SKB_WINDOW"
 KNOWN_PROVIDERS = PROVIDER_NAMES
+CALL_TRACEPOINTS = ("sock_send_length", "sock_recv_length")  # udp-calls' sources, Linux 6.3+
 # collector/bpf/loader.py's SKB_STAGES (not imported: up runs without the collector)
 SKB_STAGES = ("all", "ends")
 
 
-def chosen_providers(env: dict[str, str]) -> tuple[list[str], bool]:
+def calls_traced() -> bool:
+    """Whether this kernel has the send/recv call tracepoints udp-calls records from (6.3+)."""
+    from collector.bpf import tracepoints
+
+    return not tracepoints.absent(CALL_TRACEPOINTS)
+
+
+def default_providers(calls: Callable[[], bool] = calls_traced) -> list[str]:
+    """COLLECTOR_PROVIDERS; before 6.3 (no call tracepoints) with the device's UDP records
+    (udp, a program on every packet) instead of udp-calls, which would record nothing
+    there: the UDP page is one of the stories a default must not leave empty (said)."""
+    default = COLLECTOR_PROVIDERS.split(",")
+    if calls():
+        return default
+    print("nettrail up: this kernel has no sock_send_length/sock_recv_length tracepoints (Linux 6.3+), so "
+          "udp-calls would record nothing: the UDP page comes from the device instead (udp, a program on "
+          "every packet)", file=sys.stderr, flush=True)  # fmt: skip
+    return ["udp" if p == "udp-calls" else p for p in default]
+
+
+def chosen_providers(env: dict[str, str], calls: Callable[[], bool] = calls_traced) -> tuple[list[str], bool]:
     """$NETTRAIL_PROVIDERS as (providers without skb-lifecycle, whether it was listed);
     unset or invalid: the always-on set with lifecycles (an invalid one is said)."""
     said = env.get(PROVIDERS_ENV, "").strip()
-    default = COLLECTOR_PROVIDERS.split(",")
     if not said:
-        return default, True
+        return default_providers(calls), True
     names = [p.strip() for p in said.split(",") if p.strip()]
     unknown = [p for p in names if p not in KNOWN_PROVIDERS]
     if unknown or not names:
         print(f"nettrail up: ${PROVIDERS_ENV} takes providers from {', '.join(KNOWN_PROVIDERS)}, got "
               f"{said!r}: running the default set", file=sys.stderr, flush=True)  # fmt: skip
-        return default, True
+        return default_providers(calls), True
     return list(dict.fromkeys(p for p in names if p != "skb-lifecycle")), "skb-lifecycle" in names
 
 
-def collector_providers(env: dict[str, str]) -> list[str]:
+def collector_providers(env: dict[str, str], calls: Callable[[], bool] = calls_traced) -> list[str]:
     """`nettrail collect`'s provider arguments: $NETTRAIL_PROVIDERS or the always-on set,
     with sampled buffer lifecycles, one buffer in $NETTRAIL_SKB_SAMPLE (default
     COLLECTOR_SKB_SAMPLE; 0: none), recording the stages $NETTRAIL_SKB_STAGES names
     (default: ends when sampled, all with N = 1), in the windows $NETTRAIL_SKB_WINDOW
     names (default COLLECTOR_SKB_WINDOW; 0: all the time)."""
-    providers, lifecycles = chosen_providers(env)
+    providers, lifecycles = chosen_providers(env, calls)
     value = env.get(SKB_SAMPLE_ENV, "").strip()
     n = COLLECTOR_SKB_SAMPLE
     if value.isdigit():

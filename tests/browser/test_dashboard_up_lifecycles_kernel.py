@@ -72,7 +72,7 @@ def test_nettrail_ups_default_collector_shows_sampled_lifecycles(
     lst, args = up_collector
     n = COLLECTOR_SKB_SAMPLE
     assert args[:8] == [
-        "--providers", "tcp,siftr,skb,ip-flows,udp,skb-lifecycle", "--skb-sample", str(n), "--skb-stages", "ends",
+        "--providers", "tcp,siftr-poll,skb,udp-calls,skb-lifecycle", "--skb-sample", str(n), "--skb-stages", "ends",
         "--skb-window", COLLECTOR_SKB_WINDOW,
     ]  # fmt: skip
     port = lst.getsockname()[1]

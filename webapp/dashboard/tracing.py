@@ -38,17 +38,18 @@ PROVIDER_NOTES = {
     "tcpdebug": "TCP debug records, every segment (costly)",
     "ip": "a record per IP packet (costly)",
 }
-# Measured sets (docs/benchmarks.md, "Task context without the softirq hooks, and a set
-# within the budget"): CPU per byte of bulk loopback TCP against untraced.
+# Measured sets (docs/benchmarks.md, "SIFTR by polling"): CPU per byte of bulk loopback
+# TCP against untraced.
 PRESETS = (
-    ("tcp,skb,udp-calls", "within the 3% always-on budget: 1.009 of untraced CPU per byte"),
     (
-        "tcp,skb,udp-calls,skb-lifecycle, one buffer in 64, windows 0.2/2",
-        'within the budget with buffer lifecycles: 1.016-1.024 (docs/benchmarks.md, "Buffer lifecycles in windows")',
+        "tcp,siftr-poll,skb,udp-calls,skb-lifecycle, one buffer in 64, windows 0.2/2",
+        "nettrail up's default, no program on a packet's path: about 1.02 of untraced CPU per byte, within the 3% "
+        "always-on budget",
     ),
+    ("tcp,siftr-poll,skb,udp-calls", "the same without buffer lifecycles: about 1.01"),
     (
         "tcp,siftr,skb,ip-flows,udp,skb-lifecycle, one buffer in 64, windows 0.2/2",
-        "nettrail up's default: about 1.10-1.12 of untraced CPU per byte",
+        "a program on every packet (SIFTR logs, per-flow IP counters, the device's UDP view): about 1.10",
     ),
 )
 

@@ -6,6 +6,7 @@ line: what each socket's own tcp_info says once the transfer is over."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
 import sys
@@ -54,7 +55,12 @@ def main() -> None:
     assert sender.recv(16) == b"ok"  # everything sent was read, so acknowledged
     reader.join()
     assert len(got) == TOTAL
-    print(json.dumps({"sender": {**ports(sender), **tcp_info(sender)}, "idle": ports(idle)}), flush=True)
+    told = {
+        "sender": {**ports(sender), **tcp_info(sender)},
+        "idle": ports(idle),
+        "netns": os.stat("/proc/self/ns/net").st_ino,
+    }
+    print(json.dumps(told), flush=True)
     time.sleep(0.3)  # a poll after the close of the sender's data: the states settle
     for s in (sender, receiver, idle, idle_peer, lst):
         s.close()

@@ -43,18 +43,13 @@ def traffic_in_own_netns(cap) -> tuple[dict, int, int]:
         ["unshare", "-n", "sh", "-c", f'ip link set lo up && exec "{sys.executable}" -c "{code}"'],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )  # fmt: skip
-    inode = 0
     end = time.monotonic() + 60
     while proc.poll() is None and time.monotonic() < end:
-        if not inode:
-            try:
-                inode = netns_of(proc.pid) if os.readlink(f"/proc/{proc.pid}/exe") != "/usr/bin/unshare" else 0
-            except OSError:
-                pass
         cap.drain()
     out, err = proc.communicate(timeout=10)
     assert proc.returncode == 0, err
-    return json.loads(out), proc.pid, inode
+    told = json.loads(out)
+    return told, proc.pid, told["netns"]
 
 
 def moved(a: SiftrSample, b: SiftrSample) -> bool:

@@ -89,8 +89,9 @@ NT_MAP struct {
 } flows_out SEC(".maps");
 
 /* siftr-poll's sockets: cookie -> what its last sample showed (siftr_poll.bpf.c), made
- * at the socket's first poll, deleted at tcp_destroy_sock (the LRU bounds what a socket
- * destroyed while siftr-poll was not chosen leaves). */
+ * when the socket reaches ESTABLISHED (tcp.bpf.c) or at its first poll, deleted at
+ * tcp_destroy_sock (the LRU bounds what a socket destroyed while siftr-poll was not
+ * chosen leaves). */
 NT_MAP struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);

@@ -34,7 +34,7 @@ static __always_inline struct nt_flow *flow_find(__u64 cookie)
  * attribution run once per flow, when it is first seen (and again for each sample):
  * a flow the filters reject goes to `flows_out` and is not counted. The verdict is
  * kept only once the flow has an owner; until then a process filter cannot judge it. */
-static __noinline int flow_admit(const struct sock *sk, __u64 cookie, __u8 how)
+static __always_inline int flow_admit_as(const struct sock *sk, __u64 cookie, __u8 how)
 {
 	struct nt_header h = { .cookie = cookie };
 	struct nt_flow init = {}, *slot;
@@ -58,6 +58,31 @@ static __noinline int flow_admit(const struct sock *sk, __u64 cookie, __u8 how)
 	}
 	bpf_map_update_elem(&flows, &cookie, &init, BPF_NOEXIST);
 	return 1;
+}
+
+/* Out of line, each with its own frame: before 6.14 the verifier adds a call chain's frames
+ * against 512 bytes, so what the attribution needs (in_task()'s reads included) stays in
+ * here, not in tcp_probe's or net_dev_queue's frame. */
+static __noinline int flow_admit(const struct sock *sk, __u64 cookie, void *ctx)
+{
+	return flow_admit_as(sk, cookie, in_task(ctx));
+}
+
+/* siftr-poll's (siftr_poll.bpf.c): the poll runs in the collector's task, not the socket
+ * user's, so the owner comes from the owner map (how 0). */
+static __noinline int flow_admit_polled(const struct sock *sk, __u64 cookie)
+{
+	return flow_admit_as(sk, cookie, 0);
+}
+
+/* siftr-poll: the socket reached ESTABLISHED (an entry in `polled`, which its first poll
+ * fills), so that one destroyed before any poll still gets its final counts. Out of line:
+ * inet_sock_set_state's frame stays as it was. */
+static __noinline void poll_note(__u64 cookie)
+{
+	struct nt_polled fresh = {};
+
+	bpf_map_update_elem(&polled, &cookie, &fresh, BPF_NOEXIST);
 }
 
 /* While the ring is half full, one sample of a flow in this many nanoseconds at most. */
@@ -189,7 +214,7 @@ static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, co
 {
 	struct nt_flow *f = flow_find(cookie);
 
-	if (!f && (!flow_admit(sk, cookie, in_task(ctx)) || !(f = flow_find(cookie))))
+	if (!f && (!flow_admit(sk, cookie, ctx) || !(f = flow_find(cookie))))
 		return;
 	if (flow_count(f, sk, dir == 1))
 		siftr_emit(sk, f, skb, dir, ctx);
@@ -197,7 +222,9 @@ static __always_inline void siftr_packet(const struct sock *sk, __u64 cookie, co
 
 /* The flow's final record at tcp_destroy_sock: its counters read from the socket once
  * more (segments it handled in states siftr does not watch, a last ACK, are in them), or,
- * after a tcp_disconnect() zeroed them, what it held at its change to CLOSE (c). */
+ * after a tcp_disconnect() zeroed them, what it held at its change to CLOSE (c). f NULL:
+ * a socket siftr-poll never polled (it lived less than an interval): no samples, the
+ * counters all the same. With siftr-poll alone, `skbs` is the segments in and out. */
 static __always_inline void emit_flow_final(const struct nt_header *h, const struct nt_flow *f,
 					    const struct sock *sk, const struct nt_closed *c)
 {
@@ -208,7 +235,12 @@ static __always_inline void emit_flow_final(const struct nt_header *h, const str
 		return;
 	__builtin_memcpy(&e->hdr, h, sizeof(*h));
 	e->hdr.type = NT_EV_FLOW;
-	__builtin_memcpy(&e->flow, f, sizeof(*f));
+	if (f) {
+		__builtin_memcpy(&e->flow, f, sizeof(*f));
+	} else {
+		__builtin_memset(&e->flow, 0, sizeof(e->flow));
+		e->flow.flow_cookie = h->cookie;
+	}
 	if (c) {
 		e->flow.packets_in = c->segs_in;
 		e->flow.packets_out = c->segs_out;
@@ -220,6 +252,8 @@ static __always_inline void emit_flow_final(const struct nt_header *h, const str
 		e->flow.bytes_in = BPF_CORE_READ(tp, bytes_received);
 		e->flow.bytes_out = BPF_CORE_READ(tp, bytes_sent);
 	}
+	if (!(cfg.providers & NT_PROV_SIFTR))
+		e->flow.skbs = (__u64)e->flow.packets_in + e->flow.packets_out;
 	submit(e);
 }
 

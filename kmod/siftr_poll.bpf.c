@@ -69,9 +69,8 @@ int siftr_poll(struct bpf_iter__tcp *ctx)
 		if (!last)
 			return 0;
 	}
-	/* the owner map's (how 0): the poll runs in the collector's task, not the socket user's */
 	f = flow_find(h.cookie);
-	if (!f && (!flow_admit(sk, h.cookie, 0) || !(f = flow_find(h.cookie))))
+	if (!f && (!flow_admit_polled(sk, h.cookie) || !(f = flow_find(h.cookie))))
 		return 0;
 	flow_copy(f, sk, true);
 	flow_copy(f, sk, false);

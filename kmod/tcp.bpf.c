@@ -183,6 +183,8 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	if (oldstate == TCP_SYN_RECV)
 		child_born(sk);
 	h.cookie = cookie_of(sk);
+	if (newstate == TCP_ESTABLISHED && (cfg.providers & NT_PROV_SIFTR_POLL))
+		poll_note(h.cookie);
 	fill_flow(&h, sk);
 	/* SYN_SENT too: a refused connect() ends in tcp_disconnect() as an abort does */
 	if (newstate == TCP_CLOSE && oldstate != TCP_LISTEN)
@@ -391,6 +393,9 @@ int BPF_PROG(tcp_destroy_sock, struct sock *sk)
 			f = slot ?: bpf_map_lookup_elem(&flows, &h.cookie);
 			if (f)
 				emit_flow_final(&h, f, sk, c);
+			else if ((cfg.providers & NT_PROV_SIFTR_POLL) && bpf_map_lookup_elem(&polled, &h.cookie) &&
+				 !bpf_map_lookup_elem(&flows_out, &h.cookie))
+				emit_flow_final(&h, NULL, sk, c); /* established, never polled: its counts all the same */
 		}
 		if (cfg.providers & NT_PROV_TCPDEBUG)
 			debug_point(sk, h.cookie, NULL, NT_TA_USER, PRU_DETACH, 0, 0, NULL, task);

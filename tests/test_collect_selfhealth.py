@@ -181,7 +181,8 @@ def test_tracepoints_missing_from_tracefs_are_not_attached_and_their_rules_are_u
     assert {kernel_links[prog_id] for prog_id in first.attached.values()} == set(wanted)
     assert sorted(first.rules_unavailable) == ["K1", "K11", "K12", "K13", "K5", "K6", "K7"]
     assert first.rules_unavailable["K7"] == (
-        "no SIFTR or tcpdebug samples (cwnd, srtt, windows): tracepoint tcp_probe absent on this kernel"
+        "no SIFTR or tcpdebug samples (cwnd, srtt, windows): tracepoint tcp_probe absent on this kernel; "
+        "provider siftr-poll not chosen (--providers)"  # the way out on such a kernel
     )
     assert "tracepoint tcp_cong_state_set absent on this kernel" in first.rules_degraded["K2"]
 

@@ -21,7 +21,7 @@ import pytest
 from analysis.alerts.engine import run
 from tests.alert_kernel_support import final, pick
 from tests.collect_process import ROOT
-from tests.kernel_support import attached_tracepoints, kernel, tracing
+from tests.kernel_support import attached_tracepoints, kernel, short_connections, tracing
 from tests.siftr_poll_traffic import TOTAL
 from translators.records import Alert, FlowCounters, Record, SiftrSample
 
@@ -91,6 +91,25 @@ def test_polls_sample_each_socket_when_it_moves_and_keep_its_counts_exactly() ->
     assert out.samples == len(sent)
     idle = told["idle"]
     assert len([r for r in samples if (r.sport, r.dport) == (idle["sport"], idle["dport"])]) <= 4
+
+
+@pytest.mark.matrix
+def test_connections_shorter_than_a_poll_interval_get_their_exact_final_counts() -> None:
+    """No poll catches them, but each reached ESTABLISHED (noted in `polled`), so its
+    destruction reports its own counters: what `nettrail up`'s connection rows show."""
+    with tracing(("tcp", "siftr-poll"), poll_interval=30.0, counts_every=0.5) as cap:
+        cap.drain()  # the first poll, before the connections
+        port = short_connections(20, 10_000)
+        records = cap.settle(patience=1.0)
+    finals = [r for r in records if isinstance(r, FlowCounters) and port in (r.sport, r.dport)]
+    clients = [r for r in finals if r.dport == port]
+    servers = [r for r in finals if r.sport == port]
+    assert len(clients) == len(servers) == 20  # the listener, never established, has none
+    assert {(r.bytes_out, r.samples, r.hook) for r in clients} == {(10_000, 0, "tp_btf/tcp_destroy_sock")}
+    # the data, and the client's FIN where it came before the server's socket (closed first) ended
+    assert {r.bytes_in for r in servers} <= {10_000, 10_001}
+    assert all(r.skbs == r.packets_in + r.packets_out for r in finals)  # H2: segments, none sampled
+    assert not [r for r in records if isinstance(r, SiftrSample) and port in (r.sport, r.dport)]
 
 
 def test_the_zero_window_story_raises_k13_from_polled_samples() -> None:

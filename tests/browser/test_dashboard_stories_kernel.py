@@ -1,5 +1,6 @@
 """The six stories of issue 18 found from the Overview, on real traffic: a collector
-(`nettrail collect --alerts`, eBPF, root) traces the test's own network namespace and
+(`nettrail collect --alerts` with `nettrail up`'s default providers, eBPF, root) traces the
+test's own network namespace and
 ships to the webapp through the real ingest API while tests/browser/story_traffic.py runs
 there. Each test starts at the Overview and follows the page's own links.
 """
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 import requests
 
+from nettrail.commands.up import COLLECTOR_PROVIDERS
 from tests.alert_kernel_support import namespace
 from tests.veth_lab import in_netns
 
@@ -48,7 +50,8 @@ def stories(
     cookies = {c["name"]: c["value"] for c in admin_state["cookies"]}
     tmp = tmp_path_factory.mktemp("stories")
     with namespace(f"ntstory{os.getpid() % 100000}", NFT, "ntstory") as (name, inode):
-        options = ("--providers", "tcp,siftr,skb,udp", "--alerts", "--filter", f"netns={inode}")
+        # nettrail up's default set: every story must be found with what runs always on
+        options = ("--providers", COLLECTOR_PROVIDERS, "--alerts", "--filter", f"netns={inode}")
         with collecting(server, tmp, *options) as col:
             lst = in_netns(name, socket.socket)
             lst.bind(("127.0.0.1", 7999))
@@ -175,7 +178,9 @@ def test_udp_to_a_closed_port_on_the_udp_page(server: Server, page: Any, stories
     row = page.locator("#flows tbody tr", has_text=f"127.0.0.1:{UDP_PORT}").filter(has_text="python").first
     row.wait_for()
     cells = row.locator("td").all_inner_texts()
-    assert cells[1].startswith("127.0.0.1:") and cells[2] == f"127.0.0.1:{UDP_PORT}"
+    # udp-calls (the default) records each sendto with the socket's own address: unbound,
+    # 0.0.0.0 (the route picks 127.0.0.1 per datagram, below the call), and its destination
+    assert cells[1].startswith("0.0.0.0:") and cells[2] == f"127.0.0.1:{UDP_PORT}"
     assert UDP_DATAGRAMS - 1 <= int(cells[4]) <= UDP_DATAGRAMS  # the socket's sends (one may precede its record)
     screenshot(page, "story-udp-closed")
 

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import requests
 
+from nettrail.commands.up import COLLECTOR_PROVIDERS
 from tests.netns_lab import Netns, netns_lab, receive
 
 from .conftest import HOST, Server, screenshot
@@ -41,7 +42,8 @@ def lab() -> Iterator[Netns]:
 
 @pytest.fixture()
 def collector(server: Server, lab: Netns, tmp_path: Path) -> Iterator[None]:
-    options = ("--providers", "tcp,siftr", "--filter", f"netns={lab.inode}", "--flow-interval", "0.5")
+    # nettrail up's default set: the numbers users see are the always-on ones
+    options = ("--providers", COLLECTOR_PROVIDERS, "--filter", f"netns={lab.inode}", "--flow-interval", "0.5")
     with collecting(server, tmp_path, *options, "--no-stack-counters") as col:
         col.wait_tracing()
         yield

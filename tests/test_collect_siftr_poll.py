@@ -19,6 +19,7 @@ from collections import defaultdict
 import pytest
 
 from analysis.alerts.engine import run
+from collector.bpf.loader import BpfError, KernelSession, Options
 from tests.alert_kernel_support import final, pick
 from tests.collect_process import ROOT
 from tests.kernel_support import attached_tracepoints, kernel, short_connections, tracing
@@ -121,3 +122,26 @@ def test_the_zero_window_story_raises_k13_from_polled_samples() -> None:
     sender = told["sender"]
     [k13] = pick(alerts, "K13", "zero-window", dport=sender["dport"], dst="127.0.0.1")
     assert k13.metric >= 1.0 and "advertised a zero window" in k13.message
+
+
+class RefusingSession(KernelSession):
+    """A kernel whose verifier refuses the iterator (the first load fails naming it)."""
+
+    refusals = 0
+
+    def load(self) -> None:
+        if "siftr_poll" in self.loaded_names():
+            RefusingSession.refusals += 1
+            self.refused = ["siftr_poll"]  # as load() reads it from libbpf's log
+            raise BpfError("failed to load nettrail.bpf.o (program siftr_poll): Operation not permitted")
+        super().load()
+
+
+def test_a_kernel_that_refuses_the_iterator_traces_the_rest_and_says_so() -> None:
+    opts = Options(providers=("tcp", "siftr-poll"), exclude_pid=os.getpid())
+    with RefusingSession(opts) as session:
+        assert RefusingSession.refusals == 1 and "siftr_poll" not in session.links
+        assert {"inet_sock_set_state", "tcp_retransmit_skb"} <= set(session.links)  # the rest traces
+        assert session.failed["siftr_poll"].startswith("this kernel refused the siftr-poll iterator")
+        assert [(p, what) for p, what, _ in session.degraded if p == "siftr-poll"] == [("siftr-poll", "siftr_sample")]
+        assert session.run_iter("siftr_poll") is False  # the poller's runs do nothing

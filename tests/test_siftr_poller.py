@@ -82,3 +82,18 @@ def test_each_poll_runs_in_every_namespace_and_the_thread_comes_home() -> None:
     finally:
         other.kill()
         other.wait()
+
+
+class Failing(Recorder):
+    def run_iter(self, name: str) -> bool:
+        raise RuntimeError("failed to run siftr_poll: Cannot allocate memory")
+
+
+def test_a_poll_that_fails_is_said_once_and_tracing_goes_on(capsys: pytest.CaptureFixture[str]) -> None:
+    p = SiftrPoller(Failing(), 0.1, now=0.0, scan=dict)
+    for t in (0.0, 0.1, 0.2):
+        p.tick(t)
+    assert p.polls == 3
+    assert p.unreached == {here(): "this namespace: failed to run siftr_poll: Cannot allocate memory"}
+    err = capsys.readouterr().err
+    assert err.count("siftr-poll could not poll this namespace") == 1

@@ -17,6 +17,7 @@ import errno
 import ipaddress
 import mmap
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -322,6 +323,8 @@ class KernelSession:
         self.choice = variants.Choice(variants.OBJECT, {}, ())
         self.degraded: tuple[tuple[str, str, str], ...] = ()  # (provider, field, why) this kernel cannot give
         self.cgroup_why: str | None = None  # why the cgroup programs are left out (None: they are not)
+        self.iter_why: str | None = None  # why siftr-poll's iterator is left out (None: it is not)
+        self.refused: list[str] = []  # the programs the kernel refused at the last load
         self.cgroup_fd = -1  # the cgroup v2 root they attach to
         self.drop_reasons = btf.drop_reasons()
         self.rst_reasons = btf.rst_reasons()
@@ -346,6 +349,8 @@ class KernelSession:
         if self.cgroup_why is not None:
             lost = ((p, what, why.format(why=self.cgroup_why)) for p, what, why in CGROUP_LOSES)
             self.degraded += tuple(d for d in lost if d[0] in self.opts.providers)
+        if self.iter_why is not None and "siftr-poll" in self.opts.providers:
+            self.degraded += (("siftr-poll", "siftr_sample", self.iter_why),)
         path = self.opts.object_path or build.ensure_built(self.choice.object_name)
         self.lib.take_messages()
         obj = self.lib.bpf_object__open_file(str(path).encode(), None)
@@ -392,9 +397,12 @@ class KernelSession:
         ret = self.lib.bpf_object__load(self.obj)
         if ret < 0:
             log = [m.strip() for m in self.lib.take_messages() if m.strip()]
+            # libbpf names the program the kernel refused, whatever the error (EPERM included)
+            self.refused = sorted(set(re.findall(r"prog '([^']+)': failed to load", "\n".join(log))))
             # the verifier's verdict is at the end of the longest message
             detail = "; ".join(m[-600:] for m in log[-3:]) if -ret != errno.EPERM else ""
-            raise BpfError(f"failed to load {self.path.name}: {_why(-ret)}" + (f" [{detail}]" if detail else ""))
+            which = f" (program {', '.join(self.refused)})" if self.refused else ""
+            raise BpfError(f"failed to load {self.path.name}{which}: {_why(-ret)}" + (f" [{detail}]" if detail else ""))
 
     def attach(self) -> None:
         self.attach_programs()
@@ -476,8 +484,9 @@ class KernelSession:
             # Missing privileges or a broken attribution program stop tracing; any other
             # program that will not attach costs only the rules that need it (H3), and a
             # cgroup program (a container may keep the hierarchy's root from us, EPERM
-            # included) the peers of unconnected sockets' calls.
-            if (err in (errno.EPERM, errno.EACCES) and name not in CGROUP_PROGRAMS) or PROGRAMS[name] == ALWAYS:
+            # included) the peers of unconnected sockets' calls; siftr-poll's iterator its samples.
+            optional = name in CGROUP_PROGRAMS or name in ITER_PROGRAMS
+            if (err in (errno.EPERM, errno.EACCES) and not optional) or PROGRAMS[name] == ALWAYS:
                 raise BpfError(f"failed to attach {name}: {_why(err)}")
             self.failed[name] = _why(err)
             return
@@ -571,15 +580,7 @@ class KernelSession:
                 self.configure()
                 self.load()
             except BpfError as exc:
-                if self.cgroup_why is not None or not CGROUP_PROGRAMS & set(self.loaded_names()):
-                    raise
-                # a kernel that refuses the cgroup programs costs the peers of unconnected
-                # sockets' calls, not the rest (their fallback is loaded instead)
-                self.close()
-                self.cgroup_why = f"this kernel refused the cgroup programs ({exc})"
-                self.open()
-                self.configure()
-                self.load()
+                self.leave_out_refused(exc)
             self.carry_from = None
             settle.ready()  # detach() waits with it: made here, where a failure is said at once
         except OSError as exc:
@@ -588,6 +589,30 @@ class KernelSession:
         except BaseException:
             self.close()
             raise
+
+    def leave_out_refused(self, exc: BpfError) -> None:
+        """Load again without what the kernel refused, when that is optional: siftr-poll's
+        iterator (its provider is left without samples, said in `failed` and `degraded`)
+        and the cgroup programs (the peers of unconnected sockets' calls; their fallback is
+        loaded instead). Anything else, or a second refusal, is the caller's error."""
+        loaded = set(self.loaded_names())
+        for _ in range(2):
+            if self.iter_why is None and ITER_PROGRAMS & loaded & set(self.refused):
+                self.iter_why = f"this kernel refused the siftr-poll iterator ({exc})"
+                self.failed.update(dict.fromkeys(ITER_PROGRAMS & loaded, self.iter_why))
+            elif self.cgroup_why is None and CGROUP_PROGRAMS & loaded:
+                self.cgroup_why = f"this kernel refused the cgroup programs ({exc})"
+            else:
+                raise exc
+            self.close()
+            try:
+                self.open()
+                self.configure()
+                self.load()
+                return
+            except BpfError as again:
+                exc, loaded = again, set(self.loaded_names())
+        raise exc
 
     def __enter__(self) -> KernelSession:
         self.prepare()
@@ -603,7 +628,8 @@ class KernelSession:
 
     # -- queries -------------------------------------------------------------------------
     def program_names(self) -> list[str]:
-        return program_names(self.opts, self.cgroup_why is None)
+        names = program_names(self.opts, self.cgroup_why is None)
+        return [n for n in names if n not in ITER_PROGRAMS] if self.iter_why is not None else names
 
     def loaded_names(self) -> list[str]:
         """The programs loaded: those the providers need on tracepoints this kernel has."""

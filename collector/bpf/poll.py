@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import sys
 from collections.abc import Callable
 from typing import Protocol
 
@@ -101,7 +102,7 @@ class SiftrPoller:
 
     def poll_all(self) -> None:
         if not self.only_netns or self.only_netns == self.home_netns:
-            self.session.run_iter(POLL_PROGRAM)
+            self.run_here(self.home_netns, "this namespace")
         away = [(i, p) for i, p in self.netns.items() if i != self.home_netns and self.only_netns in (0, i)]
         if not away:
             return
@@ -110,12 +111,27 @@ class SiftrPoller:
             for inode, path in away:
                 try:
                     self.poll_in(path, inode, home)
-                    self.unreached.pop(inode, None)
                 except OSError as exc:
                     if exc.errno not in (errno.ENOENT, errno.ESRCH):  # not gone: say why
-                        self.unreached[inode] = f"{path}: {exc.strerror}"
+                        why = f"{path}: {exc.strerror}"
+                        if self.unreached.get(inode) != why:
+                            print(f"nettrail collect: siftr-poll could not enter {why}", file=sys.stderr, flush=True)
+                        self.unreached[inode] = why
         finally:
             os.close(home)
+
+    def run_here(self, inode: int, where: str) -> None:
+        """The iterator in the thread's current namespace; a failure is kept and said once
+        (on the collector's stderr), never the end of tracing."""
+        try:
+            self.session.run_iter(POLL_PROGRAM)
+        except (OSError, RuntimeError) as exc:
+            why = f"{where}: {exc}"
+            if self.unreached.get(inode) != why:
+                print(f"nettrail collect: siftr-poll could not poll {why}", file=sys.stderr, flush=True)
+            self.unreached[inode] = why
+            return
+        self.unreached.pop(inode, None)
 
     def poll_in(self, path: str, inode: int, home: int) -> None:
         """Enter the namespace at `path` (if it is still `inode`), poll there, go `home`."""
@@ -125,8 +141,11 @@ class SiftrPoller:
                 return  # the process left it (or the pid was reused) since the scan
             setns(fd)
             try:
-                self.session.run_iter(POLL_PROGRAM)
+                self.run_here(inode, path)
             finally:
-                setns(home)
+                try:
+                    setns(home)
+                except OSError as exc:  # never go on in another namespace: the thread's sockets would be there
+                    raise RuntimeError(f"siftr-poll could not return to its own network namespace: {exc}") from exc
         finally:
             os.close(fd)

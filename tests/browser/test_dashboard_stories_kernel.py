@@ -143,6 +143,14 @@ def test_loss_alert_opens_the_connection_with_its_retransmits(
     # record; a record may stand for several segments (GSO), so the runs never count more
     runs = page.locator("#timeline li.mark-retransmit").evaluate_all("ls => ls.map(l => Number(l.dataset.count))")
     assert runs and 0 < sum(runs) <= retransmits
+    # item 4 from the always-on set: the time-sequence graph from the polled SIFTR samples,
+    # each retransmission at its sequence, and the samples said to be polls
+    assert "SIFTR samples" in page.locator("#tseq-source").inner_text()
+    assert page.locator("#tseq-empty").is_hidden()
+    drawn = page.evaluate("() => NT.charts['chart-tseq'].data.map((s) => s.filter((v) => v !== null).length)")
+    assert drawn[1] > 1 and 0 < drawn[2] <= retransmits  # snd_nxt points; one point per tcp_retransmit record
+    assert page.locator("#siftr-sampling").get_attribute("data-polled") == "true"
+    assert page.locator("#siftr-sampling").inner_text().startswith("Polled (siftr-poll)")
     screenshot(page, "story-loss")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -280,6 +281,36 @@ def test_up_as_root_starts_the_collector_and_its_records_reach_the_webapp(data_d
 
 
 @pytest.mark.kernel
+@pytest.mark.kernel
+def test_a_killed_up_takes_its_collector_and_webapp_with_it(data_dir: Path) -> None:
+    """SIGKILL gives `nettrail up` no chance to stop its children (their own sessions): the
+    kernel's parent-death signal does, so no collector goes on tracing the machine, nor a
+    webapp holding the port, with nobody to stop them."""
+    reason = collector_missing()
+    if reason:
+        pytest.skip(reason)
+    command = [PYTHON, "-m", "nettrail.cli", "up", "--port", str(free_port())]
+    env = up_env(data_dir, NETTRAIL_PROVIDERS="tcp")
+    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    tree: list[psutil.Process] = []
+    try:
+        wait_for_line(proc, "nettrail collect: tracing")
+        tree = psutil.Process(proc.pid).children(recursive=True)  # webapp, collector, its ring keeper
+        assert {("collect" in c.cmdline(), "webapp.serve" in c.cmdline()) for c in tree} >= {
+            (True, False),
+            (False, True),
+        }
+        proc.kill()
+        proc.wait()
+        _, alive = psutil.wait_procs(tree, timeout=90)  # a bound: the collector drains and spools first
+        assert alive == []
+    finally:
+        stop_up(proc)
+        for child in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+
+
 def test_nettrail_providers_runs_the_set_within_the_budget(data_dir: Path) -> None:
     """NETTRAIL_PROVIDERS=tcp,skb reaches the real collector: it loads exactly that set
     (no lifecycles), says so in its collector_status, and connections still arrive."""

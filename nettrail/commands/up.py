@@ -33,6 +33,7 @@ the fix, never as "port in use?". Keep in sync with docs/webapp.md, README.md.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib.util
 import os
 import pwd
@@ -323,6 +324,24 @@ def _child_env(data: Path, account: pwd.struct_passwd | None) -> dict[str, str]:
     return env
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def _stop_when_up_dies(parent: int) -> Callable[[], None]:
+    """A child's preexec_fn: SIGTERM to the child when `nettrail up` dies, however it dies
+    (a SIGKILL included), so that no collector goes on tracing, nor a webapp serving, with
+    nobody to stop it. Set in the child after its user change (which would clear it), and
+    checked against a parent that died before it was set."""
+
+    def child() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return child
+
+
 class WebappUnrunnable(RuntimeError):
     """The webapp user cannot run the webapp with nettrail's interpreter and packages."""
 
@@ -341,7 +360,9 @@ def _start_webapp(args: argparse.Namespace, data: Path, account: pwd.struct_pass
     # stderr stays the terminal's: a webapp that dies at start says why there.
     # Its own session: a Ctrl-C in the terminal reaches only `nettrail up`, which then
     # stops the collector before the webapp.
-    return subprocess.Popen(command, env=env, cwd=str(data), start_new_session=True, **drop)
+    return subprocess.Popen(
+        command, env=env, cwd=str(data), start_new_session=True, preexec_fn=_stop_when_up_dies(os.getpid()), **drop
+    )
 
 
 def _probe(
@@ -446,7 +467,8 @@ def _start_collector(url: str, token: str, token_file: Path) -> subprocess.Popen
     ]
     print("nettrail: collector started (live kernel tracing)", flush=True)
     env = {k: v for k, v in os.environ.items() if k != "NETTRAIL_ADMIN_PASSWORD"}
-    return subprocess.Popen(command, env=env, start_new_session=True)  # stopped by us, first
+    # stopped by us, first; by the kernel's SIGTERM if we die without stopping it
+    return subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_stop_when_up_dies(os.getpid()))
 
 
 def _wait_listening(host: str, port: int, child: subprocess.Popen[bytes]) -> bool:

@@ -57,12 +57,17 @@ def contenders(in_window: int) -> list[Contender]:
     polled = f"{COLLECTOR_PROVIDERS},skb-lifecycle"
     without = polled.replace("siftr-poll,", "")
     per_packet = polled.replace("siftr-poll", "siftr")
+    old_kernel = polled.replace("udp-calls", "udp")
     suffix = f" (lifecycles one in {in_window}, windows {window.arg()})"
     return [
         Contender("untraced", None),
         Contender(without + suffix, opts(without, **life), session_class=WindowedSession),
         Contender(polled + suffix, opts(polled, **life), session_class=PolledSession),
         Contender(per_packet + suffix + ", --ppl 8", opts(per_packet, **life), session_class=WindowedSession),
+        # the UDP page's only source before Linux 6.3 (no call tracepoints): udp, per packet
+        Contender(
+            old_kernel + suffix + ", the UDP page as before 6.3", opts(old_kernel, **life), session_class=PolledSession
+        ),
     ]
 
 
@@ -131,7 +136,10 @@ def lines(
         "",
         f"- `nettrail up`'s set with SIFTR samples by polling: {mean(cs[2]):.3f} of untraced (mean) — {verdict} "
         f"the 3% always-on budget; without SIFTR samples {mean(cs[1]):.3f}; with per-packet siftr "
-        f"(a program at tcp_probe and net_dev_queue for every packet) {mean(cs[3]):.3f}.",
+        f"(a program at tcp_probe and net_dev_queue for every packet) {mean(cs[3]):.3f}; the UDP page from udp's "
+        f"device records instead, its only source before Linux 6.3 (a program at net_dev_queue and "
+        f"netif_receive_skb for every packet), measured on this kernel: {mean(cs[4]):.3f}, which is why `nettrail "
+        "up` keeps udp-calls there and says how to fill the page.",
         f"- The poller's own CPU, the collector's (H4, outside the ratio above): a scan of the network namespaces "
         f"(every second) took a median {cost[0]:.2f} ms; a poll of this host's {cost[3]} TCP sockets "
         f"{cost[1]:.2f} ms, and with {2 * IDLE_PAIRS} idle sockets more {cost[2]:.2f} ms (each socket visited, none "

@@ -130,16 +130,15 @@ def calls_traced() -> bool:
 
 
 def default_providers(calls: Callable[[], bool] = calls_traced) -> list[str]:
-    """COLLECTOR_PROVIDERS; before 6.3 (no call tracepoints) with the device's UDP records
-    (udp, a program on every packet) instead of udp-calls, which would record nothing
-    there: the UDP page is one of the stories a default must not leave empty (said)."""
-    default = COLLECTOR_PROVIDERS.split(",")
-    if calls():
-        return default
-    print("nettrail up: this kernel has no sock_send_length/sock_recv_length tracepoints (Linux 6.3+), so "
-          "udp-calls would record nothing: the UDP page comes from the device instead (udp, a program on "
-          "every packet)", file=sys.stderr, flush=True)  # fmt: skip
-    return ["udp" if p == "udp-calls" else p for p in default]
+    """COLLECTOR_PROVIDERS. Before 6.3 (no call tracepoints) udp-calls records nothing, and
+    the UDP page's other source, udp's device records, is a program on every packet (1.096
+    of untraced with the rest of the set, docs/benchmarks.md "SIFTR by polling"): the
+    always-on budget comes first, the page says why it is empty, and this says how to fill it."""
+    if not calls():
+        print("nettrail up: this kernel has no sock_send_length/sock_recv_length tracepoints (Linux 6.3+), so "
+              "the UDP page stays empty; NETTRAIL_PROVIDERS=tcp,siftr-poll,skb,udp,skb-lifecycle fills it from "
+              "the device, at a program on every packet (about 8% more CPU per byte)", file=sys.stderr, flush=True)  # fmt: skip
+    return COLLECTOR_PROVIDERS.split(",")
 
 
 def chosen_providers(env: dict[str, str], calls: Callable[[], bool] = calls_traced) -> tuple[list[str], bool]:

@@ -19,6 +19,7 @@ from collections import defaultdict
 import pytest
 
 from analysis.alerts.engine import run
+from collector.bpf import poll
 from collector.bpf.loader import BpfError, KernelSession, Options
 from tests.alert_kernel_support import final, pick
 from tests.collect_process import ROOT
@@ -55,6 +56,14 @@ def traffic_in_own_netns(cap) -> tuple[dict, int, int]:
 
 def moved(a: SiftrSample, b: SiftrSample) -> bool:
     return any(getattr(a, f) != getattr(b, f) for f in JUDGED)
+
+
+@pytest.fixture(autouse=True)
+def unpaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Polls every 0.1 s however long one takes (under QEMU's TCG a walk of the kernel's
+    hash is slow): these tests are about what a poll samples, tests/test_siftr_poller.py
+    about the pacing."""
+    monkeypatch.setattr(poll, "POLL_CPU_SHARE", 1.0)
 
 
 @pytest.mark.matrix

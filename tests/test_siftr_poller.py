@@ -97,3 +97,25 @@ def test_a_poll_that_fails_is_said_once_and_tracing_goes_on(capsys: pytest.Captu
     assert p.unreached == {here(): "this namespace: failed to run siftr_poll: Cannot allocate memory"}
     err = capsys.readouterr().err
     assert err.count("siftr-poll could not poll this namespace") == 1
+
+
+class Slow(Recorder):
+    """An iterator that takes 10 ms a run, as 16 namespaces' walks of a big hash would."""
+
+    def run_iter(self, name: str) -> bool:
+        time.sleep(0.01)
+        return super().run_iter(name)
+
+
+def test_polls_that_take_long_stretch_the_interval_to_keep_the_pollers_cpu_share(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    p = SiftrPoller(Slow(), 0.1, now=0.0, scan=dict)
+    p.tick(0.0)
+    assert p.interval_now >= 0.01 / poll.POLL_CPU_SHARE  # 0.5 s at least: 2% of a CPU
+    for t in (0.1, 0.2, 0.3, 0.4):
+        p.tick(t)
+    assert p.polls == 1  # the next poll waits for the stretched interval
+    p.tick(p.next_poll)
+    assert p.polls == 2
+    assert "siftr-poll polls every" in capsys.readouterr().err

@@ -19,11 +19,17 @@ import ctypes
 import errno
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Protocol
 
 POLL_PROGRAM = "siftr_poll"
 RESCAN_S = 1.0  # seconds between scans for network namespaces
+# The poller's own CPU at most (H4): the kernel's TCP iterator walks the whole established
+# hash, which all namespaces share, once per namespace (about 0.6 ms each here), so on a
+# host with many namespaces a poll that took longer than this share of its interval
+# stretches the interval; the H2 ratio (segments per sample) shows the density that results.
+POLL_CPU_SHARE = 0.02
 CLONE_NEWNET = 0x40000000
 NAMED_NETNS = "/run/netns"
 HOME = "/proc/thread-self/ns/net"  # the polling thread's own namespace
@@ -85,6 +91,7 @@ class SiftrPoller:
         self.home_netns = os.stat(HOME).st_ino
         self.netns: dict[int, str] = {}
         self.polls = 0
+        self.interval_now = interval_s  # the interval in force: stretched by polls that took long
         self.unreached: dict[int, str] = {}  # netns inode -> why it could not be polled (the last time)
 
     def tick(self, now: float) -> None:
@@ -93,12 +100,23 @@ class SiftrPoller:
         if now >= self.next_scan:
             self.netns = self.scan()
             self.next_scan = now + RESCAN_S
+        started = time.perf_counter()
         self.poll_all()
         self.polls += 1
+        self.pace(time.perf_counter() - started)
         # the next one an interval after this one was due; a late tick starts the count again
-        self.next_poll += self.interval_s
+        self.next_poll += self.interval_now
         if self.next_poll <= now:
-            self.next_poll = now + self.interval_s
+            self.next_poll = now + self.interval_now
+
+    def pace(self, took: float) -> None:
+        """The interval for a poll that took `took` seconds: --poll-interval, or longer so
+        that polling costs at most POLL_CPU_SHARE of a CPU (said when it changes much)."""
+        wanted = max(self.interval_s, took / POLL_CPU_SHARE)
+        if wanted > 2 * self.interval_now or (wanted == self.interval_s < self.interval_now):
+            print(f"nettrail collect: siftr-poll polls every {wanted:.2g} s ({len(self.netns) or 1} network "
+                  f"namespaces, {took * 1000:.1f} ms a poll)", file=sys.stderr, flush=True)  # fmt: skip
+        self.interval_now = wanted
 
     def poll_all(self) -> None:
         if not self.only_netns or self.only_netns == self.home_netns:

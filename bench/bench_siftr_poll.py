@@ -139,7 +139,7 @@ def lines(
         f"(a program at tcp_probe and net_dev_queue for every packet) {mean(cs[3]):.3f}; the UDP page from udp's "
         f"device records instead, its only source before Linux 6.3 (a program at net_dev_queue and "
         f"netif_receive_skb for every packet), measured on this kernel: {mean(cs[4]):.3f}, which is why `nettrail "
-        "up` keeps udp-calls there and says how to fill the page.",
+        "up` keeps udp-calls there and the UDP page says why it is empty.",
         f"- The poller's own CPU, the collector's (H4, outside the ratio above): a scan of the network namespaces "
         f"(every second) took a median {cost[0]:.2f} ms; a poll of this host's {cost[3]} TCP sockets "
         f"{cost[1]:.2f} ms, and with {2 * IDLE_PAIRS} idle sockets more {cost[2]:.2f} ms (each socket visited, none "

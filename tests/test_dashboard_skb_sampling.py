@@ -219,24 +219,6 @@ def test_nettrail_up_runs_sampled_lifecycles_by_default_and_the_variable_sets_n_
     ]
 
 
-def test_before_6_3_the_default_stays_within_the_budget_and_says_how_to_fill_the_udp_page(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """udp-calls records from sock_send_length/sock_recv_length (Linux 6.3+): on Debian 12's
-    6.1 the UDP page's only source is udp's per-packet device records (1.096 of untraced
-    with the set): the default stays within the budget and says how to fill the page."""
-    sampled = ["--skb-sample", str(COLLECTOR_SKB_SAMPLE), "--skb-stages", "ends", "--skb-window", COLLECTOR_SKB_WINDOW]
-    assert collector_providers({}, calls=lambda: False) == [
-        "--providers",
-        COLLECTOR_PROVIDERS + ",skb-lifecycle",
-        *sampled,
-    ]
-    err = capsys.readouterr().err
-    assert "the UDP page stays empty; NETTRAIL_PROVIDERS=tcp,siftr-poll,skb,udp,skb-lifecycle fills it" in err
-    assert collector_providers({}, calls=lambda: True)[1] == COLLECTOR_PROVIDERS + ",skb-lifecycle"
-    assert capsys.readouterr().err == ""
-
-
 def test_nettrail_providers_chooses_the_whole_set_and_a_bad_one_is_said(capsys: pytest.CaptureFixture[str]) -> None:
     sampled = ["--skb-sample", str(COLLECTOR_SKB_SAMPLE), "--skb-stages", "ends", "--skb-window", COLLECTOR_SKB_WINDOW]
     assert collector_providers({"NETTRAIL_PROVIDERS": PER_PACKET_PROVIDERS}) == [

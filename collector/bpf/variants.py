@@ -115,7 +115,8 @@ ABSENT_LOSES: dict[str, tuple[tuple[str, str, str], ...]] = {
         (
             "udp-calls",
             "udp_call.send",
-            "no sock_send_length tracepoint (Linux 6.3+): no send records (udp has its own)",
+            "no sock_send_length tracepoint (Linux 6.3+): no send records (udp has the device's, at a "
+            "program on every packet)",
         ),
         ("tcpdebug", "tcp_debug.user_send", "no sock_send_length tracepoint (Linux 6.3+): no SEND user requests"),
         ("tcp", "attribution", "no sock_send_length tracepoint: sockets attributed at connect/listen/close only"),
@@ -125,7 +126,8 @@ ABSENT_LOSES: dict[str, tuple[tuple[str, str, str], ...]] = {
         (
             "udp-calls",
             "udp_call.receive",
-            "no sock_recv_length tracepoint (Linux 6.3+): no receive records (udp has its own)",
+            "no sock_recv_length tracepoint (Linux 6.3+): no receive records (udp has the device's, at a "
+            "program on every packet)",
         ),
         ("tcpdebug", "tcp_debug.user_rcvd", "no sock_recv_length tracepoint (Linux 6.3+): no RCVD user requests"),
         ("skb-lifecycle", "skb_lifecycle.read", "no sock_recv_length tracepoint: reads end at skb_copy_datagram_iovec"),

@@ -117,52 +117,33 @@ SKB_SAMPLE_ENV = "NETTRAIL_SKB_SAMPLE"
 SKB_STAGES_ENV = "NETTRAIL_SKB_STAGES"
 SKB_WINDOW_ENV = "NETTRAIL_SKB_WINDOW"
 KNOWN_PROVIDERS = PROVIDER_NAMES
-CALL_TRACEPOINTS = ("sock_send_length", "sock_recv_length")  # udp-calls' sources, Linux 6.3+
 # collector/bpf/loader.py's SKB_STAGES (not imported: up runs without the collector)
 SKB_STAGES = ("all", "ends")
 
 
-def calls_traced() -> bool:
-    """Whether this kernel has the send/recv call tracepoints udp-calls records from (6.3+)."""
-    from collector.bpf import tracepoints
-
-    return not tracepoints.absent(CALL_TRACEPOINTS)
-
-
-def default_providers(calls: Callable[[], bool] = calls_traced) -> list[str]:
-    """COLLECTOR_PROVIDERS. Before 6.3 (no call tracepoints) udp-calls records nothing, and
-    the UDP page's other source, udp's device records, is a program on every packet (1.096
-    of untraced with the rest of the set, docs/benchmarks.md "SIFTR by polling"): the
-    always-on budget comes first, the page says why it is empty, and this says how to fill it."""
-    if not calls():
-        print("nettrail up: this kernel has no sock_send_length/sock_recv_length tracepoints (Linux 6.3+), so "
-              "the UDP page stays empty; NETTRAIL_PROVIDERS=tcp,siftr-poll,skb,udp,skb-lifecycle fills it from "
-              "the device, at a program on every packet (about 8% more CPU per byte)", file=sys.stderr, flush=True)  # fmt: skip
-    return COLLECTOR_PROVIDERS.split(",")
-
-
-def chosen_providers(env: dict[str, str], calls: Callable[[], bool] = calls_traced) -> tuple[list[str], bool]:
+def chosen_providers(env: dict[str, str]) -> tuple[list[str], bool]:
     """$NETTRAIL_PROVIDERS as (providers without skb-lifecycle, whether it was listed);
     unset or invalid: the always-on set with lifecycles (an invalid one is said)."""
     said = env.get(PROVIDERS_ENV, "").strip()
+    default = COLLECTOR_PROVIDERS.split(",")
     if not said:
-        return default_providers(calls), True
+        return default, True
     names = [p.strip() for p in said.split(",") if p.strip()]
     unknown = [p for p in names if p not in KNOWN_PROVIDERS]
     if unknown or not names:
         print(f"nettrail up: ${PROVIDERS_ENV} takes providers from {', '.join(KNOWN_PROVIDERS)}, got "
               f"{said!r}: running the default set", file=sys.stderr, flush=True)  # fmt: skip
-        return default_providers(calls), True
+        return default, True
     return list(dict.fromkeys(p for p in names if p != "skb-lifecycle")), "skb-lifecycle" in names
 
 
-def collector_providers(env: dict[str, str], calls: Callable[[], bool] = calls_traced) -> list[str]:
+def collector_providers(env: dict[str, str]) -> list[str]:
     """`nettrail collect`'s provider arguments: $NETTRAIL_PROVIDERS or the always-on set,
     with sampled buffer lifecycles, one buffer in $NETTRAIL_SKB_SAMPLE (default
     COLLECTOR_SKB_SAMPLE; 0: none), recording the stages $NETTRAIL_SKB_STAGES names
     (default: ends when sampled, all with N = 1), in the windows $NETTRAIL_SKB_WINDOW
     names (default COLLECTOR_SKB_WINDOW; 0: all the time)."""
-    providers, lifecycles = chosen_providers(env, calls)
+    providers, lifecycles = chosen_providers(env)
     value = env.get(SKB_SAMPLE_ENV, "").strip()
     n = COLLECTOR_SKB_SAMPLE
     if value.isdigit():

@@ -43,7 +43,7 @@ static __always_inline void user_call(const struct sock *sk, int ret, int flags,
 			return;
 		if (cfg.providers & (NT_PROV_SKB | NT_PROV_SKB_LIFE))
 			port_owner_note(sk);
-		if (cfg.providers & (NT_PROV_UDP | NT_PROV_UDP_CALLS))
+		if ((cfg.providers & (NT_PROV_UDP | NT_PROV_UDP_CALLS)) && cfg.udp_calls_from == NT_UDP_FROM_SOCK)
 			udp_call(sk, ret, req == PRU_SEND, hook_call(task)); /* attribute() notes the owner */
 		return;
 	}

@@ -130,6 +130,19 @@ static __always_inline struct nt_event *reserve(__u16 type)
 	return e;
 }
 
+/* Events that happened and will never be reserved (a full table, more messages than a
+ * program follows): counted generated and lost, as a refused reservation is. */
+static __always_inline void count_unrecorded(__u16 type, __u64 n)
+{
+	__u32 zero = 0;
+	struct nt_counters *c = bpf_map_lookup_elem(&counters, &zero);
+
+	if (!c)
+		return;
+	__sync_fetch_and_add(&c->generated[type & (NT_EV_MAX - 1)], n);
+	__sync_fetch_and_add(&c->lost[type & (NT_EV_MAX - 1)], n);
+}
+
 /* A ring slot: the event behind the ring's 8-byte record header, 8-byte aligned. */
 #define NT_SLOT ((sizeof(struct nt_event) + 8 + 7) & ~7UL)
 

@@ -71,7 +71,16 @@ struct nt_config {
 	__u8 addr_family;       /* 0 = any, 2 = AF_INET, 10 = AF_INET6 */
 	__u8 skb_windowed;      /* skb-lifecycle --skb-window: lifetimes start only while `skb_window` is open */
 	__u8 addr[NT_ADDR_LEN]; /* local or remote address (IPv4 in the first 4 bytes) */
+	__u8 udp_calls_from;    /* where udp call records come from: NT_UDP_FROM_* */
+	__u8 _pad[7];
 };
+
+/* nt_config.udp_calls_from: sock_send_length/sock_recv_length (6.3+, attribution.bpf.c);
+ * before 6.3 the exits of the UDP protocol's send/recv functions (udp_functions.bpf.c),
+ * or where the kernel refuses those, of every system call (udp_syscalls.bpf.c). */
+#define NT_UDP_FROM_SOCK 0
+#define NT_UDP_FROM_FUNCTIONS 1
+#define NT_UDP_FROM_SYSCALLS 2
 
 /* Per-CPU counters (map `counters`), indexed by enum nt_event_type. */
 struct nt_counters {
@@ -404,13 +413,18 @@ struct nt_udp_fail_body {
 /* A datagram (call = 0: from its header at net_dev_queue / netif_receive_skb, 4-tuple
  * source first) or a send/recv call (call = 1: sock_send_length / sock_recv_length on
  * a UDP socket, 4-tuple local first). */
+#define NT_UDP_CALL_SOCK 1 /* sock_send_length / sock_recv_length (6.3+) */
+#define NT_UDP_CALL_TO 2   /* sendto / recvfrom */
+#define NT_UDP_CALL_MSG 3  /* sendmsg / recvmsg */
+#define NT_UDP_CALL_MMSG 4 /* sendmmsg / recvmmsg: a record per message */
+#define NT_UDP_CALL_FN 5   /* fexit of udp_sendmsg / udp_recvmsg / udpv6_sendmsg / udpv6_recvmsg */
 struct nt_udp_body {
 	__s32 ret;       /* call: bytes moved or -errno */
 	__u16 length;    /* UDP length field (header + data) */
 	__u16 checksum;
 	__u16 gso_segs;
 	__u8 direction;  /* 0 receive, 1 send */
-	__u8 call;
+	__u8 call;       /* 0 device, else where the call was seen: NT_UDP_CALL_* */
 	__u8 protocol;   /* 17 UDP, 136 UDP-Lite; IPv6: an extension header's number (walked in user space) */
 	__u8 _pad[3];
 	char if_name[NT_COMM_LEN];

@@ -138,27 +138,56 @@ static __always_inline void udp_call_peer(struct nt_header *h)
 	bpf_map_delete_elem(&udp_peers, &pid_tgid);
 }
 
-/* A send/recv call on a UDP socket: bytes or -errno, in the caller's context, local
- * first; the remote end from the socket (connected) or the call (udp_call_peer). */
+/* The peer a call named or got: a sockaddr of the socket's family at `addr`, `len` bytes
+ * long, in the caller's memory (`user`: the system calls' source) or the kernel's (the
+ * functions' source); nothing if there is none. */
+static __always_inline void udp_peer_read(struct nt_header *h, __u64 addr, __u32 len, bool user)
+{
+	struct sockaddr_in6 sa = {};
+	__u32 size = len < sizeof(sa) ? sizeof(struct sockaddr_in) : sizeof(sa);
+	long err;
+
+	if (!addr || len < sizeof(struct sockaddr_in))
+		return;
+	err = user ? bpf_probe_read_user(&sa, size, (void *)addr) : bpf_probe_read_kernel(&sa, size, (void *)addr);
+	if (err || sa.sin6_family != h->family)
+		return;
+	h->dport = bpf_ntohs(sa.sin6_port);
+	if (h->family == AF_INET)
+		__builtin_memcpy(h->daddr, &((struct sockaddr_in *)&sa)->sin_addr, 4);
+	else
+		__builtin_memcpy(h->daddr, &sa.sin6_addr, NT_ADDR_LEN);
+}
+
+/* A call's record, its header's socket and peer filled: bytes or -errno, in the
+ * caller's context, local first; `call` says where it was seen (NT_UDP_CALL_*). */
+static __always_inline void udp_call_emit(struct nt_header *h, int ret, __u8 dir, __u8 proto, __u8 call, __u8 task)
+{
+	struct nt_event *e;
+
+	attribute(h, NT_EV_UDP, task);
+	if (!pass(h) || !(e = reserve(NT_EV_UDP)))
+		return;
+	__builtin_memcpy(&e->hdr, h, sizeof(*h));
+	__builtin_memset(&e->udp, 0, sizeof(e->udp));
+	e->udp.ret = ret;
+	e->udp.direction = dir;
+	e->udp.call = call;
+	e->udp.protocol = proto;
+	submit(e);
+}
+
+/* A send/recv call on a UDP socket at sock_send_length / sock_recv_length; the remote
+ * end from the socket (connected) or the call (udp_call_peer). */
 static __always_inline void udp_call(const struct sock *sk, int ret, __u8 dir, __u8 task)
 {
 	struct nt_header h = {};
-	struct nt_event *e;
 
 	h.cookie = cookie_of(sk);
 	fill_flow(&h, sk);
 	if (!h.dport)
 		udp_call_peer(&h);
-	attribute(&h, NT_EV_UDP, task);
-	if (!pass(&h) || !(e = reserve(NT_EV_UDP)))
-		return;
-	__builtin_memcpy(&e->hdr, &h, sizeof(h));
-	__builtin_memset(&e->udp, 0, sizeof(e->udp));
-	e->udp.ret = ret;
-	e->udp.direction = dir;
-	e->udp.call = 1;
-	e->udp.protocol = BPF_CORE_READ(sk, sk_protocol);
-	submit(e);
+	udp_call_emit(&h, ret, dir, BPF_CORE_READ(sk, sk_protocol), NT_UDP_CALL_SOCK, task);
 }
 
 /* ---- siftr and tcpdebug packet points ------------------------------------ */

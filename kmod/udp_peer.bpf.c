@@ -58,7 +58,7 @@ static __always_inline int on_send(struct bpf_sock_addr *ctx, bool v6)
 {
 	struct bpf_sock *sk = ctx->sk;
 
-	if (cfg.providers & (NT_PROV_UDP | NT_PROV_UDP_CALLS))
+	if ((cfg.providers & (NT_PROV_UDP | NT_PROV_UDP_CALLS)) && cfg.udp_calls_from == NT_UDP_FROM_SOCK)
 		stash(ctx, v6);
 	if ((cfg.providers & (NT_PROV_SKB | NT_PROV_SKB_LIFE)) && sk)
 		port_owner_set(sk->src_port, sock_netns(sk)); /* src_port: host order, bound by now */
@@ -67,7 +67,7 @@ static __always_inline int on_send(struct bpf_sock_addr *ctx, bool v6)
 
 static __always_inline int on_receive(struct bpf_sock_addr *ctx, bool v6)
 {
-	if (cfg.providers & (NT_PROV_UDP | NT_PROV_UDP_CALLS))
+	if ((cfg.providers & (NT_PROV_UDP | NT_PROV_UDP_CALLS)) && cfg.udp_calls_from == NT_UDP_FROM_SOCK)
 		stash(ctx, v6);
 	return SOCK_ADDR_ALLOW;
 }

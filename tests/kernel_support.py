@@ -110,10 +110,13 @@ def tracing(
     softirq_hooks: bool = False,
     skb_window: WindowSpec | None = None,
     poll_interval: float = 0.1,
+    udp_call_source: str | None = None,
     **filters: object,
 ) -> Iterator[Capture]:
     """A loaded session; counts_every: seconds between FlowCounters/DropCount map reads;
-    softirq_hooks: in_task() from the softirq hooks instead of the preempt count."""
+    softirq_hooks: in_task() from the softirq hooks instead of the preempt count;
+    udp_call_source: where udp call records come from (loader.UDP_CALL_SOURCES; None: the
+    best this kernel has), to test a kernel before 6.3's sources on a newer one."""
     filt = Filters(**filters)  # type: ignore[arg-type]
     opts = Options(
         providers=providers,
@@ -126,6 +129,7 @@ def tracing(
         softirq_hooks=softirq_hooks,
         skb_window=skb_window,
         poll_interval_s=poll_interval,
+        udp_call_source=udp_call_source,
     )
     env = KernelEnv(
         host_id="test-host", boot_id="test-boot", wall_offset=wall_offset(), symbolize=kernel_symbols().symbolize

@@ -82,6 +82,39 @@ def test_what_is_lost_is_named_per_chosen_provider_only() -> None:
     assert absent.programs == {}
 
 
+def test_before_6_3_the_udp_calls_source_says_what_it_misses_not_that_the_calls_are_missing() -> None:
+    sock = ["sock_send_length", "sock_recv_length"]
+    tcpdebug = {
+        "tcp_debug.user_send": "no sock_send_length tracepoint (Linux 6.3+): no SEND user requests",
+        "tcp_debug.user_rcvd": "no sock_recv_length tracepoint (Linux 6.3+): no RCVD user requests",
+    }
+    for programs, losses in ((loader.FUNCTION_PROGRAMS, variants.FUNCTION_SOURCE_LOSES),
+                             (loader.SYSCALL_PROGRAMS, variants.SYSCALL_SOURCE_LOSES)):  # fmt: skip
+        choice = variants.choose([*sock, *programs], sock, ("udp-calls", "tcpdebug"), lambda t: 3)
+        assert variants.by_provider(choice.degraded) == {"udp-calls": {"udp_call": losses[1][2]}, "tcpdebug": tcpdebug}
+        assert set(choice.programs) == set(programs)
+    # no raw_syscalls:sys_exit: no source, as without it
+    nothing = variants.choose([*sock, "sys_exit"], [*sock, "sys_exit"], ("udp-calls",), lambda t: 3).degraded
+    assert [d[:2] for d in nothing] == [("udp-calls", "udp_call.send"), ("udp-calls", "udp_call.receive")]
+
+
+def test_the_udp_functions_are_chosen_only_with_the_prototypes_kmod_declares(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before 6.3 the UDP functions' exits, unless the kernel refused them or their
+    parameters differ (a fexit program reads its return value after exactly these)."""
+    monkeypatch.setattr(loader, "socket_call_tracepoints", lambda: False)  # a 6.1 kernel
+    args = dict(loader.FUNCTION_ARGS)
+    monkeypatch.setattr(loader.btf, "func_args", lambda name: args.get(name))
+    opts = loader.Options(providers=("udp-calls",))
+    assert loader.udp_call_source(opts) == "kernel functions"
+    assert loader.udp_call_source(opts, functions=False) == "system calls"  # refused at load
+    args["udp_recvmsg"] = 4  # 6.18's udp_recvmsg has no addr_len
+    assert loader.udp_call_source(opts) == "system calls"
+    forced = loader.Options(providers=("udp-calls",), udp_call_source="socket tracepoints")
+    assert loader.udp_call_source(forced) == "socket tracepoints"
+    with pytest.raises(ValueError, match="choose from socket tracepoints, kernel functions, system calls"):
+        loader.udp_call_source(loader.Options(udp_call_source="carrier pigeon"))
+
+
 def test_the_running_kernels_prototypes_are_read_from_btf() -> None:
     if btf.tracepoint_args("tcp_probe") is None:
         pytest.skip("needs kernel BTF (/sys/kernel/btf/vmlinux)")

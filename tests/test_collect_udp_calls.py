@@ -7,13 +7,14 @@ own SNMP counters."""
 
 from __future__ import annotations
 
+import ctypes
 import socket
 from pathlib import Path
 
 import pytest
 
-from collector.bpf import loader
-from tests.kernel_support import kernel, tracing
+from collector.bpf import layout, loader
+from tests.kernel_support import Capture, kernel, tracing
 from tests.netns_lab import delta, netns_lab
 from translators.records import SkbDrop, UdpDatagram
 
@@ -32,42 +33,67 @@ def calls(records: list, port: int) -> list[tuple]:  # type: ignore[type-arg]
     return sorted(found, key=str)
 
 
+SEND, RECV = "tp_btf/sock_send_length", "tp_btf/sock_recv_length"
+HOOKS = {  # source -> (sendto's hook, recvfrom's) for an AF_INET socket; glibc's send/recv are sendto/recvfrom
+    "socket tracepoints": (SEND, RECV),
+    "kernel functions": ("fexit/udp_sendmsg", "fexit/udp_recvmsg"),
+    "system calls": ("tp_btf/sys_exit:sendto", "tp_btf/sys_exit:recvfrom"),
+}
+
+
+def chosen_source(asked: str, cap: Capture) -> str:
+    """The source a session asked for `asked` got: the socket tracepoints exist from Linux
+    6.3 (skipped before); the UDP functions where the kernel takes fexit programs with
+    6.1's prototypes, else the system calls, said (this host refuses fexit: the fallback is
+    what is tested here, the functions in the kernel matrix); the system calls everywhere."""
+    got = cap.session.udp_call_source()
+    if asked == "socket tracepoints" and "sock_send_length" in cap.session.absent:
+        pytest.skip("no sock_send_length before Linux 6.3: the other sources are tested there")
+    if asked == "kernel functions" and got == "system calls":
+        said = {what for p, what, _ in cap.session.degraded if p == "udp-calls"}
+        assert cap.session.functions_why is None or "udp_call.kernel_functions" in said
+        assert cap.session.functions_why is not None or not loader.functions_match()
+    else:
+        assert got == asked
+    return got
+
+
 @pytest.mark.matrix
+@pytest.mark.parametrize("source", loader.UDP_CALL_SOURCES)
 @pytest.mark.parametrize(
     ("family", "host", "any_addr"), [(socket.AF_INET, "127.0.0.1", "0.0.0.0"), (socket.AF_INET6, "::1", "::")]
 )
 def test_every_call_is_a_record_with_its_peer_and_no_program_runs_per_packet(
-    family: int, host: str, any_addr: str
+    family: int, host: str, any_addr: str, source: str
 ) -> None:
-    with netns_lab() as ns, tracing(("udp-calls",), netns=ns.inode) as cap:
+    with netns_lab() as ns, tracing(("udp-calls",), netns=ns.inode, udp_call_source=source) as cap:
+        got = chosen_source(source, cap)
         loaded = set(cap.session.loaded_names())
         assert not loaded & PER_PACKET
-        no_calls = "sock_send_length" in cap.session.absent  # Linux before 6.3: nothing to record
-        if no_calls:
-            assert {what for p, what, _ in cap.session.degraded if p == "udp-calls"} >= {
-                "udp_call.send",
-                "udp_call.receive",
-            }
-        else:
+        for other, names in loader.SOURCE_PROGRAMS.items():
+            assert (set(names) <= loaded) == (other == got)
+        lost = {what for p, what, _ in cap.session.degraded if p == "udp-calls"}
+        if got == "socket tracepoints":
             assert loader.CGROUP_PROGRAMS <= loaded and cap.session.degraded == ()
+        else:  # what this source does not see is said; the calls it sees are not lost
+            assert "udp_call" in lost and not lost & {"udp_call.send", "udp_call.receive"}
         before = ns.counters()
         with ns.socket(family, socket.SOCK_DGRAM) as rx, ns.socket(family, socket.SOCK_DGRAM) as tx:
             rx.bind((host, 0))
             port = rx.getsockname()[1]
             for size in SIZES:
-                tx.sendto(b"u" * size, (host, port))  # unconnected: the peer from the sendmsg hook
+                tx.sendto(b"u" * size, (host, port))  # unconnected: the peer from the call
             sport = tx.getsockname()[1]
-            got = [rx.recvfrom(100) for _ in SIZES]  # the peer from the recvmsg hook
+            got_data = [rx.recvfrom(100) for _ in SIZES]  # the peer the call asked for
             tx.connect((host, port))  # connected: the peer from the socket
             tx.send(b"c" * 44)
-            unasked = rx.recv(100)  # no address asked for: the kernel gives the hook none
+            unasked = rx.recv(100)  # no address asked for: none is known
         after = ns.counters()
         records = cap.settle(quiet=0.5)
-    assert [len(data) for data, _ in got] == list(SIZES) and len(unasked) == 44
-    if no_calls:
-        assert calls(records, port) == []  # said above, not made up
-        return
-    send, recv = "tp_btf/sock_send_length", "tp_btf/sock_recv_length"
+    assert [len(data) for data, _ in got_data] == list(SIZES) and len(unasked) == 44
+    send, recv = HOOKS[got]
+    if family == socket.AF_INET6:
+        send, recv = send.replace("/udp_", "/udpv6_"), recv.replace("/udp_", "/udpv6_")
     assert calls(records, port) == sorted(
         [("send", any_addr, sport, host, port, size, send) for size in SIZES]
         + [("receive", host, port, host, sport, size, recv) for size in SIZES]
@@ -141,3 +167,106 @@ def test_cgroup_programs_that_will_not_attach_cost_only_the_peers(
             sport = tx.getsockname()[1]
         records = cap.settle(quiet=0.5)
     assert calls(records, sport) == [("send", "0.0.0.0", sport, None, None, 5, "tp_btf/sock_send_length")]
+
+
+class Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+class Msghdr(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_void_p),
+        ("namelen", ctypes.c_uint32),
+        ("iov", ctypes.POINTER(Iovec)),
+        ("iovlen", ctypes.c_size_t),
+        ("control", ctypes.c_void_p),
+        ("controllen", ctypes.c_size_t),
+        ("flags", ctypes.c_int),
+    ]
+
+
+class Mmsghdr(ctypes.Structure):
+    _fields_ = [("hdr", Msghdr), ("len", ctypes.c_uint)]
+
+
+def mmsg(sock: socket.socket, count: int, size: int, send: bool) -> int:
+    """One sendmmsg/recvmmsg of `count` messages of `size` bytes: the messages moved."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    bufs = [ctypes.create_string_buffer(b"m" * size, size) for _ in range(count)]
+    iovs = [Iovec(ctypes.cast(b, ctypes.c_void_p), size) for b in bufs]
+    vec = (Mmsghdr * count)()
+    for i, iov in enumerate(iovs):
+        vec[i].hdr.iov = ctypes.pointer(iov)
+        vec[i].hdr.iovlen = 1
+    fn = libc.sendmmsg if send else libc.recvmmsg
+    args = (sock.fileno(), vec, count, 0) if send else (sock.fileno(), vec, count, 0x40, None)  # MSG_DONTWAIT
+    moved = int(fn(*args))
+    if moved < 0:
+        raise OSError(ctypes.get_errno(), "mmsg")
+    return moved
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize("source", ["kernel functions", "system calls"])
+def test_sendmsg_and_mmsg_calls_are_records_and_what_is_not_followed_is_counted(source: str) -> None:
+    """The sources before Linux 6.3 (forced here where they are not needed): a
+    sendmsg/recvmsg pair, then a sendmmsg and a recvmmsg of 40 messages each. The UDP
+    functions run once per message: 40 records each. The system calls' program follows the
+    first 32 of a call's messages and counts the other 8 lost (generated - lost = recorded)."""
+    with netns_lab() as ns, tracing(("udp-calls",), netns=ns.inode, udp_call_source=source) as cap:
+        got = chosen_source(source, cap)
+        before = cap.session.counters().sum(axis=0)[:, layout.EV_UDP]
+        with ns.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, ns.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+            rx.bind(("127.0.0.1", 0))
+            port = rx.getsockname()[1]
+            tx.sendmsg([b"hel", b"lo"], [], 0, ("127.0.0.1", port))
+            sport = tx.getsockname()[1]
+            assert rx.recvmsg(100)[0] == b"hello"
+            tx.connect(("127.0.0.1", port))
+            assert mmsg(tx, 40, 7, send=True) == 40
+            assert mmsg(rx, 40, 7, send=False) == 40
+        after = cap.session.counters().sum(axis=0)[:, layout.EV_UDP]
+        records = cap.settle(quiet=0.5)
+    found = calls(records, port)
+    functions = got == "kernel functions"  # udp_sendmsg/udp_recvmsg run once per message
+    hook = "fexit/udp_%s" if functions else "tp_btf/sys_exit:%s"
+    follows = 40 if functions else 32
+    send_msg, recv_msg = hook % "sendmsg", hook % "recvmsg"
+    send_mmsg, recv_mmsg = (send_msg, recv_msg) if functions else (hook % "sendmmsg", hook % "recvmmsg")
+    singles = [c for c in found if c[5] == 5]
+    assert singles == sorted(
+        [("send", "0.0.0.0", sport, "127.0.0.1", port, 5, send_msg),
+         ("receive", "127.0.0.1", port, "127.0.0.1", sport, 5, recv_msg)],
+        key=str,
+    )  # fmt: skip
+    sent = [c for c in found if c[5] == 7 and c[0] == "send"]
+    received = [c for c in found if c[5] == 7 and c[0] == "receive"]
+    assert sent == [("send", "127.0.0.1", sport, "127.0.0.1", port, 7, send_mmsg)] * follows
+    # no name asked: the system call's caller gets none; the function still writes the
+    # sender's address into the kernel's own buffer (___sys_recvmsg), and it is taken
+    peer = ("127.0.0.1", sport) if functions else (None, None)
+    assert received == [("receive", "127.0.0.1", port, *peer, 7, recv_mmsg)] * follows
+    generated, lost = after - before
+    assert (generated, lost) == (2 + 40 + 40, 2 * (40 - follows))
+    assert generated - lost == len(found)
+
+
+def test_a_kernel_that_refuses_the_functions_programs_gets_the_system_calls_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The UDP functions' fexit programs refused at load (this host refuses fexit; and
+    6.18's udp_recvmsg has one parameter fewer than 6.1's, which a kernel that took fexit
+    would refuse as well): the session loads again with the system calls' program, whose
+    records come, and says why in `degraded`."""
+    monkeypatch.setattr(loader, "functions_match", lambda: True)
+    with netns_lab() as ns, tracing(("udp-calls",), netns=ns.inode, udp_call_source="kernel functions") as cap:
+        assert cap.session.udp_call_source() == "system calls"
+        assert set(loader.SYSCALL_PROGRAMS) <= set(cap.session.links)
+        assert not set(loader.FUNCTION_PROGRAMS) & set(cap.session.loaded_names())
+        [why] = [w for p, what, w in cap.session.degraded if (p, what) == ("udp-calls", "udp_call.kernel_functions")]
+        assert why.startswith("this kernel refused the fexit programs") and why.endswith("about 3% more CPU per byte")
+        with ns.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+            tx.sendto(b"seen", ("127.0.0.1", 9))
+            sport = tx.getsockname()[1]
+        records = cap.settle(quiet=0.5)
+    assert calls(records, sport) == [("send", "0.0.0.0", sport, "127.0.0.1", 9, 4, "tp_btf/sys_exit:sendto")]

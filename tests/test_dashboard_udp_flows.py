@@ -26,14 +26,17 @@ HOOK = {
 }
 
 
-def record(probe: str, call: bool, local: tuple[str, int], remote: tuple[str, int] | None, comm: str, size: int):
+def record(
+    probe: str, call: bool, local: tuple[str, int], remote: tuple[str, int] | None, comm: str, size: int,
+    hook: str | None = None,
+):  # fmt: skip
     """A datagram record as translators/udp.py makes it: device records source first,
     call records local first (an unknown peer null)."""
     src, dst = (local, remote) if call or probe == "send" else (remote, local)
     seq = next(_seq)
     return UdpDatagram(
         host_id=HOST, boot_id="b", seq=seq, ts_ns=seq, ts_wall=1_700_000_000.0 + seq, provider="udp", probe=probe,
-        hook=HOOK[(probe, call)], src=src[0] if src else None, sport=src[1] if src else None,
+        hook=hook or HOOK[(probe, call)], src=src[0] if src else None, sport=src[1] if src else None,
         dst=dst[0] if dst else None, dport=dst[1] if dst else None, comm=comm,
         **({"bytes": size} if call else {"length": size + 8, "payload_length": size}),
     )  # fmt: skip
@@ -96,5 +99,20 @@ def test_an_unbound_senders_calls_join_the_devices_row_that_names_its_address(cl
     )
     assert rows(client) == sorted(
         [("10.0.0.1", 5000, "10.0.0.2", 53, "client", 2, 140), ("0.0.0.0", 5000, "10.0.0.9", 53, "client", 1, 5)],
+        key=str,
+    )
+
+
+def test_calls_from_the_system_calls_read_as_calls_before_linux_6_3(client: Client) -> None:
+    """Before 6.3 the calls are seen at the system calls' exits: a receive is still turned round."""
+    exit_of = "tp_btf/sys_exit:{}".format
+    store_batch([
+        record("send", True, A, B, "client", 10, exit_of("sendto")),
+        record("send", True, A, B, "client", 20, exit_of("sendmmsg")),
+        record("receive", True, B, A, "server", 10, exit_of("recvfrom")),
+        record("receive", True, B, A, "server", 20, exit_of("recvmsg")),
+    ])  # fmt: skip
+    assert rows(client) == sorted(
+        [("10.0.0.1", 5000, "10.0.0.2", 53, "client", 2, 30), ("10.0.0.1", 5000, "10.0.0.2", 53, "server", 2, 30)],
         key=str,
     )

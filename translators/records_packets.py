@@ -53,7 +53,7 @@ class UdpDatagram(FlowRecord, tag="udp_datagram", kw_only=True):
     length: Annotated[Int, doc("UDP length, header + data (UDP-Lite: checksum coverage)", unit="bytes", brief=True)] = None
     payload_length: Annotated[Int, doc("datagram payload", unit="bytes")] = None
     checksum: Annotated[Int, doc("checksum (partial with TX offload)", hexa=True)] = None
-    bytes: Annotated[Int, doc("bytes moved by the send/recv call (sock_send_length/sock_recv_length)", unit="bytes")] = None
+    bytes: Annotated[Int, doc("bytes moved by the send/recv call (sock_send_length/sock_recv_length; before Linux 6.3 the system call's result)", unit="bytes")] = None
     error: Annotated[Int, doc("negative errno of a failed call (records before issue 16; a failed call is now a sock_event send-error/receive-error)")] = None
     if_name: Annotated[Str, doc("interface name")] = None
     gso_segs: Annotated[Int, doc("datagrams this skb stands for (UDP GSO)")] = None

@@ -1,8 +1,8 @@
 """udp provider: raw kernel events -> UdpDatagram, SockEvent (queue failures, failed calls) and FlowCounters.
 
 Datagrams at the device (net_dev_queue send / netif_receive_skb receive, 4-tuple
-source first) and send/recv calls (sock_send_length / sock_recv_length, local first,
-with the bytes moved; a call that failed is a SockEvent `send-error`/`receive-error`, so
+source first) and send/recv calls (sock_send_length / sock_recv_length, or before Linux
+6.3 the send/recv system calls' exits, local first, with the bytes moved; a call that failed is a SockEvent `send-error`/`receive-error`, so
 an ICMP error reaching the sender is never a `udp send`); exact per-direction counts
 come from the `udp_flows` map.
 Keep in sync with: kmod/nettrail.h (nt_udp_body, nt_udp_flow_key, nt_udp_fail_body).
@@ -38,12 +38,34 @@ def translate_fail(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     ]  # fmt: skip
 
 
+# (direction, call) -> hook: call 0 the device, 1 the socket tracepoints (6.3+); before 6.3
+# 5 the UDP functions' exits (kmod/udp_functions.bpf.c; an IPv6 socket's are udpv6_*) or 2-4
+# the system calls (kmod/udp_syscalls.bpf.c); NT_UDP_CALL_* in nettrail.h
 HOOKS = {
     (0, 0): "tp_btf/netif_receive_skb",
     (1, 0): "tp_btf/net_dev_queue",
     (0, 1): "tp_btf/sock_recv_length",
     (1, 1): "tp_btf/sock_send_length",
+    (0, 2): "tp_btf/sys_exit:recvfrom",
+    (1, 2): "tp_btf/sys_exit:sendto",
+    (0, 3): "tp_btf/sys_exit:recvmsg",
+    (1, 3): "tp_btf/sys_exit:sendmsg",
+    (0, 4): "tp_btf/sys_exit:recvmmsg",
+    (1, 4): "tp_btf/sys_exit:sendmmsg",
+    (0, 5): "fexit/udp_recvmsg",
+    (1, 5): "fexit/udp_sendmsg",
 }
+CALL_FN = 5
+
+
+def call_hook(raw: Raw) -> str:
+    """Where a call record was seen (HOOKS), an IPv6 socket's function named as such."""
+    hook = HOOKS[(raw["direction"], raw["call"])]
+    return hook.replace("/udp_", "/udpv6_") if raw["call"] == CALL_FN and raw["family"] == AF_INET6 else hook
+
+
+# the hooks of call records (local end first), as the UDP page tells them from the device's
+CALL_HOOKS = (*(hook for (_, call), hook in HOOKS.items() if call), "fexit/udpv6_recvmsg", "fexit/udpv6_sendmsg")
 
 
 def ext_datagram(raw: Raw) -> tuple[int, dict[str, Any]] | None:
@@ -64,7 +86,7 @@ def translate_failed_call(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     caller (ECONNREFUSED after an ICMP port unreachable, EAGAIN, ...): a SockEvent."""
     send, proto = raw["direction"], SOCK_PROTOCOLS.get(raw["protocol"], str(raw["protocol"]))
     kwargs = envelope(raw, env, "udp" if proto != "udplite" else "udplite", "send-error" if send else "receive-error",
-                      HOOKS[(send, 1)])  # fmt: skip
+                      call_hook(raw))  # fmt: skip
     kwargs.update(_remote_if_connected(kwargs), proto=proto, rc=raw["ret"], sk_err=-raw["ret"])
     return [make(SockEvent, kwargs, env)]
 
@@ -88,7 +110,7 @@ def translate_datagram(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
         raw = {**raw, "protocol": found[0], "length": found[1]["length"], "checksum": found[1]["checksum"]}
         ext = {"sport": found[1]["sport"], "dport": found[1]["dport"]}
     provider = "udplite" if raw["protocol"] == 136 else "udp"
-    kwargs = envelope(raw, env, provider, "send" if send else "receive", HOOKS[(send, call)])
+    kwargs = envelope(raw, env, provider, "send" if send else "receive", call_hook(raw) if call else HOOKS[(send, 0)])
     kwargs.update(ext)
     if call:
         kwargs.update(_remote_if_connected(kwargs), bytes=raw["ret"])

@@ -113,6 +113,18 @@ def kfunc_exists(name: str) -> bool:
 
 
 @functools.cache
+def func_args(name: str) -> int | None:
+    """Parameters of the kernel function `name` (None: no BTF FUNC of that name), for a
+    fexit program, which must declare exactly these before the return value."""
+    lib, btf = libbpf.get(), _vmlinux()
+    type_id = lib.btf__find_by_name_kind(btf, name.encode(), BTF_KIND_FUNC) if btf else -1
+    if type_id <= 0:
+        return None
+    proto = _BtfType.from_address(lib.btf__type_by_id(btf, type_id)).size  # a FUNC's type: its prototype
+    return int(_BtfType.from_address(lib.btf__type_by_id(btf, proto)).info & 0xFFFF)
+
+
+@functools.cache
 def has_member(struct: str, member: str) -> bool:
     """Whether ``struct <struct>`` has a direct member of that name."""
     lib, btf = libbpf.get(), _vmlinux()

@@ -80,6 +80,8 @@ CONFIG: Fields = [
     ("addr_family", "u1"),
     ("skb_windowed", "u1"),
     ("addr", f"V{ADDR_LEN}"),
+    ("udp_calls_from", "u1"),
+    ("_pad", "V7"),
 ]
 SKB_SAMPLING: Fields = [("seen", "<u8"), ("sampled", "<u8"), ("pick", "<u4"), ("left", "<u4")]
 SKB_FOLLOW_SLOTS = 1024  # NT_SKB_FOLLOW_SLOTS

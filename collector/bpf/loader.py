@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import ipaddress
 import mmap
 import os
@@ -89,6 +90,18 @@ PROGRAMS: dict[str, frozenset[str]] = {
     # every --poll-interval (collector/bpf/poll.py): on no packet's path
     "siftr_poll": frozenset({"siftr-poll"}),
 }
+# Where the udp providers' call records come from (udp_call_source). Before Linux 6.3 (no
+# sock_send_length / sock_recv_length): the exits of the UDP protocol's send and receive
+# functions (fexit, kmod/udp_functions.bpf.c; they run for UDP calls only), or where the
+# kernel refuses those or their prototypes differ, one program at the exit of every system
+# call (kmod/udp_syscalls.bpf.c; about 3% more CPU per byte, docs/benchmarks.md).
+UDP_CALL_SOURCES = ("socket tracepoints", "kernel functions", "system calls")
+FUNCTION_PROGRAMS = variants.UDP_FUNCTIONS
+SYSCALL_PROGRAMS = (variants.SYSCALL_TRACEPOINT,)
+PROGRAMS.update(dict.fromkeys(FUNCTION_PROGRAMS + SYSCALL_PROGRAMS, frozenset({"udp", "udp-calls"})))
+# the prototypes kmod/udp_functions.bpf.c declares (6.1's): parameters before the return value
+FUNCTION_ARGS = {"udp_sendmsg": 3, "udp_recvmsg": 5, "udpv6_sendmsg": 3, "udpv6_recvmsg": 5}
+SOURCE_PROGRAMS = {"kernel functions": FUNCTION_PROGRAMS, "system calls": SYSCALL_PROGRAMS}
 ITER_PROGRAMS = frozenset({"siftr_poll"})
 DEFAULT_POLL_INTERVAL_S = 0.1
 MIN_POLL_INTERVAL_S, MAX_POLL_INTERVAL_S = 0.01, 60.0  # a visit per socket per poll; K7's 2 s wants several
@@ -199,20 +212,31 @@ class Options:
     softirq_hooks: bool = False
     # siftr-poll: seconds between polls of every followed socket's control block
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
+    # where udp call records come from (one of UDP_CALL_SOURCES; None: the best this kernel
+    # has). Chosen, to test and measure the sources a kernel before 6.3 gets on a newer one.
+    udp_call_source: str | None = None
 
 
-def program_names(opts: Options, cgroup_programs: bool = True) -> list[str]:
+def program_names(opts: Options, cgroup_programs: bool = True, functions: bool = True) -> list[str]:
     """The programs these options need on this kernel, in PROGRAMS order (before its absences);
-    `cgroup_programs` False: without CGROUP_PROGRAMS, and with their fallback."""
+    `cgroup_programs` False: without CGROUP_PROGRAMS, and with their fallback; `functions`
+    False: the kernel refused FUNCTION_PROGRAMS (udp_call_source)."""
     wanted = set(opts.providers)
     skip = SKB_STAGE_PROGRAMS if skb_stages(opts) == "ends" else frozenset()
     if context_source(opts) != "softirq hooks":
         skip |= set(CONTEXT_PROGRAMS)
     if not cgroup_programs:
         skip |= CGROUP_PROGRAMS
+    source = udp_call_source(opts, functions) if wanted & {"udp", "udp-calls"} else "socket tracepoints"
+    for other, names in SOURCE_PROGRAMS.items():
+        if other != source:
+            skip |= set(names)
 
     def needed_by(name: str) -> frozenset[str]:
-        return PROGRAMS[name] | (CGROUP_FALLBACK.get(name, frozenset()) if not cgroup_programs else frozenset())
+        needs = PROGRAMS[name] | (CGROUP_FALLBACK.get(name, frozenset()) if not cgroup_programs else frozenset())
+        if source != "socket tracepoints" and name in CGROUP_PROGRAMS:  # those programs read the peers themselves
+            needs -= {"udp", "udp-calls"}
+        return needs
 
     return [name for name in PROGRAMS if needed_by(name) & wanted and name not in skip]
 
@@ -240,6 +264,33 @@ def context_source(opts: Options) -> str:
     if btf.preempt_count_from_runqueue() is not None:
         return "runqueue"
     return "softirq hooks"
+
+
+def udp_call_source(opts: Options, functions: bool = True) -> str:
+    """Where the udp providers' call records come from here (one of UDP_CALL_SOURCES): the
+    socket tracepoints where the kernel has them (6.3+), else the UDP functions' exits where
+    their prototypes are the ones kmod/ declares and the kernel took them (`functions`),
+    else the system calls."""
+    chosen = opts.udp_call_source
+    if chosen is not None and chosen not in UDP_CALL_SOURCES:
+        raise ValueError(f"udp call source {chosen!r}: choose from {', '.join(UDP_CALL_SOURCES)}")
+    if chosen is None and socket_call_tracepoints():
+        return "socket tracepoints"
+    if chosen in (None, "kernel functions") and functions and functions_match():
+        return "kernel functions"
+    return chosen if chosen == "socket tracepoints" else "system calls"
+
+
+@functools.cache
+def socket_call_tracepoints() -> bool:
+    """Whether this kernel has sock_send_length and sock_recv_length (6.3+); asked at every
+    program_names(), a window's toggle included, so read once."""
+    return not tracepoints.absent(["sock_send_length", "sock_recv_length"])
+
+
+def functions_match() -> bool:
+    """Whether this kernel's UDP send/receive functions take the parameters kmod/ declares."""
+    return all(btf.func_args(name) == n for name, n in FUNCTION_ARGS.items())
 
 
 def skb_stages(opts: Options) -> str:
@@ -271,8 +322,8 @@ def missing_privileges() -> str | None:
     return f"loading eBPF programs {PRIVILEGE_HINT} (CapEff={caps:#x})"
 
 
-def config_bytes(opts: Options, drop_reasons: dict[int, str]) -> bytes:
-    """struct nt_config for these options."""
+def config_bytes(opts: Options, drop_reasons: dict[int, str], functions: bool = True) -> bytes:
+    """struct nt_config for these options (`functions`: as program_names)."""
     cfg = np.zeros((), dtype=layout.dtype_of(layout.CONFIG))
     f = opts.filters
     cfg["cgroup_id"] = f.cgroup
@@ -285,6 +336,8 @@ def config_bytes(opts: Options, drop_reasons: dict[int, str]) -> bytes:
     cfg["ip_sample"] = max(0, opts.ip_sample)
     cfg["skb_sample"] = max(1, opts.skb_sample)
     cfg["skb_windowed"] = 1 if skb_window(opts) else 0
+    udp = {"udp", "udp-calls"} & set(opts.providers)
+    cfg["udp_calls_from"] = UDP_CALL_SOURCES.index(udp_call_source(opts, functions)) if udp else 0
     cfg["preempt_from_rq"] = btf.preempt_count_from_runqueue() if context_source(opts) == "runqueue" else 0
     cfg["providers"] = sum(PROVIDER_BITS[p] for p in opts.providers)
     mask = [0, 0]
@@ -324,6 +377,7 @@ class KernelSession:
         self.degraded: tuple[tuple[str, str, str], ...] = ()  # (provider, field, why) this kernel cannot give
         self.cgroup_why: str | None = None  # why the cgroup programs are left out (None: they are not)
         self.iter_why: str | None = None  # why siftr-poll's iterator is left out (None: it is not)
+        self.functions_why: str | None = None  # why the UDP functions' fexit programs are left out
         self.refused: list[str] = []  # the programs the kernel refused at the last load
         self.cgroup_fd = -1  # the cgroup v2 root they attach to
         self.drop_reasons = btf.drop_reasons()
@@ -336,9 +390,8 @@ class KernelSession:
         # leave it out and report it (H3); the attribution programs are not optional.
         if self.cgroup_why is None and CGROUP_PROGRAMS & set(self.program_names()):
             self.cgroup_why = cgroup_unusable()
-        self.absent = tracepoints.absent(
-            n for n in self.program_names() if n not in CGROUP_PROGRAMS and n not in ITER_PROGRAMS
-        )
+        not_tracepoints = CGROUP_PROGRAMS | ITER_PROGRAMS | set(FUNCTION_PROGRAMS)
+        self.absent = tracepoints.absent(n for n in self.program_names() if n not in not_tracepoints)
         required = [n for n in self.absent if PROGRAMS[n] == ALWAYS and n not in OPTIONAL_ATTRIBUTION]
         if required:
             raise BpfError(f"this kernel has no tracepoint {', '.join(required)}: nettrail cannot attribute sockets")
@@ -346,7 +399,10 @@ class KernelSession:
         self.degraded = self.choice.degraded
         if context_source(self.opts) == "softirq hooks":  # what the softirq words cannot tell
             self.degraded += tuple((p, "ctx", CTX_FROM_HOOKS_LOSES) for p in self.opts.providers)
-        if self.cgroup_why is not None:
+        if self.functions_why is not None and {"udp", "udp-calls"} & set(self.opts.providers):
+            self.degraded += tuple((p, "udp_call.kernel_functions", self.functions_why)
+                                   for p in ("udp", "udp-calls") if p in self.opts.providers)  # fmt: skip
+        if self.cgroup_why is not None and self.udp_call_source() == "socket tracepoints":
             lost = ((p, what, why.format(why=self.cgroup_why)) for p, what, why in CGROUP_LOSES)
             self.degraded += tuple(d for d in lost if d[0] in self.opts.providers)
         if self.iter_why is not None and "siftr-poll" in self.opts.providers:
@@ -369,7 +425,7 @@ class KernelSession:
                 prog = self.lib.bpf_object__find_program_by_name(self.obj, other.program.encode())
                 if prog and other.program != chosen:  # every other prototype's program stays out
                     self.lib.bpf_program__set_autoload(prog, False)
-        self._write_config(config_bytes(self.opts, self.drop_reasons))
+        self._write_config(config_bytes(self.opts, self.drop_reasons, self.functions_why is None))
         events = self._map("events")
         if self.lib.bpf_map__set_max_entries(events, self.opts.ringbuf_bytes) < 0:
             raise BpfError(f"failed to size ring buffer to {self.opts.ringbuf_bytes} bytes")
@@ -485,7 +541,7 @@ class KernelSession:
             # program that will not attach costs only the rules that need it (H3), and a
             # cgroup program (a container may keep the hierarchy's root from us, EPERM
             # included) the peers of unconnected sockets' calls; siftr-poll's iterator its samples.
-            optional = name in CGROUP_PROGRAMS or name in ITER_PROGRAMS
+            optional = name in CGROUP_PROGRAMS or name in ITER_PROGRAMS or name in FUNCTION_PROGRAMS
             if (err in (errno.EPERM, errno.EACCES) and not optional) or PROGRAMS[name] == ALWAYS:
                 raise BpfError(f"failed to attach {name}: {_why(err)}")
             self.failed[name] = _why(err)
@@ -591,13 +647,18 @@ class KernelSession:
             raise
 
     def leave_out_refused(self, exc: BpfError) -> None:
-        """Load again without what the kernel refused, when that is optional: siftr-poll's
-        iterator (its provider is left without samples, said in `failed` and `degraded`)
-        and the cgroup programs (the peers of unconnected sockets' calls; their fallback is
-        loaded instead). Anything else, or a second refusal, is the caller's error."""
+        """Load again without what the kernel refused, when that is optional: the UDP
+        functions' fexit programs (the system calls' program is loaded instead, said in
+        `degraded`), siftr-poll's iterator (its provider is left without samples, said in
+        `failed` and `degraded`) and the cgroup programs (the peers of unconnected sockets'
+        calls; their fallback is loaded instead). Anything else, or a second refusal of the
+        same, is the caller's error."""
         loaded = set(self.loaded_names())
-        for _ in range(2):
-            if self.iter_why is None and ITER_PROGRAMS & loaded & set(self.refused):
+        for _ in range(3):
+            if self.functions_why is None and set(FUNCTION_PROGRAMS) & loaded & set(self.refused):
+                self.functions_why = (f"this kernel refused the fexit programs ({exc}): udp calls come from the "
+                                      "system calls instead, about 3% more CPU per byte")  # fmt: skip
+            elif self.iter_why is None and ITER_PROGRAMS & loaded & set(self.refused):
                 self.iter_why = f"this kernel refused the siftr-poll iterator ({exc})"
                 self.failed.update(dict.fromkeys(ITER_PROGRAMS & loaded, self.iter_why))
             elif self.cgroup_why is None and CGROUP_PROGRAMS & loaded:
@@ -627,8 +688,12 @@ class KernelSession:
         self.close()
 
     # -- queries -------------------------------------------------------------------------
+    def udp_call_source(self) -> str:
+        """Where this session's udp call records come from (UDP_CALL_SOURCES)."""
+        return udp_call_source(self.opts, self.functions_why is None)
+
     def program_names(self) -> list[str]:
-        names = program_names(self.opts, self.cgroup_why is None)
+        names = program_names(self.opts, self.cgroup_why is None, self.functions_why is None)
         return [n for n in names if n not in ITER_PROGRAMS] if self.iter_why is not None else names
 
     def loaded_names(self) -> list[str]:

@@ -135,6 +135,45 @@ ABSENT_LOSES: dict[str, tuple[tuple[str, str, str], ...]] = {
 }
 
 
+# The udp providers' call records before Linux 6.3 (no sock_send_length): at the exits of
+# the UDP functions (kmod/udp_functions.bpf.c) or, where the kernel refuses those, of every
+# system call (kmod/udp_syscalls.bpf.c). What each source does not see replaces the absent
+# tracepoints' "no call records".
+UDP_FUNCTIONS = ("udp_sendmsg", "udp_recvmsg", "udpv6_sendmsg", "udpv6_recvmsg")
+SYSCALL_TRACEPOINT = "sys_exit"  # raw_syscalls:sys_exit, the system calls' source's one program
+FUNCTION_SOURCE_LOSES = tuple(
+    (
+        p,
+        "udp_call",
+        "calls seen at the exits of udp_sendmsg, udp_recvmsg, udpv6_sendmsg, udpv6_recvmsg (no "
+        "sock_send_length before Linux 6.3): a sendfile/splice's data (the sendpage path) is not counted "
+        "in the send records",
+    )
+    for p in ("udp", "udp-calls")
+)
+SYSCALL_SOURCE_LOSES = tuple(
+    (
+        p,
+        "udp_call",
+        "calls seen at the system calls sendto, sendmsg, sendmmsg, recvfrom, recvmsg, recvmmsg (no "
+        "sock_send_length before Linux 6.3): datagrams moved by write/read, sendfile or io_uring are not "
+        "recorded; a sendmmsg/recvmmsg's messages past the first 32 are counted lost; sock_cookie only "
+        "where the socket already had one",
+    )
+    for p in ("udp", "udp-calls")
+)
+
+
+def _source_losses(tracepoints: list[str], gone: set[str]) -> tuple[set[str], list[tuple[str, str, str]]]:
+    """With the UDP functions or the system calls as the call records' source: the fields of
+    the socket tracepoints' absence that this source fills, and what it does not see."""
+    if any(tp in UDP_FUNCTIONS for tp in tracepoints):
+        return {"udp_call.send", "udp_call.receive"}, list(FUNCTION_SOURCE_LOSES)
+    if SYSCALL_TRACEPOINT in tracepoints and SYSCALL_TRACEPOINT not in gone:
+        return {"udp_call.send", "udp_call.receive"}, list(SYSCALL_SOURCE_LOSES)
+    return set(), []
+
+
 @dataclass(frozen=True)
 class Choice:
     """The loader's plan for this kernel: the object, each tracepoint's program, the losses."""
@@ -158,11 +197,12 @@ def choose(
     has_kfunc = has_kfunc or btf.kfunc_exists
     chosen = set(providers)
     gone = set(absent)
+    tracepoints = list(tracepoints)
+    filled, lost = _source_losses(tracepoints, gone)
     programs: dict[str, str] = {}
-    lost: list[tuple[str, str, str]] = []
     for tp in tracepoints:
         if tp in gone:
-            lost.extend(ABSENT_LOSES.get(tp, ()))
+            lost.extend(d for d in ABSENT_LOSES.get(tp, ()) if not (d[0] in ("udp", "udp-calls") and d[1] in filled))
             continue
         options = VARIANTS.get(tp)
         if not options:

@@ -18,7 +18,8 @@ from typing import Any
 
 from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 
-CALL_HOOKS = ("tp_btf/sock_send_length", "tp_btf/sock_recv_length")
+from translators.udp import CALL_HOOKS
+
 GROUP = ("host_id", "src", "sport", "dst", "dport", "comm", "conn_uuid", "probe", "hook")
 
 

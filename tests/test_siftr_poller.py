@@ -9,11 +9,16 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
-from collector.bpf import poll
+from collector.bpf import layout, poll
+from collector.bpf.loader import Options
 from collector.bpf.poll import POLL_PROGRAM, SiftrPoller
+from collector.health.reporter import SelfHealth
+from translators.kernel import KernelEnv
 
 
 def here() -> int:
@@ -97,6 +102,24 @@ def test_a_poll_that_fails_is_said_once_and_tracing_goes_on(capsys: pytest.Captu
     assert p.unreached == {here(): "this namespace: failed to run siftr_poll: Cannot allocate memory"}
     err = capsys.readouterr().err
     assert err.count("siftr-poll could not poll this namespace") == 1
+
+
+def test_the_collectors_stats_record_says_the_polls_pace_and_what_they_could_not_reach() -> None:
+    """Not only stderr: each collector_stats carries the interval in force and every
+    namespace the last polls missed (the Status page shows both)."""
+    p = SiftrPoller(Failing(), 0.1, now=0.0, scan=dict)
+    p.tick(0.0)
+    p.interval_now = 1.6  # stretched, as many namespaces' polls would
+    session = SimpleNamespace(opts=Options(providers=("tcp", "siftr-poll")))
+    source = SimpleNamespace(session=session, received=np.zeros(layout.EV_MAX, dtype=np.int64), skb_lifetimes=(0, 0),
+                             skb_windows=None, counter_records=[], next_flow=0.0, siftr_poller=p)  # fmt: skip
+    health = SelfHealth(source, KernelEnv(host_id="h", boot_id="b", wall_offset=0.0))  # type: ignore[arg-type]
+    [stats] = [r for r in health.add([], final=True, stopping=True) if r.kind == "collector_stats"]
+    assert stats.poll_interval_s == 1.6
+    assert stats.poll_missed == {str(here()): "this namespace: failed to run siftr_poll: Cannot allocate memory"}
+    source.siftr_poller = None  # siftr-poll not chosen: nothing said about polls
+    [stats] = [r for r in health.add([], final=True) if r.kind == "collector_stats"]
+    assert (stats.poll_interval_s, stats.poll_missed) == (None, {})
 
 
 class Slow(Recorder):

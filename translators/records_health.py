@@ -88,6 +88,8 @@ class CollectorStats(Record, tag="collector_stats", kw_only=True):
     events_by_type: Annotated[dict[str, int], doc("events read in the interval by event type")] = msgspec.field(default_factory=dict)
     rss_bytes: Annotated[Int, doc("resident memory of the collector at the end of the interval", unit="bytes")] = None
     stopped: Annotated[Bool, doc("true on the last record of a collector that stopped (SIGTERM, Ctrl-C, --duration), not at a swap of providers: nothing follows its alerts after it", index=True)] = None
+    poll_interval_s: Annotated[Float, doc("siftr-poll: seconds between polls at the end of the interval (--poll-interval, or longer where polling every namespace took more than 2% of a CPU); null: siftr-poll not chosen", unit="s", fmt="%.3f")] = None
+    poll_missed: Annotated[dict[str, str], doc("siftr-poll: network namespace inode -> why its sockets could not be polled at its last try (they have no polled samples meanwhile); empty: every namespace was polled")] = msgspec.field(default_factory=dict)
 
 
 class Alert(FlowRecord, tag="alert", kw_only=True):

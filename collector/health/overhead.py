@@ -15,6 +15,7 @@ import os
 import resource
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -60,8 +61,9 @@ class OverheadMeter:
     def due(self, final: bool) -> bool:
         return final or time.monotonic() - self.t0 >= self.interval_s
 
-    def record(self, env: KernelEnv, stopped: bool = False) -> KernelRecord:
-        """The interval's CollectorStats (`stopped`: the collector's last); starts the next interval."""
+    def record(self, env: KernelEnv, stopped: bool = False, **polls: Any) -> KernelRecord:
+        """The interval's CollectorStats (`stopped`: the collector's last; `polls`: siftr-poll's
+        poll_interval_s and poll_missed); starts the next interval."""
         now, cpu, events = time.monotonic(), cpu_seconds(), self.received().copy()
         wall = max(now - self.t0, 1e-9)
         used = cpu - self.cpu0
@@ -72,7 +74,7 @@ class OverheadMeter:
             **collector_envelope(env, "stats", "collector/getrusage"), pid=self.pid, tgid=self.pid,
             comm=self.comm, interval_s=round(wall, 6), cpu_time_s=round(used, 6), cpu_total_s=round(cpu, 6),
             cpu_percent=round(100.0 * used / wall, 3), events=total, events_per_s=round(total / wall, 3),
-            records=self.records, events_by_type=by_type, rss_bytes=rss_bytes(), stopped=stopped or None,
+            records=self.records, events_by_type=by_type, rss_bytes=rss_bytes(), stopped=stopped or None, **polls,
         )  # fmt: skip
         self.t0, self.cpu0, self.events0, self.records = now, cpu, events, 0
         return rec

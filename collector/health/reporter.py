@@ -65,5 +65,10 @@ class SelfHealth:
         self.next_flow = src.next_flow
         self.overhead.count(len(records))
         if self.overhead.due(final):
-            out.append(self.overhead.record(self.env, stopped=final and stopping))
+            poller = src.siftr_poller
+            polls = {}
+            if poller is not None:  # what the polls managed: their pace and the namespaces they missed
+                missed = {str(inode): why for inode, why in sorted(poller.unreached.items())}
+                polls = {"poll_interval_s": poller.interval_now, "poll_missed": missed}
+            out.append(self.overhead.record(self.env, stopped=final and stopping, **polls))
         return out

@@ -177,3 +177,24 @@ def test_a_collector_that_stopped_says_so_in_its_panel(server: Server, page: Any
     page.wait_for_selector("body[data-loaded='1']")
     item = page.locator(f"section.host-status[data-host='{host}'] [data-item='Stopped'] dd")
     assert item.inner_text().endswith("(SIGTERM, Ctrl-C or --duration): not tracing since")
+
+
+def test_the_status_page_says_how_often_siftr_poll_polled_and_which_namespaces_it_missed(
+    server: Server, page: Any
+) -> None:
+    """A namespace the poller could not enter is in the collector's record, not only on its
+    stderr: its sockets have no polled samples meanwhile, and the page says so."""
+    host_id = "poll-status-host"
+    host = Server(server.url, server.make_token(host_id), server.data_dir)
+    [status, first, *_] = records(host_id)
+    why = "net:[4026532999] (/proc/4242/ns/net): [Errno 1] Operation not permitted"
+    stats = msgspec.structs.replace(first, poll_interval_s=1.6, poll_missed={"4026532999": why})
+    assert host.ingest([status, stats])["stored"] == 2
+    page.goto(f"{server.url}/status/?host={host_id}")
+    page.wait_for_selector("body[data-loaded='1']")
+    panel = page.locator(f"section.host-status[data-host='{host_id}']")
+    summary = dict(
+        zip(panel.locator(".summary dt").all_inner_texts(), panel.locator(".summary dd").all_inner_texts(), strict=True)
+    )
+    assert summary["SIFTR polls"] == "every 1.600 s"
+    assert summary["Not polled: netns 4026532999"] == why

@@ -36,6 +36,9 @@
       ["Sampling", sampling], ["Stack counters", s.stack_counters === null || s.stack_counters === undefined ? "–" : (s.stack_counters ? "read" : "off")],
       ["CPU", last.cpu_percent === undefined ? "–" : `${num(last.cpu_percent, 2)} % of one CPU`],
       ["Events/s", last.events_per_s === undefined ? "–" : num(last.events_per_s)], ["Memory", bytes(last.rss_bytes)],
+      // siftr-poll: the pace its polls kept and the network namespaces they could not reach
+      ...(last.poll_interval_s === null || last.poll_interval_s === undefined ? [] : [["SIFTR polls", `every ${num(last.poll_interval_s, 3)} s`]]),
+      ...Object.entries(last.poll_missed || {}).map(([netns, why]) => [`Not polled: netns ${netns}`, why]),
       // its last record said it stopped (not a swap): nothing is traced on this host since
       ...(last.stopped ? [["Stopped", `${datetime(last.ts_wall)} (SIGTERM, Ctrl-C or --duration): not tracing since`]] : []),
     ];

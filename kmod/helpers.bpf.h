@@ -130,8 +130,8 @@ static __always_inline struct nt_event *reserve(__u16 type)
 	return e;
 }
 
-/* Events that happened and will never be reserved (a full table, more messages than a
- * program follows): counted generated and lost, as a refused reservation is. */
+/* Events that happened and will never be reserved (more messages than a program
+ * follows): counted generated and lost, as a refused reservation is. */
 static __always_inline void count_unrecorded(__u16 type, __u64 n)
 {
 	__u32 zero = 0;

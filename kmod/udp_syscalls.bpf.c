@@ -6,8 +6,8 @@
  * then (collector/bpf/loader.py, udp_call_source).
  *
  * One program at the exit of every system call (raw_syscalls:sys_exit, a BTF tracepoint:
- * the cheap path; the syscalls:sys_*_<name> events cost a perf record per call, measured
- * 1.07 of untraced in docs/benchmarks.md): the call's number and arguments are still in
+ * the cheaper path; the syscalls:sys_*_<name> events cost a perf record per call: 1.065-1.070
+ * of untraced against this one's 1.044, docs/benchmarks.md): the call's number and arguments are still in
  * the caller's registers, so a call that is not one of the six returns at once, and one
  * that is finds the socket behind its descriptor; if that is a UDP socket, the record is
  * made from the socket and the call's result. The socket pointer comes from probe reads
@@ -19,8 +19,8 @@
  * What this source does not see (said as a degradation, collector/bpf/variants.py):
  * datagrams sent or read with write/read/writev/readv, sendfile or io_uring; and of a
  * sendmmsg/recvmmsg, messages past the first NT_MMSG_MAX, which are counted lost. The
- * system call numbers are the build machine's (x86-64 or arm64; a 32-bit process's calls
- * are not recognised).
+ * system call numbers are the build machine's (x86-64 or arm64); a 32-bit process's calls
+ * are not recorded.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -36,10 +36,19 @@
 #define NT_S_IFSOCK 0140000
 #define NT_MMSG_MAX 32
 
-/* The call's number, and its sixth argument (libbpf 1.1, Debian 12's, has macros up to the fifth) */
+/* The call's number, and its sixth argument (libbpf 1.1, Debian 12's, has macros up to the
+ * fifth). A 32-bit process's calls have other numbers: on x86 they are told apart
+ * (TS_COMPAT) and never taken for these; elsewhere only the build machine's ABI is known. */
 #if defined(__TARGET_ARCH_x86)
-#define NT_SYSCALL_NR(regs) ((regs)->orig_ax)
+#define NT_SYSCALL_NR(regs) (compat_call() ? -1L : (long)(regs)->orig_ax)
 #define NT_SYSCALL_ARG6(regs) BPF_CORE_READ(regs, r9)
+#define NT_TS_COMPAT 0x0002 /* arch/x86/include/asm/thread_info.h */
+static __always_inline bool compat_call(void)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+
+	return BPF_CORE_READ(t, thread_info.status) & NT_TS_COMPAT;
+}
 #elif defined(__TARGET_ARCH_arm64)
 #define NT_SYSCALL_NR(regs) ((regs)->syscallno)
 #define NT_SYSCALL_ARG6(regs) BPF_CORE_READ(regs, regs[5])

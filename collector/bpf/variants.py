@@ -156,9 +156,9 @@ SYSCALL_SOURCE_LOSES = tuple(
         p,
         "udp_call",
         "calls seen at the system calls sendto, sendmsg, sendmmsg, recvfrom, recvmsg, recvmmsg (no "
-        "sock_send_length before Linux 6.3): datagrams moved by write/read, sendfile or io_uring are not "
-        "recorded; a sendmmsg/recvmmsg's messages past the first 32 are counted lost; sock_cookie only "
-        "where the socket already had one",
+        "sock_send_length before Linux 6.3): datagrams moved by write/read, sendfile or io_uring, or by a "
+        "32-bit process, are not recorded; a sendmmsg/recvmmsg's messages past the first 32 are counted "
+        "lost; sock_cookie only where the socket already had one",
     )
     for p in ("udp", "udp-calls")
 )

@@ -8,7 +8,10 @@ own SNMP counters."""
 from __future__ import annotations
 
 import ctypes
+import platform
+import shutil
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ import pytest
 from collector.bpf import layout, loader
 from tests.kernel_support import Capture, kernel, tracing
 from tests.netns_lab import delta, netns_lab
-from translators.records import SkbDrop, UdpDatagram
+from translators.records import SkbDrop, SockEvent, UdpDatagram
 
 pytestmark = kernel
 
@@ -278,3 +281,22 @@ def test_a_kernel_that_refuses_the_functions_programs_gets_the_system_calls_and_
             sport = tx.getsockname()[1]
         records = cap.settle(quiet=0.5)
     assert calls(records, sport) == [("send", "0.0.0.0", sport, "127.0.0.1", 9, 4, "tp_btf/sys_exit:sendto")]
+
+
+@pytest.mark.matrix
+def test_a_32_bit_call_is_never_taken_for_one_of_the_six(tmp_path: Path) -> None:
+    """The system calls' source reads the call's number and arguments from the registers; a
+    32-bit call's numbers mean other calls (getgid is 47, recvmsg's number on x86-64). A
+    process makes such a call with a UDP socket's fd where recvmsg's would be, then a real
+    sendto: only the sendto is recorded."""
+    if platform.machine() != "x86_64" or shutil.which("gcc") is None:
+        pytest.fail("needs x86-64 and gcc (scripts/install-system)")
+    program = tmp_path / "compat_call"
+    subprocess.run(["gcc", "-O2", "-o", str(program), str(Path(__file__).with_name("compat_call.c"))], check=True)
+    with netns_lab() as ns, tracing(("udp-calls",), netns=ns.inode, udp_call_source="system calls") as cap:
+        sport = int(ns.run(str(program)))
+        records = cap.settle(quiet=0.5)
+    assert [r for r in records if isinstance(r, (UdpDatagram, SockEvent))] == [
+        r for r in records if isinstance(r, UdpDatagram) and r.sport == sport
+    ]
+    assert calls(records, sport) == [("send", "0.0.0.0", sport, "127.0.0.1", 9, 1, "tp_btf/sys_exit:sendto")]

@@ -411,8 +411,8 @@ struct nt_udp_fail_body {
 };
 
 /* A datagram (call = 0: from its header at net_dev_queue / netif_receive_skb, 4-tuple
- * source first) or a send/recv call (call = 1: sock_send_length / sock_recv_length on
- * a UDP socket, 4-tuple local first). */
+ * source first) or a send/recv call on a UDP socket (call = NT_UDP_CALL_*: where it was
+ * seen, 4-tuple local first). */
 #define NT_UDP_CALL_SOCK 1 /* sock_send_length / sock_recv_length (6.3+) */
 #define NT_UDP_CALL_TO 2   /* sendto / recvfrom */
 #define NT_UDP_CALL_MSG 3  /* sendmsg / recvmsg */

@@ -12,9 +12,9 @@
  * the kernel's copy of the destination a send named, the source a receive wrote (its
  * length in *addr_len); none when the receive asked for none.
  *
- * The prototypes are 6.1's (and every later kernel's so far): udp_recvmsg(sk, msg, len,
- * flags, addr_len) since 5.19; the loader checks the kernel's BTF before choosing these
- * (collector/bpf/loader.py, FUNCTION_ARGS).
+ * The prototypes are 6.1's (udp_recvmsg(sk, msg, len, flags, addr_len) from 5.19; 6.18's
+ * has no addr_len): the loader checks the kernel's BTF before choosing these
+ * (collector/bpf/variants.py, UDP_FUNCTION_ARGS).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>

@@ -102,7 +102,7 @@ def test_the_udp_functions_are_chosen_only_with_the_prototypes_kmod_declares(mon
     """Before 6.3 the UDP functions' exits, unless the kernel refused them or their
     parameters differ (a fexit program reads its return value after exactly these)."""
     monkeypatch.setattr(loader, "socket_call_tracepoints", lambda: False)  # a 6.1 kernel
-    args = dict(loader.FUNCTION_ARGS)
+    args = dict(variants.UDP_FUNCTION_ARGS)
     monkeypatch.setattr(loader.btf, "func_args", lambda name: args.get(name))
     opts = loader.Options(providers=("udp-calls",))
     assert loader.udp_call_source(opts) == "kernel functions"

@@ -104,6 +104,17 @@ def test_a_poll_that_fails_is_said_once_and_tracing_goes_on(capsys: pytest.Captu
     assert err.count("siftr-poll could not poll this namespace") == 1
 
 
+def test_a_namespace_gone_since_it_was_missed_is_no_longer_said_missed() -> None:
+    """poll_missed lists the namespaces the polls cannot reach now, not every one that
+    ever failed: the next scan drops those that no longer exist."""
+    scans = iter([{4026599999: "/proc/4242/ns/net"}, {}])
+    p = SiftrPoller(Recorder(), 0.1, now=0.0, scan=lambda: next(scans))
+    p.tick(0.0)
+    p.unreached[4026599999] = "/proc/4242/ns/net: Operation not permitted"  # as a refused setns leaves it
+    p.tick(poll.RESCAN_S)  # the next scan: the namespace has gone
+    assert p.unreached == {}
+
+
 def test_the_collectors_stats_record_says_the_polls_pace_and_what_they_could_not_reach() -> None:
     """Not only stderr: each collector_stats carries the interval in force and every
     namespace the last polls missed (the Status page shows both)."""

@@ -1,9 +1,9 @@
 """udp provider: raw kernel events -> UdpDatagram, SockEvent (queue failures, failed calls) and FlowCounters.
 
 Datagrams at the device (net_dev_queue send / netif_receive_skb receive, 4-tuple
-source first) and send/recv calls (sock_send_length / sock_recv_length, or before Linux
-6.3 the send/recv system calls' exits, local first, with the bytes moved; a call that failed is a SockEvent `send-error`/`receive-error`, so
-an ICMP error reaching the sender is never a `udp send`); exact per-direction counts
+source first) and send/recv calls (sock_send_length / sock_recv_length; before Linux
+6.3 the UDP functions' or the system calls' exits: HOOKS), local first, with the bytes
+moved; a call that failed is a SockEvent `send-error`/`receive-error`, so an ICMP error reaching the sender is never a `udp send`); exact per-direction counts
 come from the `udp_flows` map.
 Keep in sync with: kmod/nettrail.h (nt_udp_body, nt_udp_flow_key, nt_udp_fail_body).
 """
@@ -65,7 +65,9 @@ def call_hook(raw: Raw) -> str:
 
 
 # the hooks of call records (local end first), as the UDP page tells them from the device's
-CALL_HOOKS = (*(hook for (_, call), hook in HOOKS.items() if call), "fexit/udpv6_recvmsg", "fexit/udpv6_sendmsg")
+CALL_HOOKS = tuple(
+    sorted({call_hook({"direction": d, "call": c, "family": f}) for d, c in HOOKS if c for f in (AF_INET, AF_INET6)})
+)
 
 
 def ext_datagram(raw: Raw) -> tuple[int, dict[str, Any]] | None:

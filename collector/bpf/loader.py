@@ -99,8 +99,6 @@ UDP_CALL_SOURCES = ("socket tracepoints", "kernel functions", "system calls")
 FUNCTION_PROGRAMS = variants.UDP_FUNCTIONS
 SYSCALL_PROGRAMS = (variants.SYSCALL_TRACEPOINT,)
 PROGRAMS.update(dict.fromkeys(FUNCTION_PROGRAMS + SYSCALL_PROGRAMS, frozenset({"udp", "udp-calls"})))
-# the prototypes kmod/udp_functions.bpf.c declares (6.1's): parameters before the return value
-FUNCTION_ARGS = {"udp_sendmsg": 3, "udp_recvmsg": 5, "udpv6_sendmsg": 3, "udpv6_recvmsg": 5}
 SOURCE_PROGRAMS = {"kernel functions": FUNCTION_PROGRAMS, "system calls": SYSCALL_PROGRAMS}
 ITER_PROGRAMS = frozenset({"siftr_poll"})
 DEFAULT_POLL_INTERVAL_S = 0.1
@@ -290,7 +288,7 @@ def socket_call_tracepoints() -> bool:
 
 def functions_match() -> bool:
     """Whether this kernel's UDP send/receive functions take the parameters kmod/ declares."""
-    return all(btf.func_args(name) == n for name, n in FUNCTION_ARGS.items())
+    return all(btf.func_args(name) == n for name, n in variants.UDP_FUNCTION_ARGS.items())
 
 
 def skb_stages(opts: Options) -> str:

@@ -100,6 +100,8 @@ class SiftrPoller:
         if now >= self.next_scan:
             self.netns = self.scan()
             self.next_scan = now + RESCAN_S
+            # a namespace gone since it was missed is no longer one (collector_stats.poll_missed)
+            self.unreached = {i: why for i, why in self.unreached.items() if i in self.netns or i == self.home_netns}
         started = time.perf_counter()
         self.poll_all()
         self.polls += 1

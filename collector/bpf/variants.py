@@ -139,7 +139,10 @@ ABSENT_LOSES: dict[str, tuple[tuple[str, str, str], ...]] = {
 # the UDP functions (kmod/udp_functions.bpf.c) or, where the kernel refuses those, of every
 # system call (kmod/udp_syscalls.bpf.c). What each source does not see replaces the absent
 # tracepoints' "no call records".
-UDP_FUNCTIONS = ("udp_sendmsg", "udp_recvmsg", "udpv6_sendmsg", "udpv6_recvmsg")
+# function -> the parameters kmod/udp_functions.bpf.c declares before the return value
+# (6.1's): a fexit program on another prototype would read its return value elsewhere
+UDP_FUNCTION_ARGS = {"udp_sendmsg": 3, "udp_recvmsg": 5, "udpv6_sendmsg": 3, "udpv6_recvmsg": 5}
+UDP_FUNCTIONS = tuple(UDP_FUNCTION_ARGS)
 SYSCALL_TRACEPOINT = "sys_exit"  # raw_syscalls:sys_exit, the system calls' source's one program
 FUNCTION_SOURCE_LOSES = tuple(
     (

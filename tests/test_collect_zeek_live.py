@@ -319,4 +319,5 @@ def test_loss_gives_the_same_conn_state_and_letters(views: dict[str, Any]) -> No
         got = live[side]["history"]
         assert live[side]["conn_state"] == wire["conn_state"], side
         assert set(got) == set(wire["history"]) and "T" in got, (side, got, wire["history"])
-        assert got.replace("T", "") == wire["history"].replace("T", "") == "ShADaFf", (side, got)
+        # the letters in order but t's repeats; a zero window (w) a busy machine may bring is in both
+        assert got.replace("T", "") == wire["history"].replace("T", "") in ("ShADaFf", "ShADawFf"), (side, got)

@@ -1,4 +1,5 @@
-"""Authentication hardening: login lockout (django-axes), the Content-Security-Policy header,
+"""Authentication hardening: login lockout (django-axes; per user and per address in
+tests/test_login_throttle.py), the Content-Security-Policy header,
 logout, session expiry (at its time) and session end closing the session's websockets, secure cookies under TLS,
 static files through WhiteNoise. The browser side of the CSP is in
 tests/browser/test_dashboard_csp.py; the origin check in tests/test_webapp_security.py.
@@ -52,15 +53,6 @@ def test_sixty_wrong_passwords_lock_the_user_out_and_then_the_right_one_is_refus
     assert statuses == [200] * 4 + [429] * 56
     assert log_in(client, ADMIN_PASSWORD) == 429
     assert "_auth_user_id" not in client.session
-
-
-def test_a_lockout_is_per_user_name_and_a_good_login_resets_the_count(cast: Cast) -> None:
-    client = Client()
-    assert [log_in(client, "wrong") for _ in range(4)] == [200] * 4
-    assert log_in(client, ADMIN_PASSWORD) == 302  # four failures: not locked yet; success resets
-    assert [log_in(Client(), "wrong") for _ in range(4)] == [200] * 4
-    other = Client().post("/accounts/login/", {"username": "viewer", "password": "wrong"})
-    assert other.status_code == 200  # the viewer is not locked by the admin's failures
 
 
 def test_every_page_carries_the_content_security_policy(cast: Cast) -> None:

@@ -167,13 +167,18 @@ if NETTRAIL_HTTPS:
     SESSION_COOKIE_NAME = "__Host-sessionid"
     CSRF_COOKIE_NAME = "__Host-csrftoken"
 
-# Login throttling (django-axes): NETTRAIL_LOGIN_FAILURES wrong passwords for one user
-# name from one address lock that pair out for NETTRAIL_LOGIN_LOCKOUT_MINUTES; a
-# successful login resets the count.
+# Login throttling (django-axes, docs/webapp.md): each entry of AXES_LOCKOUT_PARAMETERS
+# is counted on its own and any one locks. NETTRAIL_LOGIN_FAILURES wrong passwords for
+# one user name, from any addresses, lock that name out; as many from one address, for
+# any names, lock that address out (a per-(name, address) count gave every loopback alias
+# and IPv6 address fresh tries). Failures are forgotten NETTRAIL_LOGIN_LOCKOUT_MINUTES
+# after the last one; tries while locked out count as failures.
 AXES_FAILURE_LIMIT = env_int("NETTRAIL_LOGIN_FAILURES", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("NETTRAIL_LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
-AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
-AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_PARAMETERS = [["username"], ["ip_address"]]
+# No reset on success: axes would clear every failure of the login's name *or address*,
+# so anyone with an account could log in between guesses at another's password.
+AXES_RESET_ON_SUCCESS = False
 AXES_VERBOSE = False
 
 # Content-Security-Policy (django-csp): scripts, styles and connections (fetch and the

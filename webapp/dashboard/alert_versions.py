@@ -1,32 +1,39 @@
-"""One alert, one row in the dashboard: the newest stored version of each alert_id.
+"""One alert, one row in the dashboard: the newest stored version of each (host, alert_id).
 
 The engine emits an alert again (same ``alert_id``) when it escalates, fires again or
 closes; ingest stores every version (records are never edited). The dashboard's alert
-views show only the newest version of each id (the highest row id: versions arrive in
-order), and an acknowledgement of any version holds for the alert. Alerts stored
-without an alert_id (older collectors) are shown as they are. Keep in sync with
-api.py (alerts, overview, ack) and detail.py (a connection's alerts).
+views show only the newest version of each alert (the highest row id: versions arrive in
+order), and an acknowledgement of any version holds for the alert. An alert is its
+host's: every lookup here is keyed by (host_id, alert_id), so one host's record with
+another host's alert_id (a forged one, or a capture uploaded under two names) neither
+hides, closes nor acknowledges the other's (issue 33 item 3). Alerts stored without an
+alert_id (older collectors) are shown as they are. The lookups by alert_id use the alert
+table's (alert_id, ts_wall) index (schema.record_indexes; alert_id is an indexed field)
+and filter the host there: an id's versions are few rows. Keep in sync with api.py
+(alerts, overview, ack), detail.py (a connection's alerts), captures.py, selfhealth.py.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from django.db.models import Exists, Max, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from webapp.dashboard.models import AlertAck
 from webapp.dashboard.tables import Alert, CollectorStats, CollectorStatus
 
 
 def latest(qs: QuerySet[Any]) -> QuerySet[Any]:
-    """``qs`` restricted to the newest version of each alert (filters apply after the pick)."""
-    newest = Alert.objects.filter(alert_id__isnull=False).values("alert_id").annotate(m=Max("id")).values("m")
-    return qs.filter(Q(alert_id__isnull=True) | Q(id__in=Subquery(newest)))
+    """``qs`` restricted to the newest version of each alert (filters apply after the pick):
+    no later row of the same host and alert_id exists (index (alert_id, ts_wall))."""
+    newer = Alert.objects.filter(host_id=OuterRef("host_id"), alert_id=OuterRef("alert_id"), id__gt=OuterRef("id"))
+    return qs.filter(Q(alert_id__isnull=True) | ~Exists(newer))
 
 
 def acked() -> Q:
-    """Alerts with an acknowledgement on any of their versions."""
-    same = AlertAck.objects.filter(alert__alert_id=OuterRef("alert_id"))
+    """Alerts with an acknowledgement on any of their versions (the same host's)."""
+    same = AlertAck.objects.filter(alert__alert_id=OuterRef("alert_id"), alert__host_id=OuterRef("host_id"))
     return Q(ack__isnull=False) | (Q(alert_id__isnull=False) & Q(Exists(same)))
 
 
@@ -38,7 +45,7 @@ def ack_of(alert: Any) -> AlertAck | None:
         pass
     if alert.alert_id is None:
         return None
-    acks = AlertAck.objects.select_related("user").filter(alert__alert_id=alert.alert_id)
+    acks = AlertAck.objects.select_related("user").filter(alert__alert_id=alert.alert_id, alert__host_id=alert.host_id)
     newest: AlertAck | None = acks.order_by("-at").first()
     return newest
 
@@ -47,27 +54,47 @@ def _values(row: dict[str, Any]) -> dict[str, Any]:
     return {"metric": row["metric"], "count": row["count"], "message": row["message"], "ts": row["ts_wall"]}
 
 
-def history(alert_ids: list[str]) -> dict[str, dict[str, Any]]:
-    """Per alert_id: its first version's numbers, its worst (the highest ``metric``, the
-    latest of equals; without metrics the highest count) and how many versions arrived.
+AlertKey = tuple[str, str]  # (host_id, alert_id): an alert is its host's
+
+
+def key_of(alert: Any) -> AlertKey | None:
+    """The alert's (host_id, alert_id), None for one stored without an alert_id."""
+    return (alert.host_id, alert.alert_id) if alert.alert_id else None
+
+
+def history(keys: Iterable[AlertKey]) -> dict[AlertKey, dict[str, Any]]:
+    """Per (host_id, alert_id): its first version's numbers, its worst (the highest ``metric``,
+    the latest of equals; without metrics the highest count) and how many versions arrived.
 
     The row shows the newest version's numbers (the current ones, replaced live as each
     new version arrives); first and worst say how it started and how bad it got, so an
     alert that fired at 2.0 % and grew to 5.2 % reads as such (issue 18 item 6).
     """
-    cols = ("alert_id", "id", "metric", "count", "message", "ts_wall")
-    rows = Alert.objects.filter(alert_id__in=[a for a in alert_ids if a]).order_by("id").values(*cols)
-    out: dict[str, dict[str, Any]] = {}
+    wanted = set(keys)
+    if not wanted:
+        return {}
+    cols = ("host_id", "alert_id", "id", "metric", "count", "message", "ts_wall")
+    # index (alert_id, ts_wall); the host filter narrows it, and the pairs are checked below
+    # (host a's id x and host b's id y must not bring in b's x)
+    rows = (
+        Alert.objects.filter(alert_id__in=sorted({a for _, a in wanted}), host_id__in=sorted({h for h, _ in wanted}))
+        .order_by("id")
+        .values(*cols)
+    )
+    out: dict[AlertKey, dict[str, Any]] = {}
     for row in rows:
-        entry = out.get(row["alert_id"])
+        key = (row["host_id"], row["alert_id"])
+        if key not in wanted:
+            continue
+        entry = out.get(key)
         if entry is None:
-            out[row["alert_id"]] = {"first": _values(row), "worst": _values(row), "versions": 1}
+            out[key] = {"first": _values(row), "worst": _values(row), "versions": 1}
             continue
         entry["versions"] += 1
         worst = entry["worst"]
-        key = (row["metric"] if row["metric"] is not None else float("-inf"), row["count"] or 0)
-        worst_key = (worst["metric"] if worst["metric"] is not None else float("-inf"), worst["count"] or 0)
-        if key >= worst_key:
+        rank = (row["metric"] if row["metric"] is not None else float("-inf"), row["count"] or 0)
+        worst_rank = (worst["metric"] if worst["metric"] is not None else float("-inf"), worst["count"] or 0)
+        if rank >= worst_rank:
             entry["worst"] = _values(row)
     return out
 

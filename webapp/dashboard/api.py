@@ -319,10 +319,13 @@ def _ack_of(a: Any) -> AlertAck | None:
 
 
 def _alert_json(
-    a: Any, history: dict[str, dict[str, Any]] | None = None, unfollowed: dict[int, tuple[str, float]] | None = None
+    a: Any,
+    history: dict[alert_versions.AlertKey, dict[str, Any]] | None = None,
+    unfollowed: dict[int, tuple[str, float]] | None = None,
 ) -> dict[str, Any]:
     ack = _ack_of(a)
-    past = (history or {}).get(a.alert_id) if a.alert_id else None
+    key = alert_versions.key_of(a)
+    past = (history or {}).get(key) if key else None
     # open, but its collector stopped or restarted since its last version: nothing follows it now
     unfollowed_because, unfollowed_since = (unfollowed or {}).get(a.pk, (None, None))
     return {
@@ -375,7 +378,7 @@ def alerts(request: HttpRequest) -> HttpResponse:
         "hosts": sorted(set(Alert.objects.values_list("host_id", flat=True).distinct())),
     }
     rows = list(qs[:ALERT_LIMIT])
-    history = alert_versions.history([a.alert_id for a in rows if a.alert_id])
+    history = alert_versions.history(k for k in map(alert_versions.key_of, rows) if k)
     unfollowed = alert_versions.unfollowed(rows)
     return JsonResponse({"alerts": [_alert_json(a, history, unfollowed) for a in rows], **facets})
 
@@ -387,7 +390,8 @@ def alert_ack(request: HttpRequest, alert_id: int) -> HttpResponse:
         return json_error(404, "no such alert")
     AlertAck.objects.get_or_create(alert=alert, defaults={"user": request.user})
     alert = Alert.objects.select_related("ack", "ack__user").get(pk=alert_id)
-    return JsonResponse(_alert_json(alert, alert_versions.history([alert.alert_id] if alert.alert_id else [])))
+    key = alert_versions.key_of(alert)
+    return JsonResponse(_alert_json(alert, alert_versions.history([key] if key else [])))
 
 
 @api("GET")

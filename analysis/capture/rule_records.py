@@ -55,9 +55,10 @@ def analysed_records(
 def stable(alerts: list[Alert], last_seq: int) -> Iterator[Alert]:
     """The rules' alerts numbered after the capture's own records and named from what they
     are about: the engine numbers and names them from the clock, so the same file uploaded
-    again would store its K alerts twice (every other record of a capture is stored once)."""
+    again would store its K alerts twice (every other record of a capture is stored once).
+    The name includes the host the capture is stored under (host_id, its name): one file
+    uploaded under two names is two hosts, each with its own alerts (issue 33 item 3)."""
     for i, alert in enumerate(alerts, start=1):
-        what = "/".join(
-            str(v) for v in (alert.boot_id, alert.rule_id, alert.condition, alert.src, alert.dst, alert.dport)
-        )
+        about = (alert.host_id, alert.boot_id, alert.rule_id, alert.condition, alert.src, alert.dst, alert.dport)
+        what = "/".join(str(v) for v in about)
         yield msgspec.structs.replace(alert, seq=last_seq + i, alert_id=str(uuid.uuid5(uuid.NAMESPACE_URL, what)))

@@ -74,7 +74,9 @@ def _own_traffic(alerts: Sequence[Alert]) -> set[tuple[str, str, int]]:
 class AlertMailer:
     def __init__(self, queue_size: int = QUEUE_SIZE) -> None:
         self._queue: queue.Queue[tuple[Alert, list[str]]] = queue.Queue(maxsize=queue_size)
-        self._mailed: OrderedDict[str, tuple[int, str]] = OrderedDict()  # alert_id -> (severity rank, status)
+        # (host_id, alert_id) -> (severity rank, status): an alert is its host's, so another
+        # host's record with the same alert_id neither closes nor silences it (issue 33 item 3)
+        self._mailed: OrderedDict[tuple[str, str], tuple[int, str]] = OrderedDict()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.sent = 0
@@ -107,7 +109,7 @@ class AlertMailer:
 
     def _news(self, alert: Alert) -> bool:
         """First version, a higher severity, or the close of an alert id."""
-        key = alert.alert_id or f"{alert.host_id}/{alert.boot_id}/{alert.seq}"
+        key = (alert.host_id, alert.alert_id or f"{alert.boot_id}/{alert.seq}")
         now = (SEVERITY_RANK[alert.severity], alert.status)
         with self._lock:
             before = self._mailed.get(key)

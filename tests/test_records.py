@@ -143,7 +143,7 @@ WORDS = set(
     type update urgent value wall window wire zero counter sampling
     providers attached absent failed missing reasons rules unavailable degraded kernel release sample
     rate stack counters setting observed emitted ratio interval time percent events records findings
-    stages from untraced stopped open poll
+    stages from untraced stopped open poll agent children programs run
     """.split()
 )
 # Abbreviations kept because the kernel, FreeBSD, Zeek or tshark use them for the same data

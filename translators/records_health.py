@@ -75,8 +75,8 @@ class CollectorStatus(Record, tag="collector_status", kw_only=True):
 
 
 class CollectorStats(Record, tag="collector_stats", kw_only=True):
-    """H4 self-overhead: the collector's own CPU use and event rate over one interval
-    (envelope pid/comm: the collector process)."""
+    """H4 self-overhead: the collector's own CPU use, its children's, its programs' kernel
+    time and its event rate over one interval (envelope pid/comm: the collector process)."""
 
     interval_s: Annotated[float, doc("wall-clock length of the interval", unit="s", fmt="%.3f")]
     cpu_time_s: Annotated[float, doc("CPU time (user + system, all threads) the collector used in the interval", unit="s", fmt="%.3f")]
@@ -90,6 +90,12 @@ class CollectorStats(Record, tag="collector_stats", kw_only=True):
     stopped: Annotated[Bool, doc("true on the last record of a collector that stopped (SIGTERM, Ctrl-C, --duration), not at a swap of providers: nothing follows its alerts after it", index=True)] = None
     poll_interval_s: Annotated[Float, doc("siftr-poll: seconds between polls at the end of the interval (--poll-interval, or longer where polling every namespace took more than 2% of a CPU); null: siftr-poll not chosen", unit="s", fmt="%.3f")] = None
     poll_missed: Annotated[dict[str, str], doc("siftr-poll: network namespace inode -> why its sockets could not be polled at its last try (they have no polled samples meanwhile); empty: every namespace was polled")] = msgspec.field(default_factory=dict)
+    children_cpu_time_s: Annotated[Float, doc("CPU time (user + system) of the collector's child processes in the interval (the ring keeper: running ones from /proc/PID/stat in clock ticks, ended ones from getrusage(RUSAGE_CHILDREN)); null: from a collector before it was measured", unit="s", fmt="%.3f")] = None
+    children_cpu_total_s: Annotated[Float, doc("CPU time of the collector's child processes since it started", unit="s", fmt="%.3f")] = None
+    programs_run_time_ns: Annotated[Int, doc("kernel time spent in the collector's own eBPF programs in the interval (sum of their bpf_prog_info run_time_ns, on every CPU and in every context, softirq included); null: unknown (the kernel refused BPF_ENABLE_STATS), never 0 for unknown", unit="ns")] = None
+    programs_run_count: Annotated[Int, doc("runs of the collector's own eBPF programs in the interval (sum of their run_cnt); null: unknown")] = None
+    programs_run_time_total_ns: Annotated[Int, doc("kernel time in the collector's programs since this session loaded them (a swap of programs starts it again); null: unknown", unit="ns")] = None
+    agent_cpu_percent: Annotated[Float, doc("the agent's whole cost: (cpu_time_s + children_cpu_time_s + programs_run_time_ns) / interval_s, in percent of one CPU (what rule H4 checks); null: the programs' time is unknown", unit="%", fmt="%.2f")] = None
 
 
 class Alert(FlowRecord, tag="alert", kw_only=True):

@@ -39,7 +39,9 @@ class SelfHealth:
         self.source = source
         self.env = env
         self.sampling = sampling_meter(source.session.opts)
-        self.overhead = OverheadMeter(lambda: source.received, stats_interval_s)
+        # the programs' kernel time (a stand-in session without programs: unknown)
+        programs = getattr(source.session, "program_infos", None)
+        self.overhead = OverheadMeter(lambda: source.received, stats_interval_s, programs)
         self.drops_seen = int(source.received[layout.EV_SKB_DROP])
         self.lifetimes_seen = source.skb_lifetimes
         self.open_seen = 0.0  # the source's windows' open time at the last poll

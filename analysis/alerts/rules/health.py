@@ -6,9 +6,11 @@ A ``loss_report`` says how many events of one type the collector could not deliv
 marks every alert of the host whose span touches the window as incomplete; the engine
 does that whether or not H1 is enabled.
 
-H4: a ``collector_stats`` record (one per --stats-interval) whose ``cpu_percent`` is
-above ``max_cpu_percent`` of one CPU is a warning; the sentence names the event type
-that dominates and the switch that thins it out.
+H4: a ``collector_stats`` record (one per --stats-interval) whose ``agent_cpu_percent``
+(the agent's whole cost: its process, its children and its programs' kernel time; the
+process's ``cpu_percent`` where a collector could not measure the rest) is above
+``max_cpu_percent`` of one CPU is a warning; the sentence names the event type that
+dominates and the switch that thins it out.
 """
 
 from __future__ import annotations
@@ -109,18 +111,32 @@ class CollectorOverhead(Rule):
     kinds = ("collector_stats",)
 
     def feed(self, rec: Record) -> None:
-        if not isinstance(rec, CollectorStats) or rec.cpu_percent <= self.num("max_cpu_percent"):
+        if not isinstance(rec, CollectorStats):
+            return
+        used = rec.cpu_percent if rec.agent_cpu_percent is None else rec.agent_cpu_percent
+        if used <= self.num("max_cpu_percent"):
             return
         top = max(rec.events_by_type.items(), key=lambda kv: kv[1], default=None)
         busiest = f", mostly {top[0]} ({top[1] / rec.interval_s:,.0f}/s)" if top and top[1] else ""
         advice = _TIGHTEN.get(top[0], "") if top else ""
         message = (
-            f"The collector (pid {rec.pid}) used {rec.cpu_percent:.1f}% of one CPU over {rec.interval_s:.1f} s, above "
+            f"The collector (pid {rec.pid}) used {used:.1f}% of one CPU over {rec.interval_s:.1f} s{_parts(rec)}, above "
             f"the {self.num('max_cpu_percent'):g}% budget, at {rec.events_per_s:,.0f} events/s{busiest}: tracing "
             f"itself is now a load on this host. Tighten it: {advice + '; or ' if advice else ''}{_FILTERS}."
         )
         self.fire(
             "cpu", ("collector", rec.pid), now=rec.ts_wall, severity="warning", subject=host_subject(rec),
-            message=message, clear_after=2 * max(rec.interval_s, self.num("window_s")), metric=rec.cpu_percent,
+            message=message, clear_after=2 * max(rec.interval_s, self.num("window_s")), metric=used,
             evidence=(rec.seq,),
         )  # fmt: skip
+
+
+def _parts(rec: CollectorStats) -> str:
+    """Where the whole cost went, when it is known: the process, its children, its programs."""
+    if rec.agent_cpu_percent is None or rec.programs_run_time_ns is None:
+        return ""
+    wall = rec.interval_s / 100.0
+    children = (rec.children_cpu_time_s or 0.0) / wall
+    kids = f", its children {children:.1f}%" if children >= 0.05 else ""
+    programs = rec.programs_run_time_ns / 1e9 / wall
+    return f" (its process {rec.cpu_percent:.1f}%{kids}, its eBPF programs in the kernel {programs:.1f}%)"

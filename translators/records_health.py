@@ -29,12 +29,14 @@ class LossReport(Record, tag="loss_report", kw_only=True):
 
 
 class StackCounter(Record, tag="stack_counter", kw_only=True):
-    """A TCP/IP MIB counter of /proc/net/netstat or /proc/net/snmp that moved (per network namespace)."""
+    """A TCP/IP MIB counter of /proc/net/netstat or /proc/net/snmp that moved, per network
+    namespace (envelope netns; pid/comm: the process in it whose /proc/PID/net was read)."""
 
     mib: Annotated[str, doc("MIB group of the counter, e.g. TcpExt or Tcp", key=True)]
     counter: Annotated[str, doc("counter name as the kernel spells it, e.g. ListenOverflows", key=True, brief=True, index=True)]
     value: Annotated[int, doc("counter value when read", brief=True)]
-    delta: Annotated[int, doc("increase since the previous report", brief=True)]
+    delta: Annotated[int, doc("increase since the previous report (a namespace first seen after the collector started: since it was created)", brief=True)]
+    netns_name: Annotated[Str, doc("the network namespace's name under /run/netns; null: unnamed")] = None
 
 
 class SamplingReport(Record, tag="sampling_report", kw_only=True):

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from tests.selfhealth_cast import ABSENT, ATTACHED, CPU, PID, _env, conn_uuid, records
-from translators.records import CollectorStatus, FlowCounters
+from translators.records import CollectorStats, CollectorStatus, FlowCounters
 from webapp.traces.models import Host
 from webapp.traces.store import store_batch
 
@@ -97,3 +97,36 @@ def test_a_window_across_a_new_collector_session_counts_from_zero(client: Client
     store_batch([counts(1, 2, 60, 10), counts(2, 3, 120, 20), started, counts(4, 4, 150, 25), counts(5, 5, 210, 35)])
     d = client.get(f"/api/dash/connections/{conn_uuid(host)}", {"host": host}).json()["sampling"]
     assert [(w["packets"], w["samples"]) for w in d["windows"]] == [(60, 10), (60, 10), (150, 25), (60, 10)]
+
+
+def test_it_serves_the_agents_whole_cost_beside_its_process_cpu(client: Client) -> None:
+    """Each interval's programs' kernel time and children's CPU in percent of one CPU, as
+    cpu_percent is, and the whole (H4's measure); unknown stays null, never 0."""
+    host = "measured"
+    Host.objects.create(name=host)
+
+    def stats(seq: int, programs_ns: int | None, agent: float | None) -> CollectorStats:
+        return CollectorStats(
+            **_env(host, seq, 10 * seq, "nettrail", "stats", pid=PID, tgid=PID, comm="nettrail"), interval_s=10.0,
+            cpu_time_s=0.3, cpu_total_s=0.3 * seq, cpu_percent=3.0, events=10, events_per_s=1.0, records=10,
+            children_cpu_time_s=None if agent is None else 0.02, children_cpu_total_s=None if agent is None else 0.05,
+            programs_run_time_ns=programs_ns, programs_run_count=None if programs_ns is None else 4000,
+            programs_run_time_total_ns=None if programs_ns is None else programs_ns * seq, agent_cpu_percent=agent,
+        )  # fmt: skip
+
+    store_batch([stats(1, 250_000_000, 5.7), stats(2, None, None)])
+    h = client.get("/api/dash/status", {"host": host}).json()["hosts"][0]
+    st = h["stats"]
+    assert (st["cpu_percent"], st["agent_cpu_percent"]) == ([3.0, 3.0], [5.7, None])
+    assert (st["programs_percent"], st["children_percent"]) == ([2.5, None], [0.2, None])
+    unknown = h["latest"]  # the newest interval could not measure its programs
+    assert [unknown[k] for k in ("programs_run_time_ns", "programs_run_count", "agent_cpu_percent")] == [None] * 3
+    store_batch([stats(3, 100_000_000, 4.2)])
+    latest = client.get("/api/dash/status", {"host": host}).json()["hosts"][0]["latest"]
+    assert {k: latest[k] for k in ("programs_run_time_ns", "programs_run_count", "programs_run_time_total_ns",
+                                   "children_cpu_time_s", "children_cpu_total_s", "agent_cpu_percent",
+                                   "programs_percent", "children_percent")} == {
+        "programs_run_time_ns": 100_000_000, "programs_run_count": 4000, "programs_run_time_total_ns": 300_000_000,
+        "children_cpu_time_s": 0.02, "children_cpu_total_s": 0.05, "agent_cpu_percent": 4.2,
+        "programs_percent": 1.0, "children_percent": 0.2,
+    }  # fmt: skip

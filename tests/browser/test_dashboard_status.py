@@ -198,3 +198,35 @@ def test_the_status_page_says_how_often_siftr_poll_polled_and_which_namespaces_i
     )
     assert summary["SIFTR polls"] == "every 1.600 s"
     assert summary["Not polled: netns 4026532999"] == why
+
+
+def test_the_status_page_shows_the_agents_whole_cost_with_its_programs_kernel_time(server: Server, page: Any) -> None:
+    """Beside its process's CPU: its children's CPU, its programs' kernel time (runs, ns
+    each) and the whole that H4 checks, as text and as lines of the CPU chart."""
+    from translators.records import CollectorStats
+
+    host = "agent-cost-host"
+    other = Server(server.url, server.make_token(host), server.data_dir)
+    batch = records(host)
+    stats = [r for r in batch if isinstance(r, CollectorStats)]
+    measured = [
+        msgspec.structs.replace(r, children_cpu_time_s=0.02, programs_run_time_ns=250_000_000 * (i + 1),
+                                programs_run_count=4000, programs_run_time_total_ns=250_000_000 * (i + 1) * (i + 2) // 2,
+                                agent_cpu_percent=round(r.cpu_percent + 0.2 + 2.5 * (i + 1), 3))
+        for i, r in enumerate(stats)
+    ]  # fmt: skip
+    assert other.ingest([r for r in batch if not isinstance(r, CollectorStats)] + measured)["stored"] == len(batch)
+    page.goto(f"{server.url}/status/?host={host}")
+    page.wait_for_selector("body[data-loaded='1']")
+    panel = page.locator(f"section.host-status[data-host='{host}']")
+    items = {k: panel.locator(f"[data-item=\"{k}\"] dd").inner_text() for k in (
+        "CPU", "Children's CPU", "Programs in the kernel", "Whole cost (H4)", "CPU since start")}  # fmt: skip
+    assert items == {
+        "CPU": "3.00 % of one CPU",
+        "Children's CPU": "0.20 % of one CPU",
+        "Programs in the kernel": "7.50 % of one CPU (4,000 runs, 187,500 ns each)",
+        "Whole cost (H4)": "10.70 % of one CPU",
+        "CPU since start": "1.3 s, programs 1.500 s since loaded",
+    }
+    assert page.evaluate("NT.charts['cpu-0'].data.slice(1, 4)") == [[2.0, 7.5, 3.0], [2.5, 5.0, 7.5], [4.7, 12.7, 10.7]]
+    assert page.evaluate(PAINTED, ["cpu-0", "#8a4baf"]) > 20  # the programs' line

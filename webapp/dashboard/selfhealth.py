@@ -2,8 +2,9 @@
 
 Per host: the newest ``collector_status`` (H3: tracepoints attached with their program
 ids, absent or failed ones, rules unavailable or degraded and why, sampling settings),
-the ``collector_stats`` series (H4: CPU % of one CPU, events/s, RSS) with the CPU budget
-of rule H4, the newest ``sampling_report`` per event type (H2), ring-buffer losses by
+the ``collector_stats`` series (H4: the process's CPU % of one CPU and the agent's whole
+cost beside it -- its children's CPU and its programs' kernel time --, events/s, RSS)
+with the CPU budget of rule H4, the newest ``sampling_report`` per event type (H2), ring-buffer losses by
 event type (H1) and the newest version of each self-health alert (H1, H4).
 Also a connection's SIFTR sampling windows for the detail page. Keep in sync with
 js/status.js, js/connection.js, api.py (status), translators/records.py
@@ -115,6 +116,24 @@ def lifecycle_sampling(host: str | None = None) -> list[dict[str, Any]]:
     return out
 
 
+# collector_stats' measure of the agent's whole cost beside its process's CPU (H4)
+AGENT_COST_FIELDS = (
+    "children_cpu_time_s", "children_cpu_total_s", "programs_run_time_ns", "programs_run_count",
+    "programs_run_time_total_ns", "agent_cpu_percent",
+)  # fmt: skip
+
+
+def agent_cost(row: dict[str, Any]) -> dict[str, float | None]:
+    """The interval's programs' kernel time and children's CPU in percent of one CPU, as
+    cpu_percent is (null where the collector did not measure them)."""
+    wall = row["interval_s"] / 100.0 if row["interval_s"] else None
+    ns, children = row["programs_run_time_ns"], row["children_cpu_time_s"]
+    return {
+        "programs_percent": None if ns is None or not wall else round(ns / 1e9 / wall, 3),
+        "children_percent": None if children is None or not wall else round(children / wall, 3),
+    }
+
+
 def hosts_with_status() -> list[str]:
     seen = set(CollectorStatus.objects.values_list("host_id", flat=True).distinct())
     seen |= set(CollectorStats.objects.values_list("host_id", flat=True).distinct())
@@ -125,11 +144,16 @@ def host_status(host: str) -> dict[str, Any]:
     status = newest_status(host, *STATUS_FIELDS)
     cols = (
         "ts_wall", "cpu_percent", "events_per_s", "rss_bytes", "pid", "interval_s", "events_by_type", "cpu_total_s",
-        "stopped", "poll_interval_s", "poll_missed",
+        "stopped", "poll_interval_s", "poll_missed", *AGENT_COST_FIELDS,
     )  # fmt: skip
     rows = list(CollectorStats.objects.filter(host_id=host).order_by("-ts_wall", "-id").values(*cols)[:MAX_STATS])
     rows.reverse()
-    series: dict[str, list[Any]] = {"t": [], "cpu_percent": [], "events_per_s": [], "rss_bytes": []}
+    for r in rows:
+        r.update(agent_cost(r))
+    series: dict[str, list[Any]] = {
+        "t": [], "cpu_percent": [], "agent_cpu_percent": [], "programs_percent": [], "children_percent": [],
+        "events_per_s": [], "rss_bytes": [],
+    }  # fmt: skip
     for r in rows:
         for k in series:
             series[k].append(r["ts_wall"] if k == "t" else r[k])

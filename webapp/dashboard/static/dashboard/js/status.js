@@ -1,7 +1,8 @@
 /* Status page: one panel per collector host from /api/dash/status -- attach coverage
-   (tracepoints, rules unavailable or degraded), the collector's CPU % against rule H4's
-   budget and its events/s (uPlot), sampling ratios, losses and self-health alerts;
-   refreshed when the live feed brings the collector's own records. */
+   (tracepoints, rules unavailable or degraded), the agent's whole cost (its process's CPU,
+   its children's and its programs' kernel time) against rule H4's budget and its events/s
+   (uPlot), sampling ratios, losses and self-health alerts; refreshed when the live feed
+   brings the collector's own records. */
 "use strict";
 
 (() => {
@@ -35,6 +36,7 @@
       ...(s.untraced_ns === null || s.untraced_ns === undefined ? [] : [["Not traced while swapping", `${num(s.untraced_ns / 1e6, 3)} ms`]]),
       ["Sampling", sampling], ["Stack counters", s.stack_counters === null || s.stack_counters === undefined ? "–" : (s.stack_counters ? "read" : "off")],
       ["CPU", last.cpu_percent === undefined ? "–" : `${num(last.cpu_percent, 2)} % of one CPU`],
+      ...agentCost(last),
       ["Events/s", last.events_per_s === undefined ? "–" : num(last.events_per_s)], ["Memory", bytes(last.rss_bytes)],
       // siftr-poll: the pace its polls kept and the network namespaces they could not reach
       ...(last.poll_interval_s === null || last.poll_interval_s === undefined ? [] : [["SIFTR polls", `every ${num(last.poll_interval_s, 3)} s`]]),
@@ -43,6 +45,23 @@
       ...(last.stopped ? [["Stopped", `${datetime(last.ts_wall)} (SIGTERM, Ctrl-C or --duration): not tracing since`]] : []),
     ];
     return el("dl", { class: "summary" }, ...items.map(([k, v]) => el("div", { dataset: { item: k } }, el("dt", { text: k }), el("dd", { text: v }))));
+  }
+
+  // The rest of the agent's cost beside its process's CPU (H4 checks the whole); a
+  // collector that could not measure its programs says so rather than showing 0.
+  function agentCost(last) {
+    if (last.cpu_percent === undefined) return [];
+    const known = (v) => v !== null && v !== undefined;
+    const programs = known(last.programs_run_time_ns)
+      ? `${num(last.programs_percent, 2)} % of one CPU (${num(last.programs_run_count)} runs, ${num(last.programs_run_time_ns / Math.max(last.programs_run_count, 1))} ns each)`
+      : "unknown (the kernel refused its run-time statistics, or an older collector)";
+    return [
+      ["Children's CPU", known(last.children_percent) ? `${num(last.children_percent, 2)} % of one CPU` : "unknown"],
+      ["Programs in the kernel", programs],
+      ["Whole cost (H4)", known(last.agent_cpu_percent) ? `${num(last.agent_cpu_percent, 2)} % of one CPU` : "unknown"],
+      ["CPU since start", `${num(last.cpu_total_s, 1)} s` + (known(last.programs_run_time_total_ns)
+        ? `, programs ${num(last.programs_run_time_total_ns / 1e9, 3)} s since loaded` : "")],
+    ];
   }
 
   function tracepoints(s) {
@@ -84,10 +103,12 @@
     charts[`cpu-${i}`] = NT.chart(document.getElementById(`cpu-${i}`), {
       title: "collector CPU (% of one CPU)",
       scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(budget * 1.5, max)] } },
-      series: [{}, { label: "CPU", stroke: "#0b5cad", width: 2, value: (u, v) => pct(v) },
+      series: [{}, { label: "process", stroke: "#0b5cad", width: 2, value: (u, v) => pct(v) },
+        { label: "programs in the kernel", stroke: "#8a4baf", width: 2, value: (u, v) => pct(v) },
+        { label: "whole cost", stroke: "#1b1b1b", width: 2, value: (u, v) => pct(v) },
         { label: `H4 budget ${budget} %`, stroke: "#b3261e", width: 1, dash: [6, 4], value: (u, v) => pct(v) }],
       axes: [{}, { size: 60, values: (u, vals) => vals.map((v) => v + " %") }],
-    }, [st.t, st.cpu_percent, st.t.map(() => budget)]);
+    }, [st.t, st.cpu_percent, st.programs_percent, st.agent_cpu_percent, st.t.map(() => budget)]);
     charts[`events-${i}`] = NT.chart(document.getElementById(`events-${i}`), {
       title: "events read per second",
       scales: { x: { time: true } },

@@ -20,13 +20,14 @@ from translators import records as r
 
 pytestmark = pytest.mark.postgres
 SHARED = "alert-0f3c"  # host B's alert id, which host A's record reuses
+T0 = 1_764_000_000.0  # a plausible wall clock (ingest refuses times before 2000)
 
 
 def alert(host: str, seq: int, status: str, metric: float, count: int, message: str, **kw: Any) -> r.Alert:
     return r.Alert(
-        **env(host, seq), provider="nettrail", probe="alert", rule_id="K2", condition="retrans", alert_id=SHARED,
-        severity=kw.pop("severity", "warning"), status=status, start=1000.0 + seq, count=count, metric=metric,
-        message=message, **kw,
+        **{**env(host, seq), "ts_wall": T0 + seq}, provider="nettrail", probe="alert", rule_id="K2",
+        condition="retrans", alert_id=SHARED, severity=kw.pop("severity", "warning"), status=status,
+        start=T0 + seq, count=count, metric=metric, message=message, **kw,
     )  # fmt: skip
 
 
@@ -72,11 +73,11 @@ def test_first_and_worst_values_and_the_version_count_are_each_hosts_own(collide
     rows = {a["host_id"]: a for a in viewer(collided).get("/api/dash/alerts").json()["alerts"]}
     b = rows["host-b"]
     assert (b["metric"], b["count"], b["versions"]) == (5.0, 3, 2)
-    assert b["first"] == {"metric": 2.0, "count": 1, "message": "B fired", "ts": 1001.0}
-    assert b["worst"] == {"metric": 5.0, "count": 3, "message": "B grew", "ts": 1002.0}  # not A's 9.0
+    assert b["first"] == {"metric": 2.0, "count": 1, "message": "B fired", "ts": T0 + 1}
+    assert b["worst"] == {"metric": 5.0, "count": 3, "message": "B grew", "ts": T0 + 2}  # not A's 9.0
     a = rows["host-a"]
     assert (a["metric"], a["count"], a["versions"]) == (9.0, 7, 1)
-    own = {"metric": 9.0, "count": 7, "message": "A forged", "ts": 1003.0}
+    own = {"metric": 9.0, "count": 7, "message": "A forged", "ts": T0 + 3}
     assert (a["first"], a["worst"]) == (own, own)  # its one version: nothing of B's
 
 

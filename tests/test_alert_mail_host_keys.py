@@ -18,6 +18,7 @@ from webapp.traces.alert_mail import MAILER
 
 pytestmark = pytest.mark.django_db
 SHARED = "hk-mail-7d21"  # B's alert id, reused by A; unique to this file (MAILER remembers ids)
+T0 = 1_764_000_000.0  # a plausible wall clock (ingest refuses times before 2000)
 
 
 class Smtp(SmtpSink):
@@ -42,8 +43,9 @@ def smtp(settings, monkeypatch) -> Iterator[list[str]]:
 
 def alert(host: str, seq: int, status: str, severity: str) -> Alert:
     return Alert(
-        **env(host, seq), provider="nettrail", probe="alert", rule_id="K4", condition="overflow", alert_id=SHARED,
-        severity=severity, status=status, start=1000.0, count=seq, message=f"{host} dropped {seq} connection attempts",
+        **{**env(host, seq), "ts_wall": T0 + seq}, provider="nettrail", probe="alert", rule_id="K4",
+        condition="overflow", alert_id=SHARED, severity=severity, status=status, start=T0, count=seq,
+        message=f"{host} dropped {seq} connection attempts",
     )  # fmt: skip
 
 

@@ -26,9 +26,12 @@ from webapp.dashboard.tables import Alert, CollectorStats, CollectorStatus
 
 def latest(qs: QuerySet[Any]) -> QuerySet[Any]:
     """``qs`` restricted to the newest version of each alert (filters apply after the pick):
-    no later row of the same host and alert_id exists (index (alert_id, ts_wall))."""
+    no later row of the same host and alert_id exists. A row without an alert_id never
+    equals another (NULL = NULL is not true), so it is always shown. One NOT EXISTS, no OR,
+    so PostgreSQL plans an anti-join: a hash join for the whole list, and for a narrow
+    filter (a host's connection) a probe of the (alert_id, ts_wall) index per row."""
     newer = Alert.objects.filter(host_id=OuterRef("host_id"), alert_id=OuterRef("alert_id"), id__gt=OuterRef("id"))
-    return qs.filter(Q(alert_id__isnull=True) | ~Exists(newer))
+    return qs.filter(~Exists(newer))
 
 
 def acked() -> Q:

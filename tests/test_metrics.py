@@ -95,7 +95,7 @@ def test_exact_kernel_drop_counts_add_their_deltas(tokens: dict[str, str]) -> No
             boot_id="b",
             seq=i,
             ts_ns=i,
-            ts_wall=1.0 + i,
+            ts_wall=1_700_000_000.0 + i,
             provider="skb",
             probe="drop-count",
             drop_reason_str="TCP_CSUM",
@@ -148,3 +148,33 @@ async def test_ingest_is_timed_on_the_asgi_stack_too(transactional_db: None) -> 
     assert resp.status_code == 200
     assert stored_count() - before == 1
     await sync_to_async(connections.close_all)()
+
+
+def collector_stats(host: str, seq: int, cpu_total_s: float, programs_total_ns: int | None) -> r.CollectorStats:
+    known = programs_total_ns is not None
+    return r.CollectorStats(
+        host_id=host, boot_id="b", seq=seq, ts_ns=seq, ts_wall=1_700_000_000.0 + 10 * seq, provider="nettrail",
+        probe="stats", pid=4321, interval_s=10.0, cpu_time_s=0.5, cpu_total_s=cpu_total_s, cpu_percent=5.0,
+        events=0, events_per_s=0.0, records=0, children_cpu_time_s=0.01 if known else None,
+        children_cpu_total_s=0.25 if known else None, programs_run_time_ns=1_000 if known else None,
+        programs_run_count=10 if known else None, programs_run_time_total_ns=programs_total_ns,
+        agent_cpu_percent=5.1 if known else None,
+    )  # fmt: skip
+
+
+def test_the_collectors_own_cpu_and_its_programs_kernel_time_are_counters_per_host(tokens: dict[str, str]) -> None:
+    client = Client()
+    # alpha's newest interval (by time, whatever order they came in) gives its counters
+    newest, older = collector_stats("alpha", 2, 12.5, 2_750_000_000), collector_stats("alpha", 1, 12.0, 2_000_000_000)
+    assert ingest(client, tokens["alpha"], [newest, older]) == 200
+    # beta's collector could not measure its programs: no programs sample, not 0
+    assert ingest(client, tokens["beta"], [collector_stats("beta", 1, 3.0, None)]) == 200
+    families = scrape(logged_in())
+    assert samples(families, "nettrail_collector_cpu_seconds") == {(("host", "alpha"),): 12.5, (("host", "beta"),): 3.0}
+    assert samples(families, "nettrail_collector_children_cpu_seconds") == {(("host", "alpha"),): 0.25}
+    assert samples(families, "nettrail_collector_programs_seconds") == {(("host", "alpha"),): 2.75}
+    assert families["nettrail_collector_programs_seconds"].type == "counter"
+    # a host's token sees its own collector only
+    own = scrape(client, HTTP_AUTHORIZATION=f"Bearer {tokens['beta']}")
+    assert samples(own, "nettrail_collector_cpu_seconds") == {(("host", "beta"),): 3.0}
+    assert samples(own, "nettrail_collector_programs_seconds") == {}

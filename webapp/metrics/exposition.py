@@ -3,6 +3,7 @@
 Counters are read from IngestCounter at scrape time, one query, and exposed per
 METRICS entry with labels host (+ the metric's own label). The latency histogram
 lives in process memory (per worker, as Prometheus histograms normally are).
+The collector's own cost per host comes from its newest collector_stats (agent_cost.py).
 Keep in sync with: webapp/metrics/counting.py (METRICS), docs/reports.md ("Metrics").
 """
 
@@ -14,6 +15,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from webapp.metrics.agent_cost import AgentCost
 from webapp.metrics.counting import METRICS
 
 # Ingest requests take ~1 ms (tiny batch) to seconds (16 MiB batch on a busy disk).
@@ -61,6 +63,7 @@ class DatabaseCounters(Collector):
 
 
 REGISTRY.register(DatabaseCounters())
+REGISTRY.register(AgentCost())
 
 
 def host_registry(host: str) -> CollectorRegistry:
@@ -68,6 +71,7 @@ def host_registry(host: str) -> CollectorRegistry:
     counters, no server-wide latency histogram)."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(DatabaseCounters(host))
+    registry.register(AgentCost(host))
     return registry
 
 

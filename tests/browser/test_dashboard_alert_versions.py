@@ -45,8 +45,8 @@ def test_an_open_alert_shows_its_current_first_and_worst_numbers_live(server: Se
         " && r.querySelector('td.count').textContent === '120')"
     )
     assert row.locator("td.msg .clamp").inner_text() == f"120 segments retransmitted (6.1%) {TARGET}"
-    assert row.locator(".versions .first").inner_text().startswith("first 0.02 (count 39) at ")
-    assert row.locator(".versions .worst").inner_text().startswith("worst 0.061 (count 120) at ")
+    assert row.locator(".versions .first").inner_text().startswith("first metric 0.02 (fired 39 times) at ")
+    assert row.locator(".versions .worst").inner_text().startswith("worst metric 0.061 (fired 120 times) at ")
 
     server.ingest([version(0.047, 249, "closed", start)])
     page.wait_for_function(
@@ -56,7 +56,7 @@ def test_an_open_alert_shows_its_current_first_and_worst_numbers_live(server: Se
     assert row.count() == 1  # one row per alert, whatever the number of versions
     cells = row.locator("td").all_inner_texts()
     assert cells[4] == "closed"
-    assert row.locator(".versions .worst").inner_text().startswith("worst 0.061 (count 120) at ")
+    assert row.locator(".versions .worst").inner_text().startswith("worst metric 0.061 (fired 120 times) at ")
     assert row.locator(".versions").get_attribute("data-versions") == "3"
     assert row.locator(".versions .first").get_attribute("title") == f"39 segments retransmitted (2.0%) {TARGET}"
     screenshot(page, "alert-versions")

@@ -38,15 +38,18 @@
 
   /* The row's message and count are the newest version's (the current numbers, replaced
      live as versions arrive); this line says how the alert started and its worst. */
+  // The metric's unit depends on the rule (docs/alerts.md), so it is named as the metric;
+  // the count is how often the condition fired.
   function value(v) {
-    return v.metric === null || v.metric === undefined ? `count ${num(v.count)}` : `${Number(v.metric.toPrecision(4))} (count ${num(v.count)})`;
+    const fired = `(fired ${NT.count(v.count, "time")})`;
+    return v.metric === null || v.metric === undefined ? fired : `metric ${Number(v.metric.toPrecision(4))} ${fired}`;
   }
   function versions(a) {
     if (!a.first || a.versions < 2) return null;
     return el("div", { class: "versions muted", dataset: { versions: a.versions } },
       el("span", { class: "first", title: a.first.message, text: `first ${value(a.first)} at ${time(a.first.ts)}` }), " · ",
       el("span", { class: "worst", title: a.worst.message, text: `worst ${value(a.worst)} at ${time(a.worst.ts)}` }), " · ",
-      el("span", { text: `${a.versions} versions` }));
+      el("span", { text: NT.count(a.versions, "version") }));
   }
 
   const fetchAlerts = NT.latest();
@@ -68,19 +71,26 @@
     try { d = await fetchAlerts("/api/dash/alerts?" + p); } catch (e) { NT.showError(e.message); return; }
     options(form.elements.rule, d.rules, pd.rule);
     options(form.elements.host, d.hosts, pd.host);
-    document.getElementById("count").textContent = num(d.alerts.length);
+    document.getElementById("count").textContent = NT.count(d.alerts.length, "alert");
     document.querySelector("#alerts tbody").replaceChildren(...d.alerts.map((a) => el("tr", { dataset: { id: a.id } },
-      el("td", {}, ...NT.datetime(a.start).split(" ").map((part) => el("span", { class: "nowrap", text: part + " " }))),
+      stampCell(a.start),
       el("td", {}, NT.sevBadge(a.severity)), el("td", { text: a.rule_id }),
       el("td", { class: "trunc", title: a.host_id, text: a.host_id }), el("td", { class: "status", text: status(a) }), el("td", { class: "num count", text: num(a.count) }),
       el("td", { class: "msg" }, a.conn_uuid
         ? el("a", { class: "clamp", title: a.message, href: NT.connHref(a), text: a.message })
         : el("span", { class: "clamp", title: a.message, text: a.message }), versions(a)),
-      el("td", {}, el("button", { type: "button", class: "evidence", text: `${a.evidence.length} records`, onclick: () => evidence(a.id) })),
+      el("td", {}, el("button", { type: "button", class: "evidence", text: NT.count(a.evidence.length, "record"), onclick: () => evidence(a.id) })),
       el("td", {}, a.acked_by
         ? el("span", { class: "acked", text: `${a.acked_by}, ${NT.datetime(a.acked_at)}` })
         : el("button", { type: "button", class: "ack", "aria-label": `Acknowledge alert ${a.rule_id} ${a.id}`, text: "Acknowledge", onclick: (ev) => acknowledge(a.id, ev.currentTarget) })))));
     document.body.dataset.loaded = "1";
+  }
+
+  /* The start stamp breaks between date and time on narrow screens; the space stays in the
+     text (two inline-blocks each ending in a space read "2026-12-0721:02:51"). */
+  function stampCell(epoch) {
+    const [date, clock] = NT.datetime(epoch).split(" ");
+    return el("td", { class: "stamp" }, el("span", { class: "nowrap", text: date }), " ", el("span", { class: "nowrap", text: clock || "" }));
   }
 
   // An open alert whose collector stopped or restarted since its last version: no engine follows it now.

@@ -128,6 +128,22 @@ const NT = (() => {
       return out;
     });
   }
+  /* "1 alert", "2 alerts" (issue 34): count() is the number with its noun. */
+  function plural(n, one, many = one + "s") { return Number(n) === 1 ? one : many; }
+  function count(n, one, many) { return `${num(n)} ${plural(n, one, many)}`; }
+  /* How long a socket that is still open has been open, from its first record to now: its
+     stored duration stops at its last record and went stale (issue 34 item 6). */
+  function openFor(start) {
+    if (!start) return dash;
+    return "open for " + duration(Math.max(0, Date.now() / 1000 - start));
+  }
+  /* A connection's Duration: an open live socket (LISTEN included, whose stored duration
+     was "0 µs") is "open for" the time since it opened; an uploaded capture's connections
+     are not live, so theirs stays the recorded span. */
+  function connDuration(c) {
+    const live = !String(c.host_id || "").startsWith("capture:");
+    return c.closed === false && live ? openFor(c.start) : duration(c.duration);
+  }
   function endpoint(ip, port) {
     if (!ip && port === null) return dash;
     const host = ip && ip.includes(":") ? `[${ip}]` : (ip || "?");
@@ -210,6 +226,21 @@ const NT = (() => {
     };
   }
 
+  /* uPlot stretches a time axis with a single x value to years around it (issue 34: one
+     SIFTR sample drew 2027 to 2029): a lone instant gets ONE_SAMPLE_S either side, and
+     each series shows its point, since one sample makes no line. */
+  const ONE_SAMPLE_S = 30;
+  function oneSampleAxis(opts, data) {
+    const xs = (data[0] || []).filter((v) => v !== null && v !== undefined);
+    if (!xs.length || Math.min(...xs) !== Math.max(...xs)) return opts;
+    const scales = Object.assign({}, opts.scales);
+    // uPlot widens a lone time to [t, t + 1 day] before calling range: use the sample itself
+    const t = xs[0];
+    scales.x = Object.assign({}, scales.x, { range: () => [t - ONE_SAMPLE_S, t + ONE_SAMPLE_S] });
+    const series = opts.series.map((s, i) => (i === 0 || s.points ? s : Object.assign({}, s, { points: { show: true, size: 7 } })));
+    return Object.assign({}, opts, { scales, series });
+  }
+
   /* A uPlot chart sized to its container; returns the uPlot instance. */
   function chart(container, opts, data) {
     const width = Math.max(320, container.clientWidth || 600);
@@ -222,6 +253,7 @@ const NT = (() => {
       series[0] = Object.assign({ value: (u, v) => (v === null || v === undefined ? "–" : datetime(v) + "." + pad(Math.round((v % 1) * 1000) % 1000, 3)) }, series[0]);
       opts = Object.assign({}, opts, { axes, series });
     }
+    if (timed) opts = oneSampleAxis(opts, data);
     const plot = new uPlot(Object.assign({ width, height: 220 }, opts), data, container);
     const observer = new ResizeObserver(() => {
       const w = Math.max(320, container.clientWidth);
@@ -281,5 +313,5 @@ const NT = (() => {
       el("ul", {}, ...lines.map(([host, text]) => el("li", {}, el("strong", { text: host }), `: ${text}`))), ...tail);
   }
 
-  return { pageData, fetchJSON, latest, el, num, bytes, duration, time, datetime, stamps, axisTime, endpoint, live, chart, linkRow, connHref, sevBadge, showError, lossNote, pageNote, stageName };
+  return { pageData, fetchJSON, latest, el, num, bytes, duration, time, datetime, stamps, plural, count, openFor, connDuration, ONE_SAMPLE_S, axisTime, endpoint, live, chart, linkRow, connHref, sevBadge, showError, lossNote, pageNote, stageName };
 })();

@@ -20,7 +20,7 @@
     const items = [
       ["Host", c.host_id], ["Protocol", c.proto], ["Local", endpoint(c.src, c.sport) + (c.direction_guessed ? " (the opener, guessed: its opening was not seen)" : "")], ["Remote", endpoint(c.dst, c.dport)],
       ["Process", c.comm ? `${c.comm} (pid ${c.pid ?? "?"}, uid ${c.uid ?? "?"})` : "–"], ["State", c.state || (c.conn_state ? `${c.conn_state} (Zeek conn_state; history ${c.history || "–"})` : "–")],
-      ["Opened", NT.datetime(c.start)], ["Duration", duration(c.duration)], ["Bytes out", bytes(c.bytes_out) + (c.retrans_bytes_out ? ` (incl. ${bytes(c.retrans_bytes_out)} retransmitted)` : "")],
+      ["Opened", NT.datetime(c.start)], ["Duration", NT.connDuration(c)], ["Bytes out", bytes(c.bytes_out) + (c.retrans_bytes_out ? ` (incl. ${bytes(c.retrans_bytes_out)} retransmitted)` : "")],
       ["Bytes in", bytes(c.bytes_in)], ["Packets out", num(c.packets_out)], ["Packets in", num(c.packets_in)], ["Retransmitted", c.retrans_segs ? `${num(c.retrans_segs)} segments, ${bytes(c.retrans_bytes_out)}` : num(c.retrans)], ["Handshake RTT", c.handshake_rtt_us ? duration(c.handshake_rtt_us / 1e6) : "–"],
     ];
     document.getElementById("summary").replaceChildren(...items.map(([k, v]) => el("div", {}, el("dt", { text: k }), el("dd", { text: v ?? "–" }))));
@@ -111,7 +111,7 @@
       title,
       scales: { x: { time: true } },
       cursor: { sync: { key: SYNC_KEY, setSeries: true }, drag: { x: true, y: false } },
-      series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 1.5, value: (u, v) => (v === null ? "–" : fmt(v)) }))],
+      series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 1.5, value: (u, v) => (v === null ? s.none || "–" : fmt(v)) }))],
       axes: [{}, { size: 70, values: (u, vals) => vals.map(fmt) }],
       hooks: {
         setScale: [(u, key) => { if (key === "x") syncZoom(u); }],
@@ -135,13 +135,13 @@
     note.dataset.ratio = String(d.ratio);
     note.dataset.polled = String(Boolean(d.polled));
     note.textContent = d.polled
-      ? `Polled (siftr-poll): the socket's control block read every poll interval (0.1 s by default) when it moved; ${num(d.samples)} samples for ${num(d.packets)} packets (counted exactly in the kernel). ` +
+      ? `Polled (siftr-poll): the socket's control block read every poll interval (0.1 s by default) when it moved; ${NT.count(d.samples, "sample")} for ${NT.count(d.packets, "packet")} (counted exactly in the kernel). ` +
         "cwnd, srtt and the windows are seen at the polls only: what happened between two polls can be missing."
       : sampled
-      ? `Sampled: one SIFTR sample per ${num(d.ratio, 2)} packets (${num(d.packets)} packets, ${num(d.samples)} samples, counted exactly in the kernel)` +
-        (last && last.ratio !== null ? `; latest window ${num(last.ratio, 2)} (${num(last.packets)} packets at ${time(last.t)}).` : ".") +
+      ? `Sampled: one SIFTR sample per ${num(d.ratio, 2)} packets (${NT.count(d.packets, "packet")}, ${NT.count(d.samples, "sample")}, counted exactly in the kernel)` +
+        (last && last.ratio !== null ? `; latest window ${num(last.ratio, 2)} (${NT.count(last.packets, "packet")} at ${time(last.t)}).` : ".") +
         " cwnd and srtt are seen between samples only: shorter dips and spikes can be missing."
-      : `Every packet sampled (${num(d.packets)} packets, ${num(d.samples)} samples).`;
+      : `Every packet sampled (${NT.count(d.packets, "packet")}, ${NT.count(d.samples, "sample")}).`;
     note.hidden = false;
     if (d.polled) sampledSuffix = " (polled)";
     else if (sampled) sampledSuffix = ` (sampled 1 in ${num(d.ratio, 1)})`;
@@ -154,7 +154,7 @@
     if (empty) return;
     const us = (v) => duration(v / 1e6);
     // Linux counts cwnd and ssthresh in segments; SIFTR reports bytes: the chart says how they were made
-    siftrChart("chart-cwnd", "cwnd and ssthresh, segments × MSS" + sampledSuffix, [{ label: "cwnd", color: "#0b5cad" }, { label: "ssthresh", color: "#b3261e" }], ["cwnd", "ssthresh"], bytes, data);
+    siftrChart("chart-cwnd", "cwnd and ssthresh, segments × MSS" + sampledSuffix, [{ label: "cwnd", color: "#0b5cad" }, { label: "ssthresh", color: "#b3261e", none: "infinite (not set yet)" }], ["cwnd", "ssthresh"], bytes, data);
     siftrChart("chart-rtt", "srtt and rttvar" + sampledSuffix, [{ label: "srtt", color: "#1f7a3a" }, { label: "rttvar", color: "#a15c00" }], ["srtt", "rttvar"], us, data);
     siftrChart("chart-wnd", "snd_wnd and rcv_wnd", [{ label: "snd_wnd", color: "#5a3fa0" }, { label: "rcv_wnd", color: "#0a7d8c" }], ["snd_wnd", "rcv_wnd"], bytes, data);
     siftrChart("chart-inflight", "bytes in flight", [{ label: "in flight", color: "#10243b" }], ["inflight"], bytes, data);
@@ -200,7 +200,7 @@
     document.querySelector("#alerts tbody").replaceChildren(...rows.map((a) => el("tr", {},
       el("td", { text: time(a.start) }), el("td", {}, NT.sevBadge(a.severity)),
       el("td", {}, el("a", { href: `/alerts/?rule=${encodeURIComponent(a.rule_id)}`, text: a.rule_id })),
-      el("td", { class: "num", text: num(a.count) }), el("td", { text: a.message }))));
+      el("td", { class: "num", text: num(a.count) }), el("td", { class: "msg" }, el("span", { class: "clamp", title: a.message, text: a.message })))));
   }
 
   function drops(rows) {

@@ -44,7 +44,7 @@
         : el("span", { class: "zeek-state", title: `Zeek conn_state of the capture's summary; history ${c.history || "–"}`, text: `${c.conn_state} (${c.history || "–"})` })),
       el("td", { dataset: { col: "start" }, text: NT.time(c.start) }),
       el("td", { dataset: { col: "last" }, text: NT.time(c.last) }),
-      el("td", { class: "num", dataset: { col: "duration" }, text: duration(c.duration) }),
+      el("td", { class: "num", dataset: { col: "duration" }, text: NT.connDuration(c) }),
       el("td", { class: "num", dataset: { col: "bytes" }, text: bytes(c.bytes) }),
       el("td", { class: "num", dataset: { col: "retrans" }, text: num(c.retrans) }),
       el("td", { dataset: { col: "alerts" } }, c.alerts ? el("span", { class: "badge sev-warning", text: `${c.alerts} (${c.alert_rules.join(",")})` }) : "–"),
@@ -105,12 +105,13 @@
     for (const h of data.hosts) feed.add({ host: h, kind: liveKinds });
     state.next = data.next;
     document.getElementById("total").textContent = num(data.total);
+    document.getElementById("total-noun").textContent = NT.plural(data.total, "connection");
     // Rows of this page whose other end is shown ("both ends") are left out; the total counts them.
     const folded = data.folded ? `, ${num(data.folded)} folded into their other end's row (both ends traced)` : "";
     document.getElementById("next").disabled = !data.next;
     document.getElementById("first").disabled = state.cursors.length === 1;
     const page = state.cursors.length;
-    document.getElementById("page-info").textContent = `page ${page}, ${data.rows.length} rows${folded}, ${data.elapsed_ms} ms`;
+    document.getElementById("page-info").textContent = `page ${page}, ${NT.count(data.rows.length, "row")}${folded}, ${data.elapsed_ms} ms`;
   }
 
   /* --- live updates --------------------------------------------------------- */
@@ -152,8 +153,10 @@
       if (data.rows.length) {
         const total = document.getElementById("total");
         // folded: ends shown in their other end's row still count, as on a page load
-        total.textContent = num((Number(total.textContent.replace(/,/g, "")) || 0) + data.rows.length + (data.folded || 0));
-        document.getElementById("page-info").textContent = `page 1, ${tbody.children.length} rows, live`;
+        const n = (Number(total.textContent.replace(/,/g, "")) || 0) + data.rows.length + (data.folded || 0);
+        total.textContent = num(n);
+        document.getElementById("total-noun").textContent = NT.plural(n, "connection");
+        document.getElementById("page-info").textContent = `page 1, ${NT.count(tbody.children.length, "row")}, live`;
       }
     } catch (e) {
       NT.showError(e.message);

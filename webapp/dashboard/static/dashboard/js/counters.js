@@ -50,7 +50,7 @@
     const tbody = document.querySelector("#ip-flows tbody");
     tbody.replaceChildren(...d.flows.map(flowRow));
     if (!d.flows.length) tbody.append(el("tr", {}, el("td", { colspan: 10, class: "muted", text: "No IP flow counters recorded." })));
-    document.getElementById("flows-total").textContent = d.total > d.flows.length ? `Showing ${d.flows.length} of ${d.total} flows.` : `${d.total} flows.`;
+    document.getElementById("flows-total").textContent = d.total > d.flows.length ? `Showing ${num(d.flows.length)} of ${NT.count(d.total, "flow")}.` : `${NT.count(d.total, "flow")}.`;
     markSort();
   }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.alert_streams import BOOT, HOST, Stream, engine, feed_all, only
-from translators.records import CollectorStatus
+from translators.records import CollectorStatus, StackCounter
 
 
 def test_it_warns_on_one_listen_overflow_and_turns_critical_when_it_persists_5_of_10_seconds():
@@ -29,6 +29,29 @@ def test_it_reads_listen_overflow_from_exact_drop_counts():
     recs.append(s.drop_count("TCP_LISTEN_OVERFLOW", 3, 3))
     alerts = only(feed_all(e, recs), "K4")
     assert [(a.severity, a.metric, a.dst) for a in alerts] == [("warning", 3.0, None)]
+
+
+def test_listen_overflow_counters_fire_once_per_namespace_naming_it_with_its_own_numbers():
+    """stack_counter records of two namespaces in one read (ListenDrops before ListenOverflows,
+    as collector/stack_counters.py orders them): two alerts, each with its namespace's counts."""
+    s, e = Stream(), engine()
+
+    def counter(netns: int, name: str, delta: int, **who: Any) -> StackCounter:
+        env = s._env("linux", "stack-counter", netns=netns, hook="/proc/net/netstat", **who)
+        return StackCounter(**env, mib="TcpExt", counter=name, value=100 + delta, delta=delta)
+
+    blue = {"netns_name": "blue", "pid": 70, "tgid": 70, "comm": "sleep"}
+    web = {"pid": 80, "tgid": 80, "comm": "nginx"}
+    recs = [counter(11, "ListenDrops", 9, **blue), counter(11, "ListenOverflows", 7, **blue)]
+    recs += [counter(22, "ListenDrops", 3, **web), counter(22, "ListenOverflows", 3, **web)]
+    alerts = only(feed_all(e, recs), "K4")
+    assert [(a.netns, a.metric, a.evidence) for a in alerts] == [(11, 7.0, [recs[1].seq]), (22, 3.0, [recs[3].seq])]
+    assert alerts[0].message.startswith(
+        "Listening sockets in network namespace 11 (blue) (ListenOverflows 7, ListenDrops 9) dropped 7 connection"
+    )
+    assert alerts[1].message.startswith(
+        "Listening sockets in network namespace 22 (where nginx, pid 80, runs) (ListenOverflows 3, ListenDrops 3) "
+    )
 
 
 def test_it_warns_on_a_zero_window_drop_on_a_tcp_flow():

@@ -9,9 +9,9 @@ keep-alive connection, which must raise no alert at all.
 
 K4 has no test here: on Linux 6.18 an accept-queue overflow (provoked with a backlog-1
 listener, counted in ListenOverflows) produces no skb drop with reason
-TCP_LISTEN_OVERFLOW; the collector reports the ListenOverflows counter of its own
-namespace as stack_counter records, and tests/test_collect_alerts.py runs a collector
-inside a test namespace for K4 on real traffic. The drop-based half of K5 (a TCP_ZEROWINDOW drop), K8's server half-open, K2's SYN-ACK share
+TCP_LISTEN_OVERFLOW; the collector reports the ListenOverflows counter of every network
+namespace as stack_counter records: tests/test_collect_alerts.py runs a collector inside a
+test namespace, tests/test_stack_counters_kernel.py one outside two flooded namespaces. The drop-based half of K5 (a TCP_ZEROWINDOW drop), K8's server half-open, K2's SYN-ACK share
 and K10's FIN_WAIT_2 are in tests/test_alerts_kernel_more.py.
 """
 

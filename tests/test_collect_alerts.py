@@ -16,8 +16,9 @@ import time
 import pytest
 
 from analysis.alerts.config import config_from_mapping
-from analysis.alerts.live import Alerting, Extras, read_mib
+from analysis.alerts.live import Alerting, Extras
 from collector.sinks.http import HttpSink
+from collector.stack_counters import read_mib
 from tests.collect_process import ROOT, Collector
 from tests.kernel_support import bpf_skip_reason, free_port
 from translators.kernel import KernelEnv
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.skipif(bpf_skip_reason() is not None, reason=bpf_skip_r
 def ns_counters(ns: str) -> dict[tuple[str, str], int]:
     out = subprocess.run(
         ["ip", "netns", "exec", ns, sys.executable, "-c",
-         "import json; from analysis.alerts.live import read_mib; "
+         "import json; from collector.stack_counters import read_mib; "
          "print(json.dumps([[g, n, v] for (g, n), v in read_mib().items()]))"],
         cwd=ROOT, capture_output=True, text=True, check=True,
     )  # fmt: skip

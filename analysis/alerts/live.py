@@ -8,7 +8,8 @@ file's [notify] section. Output is written to the sink once per poll, so alerts 
 every sink (xo, --out, --server) in the same batches as the records behind them.
 
 ``Extras.add`` appends to each poll's records: ``stack_counter`` records when selected
-MIB counters of the collector's network namespace moved (read once a second), and a
+MIB counters of a network namespace moved (collector/stack_counters.py reads every
+namespace of the host once a second and is passed in: this layer imports no agent), and a
 ``loss_report`` with event_type ``spool`` when the HTTP sink dropped records for lack
 of spool space. Keep in sync with nettrail/commands/collect.py, docs/collector.md and
 docs/alerts.md.
@@ -16,36 +17,15 @@ docs/alerts.md.
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import Protocol
 
 from translators.kernel import KernelEnv, KernelRecord, as_struct, collector_envelope
-from translators.records import LossReport, Record, StackCounter
+from translators.records import LossReport, Record
 
 from . import engine
 from .config import RulesConfig, load_config
 from .notify import Notifiers, WebhookNotifier
-
-# The counters worth a record when they move (docs/collector.md says why each one).
-STACK_COUNTERS: dict[str, tuple[str, ...]] = {
-    "TcpExt": (
-        "ListenOverflows",
-        "ListenDrops",
-        "TCPTimeouts",
-        "SyncookiesSent",
-        "TCPBacklogDrop",
-        "TCPZeroWindowDrop",
-        "TCPRcvQDrop",
-        "TCPAbortOnMemory",
-        "TCPReqQFullDrop",
-    ),
-    "Tcp": ("AttemptFails", "EstabResets", "InErrs", "OutRsts"),
-}
-STACK_COUNTER_FILES = ("/proc/net/netstat", "/proc/net/snmp")
-STACK_COUNTER_INTERVAL_S = 1.0
 
 
 class Sink(Protocol):
@@ -62,66 +42,12 @@ class SelfReports(Protocol):
     def add(self, records: list[KernelRecord], final: bool = False, stopping: bool = False) -> list[KernelRecord]: ...
 
 
-def read_mib(paths: Iterable[str] = STACK_COUNTER_FILES) -> dict[tuple[str, str], int]:
-    """(group, name) -> value of every counter in the /proc/net MIB files (header/value line pairs)."""
-    out: dict[tuple[str, str], int] = {}
-    for path in paths:
-        try:
-            lines = Path(path).read_text().splitlines()
-        except OSError:
-            continue
-        for names, values in zip(lines[::2], lines[1::2], strict=False):
-            group, _, head = names.partition(":")
-            _, _, vals = values.partition(":")
-            for name, value in zip(head.split(), vals.split(), strict=False):
-                out[(group, name)] = int(value)
-    return out
+class CounterReader(Protocol):
+    """collector.stack_counters.StackCounters: the MIB counters of every network namespace."""
 
+    def due(self, final: bool) -> bool: ...
 
-def own_netns() -> int:
-    return os.stat("/proc/self/ns/net").st_ino
-
-
-class StackCounters:
-    """Reads the MIB counters once a second; the first read is the baseline (no record)."""
-
-    def __init__(self, paths: Iterable[str] = STACK_COUNTER_FILES, interval_s: float = STACK_COUNTER_INTERVAL_S):
-        self.paths = tuple(paths)
-        self.interval_s = interval_s
-        self.netns = own_netns()
-        self.seen = self._selected()
-        self.next = time.monotonic() + interval_s
-
-    def _selected(self) -> dict[tuple[str, str], int]:
-        mib = read_mib(self.paths)
-        return {(g, n): mib[(g, n)] for g, names in STACK_COUNTERS.items() for n in names if (g, n) in mib}
-
-    def due(self, final: bool) -> bool:
-        return final or time.monotonic() >= self.next
-
-    def records(self, env: KernelEnv) -> list[KernelRecord]:
-        self.next = time.monotonic() + self.interval_s
-        now = self._selected()
-        out: list[KernelRecord] = []
-        ts_ns = time.monotonic_ns()  # one read stamps the whole batch
-        for (group, name), value in now.items():
-            delta = value - self.seen.get((group, name), value)
-            if delta <= 0:
-                continue
-            out.append(
-                StackCounter(
-                    **collector_envelope(
-                        env, "stack-counter", f"/proc/net/{'snmp' if group == 'Tcp' else 'netstat'}", "linux", ts_ns
-                    ),
-                    netns=self.netns,
-                    mib=group,
-                    counter=name,
-                    value=value,
-                    delta=delta,
-                )  # fmt: skip
-            )
-        self.seen = now
-        return out
+    def records(self, env: KernelEnv) -> list[KernelRecord]: ...
 
 
 class Extras:
@@ -132,7 +58,7 @@ class Extras:
         source: Numbering,
         env: KernelEnv,
         sink: object,
-        counters: StackCounters | None,
+        counters: CounterReader | None,
         health: SelfReports | None = None,
     ) -> None:
         self.source = source

@@ -10,18 +10,20 @@ packet behind a sample (th_seq, th_ack, data_sz) and what happened between two p
 
 A TCP iterator walks the namespace its creator is in, so the poller enters each network
 namespace that has a process in it or a name under /run/netns (rescanned every
-RESCAN_S), creates the iterator there and comes back: setns(2) on the polling thread only.
+RESCAN_S; collector/netns.py finds them), creates the iterator there and comes back:
+setns(2) on the polling thread only.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import sys
 import time
 from collections.abc import Callable
 from typing import Protocol
+
+from collector import netns
 
 POLL_PROGRAM = "siftr_poll"
 RESCAN_S = 1.0  # seconds between scans for network namespaces
@@ -30,48 +32,18 @@ RESCAN_S = 1.0  # seconds between scans for network namespaces
 # host with many namespaces a poll that took longer than this share of its interval
 # stretches the interval; the H2 ratio (segments per sample) shows the density that results.
 POLL_CPU_SHARE = 0.02
-CLONE_NEWNET = 0x40000000
-NAMED_NETNS = "/run/netns"
-HOME = "/proc/thread-self/ns/net"  # the polling thread's own namespace
-
-_libc = ctypes.CDLL(None, use_errno=True)
+NAMED_NETNS = netns.NAMED_NETNS
+HOME = netns.HOME  # the polling thread's own namespace
+setns = netns.setns
 
 
 class PolledSession(Protocol):
     def run_iter(self, name: str) -> bool: ...
 
 
-def setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
-def netns_inode(path: str) -> int | None:
-    try:
-        return os.stat(path).st_ino
-    except OSError:
-        return None  # gone meanwhile, or not ours to see
-
-
 def namespaces(proc: str = "/proc") -> dict[int, str]:
-    """Network namespace inode -> a path that enters it: each one a process is in, and
-    each one named under /run/netns (it may hold sockets no process has)."""
-    found: dict[int, str] = {}
-    paths = [os.path.join(NAMED_NETNS, n) for n in _listdir(NAMED_NETNS)]
-    paths += [f"{proc}/{pid}/ns/net" for pid in _listdir(proc) if pid.isdigit()]
-    for path in paths:
-        inode = netns_inode(path)
-        if inode is not None:
-            found.setdefault(inode, path)
-    return found
-
-
-def _listdir(path: str) -> list[str]:
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
+    """Network namespace inode -> a path that enters it (collector/netns.py finds them)."""
+    return {inode: ns.path for inode, ns in netns.scan(proc, NAMED_NETNS).items()}
 
 
 class SiftrPoller:

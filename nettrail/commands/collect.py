@@ -37,6 +37,7 @@ from collector.health.overhead import DEFAULT_INTERVAL_S
 from collector.health.reporter import SelfHealth
 from collector.sinks.http_transport import add_transport_arguments, transport_options
 from collector.sinks.token_source import add_token_arguments, resolve_token
+from collector.stack_counters import StackCounters
 from translators.kernel import KernelEnv, KernelRecord
 from translators.skb_window import parse_window
 from xo import add_libxo_argument, libxo_from_args
@@ -154,7 +155,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--no-stack-counters",
         action="store_true",
-        help="do not report moves of the TCP MIB counters of /proc/net/netstat as stack_counter records",
+        help="do not report moves of the TCP MIB counters (/proc/PID/net/netstat and snmp of every network namespace) as stack_counter records",
     )
     p.set_defaults(func=run)
 
@@ -319,7 +320,8 @@ def trace(
         return fail(str(exc))
     follow = sink if getattr(args, "providers_from_server", False) else None
     swap = Swap(follow, opts, PROG)  # type: ignore[arg-type]  # the HTTP sink has `tracing`
-    counters = live.StackCounters() if not args.no_stack_counters else None  # one baseline across swaps
+    # one baseline across swaps; a netns filter keeps them to that namespace
+    counters = StackCounters(only_netns=opts.filters.netns) if not args.no_stack_counters else None
     origin, untraced_ns = COMMAND_LINE, None
     source: KernelSource | None = None  # the last session's: the next one goes on from what it knew
     deadline = None if args.duration is None else time.monotonic() + args.duration  # across swaps
@@ -380,7 +382,7 @@ def collect(
     stats_interval: float = DEFAULT_INTERVAL_S,
     *,
     swap: Swap | None = None,
-    counters: live.StackCounters | None = None,
+    counters: StackCounters | None = None,
     origin: str = COMMAND_LINE,
     untraced_ns: int | None = None,
     before: KernelSource | None = None,
@@ -402,7 +404,7 @@ def collect(
         source.take_over(before)
     health = SelfHealth(source, env, stats_interval)
     if counters is None and stack_counters:
-        counters = live.StackCounters()
+        counters = StackCounters(only_netns=session.opts.filters.netns)
     extras = live.Extras(source, env, sink, counters if stack_counters else None, health)
     status = status_record(session, env, stack_counters, origin, untraced_ns)
     batches = itertools.chain([source.number([status])], poll_batches(session, source, extras, stop, duration, swap))

@@ -232,15 +232,16 @@ def overview(request: HttpRequest) -> HttpResponse:
 
 @api("GET")
 def buffers_view(request: HttpRequest) -> HttpResponse:
-    """?host=&reason=&conn=: drop statistics and the selected buffers' lifecycles."""
+    """?host=&reason=&conn=&unix=1: drop statistics and the selected buffers' lifecycles."""
     host = request.GET.get("host") or None
     reason = request.GET.get("reason") or None
     conn = request.GET.get("conn") or None
+    unix = request.GET.get("unix") == "1"  # unix-socket drops: left out unless asked for
     # why the drops chart may be empty, per live host (empty_panels.py)
     live = [host] if host else [h for h in selfhealth.hosts_with_status() if not captures.is_capture(h)]
     return JsonResponse(
         {
-            **buffers.summary(host, reason, conn),
+            **buffers.summary(host, reason, conn, unix),
             "empty_why": empty_panels.hosts_panel(live, "drops"),
             "sampling": selfhealth.lifecycle_sampling(host),
             "losses": page_losses.for_page("buffers", host),
@@ -302,7 +303,16 @@ def ip_flows(request: HttpRequest) -> HttpResponse:
         body = counters.ip_flows(host, sort)
     except counters.SortError as exc:
         return json_error(400, str(exc))
-    return JsonResponse({**body, "hosts": host_names(), "losses": page_losses.for_page("counters", host)})
+    # why the table may be empty, per live host (empty_panels.py): ip-flows is off by default
+    live = [host] if host else [h for h in selfhealth.hosts_with_status() if not captures.is_capture(h)]
+    return JsonResponse(
+        {
+            **body,
+            "hosts": host_names(),
+            "empty_why": empty_panels.hosts_panel(live, "ip_flows"),
+            "losses": page_losses.for_page("counters", host),
+        }
+    )
 
 
 @api("GET")

@@ -57,18 +57,25 @@ class ListenOverflow(Rule):
     kinds = ("skb_drop", "drop_count", "stack_counter")
     REASON = "TCP_LISTEN_OVERFLOW"
     COUNTER = ("TcpExt", "ListenOverflows")
+    # Every listen drop, overflows included (tcp_listendrop); a namespace's records of one
+    # read carry it before ListenOverflows (collector/stack_counters.py), so the message has both.
+    DROPS = ("TcpExt", "ListenDrops")
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         self.window = self.num("window_s")
         self.listeners = self.keys_map()
+        self.listen_drops = self.keys_map()  # (host, netns) -> Window of ListenDrops deltas
         # Kernels that report TCP_LISTEN_OVERFLOW drops count the same overflows in the
         # MIB too: once a host showed the drop reason, its counter is not counted twice.
         self.reason_hosts: set[str] = set()
 
     def feed(self, rec: Record) -> None:
         if isinstance(rec, StackCounter):
-            if (rec.mib, rec.counter) == self.COUNTER and rec.delta > 0 and rec.host_id not in self.reason_hosts:
+            if (rec.mib, rec.counter) == self.DROPS and rec.delta > 0:
+                w = self.window
+                self.listen_drops.get_or_create((rec.host_id, rec.netns), lambda: Window(w)).add(rec.ts_wall, rec.delta)
+            elif (rec.mib, rec.counter) == self.COUNTER and rec.delta > 0 and rec.host_id not in self.reason_hosts:
                 self._count(rec, ("netns", rec.netns), rec.delta)
         elif isinstance(rec, SkbDrop) and rec.drop_reason_str == self.REASON:
             self.reason_hosts.add(rec.host_id)
@@ -89,7 +96,7 @@ class ListenOverflow(Rule):
         if isinstance(rec, StackCounter):
             subject = host_subject(rec)
             subject.proto = "tcp"
-            where = f"Listening sockets in network namespace {rec.netns} (ListenOverflows)"
+            where = f"Listening sockets in {self._netns(rec)} (ListenOverflows {total}, ListenDrops {self._drops(rec)})"
         elif not isinstance(rec, SkbDrop):
             subject = host_subject(rec)
             where = "Listening sockets on this host"
@@ -108,6 +115,18 @@ class ListenOverflow(Rule):
             "overflow", key, now=t, severity="critical" if critical else "warning", subject=subject,
             message=message, clear_after=2 * w, metric=float(total), evidence=d.evidence or (),
         )  # fmt: skip
+
+    def _netns(self, rec: StackCounter) -> str:
+        """The namespace as a person finds it: its inode, and its name or a process in it."""
+        if rec.netns_name:
+            return f"network namespace {rec.netns} ({rec.netns_name})"
+        if rec.comm:
+            return f"network namespace {rec.netns} (where {rec.comm}, pid {rec.pid}, runs)"
+        return f"network namespace {rec.netns}"
+
+    def _drops(self, rec: StackCounter) -> int:
+        drops = self.listen_drops.get((rec.host_id, rec.netns))
+        return int(drops.total(rec.ts_wall)) if drops is not None else 0
 
 
 class ZeroWindowTracker:

@@ -26,6 +26,7 @@ PUBLIC = {
     "/accounts/login/": "the login form",
     "/admin/login/": "the admin's login form",
     "/static/x": "static assets (JS, CSS) carry no data",
+    "/favicon.ico": "a redirect to the static icon",
 }
 SAMPLES = {"int": "1", "uuid": "00000000-0000-0000-0000-000000000001"}
 

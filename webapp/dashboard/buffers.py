@@ -4,14 +4,16 @@ a selected flow or drop reason (the newest buffers followed when none is chosen)
 
 Exact counts come from ``drop_count`` records (in-kernel map deltas, never sampled);
 the per-drop breakdowns come from ``skb_drop`` events, which may be sampled — the page
-says so. Keep in sync with: js/buffers.js, detail.lifecycles().
+says so. Drops of unix-socket buffers are left out unless asked for (``unix=True``, the
+API's ``unix=1``): a browser closing its unix sockets drowned every other process
+(issue 34). Keep in sync with: js/buffers.js, detail.lifecycles(), docs/dashboard.md.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, Max, QuerySet, Sum
+from django.db.models import Count, Max, Q, QuerySet, Sum
 
 from webapp.dashboard.buckets import bucketed
 from webapp.dashboard.detail import lifecycles
@@ -21,6 +23,10 @@ MAX_TIMELINE_DROPS = 50_000  # newest drops bucketed into the stacked chart
 TOP_REASONS = 8  # stacked series; the rest are summed as "other"
 MAX_ROWS = 100
 MAX_LIFECYCLES = 50
+# Where the kernel frees a unix socket's buffers: af_unix's own functions
+# (unix_release_sock on close, unix_stream_read_generic, ...); the symbol keeps its offset.
+UNIX_LOCATION_PREFIX = "unix_"
+UNIX_DROP = Q(drop_location__startswith=UNIX_LOCATION_PREFIX)
 
 
 def drop_rates(host: str, since: float) -> dict[str, int]:
@@ -40,12 +46,17 @@ def _timeline(drops: QuerySet[SkbDrop]) -> dict[str, Any]:
     return bucketed([(t, reason, 1) for t, reason in rows], TOP_REASONS, "reason")
 
 
-def summary(host: str | None, reason: str | None, conn: str | None) -> dict[str, Any]:
+def summary(host: str | None, reason: str | None, conn: str | None, unix: bool = False) -> dict[str, Any]:
     drops = SkbDrop.objects.all()
     exact = DropCount.objects.all()
     if host:
         drops = drops.filter(host_id=host)
         exact = exact.filter(host_id=host)
+    # how many unix-socket drops the page leaves out, so its control can say so
+    unix_drops = drops.filter(UNIX_DROP).count()
+    if not unix:
+        drops = drops.exclude(UNIX_DROP)
+        exact = exact.exclude(UNIX_DROP)
     selected = drops
     if reason:
         selected = selected.filter(drop_reason_str=reason)
@@ -80,6 +91,7 @@ def summary(host: str | None, reason: str | None, conn: str | None) -> dict[str,
         "exact": list(exact_rows),
         "recent": recent,
         "reasons": sorted(set(drops.values_list("drop_reason_str", flat=True).distinct())),
+        "unix": {"included": unix, "drops": unix_drops},
         # nothing chosen: the newest buffers followed (one in --skb-sample N on a live host)
         "lifecycles": lifecycles(_selected_uids(selected, conn) if (reason or conn) else _recent_uids(host), host),
     }

@@ -5,7 +5,7 @@ A bare panel header told the user nothing (issue 18 item 3: the skb-lifecycle an
 tcpdebug panels); each empty panel now names the cause from the host's newest
 ``collector_status`` (its ``providers``), as the UDP page does (selfhealth.provider_off).
 Keep in sync with: collector/bpf/loader.py PROVIDERS, docs/collector.md, js/connection.js,
-js/buffers.js.
+js/buffers.js, js/counters.js.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ PANELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "tcpdebug": ("tcpdebug snapshots", ("tcpdebug",)),
     "skbs": ("skb lifecycles", ("skb-lifecycle",)),
     "drops": ("drops", ("skb", "skb-lifecycle", "tcpdebug")),
+    # the Counters page's IP flows (a per-packet provider, off by default)
+    "ip_flows": ("IP flow counters", ("ip-flows",)),
 }
 
 
@@ -51,12 +53,16 @@ def why(host: str, panel: str, providers: list[str] | None, scope: str = "this c
     return f"No {what} recorded for {scope} (the collector on {host} runs {', '.join(providers)})."
 
 
+CONNECTION_PANELS = ("siftr", "tcpdebug", "skbs", "drops")
+
+
 def connection_panels(host: str) -> dict[str, str]:
     """Each connection-page panel's reason, shown only when the panel has no rows."""
     providers = newest_providers(host)
-    return {panel: why(host, panel, providers) for panel in PANELS}
+    return {panel: why(host, panel, providers) for panel in CONNECTION_PANELS}
 
 
 def hosts_panel(hosts: list[str], panel: str) -> list[dict[str, Any]]:
-    """Per host, the reason a page-wide panel (the Buffers page's drops) is empty."""
+    """Per host, the reason a page-wide panel (the Buffers page's drops, the Counters
+    page's IP flows) is empty."""
     return [{"host_id": h, "why": why(h, panel, newest_providers(h), scope="this host")} for h in hosts]

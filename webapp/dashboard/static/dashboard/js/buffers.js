@@ -13,6 +13,7 @@
   function params() {
     const p = new URLSearchParams();
     for (const k of ["host", "reason", "conn"]) { const v = form.elements[k].value.trim(); if (v) p.set(k, v); }
+    if (form.elements.unix.checked) p.set("unix", "1");
     return p;
   }
 
@@ -104,6 +105,16 @@
     }).join(" ");
   }
 
+  /* Unix-socket drops (a browser closing its sockets) are left out unless ticked: say how
+     many, so an empty or quiet page is not mistaken for no drops at all. */
+  function unixNote(u) {
+    const note = document.getElementById("unix-note");
+    note.dataset.drops = String(u.drops);
+    note.textContent = u.included
+      ? `Unix-socket drops included (${NT.count(u.drops, "drop event")}).`
+      : u.drops ? `${NT.count(u.drops, "drop event")} of unix sockets left out.` : "";
+  }
+
   const fetchBuffers = NT.latest();
 
   async function load() {
@@ -116,6 +127,7 @@
     const chosen = reason.value || pd.reason;
     reason.replaceChildren(el("option", { value: "", text: "any" }), ...d.reasons.map((r) => el("option", { value: r, text: r, selected: r === chosen })));
     stacked(d.timeline, d.empty_why);
+    unixNote(d.unix);
     document.querySelector("#by-location tbody").replaceChildren(...d.by_location.map((r) => el("tr", {},
       el("td", { class: "trunc", title: r.drop_reason_str, text: r.drop_reason_str }),
       el("td", { class: "trunc", title: r.drop_location || "", text: r.drop_location || "–" }), el("td", { class: "num", text: num(r.n) }))));
@@ -148,6 +160,8 @@
   }
 
   form.addEventListener("submit", (ev) => { ev.preventDefault(); load(); });
+  form.elements.unix.checked = new URLSearchParams(location.search).get("unix") === "1";
+  form.elements.unix.addEventListener("change", load);
   if (pd.reason) form.elements.reason.append(el("option", { value: pd.reason, text: pd.reason, selected: true }));
   load();
   if (pd.skb) showSkb(pd.skb);

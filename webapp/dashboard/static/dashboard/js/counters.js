@@ -49,7 +49,11 @@
     NT.lossNote(d.losses);
     const tbody = document.querySelector("#ip-flows tbody");
     tbody.replaceChildren(...d.flows.map(flowRow));
-    if (!d.flows.length) tbody.append(el("tr", {}, el("td", { colspan: 10, class: "muted", text: "No IP flow counters recorded." })));
+    // Empty: per host, which provider is missing and how to enable it (empty_panels.py).
+    if (!d.flows.length) {
+      const why = d.empty_why.length ? d.empty_why.map((w) => w.why) : ["No IP flow counters recorded: no collector has reported yet (the ip-flows provider counts them: nettrail collect --providers tcp,ip-flows)."];
+      tbody.append(...why.map((text) => el("tr", { class: "empty-why" }, el("td", { colspan: 10, class: "muted wrap", text }))));
+    }
     document.getElementById("flows-total").textContent = d.total > d.flows.length ? `Showing ${num(d.flows.length)} of ${NT.count(d.total, "flow")}.` : `${NT.count(d.total, "flow")}.`;
     markSort();
   }

@@ -139,10 +139,14 @@ NETTRAIL_TRIM_BATCH = env_int("NETTRAIL_TRIM_BATCH", 2000, minimum=1)  # rows pe
 # as SQLite does by default). webapp/traces/checkpoint.py.
 NETTRAIL_CHECKPOINT_INTERVAL = env_int("NETTRAIL_CHECKPOINT_INTERVAL", 1)
 # Live websocket flow control (webapp/traces/consumers.py, docs/api.md): unacknowledged
-# messages per client, records buffered per client, seconds an overflowed client may stay silent.
+# messages and bytes per client, records and bytes buffered per client, seconds an
+# overflowed client may stay silent, open live sockets per user (per server process).
 NETTRAIL_LIVE_WINDOW = env_int("NETTRAIL_LIVE_WINDOW", 4, minimum=1)
+NETTRAIL_LIVE_WINDOW_BYTES = env_int("NETTRAIL_LIVE_WINDOW_BYTES", 4 << 20, minimum=64 << 10)
 NETTRAIL_LIVE_MAX_BUFFER = env_int("NETTRAIL_LIVE_MAX_BUFFER", 50_000, minimum=1000)
+NETTRAIL_LIVE_MAX_BUFFER_BYTES = env_int("NETTRAIL_LIVE_MAX_BUFFER_BYTES", 16 << 20, minimum=64 << 10)
 NETTRAIL_LIVE_STALL_SECONDS = env_int("NETTRAIL_LIVE_STALL_SECONDS", 30, minimum=1)
+NETTRAIL_LIVE_SOCKETS_PER_USER = env_int("NETTRAIL_LIVE_SOCKETS_PER_USER", 20, minimum=1)
 
 # --- security: everything below passes `check --deploy` except the HTTPS-only items,
 # which NETTRAIL_HTTPS=1 turns on when a TLS proxy is in front (docs/webapp.md).

@@ -12,10 +12,17 @@ Ingest's ``group_send`` of ``{"type": "trace.batch", "records": [...]}`` lands i
 Nothing is lost silently. Each record is encoded once as it arrives and messages are
 cut by encoded size (MAX_MESSAGE_BYTES), so no message reaches daphne's 1 MiB frame
 limit whatever the burst. Every client is flow-controlled: at most `window` records
-messages go out unacknowledged (``{"ack": n}``, cumulative); while it lags its records
-wait in a buffer of at most `max_buffer` records. When that overflows, the buffer is
-emptied and from then on its records are only counted (server memory stays bounded:
-the buffer, and `window` messages in daphne); once the client has acknowledged every
+messages and `window_bytes` bytes go out unacknowledged (``{"ack": n}``, cumulative;
+ids are unguessable, outbox.py, and an ack naming no message sent closes the socket
+with 4400); while it lags its records wait in a buffer of at most `max_buffer` records
+and `max_buffer_bytes` bytes. Replies (subscribed, error) count in the same unread
+bytes: past `window_bytes` + CONTROL_BYTES a ``subscribed`` reply waits (the newest
+replaces an older one) for an ack, asked for with an empty records message, and any
+other reply drops the client as too slow. So what one client makes the server hold
+-- buffer, unread bytes in daphne, one waiting reply -- is bounded in bytes whatever
+it sends, and a user has at most NETTRAIL_LIVE_SOCKETS_PER_USER sockets per process
+(live_sockets.py; one more is closed with 4429). When the buffer overflows, it is
+emptied and from then on its records are only counted; once the client has acknowledged every
 message in flight -- or acknowledged nothing for NETTRAIL_LIVE_STALL_SECONDS -- it
 leaves its groups, is told ``{"type": "gap", "missed": N, "dropped": true}`` (N is
 exactly the records routed to it that it never got) and is closed (4008). Records the
@@ -34,8 +41,7 @@ import asyncio
 import json
 import logging
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -44,6 +50,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from translators.records import BY_KIND
+from webapp.traces import live_sockets
+from webapp.traces.outbox import Outbox
 from webapp.traces.push import group_name
 from webapp.traces.session_close import SessionBound
 
@@ -51,17 +59,25 @@ PUSH_HZ = 10
 # Daphne (autobahn) refuses outgoing frames over 1 MiB; the envelope and a margin fit in the rest.
 MAX_MESSAGE_BYTES = 1_000_000
 DEFAULT_WINDOW = 4  # unacknowledged records messages in flight
+DEFAULT_WINDOW_BYTES = 4 << 20  # ... and their bytes (with any replies not yet proven read)
 DEFAULT_MAX_BUFFER = 50_000  # records waiting for one client before it overflows
+DEFAULT_MAX_BUFFER_BYTES = 16 << 20  # ... and their encoded bytes
+DEFAULT_SOCKETS_PER_USER = 20  # open live sockets per user, per server process
+# Unread reply bytes allowed beyond the records window before replies wait (subscribed)
+# or the client is dropped (errors): a reply must not grow the server for a non-reader.
+CONTROL_BYTES = 1 << 20
 DEFAULT_STALL_SECONDS = 30.0  # an overflowed client that acks nothing for this long is dropped
 MAX_TARGETS = 1000  # subscriptions per connection: bounds what one client can make us hold
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_TOO_SLOW = 4008
-CLOSE_BAD_MESSAGE = 4400
+CLOSE_BAD_ACK = 4400  # an ack naming no records message sent: the client acknowledges what it never read
+CLOSE_TOO_MANY_SOCKETS = 4429
 CLOSE_SERVER_ERROR = 1011
 ALERTS_GROUP = "alerts"
 DROP_MESSAGE = "live.drop"  # sent to our own channel: it arrives after every batch queued before it
 _ENVELOPE = len(b'{"type":"records","id":,"records":[]}') + 20  # 20: the id's digits
 _encode = msgspec.json.Encoder().encode
+QUOTED_MAX = 64  # characters of a client's bad value quoted back in an error
 log = logging.getLogger(__name__)
 
 
@@ -98,7 +114,7 @@ def parse_targets(spec: Any) -> list[Target]:
         raise SubscriptionError("subscribe/unsubscribe takes an object")
     unknown = set(spec) - {"host", "conn", "alerts", "kind"}
     if unknown:
-        raise SubscriptionError(f"unknown subscription key {sorted(unknown)[0]!r}")
+        raise SubscriptionError(f"unknown subscription key {_quote(sorted(unknown)[0])}")
     kinds = _parse_kinds(spec.get("kind"))
     targets = []
     for key, field_name in (("host", "host_id"), ("conn", "conn_uuid")):
@@ -125,31 +141,37 @@ def _parse_kinds(value: Any) -> frozenset[str] | None:
         raise SubscriptionError("kind must be a list of record kinds")
     bad = [k for k in value if k not in BY_KIND]
     if bad:
-        raise SubscriptionError(f"unknown record kind {bad[0]!r}")
+        raise SubscriptionError(f"unknown record kind {_quote(bad[0])}")
     return frozenset(value)
 
 
-@dataclass
-class Outbox:
-    """Records waiting to be pushed to one client (encoded), with the flow-control counters."""
-
-    records: deque[bytes] = field(default_factory=deque)
-    # Keys of buffered and last-pushed records: a record reaching us through two groups
-    # (host.H and conn.U) comes in two messages sent back to back by ingest.
-    keys: set[tuple[Any, ...]] = field(default_factory=set)
-    pushed_keys: set[tuple[Any, ...]] = field(default_factory=set)
-    sent_id: int = 0
-    acked_id: int = 0
-    last_push: float = 0.0
-    missed: int = 0  # records this client subscribed to that it will never get
-    reported: int = 0  # of which it has been told (gap messages)
-    # Next expected offset per (sender, group): ingest numbers the records it sends to a
-    # group, so a message the channel layer dropped shows as a jump (push.py).
-    offsets: dict[tuple[str, str], int] = field(default_factory=dict)
+def _quote(value: str) -> str:
+    """A client's value in an error, cut short: a reply is never as long as what provoked it."""
+    return repr(value if len(value) <= QUOTED_MAX else value[:QUOTED_MAX] + "...")
 
 
 class LiveConsumer(SessionBound, AsyncWebsocketConsumer):
     """One browser tab's live feed."""
+
+    claimed: object = None  # the user key holding a place in live_sockets
+    flush_task: asyncio.Task[None] | None = None
+    # Over its buffer: records are only counted (missed) until the client catches up
+    # with what is in flight or the stall timer fires; then it is told and dropped.
+    stall_timer: asyncio.Task[None] | None = None
+    overflowed = False
+    dropping = False  # left its groups; counting what was queued before, then closing
+    held: str | None = None  # a subscribed reply waiting for the client to read what it was sent
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:  # also when the server cancels the instance without a disconnect
+            self._release()
+
+    def _release(self) -> None:
+        if self.claimed is not None:
+            live_sockets.release(self.claimed)
+            self.claimed = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -159,28 +181,34 @@ class LiveConsumer(SessionBound, AsyncWebsocketConsumer):
         self.targets: dict[str, Target] = {}
         self.outbox = Outbox()
         self.window = int(getattr(settings, "NETTRAIL_LIVE_WINDOW", DEFAULT_WINDOW))
+        self.window_bytes = int(getattr(settings, "NETTRAIL_LIVE_WINDOW_BYTES", DEFAULT_WINDOW_BYTES))
         self.max_buffer = int(getattr(settings, "NETTRAIL_LIVE_MAX_BUFFER", DEFAULT_MAX_BUFFER))
-        self.flush_task: asyncio.Task[None] | None = None
+        self.max_buffer_bytes = int(getattr(settings, "NETTRAIL_LIVE_MAX_BUFFER_BYTES", DEFAULT_MAX_BUFFER_BYTES))
         self.stall_seconds = float(getattr(settings, "NETTRAIL_LIVE_STALL_SECONDS", DEFAULT_STALL_SECONDS))
-        # Over its buffer: records are only counted (missed) until the client catches up
-        # with what is in flight or the stall timer fires; then it is told and dropped.
-        self.overflowed = False
-        self.stall_timer: asyncio.Task[None] | None = None
-        self.dropping = False  # left its groups; counting what was queued before, then closing
+        cap = int(getattr(settings, "NETTRAIL_LIVE_SOCKETS_PER_USER", DEFAULT_SOCKETS_PER_USER))
         await self.accept()
+        # Accepted first, so the browser sees the code (a refused handshake shows none).
+        if not live_sockets.claim(user.pk, cap):
+            self.dropping = True
+            await self._send_json({"type": "error", "error": f"at most {cap} live sockets per user"})
+            await self.close(code=CLOSE_TOO_MANY_SOCKETS)
+            return
+        self.claimed = user.pk
         await self.bind_session()  # logout or session expiry closes this socket
 
     async def disconnect(self, code: int) -> None:
-        for name in ("flush_task", "stall_timer"):
-            task = getattr(self, name, None)  # absent when connect() refused the handshake
+        for task in (self.flush_task, self.stall_timer):
             if task is not None:
                 task.cancel()
+        self._release()
         await self.unbind_session()
         await self._leave_all()
 
     # --- client -> server ----------------------------------------------------------------
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.dropping:
+            return  # closing: nothing more is answered or acknowledged
         try:
             message = json.loads(text_data or "")
         except ValueError:
@@ -195,9 +223,7 @@ class LiveConsumer(SessionBound, AsyncWebsocketConsumer):
             elif "unsubscribe" in message:
                 await self._unsubscribe(parse_targets(message["unsubscribe"]))
             elif "ack" in message:
-                self._ack(message["ack"])
-                if self.overflowed and self.outbox.acked_id == self.outbox.sent_id:
-                    await self._start_drop()  # it has caught up with what it was sent: tell it now
+                await self._ack(message["ack"])
             else:
                 raise SubscriptionError("expected subscribe, unsubscribe or ack")
         except SubscriptionError as exc:
@@ -213,19 +239,36 @@ class LiveConsumer(SessionBound, AsyncWebsocketConsumer):
                 await self.channel_layer.group_add(target.group, self.channel_name)
                 self._forget_offsets(target.group)  # offsets start again with the next message
             self.targets[target.group] = target  # subscribing again replaces the kind filter
-        await self._send_json({"type": "subscribed", "groups": sorted(self.targets)})
+        await self._reply({"type": "subscribed", "groups": sorted(self.targets)})
 
     async def _unsubscribe(self, targets: list[Target]) -> None:
         for target in targets:
             if self.targets.pop(target.group, None) is not None:
                 await self.channel_layer.group_discard(target.group, self.channel_name)
-        await self._send_json({"type": "subscribed", "groups": sorted(self.targets)})
+        await self._reply({"type": "subscribed", "groups": sorted(self.targets)})
 
-    def _ack(self, value: Any) -> None:
+    async def _ack(self, value: Any) -> None:
         if not isinstance(value, int) or isinstance(value, bool):
             raise SubscriptionError("ack takes the id of the last records message handled")
-        self.outbox.acked_id = max(self.outbox.acked_id, min(value, self.outbox.sent_id))
+        if not self.outbox.ack(value):
+            await self._refuse_ack()
+            return
+        if self.overflowed and not self.outbox.in_flight:
+            await self._start_drop()  # it has caught up with what it was sent: tell it now
+            return
+        await self._send_held()
         self._schedule()
+
+    async def _refuse_ack(self) -> None:
+        """An ack of a message never sent: the client claims to read what it does not, so
+        flow control cannot hold it; it is closed at once and nothing more is kept for it."""
+        self.dropping = True
+        if self.stall_timer is not None:
+            self.stall_timer.cancel()
+        await self._leave_all()
+        self.outbox.clear()
+        await self._send_json({"type": "error", "error": "ack names no records message sent on this socket"})
+        await self.close(code=CLOSE_BAD_ACK)
 
     def _forget_offsets(self, group: str) -> None:
         offsets = self.outbox.offsets
@@ -245,12 +288,12 @@ class LiveConsumer(SessionBound, AsyncWebsocketConsumer):
         if target is None and "group" in event:
             return  # a message of a group we have just left
         self._check_offset(event, len(records))
-        wanted = self._wanted(records)
-        room = self.max_buffer - len(box.records)
-        if len(wanted) > room:
-            self._overflow(len(wanted))
+        encoded = list(map(_encode, self._wanted(records)))
+        nbytes = sum(map(len, encoded))
+        if len(box.records) + len(encoded) > self.max_buffer or box.size + nbytes > self.max_buffer_bytes:
+            self._overflow(len(encoded))
             return
-        box.records.extend(map(_encode, wanted))
+        box.add(encoded)
         self._schedule()
 
     def _wanted(self, records: Any) -> list[dict[str, Any]]:
@@ -289,10 +332,8 @@ class LiveConsumer(SessionBound, AsyncWebsocketConsumer):
         the gap and is dropped."""
         box = self.outbox
         self.overflowed = True
-        box.missed += len(box.records) + arriving
-        box.records.clear()
-        box.keys.clear()
-        if box.acked_id == box.sent_id:  # nothing in flight to wait for
+        box.missed += box.clear() + arriving
+        if not box.in_flight:  # nothing in flight to wait for
             self.stall_timer = asyncio.ensure_future(self._start_drop())
         else:
             self.stall_timer = asyncio.ensure_future(self._stall_then_drop())
@@ -324,9 +365,7 @@ class LiveConsumer(SessionBound, AsyncWebsocketConsumer):
         # delivered) and stops there: `dropping` is set. Cancelling it could lose a
         # message between the buffer and the socket without counting it.
         box = self.outbox
-        box.missed += len(box.records)
-        box.records.clear()
-        box.keys.clear()
+        box.missed += box.clear()
         box.pushed_keys.clear()
         self.targets.clear()
         await self._send_json({"type": "gap", "missed": box.missed - box.reported, "dropped": True})
@@ -353,8 +392,7 @@ class LiveConsumer(SessionBound, AsyncWebsocketConsumer):
         self.dropping = True
         await self._leave_all()
         box = self.outbox
-        box.missed += len(box.records)
-        box.records.clear()
+        box.missed += box.clear()
         try:
             await self._send_json({"type": "gap", "missed": box.missed - box.reported, "dropped": True})
             box.reported = box.missed
@@ -375,40 +413,22 @@ class LiveConsumer(SessionBound, AsyncWebsocketConsumer):
             missed = box.missed - box.reported
             box.reported = box.missed
             await self._send_json({"type": "gap", "missed": missed})
+        budget = min(MAX_MESSAGE_BYTES, self.window_bytes) - _ENVELOPE
         while box.records:
             if self.dropping or self.overflowed:
                 return  # live_drop counts what is left
-            if box.sent_id - box.acked_id >= self.window:
+            if box.in_flight and (len(box.in_flight) >= self.window or box.unread + budget > self.window_bytes):
                 return  # the client lags: keep buffering; its next ack reschedules
-            parts = self._take(MAX_MESSAGE_BYTES - _ENVELOPE)
+            parts = box.take(budget)
             if not parts:
                 continue  # only oversized records, counted as missed
-            box.sent_id += 1
-            head = b'{"type":"records","id":%d,"records":[' % box.sent_id
-            await self.send(text_data=(head + b",".join(parts) + b"]}").decode())
+            await self.send(text_data=box.records_message(parts).decode())
         if box.missed > box.reported:  # oversized records just skipped
             missed = box.missed - box.reported
             box.reported = box.missed
             await self._send_json({"type": "gap", "missed": missed})
         box.pushed_keys, box.keys = box.keys, set()
         box.last_push = time.monotonic()
-
-    def _take(self, budget: int) -> list[bytes]:
-        """Encoded records from the front of the buffer, as many as fit in `budget` bytes."""
-        records = self.outbox.records
-        parts: list[bytes] = []
-        used = 0
-        while records:
-            size = len(records[0]) + 1  # the comma
-            if used + size > budget:
-                if not parts:  # one record over the limit alone: cannot be sent, say so
-                    records.popleft()
-                    self.outbox.missed += 1
-                    continue
-                break
-            parts.append(records.popleft())
-            used += size
-        return parts
 
     async def _leave_all(self) -> None:
         for group in list(getattr(self, "targets", {})):
@@ -417,7 +437,33 @@ class LiveConsumer(SessionBound, AsyncWebsocketConsumer):
             self.targets.clear()
 
     async def _error(self, message: str) -> None:
-        await self._send_json({"type": "error", "error": message})
+        await self._reply({"type": "error", "error": message})
+
+    async def _reply(self, payload: dict[str, Any]) -> None:
+        """An answer to the client's message, within its unread bytes (see the module doc)."""
+        data = json.dumps(payload, separators=(",", ":"))
+        if payload["type"] == "subscribed":
+            self.held = data  # it lists every group: the newest one says it all
+            await self._send_held()
+        elif self.outbox.unread + len(data) > self.window_bytes + CONTROL_BYTES:
+            log.warning("live client %s reads nothing of what it is sent: dropped", self.channel_name)
+            await self._start_drop()
+        else:
+            await self._send_json(payload)
+
+    async def _send_held(self) -> None:
+        held, box = self.held, self.outbox
+        if held is None or self.dropping:
+            return
+        if box.unread + len(held) <= self.window_bytes + CONTROL_BYTES:
+            self.held = None
+            box.sent(len(held))
+            await self.send(text_data=held)
+        elif not box.in_flight:  # nothing it could acknowledge: ask it to, with an empty message
+            await self.send(text_data=box.records_message([]).decode())
 
     async def _send_json(self, payload: dict[str, Any]) -> None:
-        await self.send(text_data=json.dumps(payload, separators=(",", ":")))
+        data = json.dumps(payload, separators=(",", ":"))
+        if hasattr(self, "outbox"):
+            self.outbox.sent(len(data))
+        await self.send(text_data=data)

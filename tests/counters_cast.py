@@ -3,8 +3,9 @@
 collector running the ip-flows provider with stack counters would send them. Flow A is
 evicted and recreated once (a new start_ts_ns, reported from zero), so its totals are the
 sum of its deltas, not its last report's cumulative counts.
-Keep in sync with: translators/records.py (IpFlowCounters, StackCounter), the expected
-totals below.
+web1's stack counters come from two network namespaces (its init one and "blue"), so the
+page shows each and their sum. Keep in sync with: translators/records.py (IpFlowCounters,
+StackCounter), the expected totals below.
 """
 
 from __future__ import annotations
@@ -26,18 +27,35 @@ FLOWS = {
     "c": ("db1", "send", "ICMP", ("10.2.0.1", None), ("10.2.0.9", None), 1, 84),
 }
 PROTO = {"TCP": 6, "UDP": 17, "ICMP": 1}
-# expected stack counters: (host, mib, counter) -> (latest value, increase, reports)
+BLUE = 4026532100  # web1's second namespace, named "blue" (ip netns add), read through pid 700
+# who the collector read each namespace through: its /run/netns name, or a process in it
+READ_IN = {
+    NETNS: {"pid": 1, "tgid": 1, "comm": "systemd"},
+    BLUE: {"netns_name": "blue", "pid": 700, "tgid": 700, "comm": "sleep"},
+}
+# expected stack counters: (host, netns, mib, counter) -> (latest value, increase, reports)
 STACK = {
-    ("web1", "TcpExt", "ListenOverflows"): (12, 12, 2),
-    ("web1", "Tcp", "OutRsts"): (100, 3, 1),
-    ("db1", "TcpExt", "TCPTimeouts"): (4, 4, 1),
+    ("web1", NETNS, "TcpExt", "ListenOverflows"): (12, 12, 2),
+    ("web1", NETNS, "Tcp", "OutRsts"): (100, 3, 1),
+    ("web1", BLUE, "TcpExt", "ListenDrops"): (9, 9, 1),
+    ("web1", BLUE, "TcpExt", "ListenOverflows"): (9, 9, 1),
+    ("db1", NETNS, "TcpExt", "TCPTimeouts"): (4, 4, 1),
+}
+# every namespace of a host summed: (host, mib, counter) -> (increase, namespaces, reports)
+SUMMED = {
+    ("web1", "TcpExt", "ListenOverflows"): (21, 2, 3),
+    ("web1", "Tcp", "OutRsts"): (3, 1, 1),
+    ("web1", "TcpExt", "ListenDrops"): (9, 1, 1),
+    ("db1", "TcpExt", "TCPTimeouts"): (4, 1, 1),
 }
 
 
-def _envelope(host: str, seq: int, dt: float, provider: str, probe: str, hook: str) -> dict[str, Any]:
+def _envelope(
+    host: str, seq: int, dt: float, provider: str, probe: str, hook: str, netns: int = NETNS
+) -> dict[str, Any]:
     return {
         "host_id": host, "boot_id": BOOT, "seq": seq, "ts_ns": int((T0 + dt) * 1e9), "ts_wall": T0 + dt,
-        "provider": provider, "probe": probe, "hook": hook, "netns": NETNS,
+        "provider": provider, "probe": probe, "hook": hook, "netns": netns,
     }  # fmt: skip
 
 
@@ -51,8 +69,11 @@ def _flow(name: str, seq: int, dt: float, start: int, cumulative: tuple[int, int
     )  # fmt: skip
 
 
-def _stack(host: str, seq: int, dt: float, mib: str, counter: str, value: int, delta: int) -> Record:
-    env = _envelope(host, seq, dt, "linux", "stack-counter", f"/proc/net/{'snmp' if mib == 'Tcp' else 'netstat'}")
+def _stack(
+    host: str, seq: int, dt: float, mib: str, counter: str, value: int, delta: int, netns: int = NETNS
+) -> Record:
+    hook = f"/proc/net/{'snmp' if mib == 'Tcp' else 'netstat'}"
+    env = {**_envelope(host, seq, dt, "linux", "stack-counter", hook, netns), **READ_IN[netns]}
     return StackCounter(**env, mib=mib, counter=counter, value=value, delta=delta)
 
 
@@ -68,6 +89,8 @@ def records(host: str | None = None) -> list[Record]:
         _stack("web1", next(seq), 0, "TcpExt", "ListenOverflows", 5, 5),
         _stack("web1", next(seq), 10, "Tcp", "OutRsts", 100, 3),
         _stack("web1", next(seq), 30, "TcpExt", "ListenOverflows", 12, 7),
+        _stack("web1", next(seq), 20, "TcpExt", "ListenDrops", 9, 9, BLUE),  # one read: drops, then overflows
+        _stack("web1", next(seq), 20, "TcpExt", "ListenOverflows", 9, 9, BLUE),
         _stack("db1", next(seq), 20, "TcpExt", "TCPTimeouts", 4, 4),
     ]
     if host is None:

@@ -1,5 +1,6 @@
 """The counters page in Chromium: per-flow IP counters sorted by the clicked heading (and
-back), the host filter, the stack counters chart and latest values, and a new flow report
+back), the host filter, the stack counters chart, their sums over a host's network
+namespaces and each namespace's latest values (named, or by the process read in it), and a new flow report
 arriving over the live feed without a reload. Records: tests/counters_cast.py."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.counters_cast import later_report_of_b, records
+from tests.counters_cast import BLUE, NETNS, later_report_of_b, records
 
 from .conftest import HOST, PAINTED, Server, screenshot
 
@@ -53,20 +54,33 @@ def test_flows_sort_by_bytes_then_packets_in_both_directions(server: Server, pag
     assert [r[0] for r in flow_rows(page)] == [HOST, HOST]
 
 
-def test_the_stack_counters_chart_and_table_show_each_counter(server: Server, page: Any, counters: None) -> None:
+def cells(page: Any, table: str) -> list[list[str]]:
+    return page.locator(f"#{table} tbody tr").evaluate_all("rs => rs.map(r => [...r.cells].map(c => c.textContent))")
+
+
+def test_the_stack_counters_chart_and_tables_show_each_namespace_and_their_sum(
+    server: Server, page: Any, counters: None
+) -> None:
     page.goto(f"{server.url}/counters/?host={HOST}")
     page.wait_for_selector("body[data-loaded='1']")
-    assert page.evaluate(PAINTED, ["chart-stack", "#0b5cad"]) > 20  # ListenOverflows' line
-    assert page.evaluate(PAINTED, ["chart-stack", "#b3261e"]) > 20  # OutRsts' line
-    table = {
-        tr[3]: tr
-        for tr in page.locator("#stack tbody tr").evaluate_all(
-            "rs => rs.map(r => [...r.cells].map(c => c.textContent))"
-        )
+    assert page.evaluate(PAINTED, ["chart-stack", "#0b5cad"]) > 20  # ListenOverflows' line, both namespaces
+    assert page.evaluate(PAINTED, ["chart-stack", "#1f7a3a"]) > 20  # OutRsts' line
+    caption = page.locator("#stack-h + .legend-note").inner_text()
+    assert caption.startswith(
+        "Increase of each TCP/IP MIB counter per time bucket, every network namespace of a host summed."
+    )
+    summed = {row[2]: (row[1], row[3], row[4], row[5]) for row in cells(page, "stack-sum")}
+    assert summed == {
+        "ListenOverflows": ("TcpExt", "21", "2", "3"),  # 12 in the init namespace + 9 in blue
+        "ListenDrops": ("TcpExt", "9", "1", "1"),
+        "OutRsts": ("Tcp", "3", "1", "1"),
     }
-    assert {name: (row[2], row[4], row[5], row[6]) for name, row in table.items()} == {
-        "ListenOverflows": ("TcpExt", "12", "12", "2"),
-        "OutRsts": ("Tcp", "100", "3", "1"),
+    per_ns = {(row[1], row[3]): (row[2], row[4], row[5], row[6]) for row in cells(page, "stack")}
+    assert per_ns == {
+        (f"{NETNS} systemd (pid 1)", "ListenOverflows"): ("TcpExt", "12", "12", "2"),
+        (f"{NETNS} systemd (pid 1)", "OutRsts"): ("Tcp", "100", "3", "1"),
+        (f"{BLUE} blue", "ListenDrops"): ("TcpExt", "9", "9", "1"),
+        (f"{BLUE} blue", "ListenOverflows"): ("TcpExt", "9", "9", "1"),
     }
     screenshot(page, "counters")
 

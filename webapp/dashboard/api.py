@@ -317,8 +317,12 @@ def ip_flows(request: HttpRequest) -> HttpResponse:
 
 @api("GET")
 def stack_counters(request: HttpRequest) -> HttpResponse:
-    """?host=: stack counter deltas over time and each counter's latest value."""
-    return JsonResponse({**counters.stack_counters(request.GET.get("host") or None), "hosts": host_names()})
+    """?host=&netns=: stack counter deltas over time, per namespace and summed."""
+    netns = request.GET.get("netns") or None
+    if netns is not None and not netns.isdigit():
+        return json_error(400, f"netns must be a network namespace inode (a number); got {netns!r}")
+    body = counters.stack_counters(request.GET.get("host") or None, int(netns) if netns else None)
+    return JsonResponse({**body, "hosts": host_names()})
 
 
 # --- alerts -----------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 /* Counters page: per-flow IP counters from /api/dash/ip-flows (sorted on the server by
    the clicked heading, filtered by host) and the stack counters over time from
-   /api/dash/stack-counters (one line per counter, latest values below); refreshed when
-   the live feed brings ip_flow_counters or stack_counter records. */
+   /api/dash/stack-counters (one line per counter, every namespace summed; below, the
+   sums and each namespace's latest values); refreshed when the live feed brings
+   ip_flow_counters or stack_counter records. */
 "use strict";
 
 (() => {
@@ -78,11 +79,22 @@
     NT.charts = { stack: chart }; // handy from the console and the browser tests
   }
 
+  // A namespace as a person finds it: its inode, and its /run/netns name or the process read in it.
+  function netnsLabel(c) {
+    if (c.netns === null) return "–";
+    const who = c.netns_name || (c.comm ? `${c.comm} (pid ${c.pid})` : "");
+    return who ? `${c.netns} ${who}` : String(c.netns);
+  }
+
   async function loadStack() {
     const d = await fetchStack("/api/dash/stack-counters?" + params());
     lines(d.timeline);
-    document.querySelector("#stack tbody").replaceChildren(...d.latest.map((c) => el("tr", { dataset: { counter: c.counter } },
-      el("td", { text: c.host_id }), el("td", { class: "num", text: c.netns === null ? "–" : String(c.netns) }),
+    document.querySelector("#stack-sum tbody").replaceChildren(...d.summed.map((c) => el("tr", { dataset: { counter: c.counter } },
+      el("td", { text: c.host_id }), el("td", { text: c.mib }), el("td", { text: c.counter }),
+      el("td", { class: "num", text: num(c.increase) }), el("td", { class: "num", text: num(c.namespaces) }),
+      el("td", { class: "num", text: num(c.reports) }), el("td", { text: time(c.last) }))));
+    document.querySelector("#stack tbody").replaceChildren(...d.latest.map((c) => el("tr", { dataset: { counter: c.counter, netns: String(c.netns) } },
+      el("td", { text: c.host_id }), el("td", { text: netnsLabel(c) }),
       el("td", { text: c.mib }), el("td", { text: c.counter }), el("td", { class: "num", text: num(c.value) }),
       el("td", { class: "num", text: num(c.increase) }), el("td", { class: "num", text: num(c.reports) }), el("td", { text: time(c.last) }))));
   }

@@ -107,3 +107,18 @@ async def test_a_client_that_reads_nothing_and_sends_bad_messages_is_dropped_as_
     assert await comm.receive_output(timeout=10) == {"type": "websocket.close", "code": CLOSE_TOO_SLOW}
     assert errors < 1000 and replies <= WINDOW_BYTES + CONTROL_BYTES
     assert await comm.receive_nothing(timeout=0.3)
+
+
+async def test_an_error_quotes_at_most_64_characters_of_the_bad_value() -> None:
+    comm = await connect(await login_cookie("verbose"))
+    await comm.send_json_to({"subscribe": {"host": "x", "kind": ["k" * 100_000]}})
+    assert await comm.receive_json_from(timeout=10) == {
+        "type": "error",
+        "error": "unknown record kind '" + "k" * 64 + "...'",
+    }
+    await comm.send_json_to({"subscribe": {"y" * 100_000: 1}})
+    assert await comm.receive_json_from(timeout=10) == {
+        "type": "error",
+        "error": "unknown subscription key '" + "y" * 64 + "...'",
+    }
+    await comm.disconnect()

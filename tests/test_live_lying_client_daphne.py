@@ -142,7 +142,9 @@ async def test_a_client_acknowledging_without_reading_is_closed_and_the_server_s
     delivered: list[int] = []
     gap: dict[str, Any] | None = None
     while gap is None:
-        stalled.proto.receive_data(await asyncio.to_thread(stalled.sock.recv, 1 << 16))
+        data = await asyncio.to_thread(stalled.sock.recv, 1 << 16)
+        assert data, "the stalled client was disconnected before its gap"
+        stalled.proto.receive_data(data)
         for frame in stalled.proto.events_received():
             if frame.opcode is not Opcode.TEXT:
                 continue

@@ -98,6 +98,7 @@ class CollectorStats(Record, tag="collector_stats", kw_only=True):
     programs_run_count: Annotated[Int, doc("runs of the collector's own eBPF programs in the interval (sum of their run_cnt); null: unknown")] = None
     programs_run_time_total_ns: Annotated[Int, doc("kernel time in the collector's programs since this session loaded them (a swap of programs starts it again); null: unknown", unit="ns")] = None
     agent_cpu_percent: Annotated[Float, doc("the agent's whole cost: (cpu_time_s + children_cpu_time_s + programs_run_time_ns) / interval_s, in percent of one CPU (what rule H4 checks); null: the programs' time is unknown", unit="%", fmt="%.2f")] = None
+    counters_missed: Annotated[dict[str, str], doc("stack counters: network namespace inode -> why its counters could not be read at the last try, or that it is gone in the interval with its moves since its last read unread; empty: every namespace was read")] = msgspec.field(default_factory=dict)
 
 
 class Alert(FlowRecord, tag="alert", kw_only=True):

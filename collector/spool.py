@@ -16,6 +16,10 @@ The total size of the segments is bounded: when an append would exceed the bound
 oldest segment is deleted and the records it still held are counted in
 ``lost_records`` (the collector reports them as a LossReport) and logged.
 
+The directory and every one on the way to it must be changeable only by root or the
+collector's user (collector/private_dir.py, checked from / without following a
+symlink): otherwise the spool refuses to open (UnsafeDirectoryError, a ValueError).
+
 Keep in sync with: collector/sinks/http.py (the only writer and reader) and
 docs/collector-sinks.md (the format description).
 """
@@ -29,6 +33,8 @@ import typing
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+
+from collector.private_dir import ensure_private_dir
 
 log = logging.getLogger("nettrail.spool")
 
@@ -81,7 +87,9 @@ class Spool:
         if max_bytes < 4096:
             raise ValueError(f"spool max_bytes must be at least 4096, got {max_bytes}")
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        # Made and checked from / with O_NOFOLLOW: no other user can swap a directory on
+        # the way for a symlink and have a root collector write or delete elsewhere.
+        ensure_private_dir(self.dir)
         self.max_bytes = max_bytes
         self.segment_bytes = max(max_bytes // SEGMENTS_PER_BOUND, 1024)
         self.lost_records = 0  # records dropped because the spool was full

@@ -45,7 +45,9 @@ def load_or_create_secret_key(path: Path) -> str:
     if key_path.exists():
         return key_path.read_text().strip()
     tmp = path / f".{SECRET_KEY_FILE}.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    tmp.unlink(missing_ok=True)  # one a killed start left (unlink never follows a symlink)
+    # O_EXCL|O_NOFOLLOW: a symlink planted under that name is refused, never written through
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(secrets.token_urlsafe(50) + "\n")
     try:

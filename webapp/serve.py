@@ -3,6 +3,9 @@
 ``python -m webapp.serve --host 127.0.0.1 --port 8000``; started by ``nettrail up``
 (as the unprivileged user), or with ``--fd N`` by ``nettrail serve``, whose workers
 all accept on one inherited socket. SIGINT/SIGTERM stop daphne cleanly (Twisted's handlers).
+With ``--unix PATH`` it also listens on a Unix socket (mode 0600, in the data directory
+only its own account can enter): ``nettrail up``'s root collector ships there and checks
+with SO_PEERCRED that this process's account holds it (collector/sinks/unix_peer.py).
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         default=None,
         help="serve a listening socket inherited as this descriptor (webapp/bus/cluster.py)",
+    )
+    parser.add_argument(
+        "--unix", metavar="PATH", default=None, help="also listen on a Unix socket at PATH (the local collector's)"
     )
     args = parser.parse_args(argv)
     if os.geteuid() == 0:
@@ -51,14 +57,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         start_checkpointer(settings.NETTRAIL_CHECKPOINT_INTERVAL, str(database["NAME"]))
     tune_gc()
     daphne_gate.install()  # refuse early: before Twisted reads a body (webapp/daphne_gate.py)
-    Server(
-        application=application,
-        endpoints=build_endpoint_description_strings(
-            **({"file_descriptor": args.fd} if args.fd is not None else {"host": args.host, "port": args.port})
-        ),
-        signal_handlers=True,
-    ).run()
+    endpoints = build_endpoint_description_strings(
+        **({"file_descriptor": args.fd} if args.fd is not None else {"host": args.host, "port": args.port})
+    )
+    if args.unix:
+        endpoints.append(unix_endpoint(args.unix))
+    Server(application=application, endpoints=endpoints, signal_handlers=True).run()
     return 0
+
+
+def unix_endpoint(path: str) -> str:
+    """Twisted's description of a Unix socket at `path`, 0600; its lock file (PATH.lock)
+    lets a new start replace the socket a killed one left."""
+    quoted = path.replace("\\", "\\\\").replace(":", "\\:")  # twisted's quoteStringArgument
+    return f"unix:{quoted}:mode=600:lockfile=1"
 
 
 def tune_gc() -> None:

@@ -5,7 +5,11 @@ by a slow request, the oldest go to the spool); a background thread cuts batches
 (`batch_size` records or `flush_interval` seconds), encodes each as one MessagePack
 array and POSTs it to ``<server>/api/ingest`` with the host's bearer token,
 over HTTPS (a private CA with `ca_file`) or plain HTTP on loopback only unless
-`insecure` (collector/sinks/http_transport.py).
+`insecure` (collector/sinks/http_transport.py), or over the webapp's Unix socket
+(``unix:PATH``), after checking that the process holding it runs as `server_user`
+(collector/sinks/unix_peer.py: no token goes to whoever took a port or a path).
+The spool directory must be one only root or this user can change
+(collector/private_dir.py): a root collector writes and deletes nowhere else.
 
 What happens to a batch, by answer (the ingest contract in docs/api.md):
 - 200: delivered. Its ``tracing`` member (what the dashboard asks this host to trace)
@@ -51,6 +55,7 @@ import requests
 from collector.bpf import keeper
 from collector.sinks import held
 from collector.sinks.http_transport import check_server_url
+from collector.sinks.unix_peer import URL_BASE, UnixPeerAdapter, server_uid, socket_path
 from collector.spool import DEFAULT_MAX_BYTES, Spool, SpoolError
 
 log = logging.getLogger("nettrail.sink.http")
@@ -110,11 +115,15 @@ class HttpSink:
         max_pending: int = DEFAULT_MAX_PENDING,
         ca_file: str | Path | None = None,
         insecure: bool = False,
+        server_user: str | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
-        check_server_url(server_url, insecure=insecure, ca_file=ca_file)  # before any token is sent
-        self.url = server_url.rstrip("/") + INGEST_PATH
+        # before any token is sent
+        check_server_url(server_url, insecure=insecure, ca_file=ca_file, server_user=server_user)
+        path = socket_path(server_url)
+        uid = server_uid(server_user) if path is not None else None
+        self.url = (URL_BASE if path is not None else server_url.rstrip("/")) + INGEST_PATH
         self.spool = Spool(spool_dir, max_spool_bytes)
         self.rejected_dir = Path(spool_dir) / "rejected"
         self.batch_size = batch_size
@@ -128,6 +137,8 @@ class HttpSink:
         # this host to trace (translators/tracing_request.py); (False, None) until one comes
         self.tracing: tuple[bool, Any] = (False, None)
         self._session = requests.Session()
+        if path is not None and uid is not None:
+            self._session.mount(URL_BASE, UnixPeerAdapter(path, uid))
         # Given on every request: a session-level `verify` loses to $REQUESTS_CA_BUNDLE.
         self._verify: str | bool = str(ca_file) if ca_file is not None else True
         self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/msgpack"}
@@ -474,7 +485,7 @@ class HttpSink:
             return False
         self.stats.rejected_batches += 1
         self.stats.rejected_records += count
-        self.rejected_dir.mkdir(parents=True, exist_ok=True)
+        self.rejected_dir.mkdir(mode=0o700, exist_ok=True)  # in the spool, which only we can change
         self._bound_rejected(len(payload))
         stem = f"{time.time_ns():020d}-{status}"  # names sort by age, across restarts too
         if once:

@@ -8,6 +8,10 @@ its interfaces) unless the caller says
 with a message that says what to do. ``--insecure`` only allows plain HTTP; it never
 turns certificate checks off (a private CA is given with ``--ca-file``).
 
+``unix:PATH`` ships over a Unix socket on this machine instead (``nettrail up``'s local
+collector): the server's account is checked with SO_PEERCRED before any request
+(collector/sinks/unix_peer.py; ``--server-user``, default ``nettrail``).
+
 Used by collector/sinks/http.py and the ``--server`` flags of ``nettrail collect``
 and ``nettrail analyze``. Keep in sync with docs/collector-sinks.md (TLS) and
 docs/scale-out.md.
@@ -20,6 +24,8 @@ import ipaddress
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from collector.sinks.unix_peer import check_socket_url, server_uid, socket_path
 
 
 class InsecureServerError(ValueError):
@@ -38,11 +44,20 @@ def add_transport_arguments(parser: Any) -> None:
         action="store_true",
         help="allow --server http://... to another machine: the token crosses the network in clear text",
     )
+    parser.add_argument(
+        "--server-user",
+        metavar="USER",
+        help="--server unix:PATH: the account the webapp runs as (checked before sending; default nettrail)",
+    )
 
 
 def transport_options(args: argparse.Namespace) -> dict[str, Any]:
     """The HttpSink keyword arguments the flags ask for."""
-    return {"ca_file": getattr(args, "ca_file", None), "insecure": bool(getattr(args, "insecure", False))}
+    return {
+        "ca_file": getattr(args, "ca_file", None),
+        "insecure": bool(getattr(args, "insecure", False)),
+        "server_user": getattr(args, "server_user", None),
+    }
 
 
 def is_loopback_host(host: str) -> bool:
@@ -74,11 +89,19 @@ def is_loopback_host(host: str) -> bool:
     return True
 
 
-def check_server_url(url: str, *, insecure: bool = False, ca_file: str | Path | None = None) -> None:
+def check_server_url(
+    url: str, *, insecure: bool = False, ca_file: str | Path | None = None, server_user: str | None = None
+) -> None:
     """ValueError (InsecureServerError for plain HTTP) when the sink must not send to `url`."""
+    if socket_path(url) is not None:
+        check_socket_url(url)
+        server_uid(server_user)  # an unknown account is said now
+        if ca_file is not None:
+            raise ValueError(f"--ca-file is for an https:// server, not {url}")
+        return
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"--server {url}: give an http:// or https:// URL with a host name")
+        raise ValueError(f"--server {url}: give an http:// or https:// URL with a host name, or unix:PATH")
     if ca_file is not None:
         if parts.scheme != "https":
             raise ValueError(f"--ca-file is for an https:// server, not {url}")

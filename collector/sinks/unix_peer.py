@@ -1,0 +1,116 @@
+"""HTTP over a Unix socket to a server whose account is checked before anything is sent.
+
+The local collector of ``nettrail up`` ships to ``--server unix:PATH`` (the webapp's
+socket in its data directory) instead of a TCP port on loopback: a port the webapp
+left (stopped, restarting) can be taken by any local user, who would then receive the
+host's token and could answer ``tracing`` requests. On a Unix socket the kernel tells
+who holds the other end (``SO_PEERCRED``): every connection checks that the server
+process runs as the expected account (``--server-user``, default ``nettrail``) and
+closes without writing a byte when it does not.
+
+Used by collector/sinks/http.py (mounted on its requests session for ``http+unix://``)
+and http_transport.check_server_url. Keep in sync with docs/collector-sinks.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import pwd
+import socket
+import struct
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection
+from urllib3.connectionpool import HTTPConnectionPool
+
+log = logging.getLogger("nettrail.sink.unix")
+
+SCHEME = "unix:"
+URL_BASE = "http+unix://localhost"  # the Host header the webapp's ALLOWED_HOSTS takes
+DEFAULT_SERVER_USER = "nettrail"  # the account `nettrail up` runs the webapp as
+MAX_PATH = 107  # sun_path holds 108 bytes with its NUL
+PEERCRED = struct.Struct("3i")  # pid, uid, gid
+
+
+class ImpostorError(ConnectionError):
+    """The process holding the socket is not the server's account: nothing was sent."""
+
+
+def socket_path(url: str) -> str | None:
+    """PATH of a ``unix:PATH`` server, else None."""
+    return url[len(SCHEME) :] if url.startswith(SCHEME) else None
+
+
+def check_socket_url(url: str) -> str:
+    """The socket's path; ValueError when it cannot be one."""
+    path = socket_path(url) or ""
+    if not path.startswith("/"):
+        raise ValueError(f"--server {url}: give unix:/absolute/path/to/socket")
+    if len(path.encode()) > MAX_PATH:
+        raise ValueError(f"--server {url}: a Unix socket path is at most {MAX_PATH} bytes")
+    return path
+
+
+def server_uid(user: str | None) -> int:
+    """The uid the server must run as: --server-user NAME or UID (default nettrail)."""
+    name = user or DEFAULT_SERVER_USER
+    if name.isdigit():
+        return int(name)
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        raise ValueError(f"--server-user {name}: no such user (the account the webapp runs as)") from None
+
+
+def peer_uid(sock: socket.socket) -> int:
+    _, uid, _ = PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size))
+    return int(uid)
+
+
+class _PeerCheckedConnection(HTTPConnection):
+    """An HTTP connection whose socket is the Unix socket, checked before the request."""
+
+    def __init__(self, *args: Any, socket_path: str, uid: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._socket_path = socket_path
+        self._uid = uid
+
+    def _new_conn(self) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout if isinstance(self.timeout, (int, float)) else None)
+            sock.connect(self._socket_path)
+            found = peer_uid(sock)
+            if found != self._uid:
+                why = (f"the process on {self._socket_path} runs as uid {found}, not the webapp's uid "
+                       f"{self._uid}: not sending it the token")  # fmt: skip
+                log.error("%s", why)  # said here: requests reports it only as a failed connection
+                raise ImpostorError(why)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+
+class _PeerCheckedPool(HTTPConnectionPool):
+    ConnectionCls = _PeerCheckedConnection  # given socket_path and uid through the pool's conn_kw
+
+
+class UnixPeerAdapter(HTTPAdapter):
+    """A requests adapter for ``http+unix://localhost/...`` URLs: one pool on `path`,
+    each new connection checked for the peer's `uid` before it carries a request."""
+
+    def __init__(self, path: str, uid: int) -> None:
+        self._pool = _PeerCheckedPool("localhost", maxsize=2, socket_path=path, uid=uid)
+        super().__init__()
+
+    def get_connection_with_tls_context(
+        self, request: requests.PreparedRequest, verify: bool | str | None, proxies: Any = None, cert: Any = None
+    ) -> HTTPConnectionPool:
+        return self._pool
+
+    def close(self) -> None:
+        self._pool.close()
+        super().close()

@@ -69,6 +69,18 @@ def test_the_buffers_page_says_why_a_host_has_no_drops(server: Server, page: Any
     )
 
 
+def test_the_counters_page_says_which_provider_its_empty_ip_flows_need(server: Server, page: Any, conn: Any) -> None:
+    page.goto(f"{server.url}/counters/?host={HOST}")
+    row = page.locator("#ip-flows tbody tr.empty-why")
+    row.wait_for()
+    assert row.all_inner_texts() == [
+        "No IP flow counters: the collector on panels-host runs tcp, siftr, not ip-flows. "
+        "Enable it: nettrail collect --providers tcp,siftr,ip-flows (nettrail up: NETTRAIL_PROVIDERS=tcp,siftr,ip-flows), "
+        "or on the dashboard: Status, What it traces (staff; followed by a collector run with --providers-from-server, "
+        "as nettrail up's is)."
+    ]
+
+
 def test_the_udp_page_says_the_provider_is_off_and_how_to_enable_it(server: Server, page: Any, conn: Any) -> None:
     page.goto(f"{server.url}/udp/?host={HOST}")
     page.wait_for_function("document.body.dataset.loaded === '1'")

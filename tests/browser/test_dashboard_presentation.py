@@ -1,7 +1,8 @@
 """Presentation (issue 34 item 7, and item 6's open sockets): no clipped text at 900 px and
 1440 px on the Overview, a connection and Alerts; one date-time format with a space; a
 one-sample chart's time axis is a minute around its sample, not years; plural forms; an
-open socket is "open for" the time since it opened, and a LISTEN row never says "0 µs".
+open socket is "open for" the time since it opened, and a LISTEN row never says "0 µs";
+unix-socket drops off the Buffers page until ticked; the tab icon.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from translators.records import Alert, SiftrSample, TcpStateChange, connection_uuid
+from translators.records import Alert, SiftrSample, SkbDrop, TcpStateChange, connection_uuid
 
 from .conftest import HOST, PAINTED, Server, screenshot
 from .dashboard_batch import BOOT, _seq, build
@@ -198,3 +199,52 @@ def test_an_open_socket_is_open_for_the_time_since_it_opened(server: Server, pag
     duration = page.locator("#summary div", has_text="Duration").locator("dd").inner_text()
     assert duration.startswith("open for ")
     assert "µs" not in duration
+
+
+def test_unix_socket_drops_stay_off_the_buffers_page_until_ticked(server: Server, page: Any) -> None:
+    t = time.time() - 3
+    closes = [
+        SkbDrop(
+            host_id=HOST,
+            boot_id=BOOT,
+            seq=next(_seq),
+            ts_ns=int((t + i * 0.01) * 1e9),
+            ts_wall=t + i * 0.01,
+            provider="skb",
+            probe="m-free",
+            drop_reason=2,
+            drop_reason_str="SOCKET_CLOSE",
+            drop_location="unix_release_sock+0x1c4",
+            comm="chromium-unix",
+            tgid=7777,
+        )  # fmt: skip
+        for i in range(3)
+    ]
+    server.ingest(closes)
+    page.goto(f"{server.url}/buffers/")
+    page.wait_for_selector("body[data-loaded='1']")
+    assert page.locator("#by-process tbody tr", has_text="chromium-unix").count() == 0
+    note = page.locator("#unix-note")
+    assert int(note.get_attribute("data-drops")) >= 3
+    assert re.fullmatch(r"[\d,]+ drop events of unix sockets left out\.", note.inner_text())
+    page.check("#unix")
+    row = page.locator("#by-process tbody tr", has_text="chromium-unix")
+    row.wait_for()
+    assert row.locator("td").all_inner_texts() == ["chromium-unix", "7777", "3"]
+    assert page.url.endswith("/buffers/?unix=1")
+    page.reload()
+    page.wait_for_selector("body[data-loaded='1']")
+    assert page.is_checked("#unix")
+    page.locator("#by-process tbody tr", has_text="chromium-unix").wait_for()
+
+
+def test_every_page_has_the_tab_icon(server: Server, page: Any) -> None:
+    page.goto(f"{server.url}/")
+    href = page.locator('link[rel="icon"]').get_attribute("href")
+    assert href == "/static/dashboard/favicon.svg"
+    icon = page.request.get(f"{server.url}/favicon.ico")  # what browsers ask for on their own
+    assert (icon.status, icon.url, icon.headers["content-type"]) == (
+        200,
+        f"{server.url}/static/dashboard/favicon.svg",
+        "image/svg+xml",
+    )

@@ -65,7 +65,13 @@ def up_env(data_dir: Path, **extra: str) -> dict[str, str]:
             "NETTRAIL_SKB_STAGES")  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in skip}
     env.update(NETTRAIL_DATA=str(data_dir), NETTRAIL_ADMIN_PASSWORD=ADMIN_PASSWORD, NETTRAIL_TRIM_INTERVAL="0")
+    env["NETTRAIL_COLLECTOR_DIR"] = str(collector_dir_of(data_dir))
     return {**env, **extra}
+
+
+def collector_dir_of(data_dir: Path) -> Path:
+    """The collector's own directory (root's token and spool), beside the test's data directory."""
+    return data_dir.with_name(data_dir.name + "-collector")
 
 
 @pytest.fixture
@@ -74,6 +80,7 @@ def data_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="nettrail-up-test-"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(collector_dir_of(path), ignore_errors=True)
 
 
 def wait_for_line(proc: subprocess.Popen[str], needle: str) -> list[str]:
@@ -255,8 +262,8 @@ def test_up_as_root_starts_the_collector_and_its_records_reach_the_webapp(data_d
     proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for_line(proc, "nettrail collect: tracing")
-        token_file = data_dir / "collector.token"
-        token = assert_token_kept_off_command_lines(proc.pid, token_file)
+        token_file = collector_dir_of(data_dir) / "collector.token"
+        token = assert_token_kept_off_command_lines(proc.pid, token_file, data_dir / "webapp.sock")
         for _ in range(5):  # five connections by curl to the webapp itself, over loopback
             subprocess.run(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{port}/accounts/login/"], check=True)
         rows = wait_for_connections(data_dir, port, count=5)
@@ -331,7 +338,7 @@ def test_nettrail_providers_runs_the_set_within_the_budget(data_dir: Path) -> No
         assert statuses and {json.loads(row[0]) == ["tcp", "skb"] for row in statuses} == {True}
 
 
-def assert_token_kept_off_command_lines(up_pid: int, token_file: Path) -> str:
+def assert_token_kept_off_command_lines(up_pid: int, token_file: Path, sock: Path) -> str:
     """The collector reads the local token from a root-only file, never from its argv."""
     info = token_file.stat()
     assert (stat.S_IMODE(info.st_mode), info.st_uid) == (0o600, 0)
@@ -350,6 +357,10 @@ def assert_token_kept_off_command_lines(up_pid: int, token_file: Path) -> str:
     assert collectors[0][collectors[0].index("--skb-sample") + 1] == str(COLLECTOR_SKB_SAMPLE)
     assert collectors[0][collectors[0].index("--skb-stages") + 1] == "ends"  # sampled: no stage hooks
     assert collectors[0][collectors[0].index("--token-file") + 1] == str(token_file)
+    # the webapp's socket, its holder checked to run as nettrail; root's spool beside the token
+    assert collectors[0][collectors[0].index("--server") + 1] == f"unix:{sock}"
+    assert collectors[0][collectors[0].index("--server-user") + 1] == "nettrail"
+    assert collectors[0][collectors[0].index("--spool") + 1] == str(token_file.parent / "spool")
     return token
 
 
@@ -435,8 +446,9 @@ def test_connections_made_right_after_tracing_starts_all_arrive_and_stop_drains_
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=90)
         assert proc.returncode == 0
-        assert Spool(data_dir / "spool").empty()
-        assert not any((data_dir / "spool" / "rejected").glob("*"))
+        spool = collector_dir_of(data_dir) / "spool"
+        assert Spool(spool).empty()
+        assert not any((spool / "rejected").glob("*"))
         with closing(sqlite3.connect(data_dir / "nettrail.sqlite3")) as db:
             stored = db.execute("SELECT count(*) FROM traces_connection WHERE dport = ?", (last,)).fetchone()[0]
         assert stored == 5  # the client side of each (the server side's dport is the client's port)

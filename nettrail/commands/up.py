@@ -1,13 +1,16 @@
 """``nettrail up``: the embedded appliance -- webapp (unprivileged) plus, as root, the collector.
 
 Steps, every start: create the data directory (NETTRAIL_DATA, see
-webapp/datadir.py), migrate, create the admin user on first run (password from
+webapp/datadir.py; as root without following any symlink, nettrail/commands/up_dirs.py),
+migrate, create the admin user on first run (password from
 NETTRAIL_ADMIN_PASSWORD or generated and printed once, never logged), make a fresh
-token for the local host (revoking the previous one), start daphne via
-``python -m webapp.serve`` -- as root, in a child switched to the ``nettrail``
-system user (created if missing, owner of the data directory) -- then, as root and
-when the ``collect`` command exists, ``nettrail collect --server URL --token-file F
---alerts --ppl 8 --providers tcp,siftr-poll,skb,udp-calls,skb-lifecycle --skb-sample 64
+token for the local host (revoking the previous one) -- as root, these run in a child
+switched to the ``nettrail`` system user (created if missing, owner of the data
+directory; nettrail/commands/up_prepare.py) -- start daphne via
+``python -m webapp.serve`` (as that user too, also on the Unix socket
+``webapp.sock`` in the data directory), then, as root and
+when the ``collect`` command exists, ``nettrail collect --server unix:SOCKET
+--server-user nettrail --spool D/spool --token-file F --alerts --ppl 8 --providers tcp,siftr-poll,skb,udp-calls,skb-lifecycle --skb-sample 64
 --skb-stages ends --skb-window 0.2/2`` (no program on any packet's path: SIFTR samples by
 polling each socket, sampled buffer lifecycles in windows: one buffer in 64
 followed while a window is open, 0.2 s of every 2 s; $NETTRAIL_SKB_SAMPLE=N follows one in N
@@ -16,8 +19,11 @@ hooks attached all the time); each followed buffer's first sighting, copy and en
 $NETTRAIL_SKB_STAGES=all adds its receive entry and transmit stages; $NETTRAIL_PROVIDERS
 chooses the whole provider set, e.g. tcp,siftr,skb,ip-flows,udp for a program on every packet;
 --providers-from-server: staff may change the set from the dashboard's Status page, and the
-collector follows it) as a root child (F: ``collector.token`` in the data directory, mode 0600, owned by root;
-a token on the command line would be visible to every local user in ``ps``). Ctrl-C / SIGTERM stop both:
+collector follows it) as a root child (D: the collector's own directory, root's alone,
+/var/lib/nettrail-collector or $NETTRAIL_COLLECTOR_DIR; F: ``collector.token`` in it, mode 0600;
+a token on the command line would be visible to every local user in ``ps``). The collector
+checks the socket's holder runs as ``nettrail`` before sending (collector/sinks/unix_peer.py):
+a user who took the TCP port while the webapp was down gets nothing. Ctrl-C / SIGTERM stop both:
 the collector first (it drains its ring buffer and ships its last batches while the
 webapp still takes them), then the webapp.
 
@@ -35,12 +41,12 @@ from __future__ import annotations
 import argparse
 import ctypes
 import importlib.util
+import json
 import os
 import pwd
 import secrets
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import time
@@ -48,11 +54,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from collector.private_dir import UnsafeDirectoryError
 from collector.sinks.token_source import write_token_file
+from nettrail.commands import up_dirs, up_prepare
+from nettrail.commands.up_dirs import FIX as FIX  # re-exported: tests and `nettrail serve` use them here
+from nettrail.commands.up_dirs import FIX_PRIVATE as FIX_PRIVATE
+from nettrail.commands.up_dirs import WebappUnrunnable as WebappUnrunnable
+from nettrail.commands.up_dirs import webapp_python as webapp_python
+from nettrail.commands.up_dirs import world_traversable as _world_traversable
 from translators.skb_window import ALWAYS, parse_window
 from translators.tracing_request import PROVIDER_NAMES
 
 WEBAPP_USER = "nettrail"
+_ensure_user = up_dirs.ensure_user  # `nettrail serve` and the tests call it here
 LOCAL_TOKEN_LABEL = "nettrail up: local collector"
 ADMIN_USER = "admin"
 START_TIMEOUT = 60.0  # seconds for daphne to listen (first start compiles nothing, but CI is slow)
@@ -75,14 +89,7 @@ if "redis" in backend:
     import channels_redis.core, redis.asyncio
 connection.ensure_connection()
 """
-FIX = (
-    # A system Python: a venv keeps pointing at the Python it was made from (a pyenv one under /root).
-    "install nettrail where the {user} user can read it, e.g. `/usr/bin/python3 -m venv /opt/nettrail && "
-    "/opt/nettrail/bin/pip install /path/to/nettrail`, then run `/opt/nettrail/bin/nettrail up`"
-)
-# The same, when a directory on the way is private: opening it is the other way out.
-FIX_PRIVATE = FIX + "; or let other users through that directory: `chmod o+rx {path}`"
-TOKEN_FILE = "collector.token"  # in the data directory: the local token for the collector child
+TOKEN_FILE = up_dirs.TOKEN_FILE  # in the collector's directory: the local token for the collector child
 # One siftr sample per 8 packets of a flow: a busy host's bulk flows would otherwise fill
 # the ring buffer faster than one core decodes it and lose events (docs/benchmarks.md);
 # the exact per-flow counters stay exact whatever the sampling (docs/collector.md).
@@ -194,17 +201,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"nettrail up: the {WEBAPP_USER} user cannot reach {data} (a parent directory is private); "
               "set NETTRAIL_DATA to a directory outside private ones, e.g. /var/lib/nettrail", file=sys.stderr)  # fmt: skip
         return 1
-    datadir.ensure_data_dir(data)
     os.environ["NETTRAIL_DATA"] = str(data)
     account = _ensure_user(WEBAPP_USER, data) if root else None
-    password, token = _prepare_database()
+    try:
+        mine, sock = _prepare_dirs(data, account)
+        python = sys.executable if account is None else webapp_python(account)
+        password, token = _prepare_as(python, data, account)
+    except (UnsafeDirectoryError, ValueError, WebappUnrunnable) as exc:
+        print(f"nettrail up: {exc}", file=sys.stderr)
+        return 1
     if password is not None:  # printed now, so a webapp that fails to start cannot lose it
         print(f"nettrail: created user {ADMIN_USER!r} with password {password} (shown once)", flush=True)
-    if account is not None:
-        _chown_tree(data, account)
     url = f"http://{_url_host(args.host)}:{args.port}/"
     try:
-        web = _start_webapp(args, data, account)
+        web = _start_webapp(args, data, account, python, sock)
     except WebappUnrunnable as exc:
         print(f"nettrail up: {exc}", file=sys.stderr)
         return 1
@@ -219,48 +229,61 @@ def run(args: argparse.Namespace) -> int:
         print(
             "nettrail: live kernel tracing needs root; started the webapp only (captures can still be analysed and uploaded)"
         )
-    elif not args.no_collect and _collector_available():
-        children.append(_start_collector(url, token, data / TOKEN_FILE))
+    elif not args.no_collect and _collector_available() and mine is not None and sock is not None:
+        children.append(_start_collector(sock, token, mine))
     try:
         return _supervise(children)
     finally:
-        (data / TOKEN_FILE).unlink(missing_ok=True)  # revoked at the next start anyway
+        if mine is not None:
+            (mine / TOKEN_FILE).unlink(missing_ok=True)  # revoked at the next start anyway
 
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _ensure_user(name: str, home: Path) -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        pass
-    subprocess.run(
-        [
-            "useradd",
-            "--system",
-            "--user-group",
-            "--home-dir",
-            str(home),
-            "--no-create-home",
-            "--shell",
-            "/usr/sbin/nologin",
-            name,
-        ],
-        check=True,
-    )
-    return pwd.getpwnam(name)
+def _prepare_dirs(data: Path, account: pwd.struct_passwd | None) -> tuple[Path | None, Path | None]:
+    """The data directory, made or checked; as root also the collector's own directory and
+    the webapp's socket path: (collector's directory, socket), or (None, None) for a user."""
+    if account is None:
+        from webapp import datadir
+
+        datadir.ensure_data_dir(data)
+        return None, None
+    up_dirs.prepare_data_dir(data, account)
+    return up_dirs.prepare_collector_dir(data), up_dirs.socket_path(data)
 
 
-def _chown_tree(path: Path, account: pwd.struct_passwd) -> None:
-    os.chown(path, account.pw_uid, account.pw_gid)
-    for parent, dirs, files in os.walk(path):
-        for item in dirs + files:
-            os.chown(os.path.join(parent, item), account.pw_uid, account.pw_gid, follow_symlinks=False)
+def _prepare_as(python: str, data: Path, account: pwd.struct_passwd | None) -> tuple[str | None, str]:
+    """prepare_database(), here for a user; as root in a child run as `account` (root opens
+    no file of the data directory), probed first. Returns (new password, token)."""
+    if account is None:
+        return prepare_database()
+    env, drop = _child_env(data, account), _drop(account)
+    _probe(python, env, data, drop, account)
+    given = {k: v for k, v in os.environ.items() if k == "NETTRAIL_ADMIN_PASSWORD"}  # this child alone takes it
+    done = subprocess.run(
+        [python, "-m", "nettrail.commands.up_prepare"], env={**env, **given}, cwd=str(data), stdout=subprocess.PIPE,
+        text=True, check=False, **drop,
+    )  # fmt: skip
+    answers = [line for line in done.stdout.splitlines() if line.startswith(up_prepare.MARK)]
+    if done.returncode != 0 or not answers:
+        raise WebappUnrunnable(f"preparing the database as {account.pw_name} failed (status {done.returncode}; "
+                               "its error is above)")  # fmt: skip
+    answer = json.loads(answers[-1][len(up_prepare.MARK) :])
+    return answer["password"], str(answer["token"])
 
 
-def _prepare_database() -> tuple[str | None, str]:
+def _chown_tree(data: Path, account: pwd.struct_passwd) -> None:
+    """`nettrail serve`'s way in: the data directory to `account`, no symlink followed (up_dirs)."""
+    up_dirs.prepare_data_dir(data, account)
+
+
+def _drop(account: pwd.struct_passwd) -> dict[str, Any]:
+    return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": [], "umask": 0o027}
+
+
+def prepare_database() -> tuple[str | None, str]:
     """Migrate, create the admin on first run, renew the local token; returns (new password, token)."""
     from nettrail.commands._django import migrate, setup_django
 
@@ -322,21 +345,21 @@ def _stop_when_up_dies(parent: int) -> Callable[[], None]:
     return child
 
 
-class WebappUnrunnable(RuntimeError):
-    """The webapp user cannot run the webapp with nettrail's interpreter and packages."""
-
-
-def _start_webapp(args: argparse.Namespace, data: Path, account: pwd.struct_passwd | None) -> subprocess.Popen[bytes]:
+def _start_webapp(
+    args: argparse.Namespace, data: Path, account: pwd.struct_passwd | None, python: str, sock: Path | None
+) -> subprocess.Popen[bytes]:
     env = _child_env(data, account)
     if "ALLOWED_HOSTS" not in env and args.host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"):
         # Listening on a specific address: requests naming it must be accepted too.
         env["ALLOWED_HOSTS"] = f"127.0.0.1,localhost,[::1],{_url_host(args.host)}"
-    python = sys.executable if account is None else webapp_python(account)
     drop: dict[str, Any] = {}
-    if account is not None:
-        drop = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": [], "umask": 0o027}
-    _probe(python, env, data, drop, account)
+    if account is None:
+        _probe(python, env, data, drop, account)  # as root: probed before the database step
+    else:
+        drop = _drop(account)
     command = [python, "-m", "webapp.serve", "--host", args.host, "--port", str(args.port)]
+    if sock is not None:  # the local collector's way in (collector/sinks/unix_peer.py)
+        command += ["--unix", str(sock)]
     # stderr stays the terminal's: a webapp that dies at start says why there.
     # Its own session: a Ctrl-C in the terminal reaches only `nettrail up`, which then
     # stops the collector before the webapp.
@@ -384,67 +407,28 @@ def _why_not_started(args: argparse.Namespace, web: subprocess.Popen[bytes]) -> 
     return f"it did not listen within {START_TIMEOUT:.0f} s"
 
 
-def _world_traversable(path: Path) -> bool:
-    return all(p.stat().st_mode & stat.S_IXOTH for p in [path, *path.parents] if p.is_dir())
-
-
-def webapp_python(account: pwd.struct_passwd) -> str:
-    """This interpreter, when `account` can run it with its standard library and packages.
-
-    Raises WebappUnrunnable naming the first directory on the way that the account
-    cannot pass, and the fix. No other Python is tried: the webapp must run on the
-    interpreter and packages nettrail was installed with (another one of the same
-    version once ran it on the system's packages, without the channel layer's).
-    """
-    needed = [Path(os.path.realpath(sys.executable)).parent, Path(sys.base_prefix), Path(sys.prefix)]
-    needed += [Path(p) for p in sys.path if p.startswith(sys.prefix) and p.endswith("site-packages")]
-    for place in needed:
-        private = _private_dir(place, account)
-        if private is not None:
-            mode = stat.S_IMODE(private.stat().st_mode)
-            real = os.path.realpath(sys.executable)
-            named = sys.executable if real == sys.executable else f"{sys.executable} (a venv of {real})"
-            raise WebappUnrunnable(
-                f"the {account.pw_name} user cannot run nettrail's interpreter {named}: {private} "
-                f"(mode {mode:04o}, owner uid {private.stat().st_uid}) is closed to it; "
-                + FIX_PRIVATE.format(user=account.pw_name, path=private)
-            )
-    return sys.executable
-
-
-def _private_dir(path: Path, account: pwd.struct_passwd) -> Path | None:
-    """The first directory from / to `path` that `account` may not pass through (search permission)."""
-    for place in [*reversed(path.parents), path]:
-        try:
-            info = place.stat()
-        except OSError:
-            return place
-        if info.st_uid == account.pw_uid:
-            allowed = info.st_mode & stat.S_IXUSR
-        elif info.st_gid == account.pw_gid:
-            allowed = info.st_mode & stat.S_IXGRP
-        else:
-            allowed = info.st_mode & stat.S_IXOTH
-        if not allowed:
-            return place
-    return None
-
-
 def _collector_available() -> bool:
     from nettrail.cli import COMMANDS
 
     return "collect" in COMMANDS and importlib.util.find_spec("nettrail.commands.collect") is not None
 
 
-def _start_collector(url: str, token: str, token_file: Path) -> subprocess.Popen[bytes]:
-    write_token_file(token_file, token)  # root's, 0600: neither ps nor the webapp user can read it
-    command = [
-        *(sys.executable, "-m", "nettrail.cli", "collect"),
-        *("--server", url.rstrip("/"), "--token-file", str(token_file)),
+def collector_arguments(sock: Path, mine: Path) -> list[str]:
+    """`nettrail collect`'s arguments for the local collector (after `collect`)."""
+    return [
+        # the webapp's socket, its holder checked to be the webapp's account before the token goes
+        *("--server", f"unix:{sock}", "--server-user", WEBAPP_USER),
+        *("--token-file", str(mine / TOKEN_FILE), "--spool", str(mine / up_dirs.SPOOL_DIR)),
         *("--alerts", "--ppl", str(COLLECTOR_PPL)),  # alerts reach the dashboard live
         "--providers-from-server",  # staff may change the set from the Status page (below: until they do)
         *collector_providers(dict(os.environ)),
     ]
+
+
+def _start_collector(sock: Path, token: str, mine: Path) -> subprocess.Popen[bytes]:
+    # root's, 0600, in root's directory: neither ps nor the webapp user reads it
+    write_token_file(mine / TOKEN_FILE, token)
+    command = [sys.executable, "-m", "nettrail.cli", "collect", *collector_arguments(sock, mine)]
     print("nettrail: collector started (live kernel tracing)", flush=True)
     env = {k: v for k, v in os.environ.items() if k != "NETTRAIL_ADMIN_PASSWORD"}
     # stopped by us, first; by the kernel's SIGTERM if we die without stopping it

@@ -16,7 +16,8 @@ a bind mount elsewhere) and gains one later reports its whole history in its fir
 
 A namespace that cannot be read is said on stderr once per reason and kept in ``missed``
 (its baseline stays, so its next good read reports everything meanwhile); one that is gone
-is said on stderr: its moves since its last read are unread. Reading costs at most
+is said on stderr: its moves since its last read are unread. Both reach the next
+collector_stats record as ``counters_missed`` (take_missed). Reading costs at most
 CPU_SHARE of a CPU: a slower round stretches the interval (said on stderr).
 
 Keep in sync with: analysis/alerts/live.py (Extras adds these records), the K4 rule
@@ -123,6 +124,7 @@ class StackCounters:
         self.parser = SelectedParser()
         self.seen: dict[int, Counts] = {}  # netns inode -> counters at its last good read
         self.missed: dict[int, str] = {}  # netns inode -> why its last read failed
+        self.gone: dict[int, str] = {}  # netns inode -> gone since the last take_missed()
         self.found = self.scan()
         self.at_start = set(self.found)  # baseline only; any later one counts from zero
         self.comms: dict[tuple[int, int], str | None] = {}  # (netns, pid) -> comm
@@ -243,9 +245,19 @@ class StackCounters:
         self.at_start.discard(inode)  # a namespace made later may get its inode number
         if self.seen.pop(inode, None) is not None:
             label = f" ({ns.name})" if ns is not None and ns.name else ""
-            print(f"{PROG}: network namespace {inode}{label} is gone: its stack counters' moves since their last "
-                  f"read are unread", file=sys.stderr, flush=True)  # fmt: skip
+            why = (
+                f"network namespace {inode}{label} is gone: its stack counters' moves since their last read are unread"
+            )
+            print(f"{PROG}: {why}", file=sys.stderr, flush=True)
+            self.gone[inode] = why
         self.missed.pop(inode, None)
+
+    def take_missed(self) -> dict[str, str]:
+        """collector_stats.counters_missed: the namespaces unreadable now, and those gone
+        since the last call (each said once)."""
+        out = {str(i): why for i, why in sorted({**self.gone, **self.missed}.items())}
+        self.gone = {}
+        return out
 
     def _comm(self, inode: int, pid: int | None) -> str | None:
         if pid is None:

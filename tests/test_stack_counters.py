@@ -1,6 +1,7 @@
 """The stack counters of every network namespace (collector/stack_counters.py) over a
 made-up /proc: baselines at the start, a record per counter that moved per namespace, a
-namespace first seen later counted from zero, a gone or unreadable one said on stderr.
+namespace first seen later counted from zero, a gone or unreadable one said on stderr and
+in collector_stats.counters_missed.
 The kernel side (real namespaces, a real overflow, K4): tests/test_stack_counters_kernel.py."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from translators.kernel import KernelEnv
 from translators.records import StackCounter
 
 ENV = KernelEnv(host_id="h", boot_id="b" * 16, wall_offset=0.0)
+SLOW = 3600.0
 
 
 class FakeProc:
@@ -56,7 +58,10 @@ class FakeProc:
         return os.stat(self.first[ns]).st_ino
 
     def reader(self) -> StackCounters:
-        return StackCounters(scan=lambda: netns.scan(str(self.proc), str(self.named)), proc=str(self.proc))
+        # an hour's interval: records() is called by hand, and a slow round on a busy machine
+        # must not add a pacing line to the stderr the tests compare
+        scan = lambda: netns.scan(str(self.proc), str(self.named))  # noqa: E731
+        return StackCounters(SLOW, scan=scan, proc=str(self.proc))
 
 
 def moved(records: list[object]) -> list[tuple[int | None, str, int, int, int | None, str | None]]:
@@ -136,10 +141,10 @@ def test_a_namespace_that_is_gone_is_said_and_forgotten(fake, capsys):
     (fake.proc / "20").rmdir()
     assert sc.records(ENV) == []
     assert b not in sc.seen
-    err = capsys.readouterr().err
-    assert err == (
-        f"nettrail collect: network namespace {b} is gone: its stack counters' moves since their last read are unread\n"
-    )
+    why = f"network namespace {b} is gone: its stack counters' moves since their last read are unread"
+    assert capsys.readouterr().err == f"nettrail collect: {why}\n"
+    assert sc.take_missed() == {str(b): why}  # in the next collector_stats, once
+    assert sc.records(ENV) == [] and sc.take_missed() == {}
 
 
 def test_an_unreadable_namespace_is_said_once_kept_in_missed_and_caught_up_later(fake, capsys):
@@ -154,6 +159,7 @@ def test_an_unreadable_namespace_is_said_once_kept_in_missed_and_caught_up_later
     a = fake.inode("a")
     why = f"{fake.proc}/10/net/netstat: Is a directory"
     assert sc.missed == {a: why}
+    assert sc.take_missed() == sc.take_missed() == {str(a): why}  # as long as it stays unreadable
     assert capsys.readouterr().err == (
         f"nettrail collect: could not read the stack counters of network namespace {a} ({why})\n"
     )  # once, not at every read
@@ -161,7 +167,7 @@ def test_an_unreadable_namespace_is_said_once_kept_in_missed_and_caught_up_later
     netstat.write_text(saved)
     fake.counters(10, OutRsts=6)
     assert moved(sc.records(ENV)) == [(a, "OutRsts", 6, 5, 10, "srv")]  # the baseline was kept
-    assert sc.missed == {}
+    assert sc.missed == {} and sc.take_missed() == {}
 
 
 def test_a_netns_filter_reads_that_namespace_only(fake):
@@ -170,7 +176,7 @@ def test_a_netns_filter_reads_that_namespace_only(fake):
     fake.counters(10)
     fake.counters(20)
     sc = StackCounters(
-        scan=lambda: netns.scan(str(fake.proc), str(fake.named)), proc=str(fake.proc), only_netns=fake.inode("b")
+        SLOW, scan=lambda: netns.scan(str(fake.proc), str(fake.named)), proc=str(fake.proc), only_netns=fake.inode("b")
     )
     fake.counters(10, OutRsts=3)
     fake.counters(20, OutRsts=4)

@@ -19,7 +19,7 @@ from collector.stack_counters import StackCounters, read_mib
 from tests.alert_kernel_support import KERNEL_ALERTS, namespace, split_alerts, stop
 from tests.collect_process import ROOT, Collector
 from translators.kernel import KernelEnv
-from translators.records import Alert, StackCounter, from_json
+from translators.records import Alert, CollectorStats, StackCounter, from_json
 
 pytestmark = KERNEL_ALERTS
 PORT = 7411
@@ -84,6 +84,9 @@ def test_listen_overflows_in_two_other_namespaces_are_counted_exactly_and_k4_nam
     assert named != unnamed != os.stat("/proc/self/ns/net").st_ino
     assert {(r.netns_name, r.pid) for r in counters if r.netns == named} == {(name, holder.pid)}
     assert {(r.netns_name, r.pid, r.comm) for r in counters if r.netns == unnamed} == {(None, late.pid, "sh")}
+    stats = [r for r in others if isinstance(r, CollectorStats)]
+    assert stats and stats[-1].stopped  # the last one, at the stop: neither namespace was missed
+    assert not {str(named), str(unnamed)} & {k for s in stats for k in s.counters_missed}
     k4 = {a.netns: a for a in alerts if isinstance(a, Alert) and a.rule_id == "K4"}
     assert set(k4) >= {named, unnamed}
     for inode, counts, label in (
@@ -107,7 +110,7 @@ def test_a_named_namespace_no_process_is_in_is_read_by_entering_it_and_said_when
     home = os.stat("/proc/thread-self/ns/net").st_ino
     env = KernelEnv(host_id="h", boot_id="b" * 16, wall_offset=0.0)
     with namespace(name) as (_, inode):
-        reader = StackCounters(only_netns=inode)
+        reader = StackCounters(3600.0, only_netns=inode)  # called by hand: never a pacing line on stderr
         assert reader.found[inode].pids == ()  # nothing runs in it
         before = netstat_in(name)
         subprocess.run(["ip", "netns", "exec", name, *FLOOD], check=True, timeout=60)
@@ -120,10 +123,9 @@ def test_a_named_namespace_no_process_is_in_is_read_by_entering_it_and_said_when
         assert {(r.netns, r.netns_name, r.pid, r.comm) for r in records} == {(inode, name, None, None)}
         assert reader.missed == {}
     assert reader.records(env) == []
-    assert capsys.readouterr().err == (
-        f"nettrail collect: network namespace {inode} ({name}) is gone: its stack counters' moves since their "
-        f"last read are unread\n"
-    )
+    why = f"network namespace {inode} ({name}) is gone: its stack counters' moves since their last read are unread"
+    assert capsys.readouterr().err == f"nettrail collect: {why}\n"
+    assert reader.take_missed() == {str(inode): why}  # collector_stats.counters_missed
 
 
 def netstat_in(ns: str) -> dict[str, int]:

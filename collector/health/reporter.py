@@ -17,6 +17,7 @@ from collector.bpf.loader import Options, skb_window
 from collector.bpf.source import KernelSource
 from collector.health.overhead import DEFAULT_INTERVAL_S, OverheadMeter
 from collector.health.sampling import SamplingMeter
+from collector.stack_counters import StackCounters
 from translators.kernel import KernelEnv, KernelRecord
 
 
@@ -35,9 +36,13 @@ def sampling_meter(opts: Options) -> SamplingMeter:
 
 
 class SelfHealth:
-    def __init__(self, source: KernelSource, env: KernelEnv, stats_interval_s: float = DEFAULT_INTERVAL_S) -> None:
+    def __init__(
+        self, source: KernelSource, env: KernelEnv, stats_interval_s: float = DEFAULT_INTERVAL_S,
+        counters: StackCounters | None = None,
+    ) -> None:  # fmt: skip
         self.source = source
         self.env = env
+        self.counters = counters  # the stack counters' reader: the namespaces it missed go in collector_stats
         self.sampling = sampling_meter(source.session.opts)
         # the programs' kernel time (a stand-in session without programs: unknown)
         programs = getattr(source.session, "program_infos", None)
@@ -72,5 +77,7 @@ class SelfHealth:
             if poller is not None:  # what the polls managed: their pace and the namespaces they missed
                 missed = {str(inode): why for inode, why in sorted(poller.unreached.items())}
                 polls = {"poll_interval_s": poller.interval_now, "poll_missed": missed}
+            if self.counters is not None:
+                polls["counters_missed"] = self.counters.take_missed()
             out.append(self.overhead.record(self.env, stopped=final and stopping, **polls))
         return out

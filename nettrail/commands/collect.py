@@ -402,9 +402,9 @@ def collect(
     source = KernelSource(session, env, flow_interval)
     if before is not None:
         source.take_over(before)
-    health = SelfHealth(source, env, stats_interval)
     if counters is None and stack_counters:
         counters = StackCounters(only_netns=session.opts.filters.netns)
+    health = SelfHealth(source, env, stats_interval, counters if stack_counters else None)
     extras = live.Extras(source, env, sink, counters if stack_counters else None, health)
     status = status_record(session, env, stack_counters, origin, untraced_ns)
     batches = itertools.chain([source.number([status])], poll_batches(session, source, extras, stop, duration, swap))

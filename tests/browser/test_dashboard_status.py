@@ -179,7 +179,7 @@ def test_a_collector_that_stopped_says_so_in_its_panel(server: Server, page: Any
     assert item.inner_text().endswith("(SIGTERM, Ctrl-C or --duration): not tracing since")
 
 
-def test_the_status_page_says_how_often_siftr_poll_polled_and_which_namespaces_it_missed(
+def test_the_status_page_says_how_often_siftr_poll_polled_and_which_namespaces_it_and_the_counters_missed(
     server: Server, page: Any
 ) -> None:
     """A namespace the poller could not enter is in the collector's record, not only on its
@@ -188,7 +188,10 @@ def test_the_status_page_says_how_often_siftr_poll_polled_and_which_namespaces_i
     host = Server(server.url, server.make_token(host_id), server.data_dir)
     [status, first, *_] = records(host_id)
     why = "net:[4026532999] (/proc/4242/ns/net): [Errno 1] Operation not permitted"
-    stats = msgspec.structs.replace(first, poll_interval_s=1.6, poll_missed={"4026532999": why})
+    gone = "network namespace 4026533001 (blue) is gone: its stack counters' moves since their last read are unread"
+    stats = msgspec.structs.replace(
+        first, poll_interval_s=1.6, poll_missed={"4026532999": why}, counters_missed={"4026533001": gone}
+    )
     assert host.ingest([status, stats])["stored"] == 2
     page.goto(f"{server.url}/status/?host={host_id}")
     page.wait_for_selector("body[data-loaded='1']")
@@ -198,6 +201,7 @@ def test_the_status_page_says_how_often_siftr_poll_polled_and_which_namespaces_i
     )
     assert summary["SIFTR polls"] == "every 1.600 s"
     assert summary["Not polled: netns 4026532999"] == why
+    assert summary["Counters not read: netns 4026533001"] == gone  # the stack counters' misses too
 
 
 def test_the_status_page_shows_the_agents_whole_cost_with_its_programs_kernel_time(server: Server, page: Any) -> None:

@@ -144,7 +144,7 @@ def host_status(host: str) -> dict[str, Any]:
     status = newest_status(host, *STATUS_FIELDS)
     cols = (
         "ts_wall", "cpu_percent", "events_per_s", "rss_bytes", "pid", "interval_s", "events_by_type", "cpu_total_s",
-        "stopped", "poll_interval_s", "poll_missed", *AGENT_COST_FIELDS,
+        "stopped", "poll_interval_s", "poll_missed", "counters_missed", *AGENT_COST_FIELDS,
     )  # fmt: skip
     rows = list(CollectorStats.objects.filter(host_id=host).order_by("-ts_wall", "-id").values(*cols)[:MAX_STATS])
     rows.reverse()

@@ -41,6 +41,8 @@
       // siftr-poll: the pace its polls kept and the network namespaces they could not reach
       ...(last.poll_interval_s === null || last.poll_interval_s === undefined ? [] : [["SIFTR polls", `every ${num(last.poll_interval_s, 3)} s`]]),
       ...Object.entries(last.poll_missed || {}).map(([netns, why]) => [`Not polled: netns ${netns}`, why]),
+      // stack counters: namespaces unreadable, or gone with their last moves unread, in its last interval
+      ...Object.entries(last.counters_missed || {}).map(([netns, why]) => [`Counters not read: netns ${netns}`, why]),
       // its last record said it stopped (not a swap): nothing is traced on this host since
       ...(last.stopped ? [["Stopped", `${datetime(last.ts_wall)} (SIGTERM, Ctrl-C or --duration): not tracing since`]] : []),
     ];

@@ -70,6 +70,7 @@ def story(server: Server) -> Any:
         "batch": batch,
         "lone": lone,
         "sample_t": keep.ts_wall,
+        "sample": keep,
         "open": states[0].conn_uuid,
         "listen": listen[0].conn_uuid,
     }
@@ -146,7 +147,15 @@ def test_every_date_time_reads_date_space_time(server: Server, page: Any, story:
     start = page.locator("#alerts tbody tr", has_text=MESSAGE).first.locator("td").first
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}", start.inner_text())
     uuid = story["batch"].uuid
-    for path in ("/", "/alerts/", f"/connections/{uuid}/?host={HOST}", "/connections/", "/buffers/"):
+    for path in (
+        "/",
+        "/alerts/",
+        f"/connections/{uuid}/?host={HOST}",
+        "/connections/",
+        "/buffers/",
+        "/udp/",
+        "/counters/",
+    ):
         page.goto(server.url + path)
         page.wait_for_function("document.querySelector('main td') !== null", timeout=30_000)
         text = page.locator("main").inner_text()
@@ -166,6 +175,14 @@ def test_a_one_sample_chart_spans_a_minute_around_its_sample(server: Server, pag
         ), chart
     assert page.evaluate(PAINTED, ["chart-cwnd", "#0b5cad"]) > 0  # cwnd's point
     assert page.evaluate(PAINTED, ["chart-cwnd", "#b3261e"]) > 0  # ssthresh's point
+    legend = page.evaluate(
+        """(t) => { const u = NT.charts['chart-cwnd'];
+          u.setCursor({ left: u.valToPos(t, 'x'), top: 10 });
+          return [...u.root.querySelectorAll('.u-legend .u-series')].map((s) => s.textContent); }""",
+        story["sample_t"],
+    )
+    sample = story["sample"]  # finite ssthresh: its value, not the "infinite" note
+    assert legend[1:] == [f"cwnd{sample.snd_cwnd / 1000:.1f} kB", f"ssthresh{sample.snd_ssthresh / 1000:.1f} kB"]
     screenshot(page, "presentation-one-sample")
 
 

@@ -21,7 +21,7 @@
       ["Host", c.host_id], ["Protocol", c.proto], ["Local", endpoint(c.src, c.sport) + (c.direction_guessed ? " (the opener, guessed: its opening was not seen)" : "")], ["Remote", endpoint(c.dst, c.dport)],
       ["Process", c.comm ? `${c.comm} (pid ${c.pid ?? "?"}, uid ${c.uid ?? "?"})` : "–"], ["State", c.state || (c.conn_state ? `${c.conn_state} (Zeek conn_state; history ${c.history || "–"})` : "–")],
       ["Opened", NT.datetime(c.start)], ["Duration", NT.connDuration(c)], ["Bytes out", bytes(c.bytes_out) + (c.retrans_bytes_out ? ` (incl. ${bytes(c.retrans_bytes_out)} retransmitted)` : "")],
-      ["Bytes in", bytes(c.bytes_in)], ["Packets out", num(c.packets_out)], ["Packets in", num(c.packets_in)], ["Retransmitted", c.retrans_segs ? `${num(c.retrans_segs)} segments, ${bytes(c.retrans_bytes_out)}` : num(c.retrans)], ["Handshake RTT", c.handshake_rtt_us ? duration(c.handshake_rtt_us / 1e6) : "–"],
+      ["Bytes in", bytes(c.bytes_in)], ["Packets out", num(c.packets_out)], ["Packets in", num(c.packets_in)], ["Retransmitted", c.retrans_segs ? `${num(c.retrans_segs)} segments, ${bytes(c.retrans_bytes_out)}` : NT.count(c.retrans ?? 0, "retransmission")], ["Handshake RTT", c.handshake_rtt_us ? duration(c.handshake_rtt_us / 1e6) : "–"],
     ];
     document.getElementById("summary").replaceChildren(...items.map(([k, v]) => el("div", {}, el("dt", { text: k }), el("dd", { text: v ?? "–" }))));
   }
@@ -111,7 +111,7 @@
       title,
       scales: { x: { time: true } },
       cursor: { sync: { key: SYNC_KEY, setSeries: true }, drag: { x: true, y: false } },
-      series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 1.5, value: (u, v) => (v === null ? s.none || "–" : fmt(v)) }))],
+      series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 1.5, value: (u, v, si, idx) => (v !== null ? fmt(v) : idx === null || idx === undefined ? "–" : s.none || "–") }))],
       axes: [{}, { size: 70, values: (u, vals) => vals.map(fmt) }],
       hooks: {
         setScale: [(u, key) => { if (key === "x") syncZoom(u); }],

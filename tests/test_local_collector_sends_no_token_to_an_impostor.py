@@ -6,8 +6,10 @@ arguments `nettrail up` gives its collector (``collector_arguments``). With the 
 up, batches are delivered over the socket. With it down, `nobody` binds the webapp's
 old TCP port and serves HTTP on a Unix socket of its own (it cannot create one in the
 data directory), answering any request 200 with a ``tracing`` request: neither listener
-receives a byte, no batch is counted sent, and the sink holds no ``tracing`` answer
-(`--providers-from-server` has nothing to obey): the batches wait in the spool.
+receives a byte (its socket, even owned by the webapp's account, is held by the wrong
+uid; a symlink to it is not followed), no batch is counted sent, and no sink holds a
+``tracing`` answer (`--providers-from-server` has nothing to obey): the batches wait
+in the spool.
 """
 
 from __future__ import annotations
@@ -158,11 +160,16 @@ def test_the_token_and_batches_reach_the_webapp_alone_and_an_impostor_gets_nothi
     try:
         assert impostor.stdout is not None
         assert impostor.stdout.readline().strip() == "ready Permission denied"  # not in the data directory
+        # Its socket file given to the webapp's account (as if it had found a way to put one
+        # there): the file passes, the process holding it does not. And a symlink to it.
+        os.chown(own, account.pw_uid, account.pw_gid)
+        (lair / "link.sock").symlink_to(own)
         sinks.append(local_sink(data_dir, token))  # the webapp's socket: nobody there
-        sinks.append(
-            HttpSink(f"unix:{own}", token, collector_dir_of(data_dir) / "spool-2", server_user=WEBAPP_USER,
-                     flush_interval=0.05)
-        )  # fmt: skip
+        for n, path in enumerate((own, lair / "link.sock")):
+            sinks.append(
+                HttpSink(f"unix:{path}", token, collector_dir_of(data_dir) / f"spool-{n}", server_user=WEBAPP_USER,
+                         flush_interval=0.05)
+            )  # fmt: skip
         for sink in sinks:
             sink.write(make_records(100, 10, host=HOST))
             wait_spooled(sink)
@@ -176,7 +183,9 @@ def test_the_token_and_batches_reach_the_webapp_alone_and_an_impostor_gets_nothi
         shutil.rmtree(lair, ignore_errors=True)
     received = json.loads(got)
     assert received["tcp"] == []  # the old port: no connection at all
-    assert received["unix"] == [""]  # connected, checked, closed before a byte was written
+    # one connection (to its socket itself), checked and closed before a byte was written;
+    # none through the symlink, which is refused unfollowed
+    assert received["unix"] == [""]
     for sink in sinks:
         assert (sink.stats.sent_batches, sink.stats.spooled_batches) == (0, 1)
         assert sink.tracing == (False, None)  # no tracing answer to obey

@@ -15,10 +15,12 @@ and http_transport.check_server_url. Keep in sync with docs/collector-sinks.md.
 from __future__ import annotations
 
 import logging
+import os
 import pwd
 import socket
+import stat
 import struct
-from typing import Any
+from typing import Any, NoReturn
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -81,17 +83,38 @@ class _PeerCheckedConnection(HTTPConnection):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(self.timeout if isinstance(self.timeout, (int, float)) else None)
-            sock.connect(self._socket_path)
-            found = peer_uid(sock)
-            if found != self._uid:
-                why = (f"the process on {self._socket_path} runs as uid {found}, not the webapp's uid "
-                       f"{self._uid}: not sending it the token")  # fmt: skip
-                log.error("%s", why)  # said here: requests reports it only as a failed connection
-                raise ImpostorError(why)
+            self._connect(sock)
         except BaseException:
             sock.close()
             raise
         return sock
+
+    def _connect(self, sock: socket.socket) -> None:
+        """Connect to the socket file itself (a symlink there is refused, not followed: root
+        connects to nothing its owner points at), then check who holds the other end."""
+        try:
+            fd = os.open(self._socket_path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise ConnectionRefusedError(f"no server socket at {self._socket_path}") from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISSOCK(info.st_mode) or info.st_uid != self._uid:
+                self._refuse(f"{self._socket_path} is not a socket of uid {self._uid} (a {_kind(info)} of uid "
+                             f"{info.st_uid})")  # fmt: skip
+            sock.connect(f"/proc/self/fd/{fd}")  # the very file checked above
+        finally:
+            os.close(fd)
+        found = peer_uid(sock)
+        if found != self._uid:
+            self._refuse(f"the process on {self._socket_path} runs as uid {found}, not the webapp's uid {self._uid}")
+
+    def _refuse(self, why: str) -> NoReturn:
+        log.error("%s: not sending it the token", why)  # said here: requests reports only a failed connection
+        raise ImpostorError(f"{why}: not sending it the token")
+
+
+def _kind(info: os.stat_result) -> str:
+    return "symlink" if stat.S_ISLNK(info.st_mode) else "socket" if stat.S_ISSOCK(info.st_mode) else "file"
 
 
 class _PeerCheckedPool(HTTPConnectionPool):

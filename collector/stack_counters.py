@@ -12,7 +12,10 @@ before the collector is not this run's). A namespace first seen later was create
 (or only now gained its first process or name): its counters count from zero, so what it
 did between its creation and its first read is reported, not lost to a baseline. The cost
 of that rule: a namespace that existed with no process and no name (kept by a descriptor or
-a bind mount elsewhere) and gains one later reports its whole history in its first read.
+a bind mount elsewhere) and gains one later reports its whole history in its first read;
+one that was seen, lost its processes and gains one again goes on from its last read (the
+graveyard). A counter that fell since then means a new namespace got the freed inode
+number: it counts from zero.
 
 A namespace that cannot be read is said on stderr once per reason and kept in ``missed``
 (its baseline stays, so its next good read reports everything meanwhile); one that is gone
@@ -57,6 +60,7 @@ SELECTED = [(group, name) for group, names in STACK_COUNTERS.items() for name in
 INTERVAL_S = 1.0
 CPU_SHARE = 0.02  # the reads' own CPU at most, as siftr-poll's polls (collector/bpf/poll.py)
 PROG = "nettrail collect"
+GRAVEYARD = 4096  # last counters of namespaces no longer found, kept in case one comes back
 
 Counts = dict[tuple[str, str], int]
 
@@ -125,6 +129,9 @@ class StackCounters:
         self.seen: dict[int, Counts] = {}  # netns inode -> counters at its last good read
         self.missed: dict[int, str] = {}  # netns inode -> why its last read failed
         self.gone: dict[int, str] = {}  # netns inode -> gone since the last take_missed()
+        # netns inode -> counters at its last read, for namespaces no longer found: one kept
+        # alive unseen (a bind mount elsewhere) that gains a process again goes on from there
+        self.graveyard: dict[int, Counts] = {}
         self.found = self.scan()
         self.at_start = set(self.found)  # baseline only; any later one counts from zero
         self.comms: dict[tuple[int, int], str | None] = {}  # (netns, pid) -> comm
@@ -152,9 +159,12 @@ class StackCounters:
         ts_ns = time.monotonic_ns()  # one read stamps the whole batch
         for inode, ns in found.items():
             before = self.seen.get(inode)
+            if before is None:
+                before = self.graveyard.get(inode)
             got = self._reading(ns)
             if got is None:
                 continue
+            self.graveyard.pop(inode, None)
             now, pid = got
             if before is None and inode in self.at_start:
                 continue  # unreadable at the start: this is its baseline
@@ -243,7 +253,11 @@ class StackCounters:
 
     def _gone(self, inode: int, ns: netns.Netns | None) -> None:
         self.at_start.discard(inode)  # a namespace made later may get its inode number
-        if self.seen.pop(inode, None) is not None:
+        last = self.seen.pop(inode, None)
+        if last is not None:
+            self.graveyard[inode] = last
+            if len(self.graveyard) > GRAVEYARD:
+                del self.graveyard[next(iter(self.graveyard))]  # the longest gone
             label = f" ({ns.name})" if ns is not None and ns.name else ""
             why = (
                 f"network namespace {inode}{label} is gone: its stack counters' moves since their last read are unread"

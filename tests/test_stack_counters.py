@@ -147,6 +147,28 @@ def test_a_namespace_that_is_gone_is_said_and_forgotten(fake, capsys):
     assert sc.records(ENV) == [] and sc.take_missed() == {}
 
 
+def test_a_namespace_that_loses_its_last_process_and_gains_one_again_goes_on_from_its_last_read(fake):
+    """Kept alive unseen meanwhile (a bind mount elsewhere): its history is not reported twice."""
+    fake.process(10, "a")
+    fake.counters(10, OutRsts=50)
+    sc = fake.reader()
+    hidden = fake.proc / "hidden"
+    (fake.proc / "10").rename(hidden)  # no process in it for a while
+    assert sc.records(ENV) == []
+    hidden.rename(fake.proc / "10")
+    fake.counters(10, OutRsts=53)
+    assert moved(sc.records(ENV)) == [(fake.inode("a"), "OutRsts", 53, 3, 10, "srv")]
+
+
+def test_a_new_namespace_with_a_freed_inode_number_counts_from_zero(fake):
+    """Its counters fell below what the inode's last namespace had: not the same namespace."""
+    fake.process(10, "a")
+    fake.counters(10, OutRsts=50)
+    sc = fake.reader()
+    fake.counters(10, OutRsts=2)
+    assert moved(sc.records(ENV)) == [(fake.inode("a"), "OutRsts", 2, 2, 10, "srv")]
+
+
 def test_an_unreadable_namespace_is_said_once_kept_in_missed_and_caught_up_later(fake, capsys):
     fake.process(10, "a")
     fake.counters(10, OutRsts=1)

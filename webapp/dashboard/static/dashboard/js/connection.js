@@ -201,6 +201,7 @@
       el("td", { text: time(a.start) }), el("td", {}, NT.sevBadge(a.severity)),
       el("td", {}, el("a", { href: `/alerts/?rule=${encodeURIComponent(a.rule_id)}`, text: a.rule_id })),
       el("td", { class: "num", text: num(a.count) }), el("td", { class: "msg" }, el("span", { class: "clamp", title: a.message, text: a.message })))));
+    if (!rows.length) document.querySelector("#alerts tbody").append(el("tr", {}, el("td", { colspan: 5, class: "muted", text: "No alert fired for this connection." })));
   }
 
   function drops(rows) {

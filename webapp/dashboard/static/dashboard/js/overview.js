@@ -36,6 +36,7 @@
         ? el("a", { class: "clamp", title: a.message, href: NT.connHref(a), text: a.message })
         : el("span", { class: "clamp", title: a.message, text: a.message })),
     )));
+    if (!data.alerts.length) document.querySelector("#latest-alerts tbody").append(el("tr", {}, el("td", { colspan: 5, class: "muted", text: "No alert fired on a live host." })));
     document.querySelector("#top-bytes tbody").replaceChildren(...data.top_bytes.map((c) => el("tr", {},
       connCell(c), el("td", { text: proc(c) }), el("td", { class: "num", text: bytes(c.bytes) }))));
     document.querySelector("#top-retrans tbody").replaceChildren(...data.top_retrans.map((c) => el("tr", {},

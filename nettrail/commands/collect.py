@@ -35,6 +35,7 @@ from collector.bpf.swap import COMMAND_LINE, Swap
 from collector.health import coverage
 from collector.health.overhead import DEFAULT_INTERVAL_S
 from collector.health.reporter import SelfHealth
+from collector.private_dir import collector_dir
 from collector.sinks.http_transport import add_transport_arguments, transport_options
 from collector.sinks.token_source import add_token_arguments, resolve_token
 from collector.stack_counters import StackCounters
@@ -73,7 +74,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--server", default=None, help="ship records to the webapp at URL (needs a token)")
     add_token_arguments(p, "the host's ingest token for --server")
     add_transport_arguments(p)
-    p.add_argument("--spool", default=None, help="spool directory for --server (default $NETTRAIL_DATA/spool)")
+    p.add_argument(
+        "--spool",
+        default=None,
+        help="spool directory for --server (default: as root /var/lib/nettrail-collector/spool, else $NETTRAIL_DATA/spool)",
+    )
     p.add_argument(
         "--providers-from-server",
         action="store_true",
@@ -211,15 +216,13 @@ def parse_options(args: argparse.Namespace) -> Options:
 
 
 def default_spool() -> Path:
+    """As root the collector's own directory's spool (root's alone, never the webapp's
+    data directory: collector/private_dir.py), else $NETTRAIL_DATA/spool or
+    ~/.local/share/nettrail/spool."""
+    if os.geteuid() == 0:
+        return collector_dir() / "spool"
     data = os.environ.get("NETTRAIL_DATA")
-    base = (
-        Path(data)
-        if data
-        else Path("/var/lib/nettrail")
-        if os.geteuid() == 0
-        else Path.home() / ".local/share/nettrail"
-    )
-    return base / "spool"
+    return (Path(data) if data else Path.home() / ".local/share/nettrail") / "spool"
 
 
 def open_sink(args: argparse.Namespace) -> Sink:

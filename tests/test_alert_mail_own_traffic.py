@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from django.test import Client, override_settings
 from redis_server import RedisServer
-from webapp_cast import BOOT, Cast, cast, post  # noqa: F401 (cast is a fixture)
+from webapp_cast import BOOT, T0, Cast, cast, post  # noqa: F401 (cast is a fixture)
 
 from translators.records import Alert, CollectorStatus
 from webapp.bus import streams
@@ -35,9 +35,9 @@ WEBAPP_PORT = 18_830
 
 def _alert(seq: int, rule: str, comm: str, pid: int, sport: int, dport: int, message: str) -> Alert:
     return Alert(
-        host_id="host-a", boot_id=BOOT, seq=(1 << 61) + seq, ts_ns=seq, ts_wall=2000.0 + seq, provider="nettrail",
+        host_id="host-a", boot_id=BOOT, seq=(1 << 61) + seq, ts_ns=seq, ts_wall=T0 + 1000 + seq, provider="nettrail",
         probe="alert", comm=comm, pid=pid, tgid=pid, src="127.0.0.1", sport=sport, dst="127.0.0.1", dport=dport,
-        rule_id=rule, alert_id=f"own-mail-{seq}", severity="warning", status="open", proto="tcp", start=2000.0,
+        rule_id=rule, alert_id=f"own-mail-{seq}", severity="warning", status="open", proto="tcp", start=T0 + 1000,
         message=message,
     )  # fmt: skip
 
@@ -48,7 +48,7 @@ def _batch(first: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], Aler
     monkeypatch.setenv("NETTRAIL_WEBAPP_LISTEN", f"127.0.0.1:{WEBAPP_PORT}")
     boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     status = CollectorStatus(
-        host_id="host-a", boot_id=boot, seq=first, ts_ns=1, ts_wall=1500.0, provider="nettrail", probe="status",
+        host_id="host-a", boot_id=boot, seq=first, ts_ns=1, ts_wall=T0 + 500, provider="nettrail", probe="status",
         providers=["tcp"], attached={}, pid=COLLECTOR_PID, comm="nettrail",
     )  # fmt: skip
     n = first + 1

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from django.test import Client
-from webapp_cast import BOOT, Cast, cast, env, post, state  # noqa: F401 (cast is a fixture)
+from webapp_cast import BOOT, T0, Cast, cast, env, post, state  # noqa: F401 (cast is a fixture)
 
 from translators import records as r
 from translators.records import connection_uuid
@@ -50,7 +50,7 @@ def alert(host: str, seq: int, conn: str, cookie: int | None = None, rule: str =
         rule_id=rule,
         alert_id=f"{host}-{rule}-{seq}",
         severity="warning",
-        start=1000.0 + seq,
+        start=T0 + seq,
         message=f"{rule} on {host}",
     )
 

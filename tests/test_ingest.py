@@ -10,7 +10,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.test import Client, override_settings
-from webapp_cast import BOOT, Cast, cast, drop, post, retransmit, state  # noqa: F401 (cast is a fixture)
+from webapp_cast import BOOT, T0, Cast, cast, drop, post, retransmit, state  # noqa: F401 (cast is a fixture)
 
 from translators import records as r
 from translators.records import connection_uuid
@@ -25,7 +25,7 @@ def test_it_stores_a_msgpack_batch_as_exact_rows(cast: Cast) -> None:
     assert resp.status_code == 200
     assert resp.json() == {"stored": 3, "duplicates": 0, "tracing": None}
     row = TcpStateChange.objects.get()
-    assert (row.host_id, row.boot_id, row.seq, row.ts_ns, row.ts_wall) == ("host-a", BOOT, 1, 1_000_000, 1001.0)
+    assert (row.host_id, row.boot_id, row.seq, row.ts_ns, row.ts_wall) == ("host-a", BOOT, 1, 1_000_000, T0 + 1)
     assert (row.prev_state, row.state, row.comm, row.pid, row.src, row.dport) == (
         "CLOSED", "SYN_SENT", "curl", 42, "10.0.0.1", 443,
     )  # fmt: skip
@@ -64,7 +64,7 @@ def test_it_counts_a_record_repeated_inside_one_batch_once(cast: Cast) -> None:
 
 def test_it_keeps_the_same_seq_of_another_boot(cast: Cast) -> None:
     other_boot = r.TcpRetransmit(
-        host_id="host-a", boot_id="boot-2", seq=1, ts_ns=1, ts_wall=1.0, provider="tcp", probe="retransmit"
+        host_id="host-a", boot_id="boot-2", seq=1, ts_ns=1, ts_wall=T0, provider="tcp", probe="retransmit"
     )
     assert post(Client(), cast.token_a, [retransmit("host-a", 1), other_boot]).json() == {
         "stored": 2,
@@ -193,8 +193,8 @@ def test_it_pushes_new_records_to_host_connection_and_alert_groups(cast: Cast) -
     for group, channel in channels.items():
         async_to_sync(layer.group_add)(group, channel)
     alert = r.Alert(
-        **{"host_id": "host-a", "boot_id": BOOT, "seq": 3, "ts_ns": 3, "ts_wall": 3.0, "conn_uuid": "conn-1"},
-        provider="nettrail", probe="alert", rule_id="K1", severity="warning", start=3.0, message="retransmissions",
+        **{"host_id": "host-a", "boot_id": BOOT, "seq": 3, "ts_ns": 3, "ts_wall": T0 + 3, "conn_uuid": "conn-1"},
+        provider="nettrail", probe="alert", rule_id="K1", severity="warning", start=T0 + 3, message="retransmissions",
     )  # fmt: skip
     batch = [state("host-a", 1, "CLOSED", "SYN_SENT"), drop("host-a", 2), alert]
     assert post(Client(), cast.token_a, batch).status_code == 200

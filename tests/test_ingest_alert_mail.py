@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from django.test import Client
 from smtp_sink import SmtpSink, serve
-from webapp_cast import BOOT, Cast, cast, post  # noqa: F401 (cast is a fixture)
+from webapp_cast import BOOT, T0, Cast, cast, post  # noqa: F401 (cast is a fixture)
 
 from translators.records import Alert
 from webapp.traces.alert_mail import MAILER
@@ -47,9 +47,9 @@ def smtp(settings, monkeypatch) -> Iterator[list[str]]:
 
 def alert(seq: int, alert_id: str, status: str = "open", severity: str = "warning", count: int = 1) -> Alert:
     return Alert(
-        host_id="host-a", boot_id=BOOT, seq=(1 << 62) + seq, ts_ns=seq, ts_wall=1000.0 + seq, provider="nettrail",
+        host_id="host-a", boot_id=BOOT, seq=(1 << 62) + seq, ts_ns=seq, ts_wall=T0 + seq, provider="nettrail",
         probe="alert", rule_id="K4", condition="overflow", alert_id=alert_id, severity=severity, status=status,
-        start=1000.0, count=count, message=f"The listener dropped {seq} connection attempts",
+        start=T0, count=count, message=f"The listener dropped {seq} connection attempts",
     )  # fmt: skip
 
 

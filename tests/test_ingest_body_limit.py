@@ -21,7 +21,7 @@ LIMIT = 4096
 
 
 def batch(count: int) -> bytes:
-    recs = [r.TcpRetransmit(host_id="host-a", boot_id="b", seq=i, ts_ns=i, ts_wall=1.0, provider="tcp", probe="retransmit")
+    recs = [r.TcpRetransmit(host_id="host-a", boot_id="b", seq=i, ts_ns=i, ts_wall=1.7e9, provider="tcp", probe="retransmit")
             for i in range(count)]  # fmt: skip
     return msgspec.msgpack.encode(recs)
 

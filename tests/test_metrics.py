@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
-from report_cast import alpha_records, beta_records
+from report_cast import alpha_records, beta_records, plausible
 
 from translators import records as r
 from webapp.metrics.exposition import INGEST_LATENCY
@@ -59,9 +59,9 @@ def logged_in() -> Client:
 
 def test_counters_follow_what_was_stored_per_host(tokens: dict[str, str]) -> None:
     client = Client()
-    assert ingest(client, tokens["alpha"], alpha_records()) == 200
-    assert ingest(client, tokens["beta"], beta_records()) == 200
-    assert ingest(client, tokens["alpha"], alpha_records()) == 200  # a resend counts nothing
+    assert ingest(client, tokens["alpha"], plausible(alpha_records())) == 200
+    assert ingest(client, tokens["beta"], plausible(beta_records())) == 200
+    assert ingest(client, tokens["alpha"], plausible(alpha_records())) == 200  # a resend counts nothing
     fam = scrape(logged_in())  # a logged-in user sees every host
     ingested = samples(fam, "nettrail_records_ingested")
     assert ingested[(("host", "alpha"), ("kind", "tcp_state"))] == 4
@@ -113,8 +113,8 @@ def test_ingest_latency_is_a_histogram_by_outcome(tokens: dict[str, str]) -> Non
     client = Client()
     viewer = logged_in()  # the latency histogram is server-wide: not for a host's token
     before = samples(scrape(viewer), "nettrail_ingest_request_duration_seconds", "_count")
-    assert ingest(client, tokens["alpha"], beta_records()) == 403  # another host's records
-    assert ingest(client, tokens["beta"], beta_records()) == 200
+    assert ingest(client, tokens["alpha"], plausible(beta_records())) == 403  # another host's records
+    assert ingest(client, tokens["beta"], plausible(beta_records())) == 200
     fam = scrape(viewer)
     after = samples(fam, "nettrail_ingest_request_duration_seconds", "_count")
     for outcome in ("stored", "rejected"):
@@ -143,7 +143,7 @@ async def test_ingest_is_timed_on_the_asgi_stack_too(transactional_db: None) -> 
 
     token = await sync_to_async(make_token)()
     before = stored_count()
-    resp = await AsyncClient().post("/api/ingest", msgspec.msgpack.encode(beta_records()),
+    resp = await AsyncClient().post("/api/ingest", msgspec.msgpack.encode(plausible(beta_records())),
                                     content_type="application/msgpack", headers={"Authorization": f"Bearer {token}"})  # fmt: skip
     assert resp.status_code == 200
     assert stored_count() - before == 1

@@ -220,7 +220,7 @@ def test_a_chunked_ingest_body_over_the_limit_gets_413_at_the_limit_and_stores_n
 @pytest.mark.parametrize("chunked", [False, True])
 def test_a_small_ingest_body_with_a_token_is_stored(server: Server, chunked: bool) -> None:
     """The body comes with the headers while the token is checked: held, then handed to the app."""
-    rec = r.TcpRetransmit(host_id="browser-host", boot_id="refuse-early", seq=int(chunked), ts_ns=1, ts_wall=1.0,
+    rec = r.TcpRetransmit(host_id="browser-host", boot_id="refuse-early", seq=int(chunked), ts_ns=1, ts_wall=1.7e9,
                           provider="tcp", probe="retransmit")  # fmt: skip
     body = json.dumps([to_builtins(rec)]).encode()
     auth = {"Authorization": f"Bearer {server.token}", "Content-Type": "application/json"}

@@ -27,6 +27,7 @@ from webapp.traces.models import Host
 from webapp.traces.tokens import create_token
 
 BOOT = "boot-1"
+T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z: ingest refuses times before 2000 (webapp/traces/timestamps.py)
 ADMIN_PASSWORD = "admin-pw-7Qe2-unguessable"
 VIEWER_PASSWORD = "viewer-pw-9Zk4-unguessable"
 
@@ -52,7 +53,7 @@ def cast(db: None) -> Iterator[Cast]:
 
 
 def env(host: str, seq: int, **kw: Any) -> dict[str, Any]:
-    return {"host_id": host, "boot_id": BOOT, "seq": seq, "ts_ns": 1_000_000 * seq, "ts_wall": 1000.0 + seq, **kw}
+    return {"host_id": host, "boot_id": BOOT, "seq": seq, "ts_ns": 1_000_000 * seq, "ts_wall": T0 + seq, **kw}
 
 
 def state(host: str, seq: int, prev: str, new: str, conn: str = "conn-1", **kw: Any) -> r.TcpStateChange:

@@ -9,12 +9,13 @@ data directory), answering any request 200 with a ``tracing`` request: neither l
 receives a byte (its socket, even owned by the webapp's account, is held by the wrong
 uid; a symlink to it is not followed), no batch is counted sent, and no sink holds a
 ``tracing`` answer (`--providers-from-server` has nothing to obey): the batches wait
-in the spool.
+in the spool. A root collector told to ship plain HTTP to a port is warned of it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pwd
 import shutil
@@ -26,9 +27,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ingest_stub import make_records
+from ingest_stub import TOKEN, IngestStub, make_records
 
-from collector.sinks.http import HttpSink
+from collector.sinks.http import PORT_HOLDER_WARNING, HttpSink
 from collector.sinks.token_source import write_token_file
 from nettrail.cli import build_parser
 from nettrail.commands.collect import open_sink
@@ -189,3 +190,12 @@ def test_the_token_and_batches_reach_the_webapp_alone_and_an_impostor_gets_nothi
     for sink in sinks:
         assert (sink.stats.sent_batches, sink.stats.spooled_batches) == (0, 1)
         assert sink.tracing == (False, None)  # no tracing answer to obey
+
+
+def test_a_root_collector_shipping_plain_http_to_a_port_is_told_who_may_receive_its_token(
+    stub: IngestStub, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="nettrail.sink.http"):
+        HttpSink(stub.url, TOKEN, tmp_path / "spool").close()
+    assert [r.getMessage() for r in caplog.records] == [PORT_HOLDER_WARNING % stub.url]
+    assert TOKEN not in caplog.text

@@ -42,6 +42,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable
@@ -68,6 +69,11 @@ DEFAULT_CLOSE_TIMEOUT = 5.0
 DEFAULT_MAX_PENDING = 100_000  # records held in memory while a request is in flight
 RETRYABLE = frozenset({408, 429})
 MAX_RECORD_REFUSALS = 64  # single records refused per batch before the rest is refused whole
+# A port on this machine is anyone's once its server stops: the webapp's Unix socket is not.
+PORT_HOLDER_WARNING = (
+    "--server %s: plain HTTP to a port: whichever local user holds that port while the webapp is down "
+    "receives the host's token; on the webapp's machine ship to unix:SOCKET --server-user USER instead"
+)
 
 
 class Outcome(enum.Enum):
@@ -123,6 +129,8 @@ class HttpSink:
         check_server_url(server_url, insecure=insecure, ca_file=ca_file, server_user=server_user)
         path = socket_path(server_url)
         uid = server_uid(server_user) if path is not None else None
+        if path is None and server_url.startswith("http:") and os.geteuid() == 0:
+            log.warning(PORT_HOLDER_WARNING, server_url)
         self.url = (URL_BASE if path is not None else server_url.rstrip("/")) + INGEST_PATH
         self.spool = Spool(spool_dir, max_spool_bytes)
         self.rejected_dir = Path(spool_dir) / "rejected"

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 from django.db import connection
-from webapp_cast import BOOT, env, retransmit, state
+from webapp_cast import BOOT, T0, env, retransmit, state
 
 from translators import records as r
 from translators.records import decode_batch
@@ -24,6 +24,7 @@ from webapp.traces.models import KIND_MODELS, Connection
 from webapp.traces.store import store_batch
 
 DAY = 86_400.0
+T0_DAY = int(T0 // DAY)  # the day partition of the cast's records
 FRAME = bytes(range(256))
 AWKWARD = "lo\tx\\y\nz\r ü \\N"  # COPY text's separators, escapes and its NULL marker, literally
 
@@ -41,7 +42,7 @@ def _batch() -> list[r.Record]:
             length=1500,
             frame_bytes=FRAME,
         ),
-        retransmit("host-a", 4, ts_wall=1000.0 + 3 * DAY + 0.123456789),  # a later day's partition
+        retransmit("host-a", 4, ts_wall=T0 + 3 * DAY + 0.123456789),  # a later day's partition
     ]
 
 
@@ -66,9 +67,9 @@ def test_copy_ready_rows_store_what_the_writers_own_rows_store() -> None:
     assert decode_batch(fields["body"], "msgpack", trusted=True) == batch  # type: ignore[arg-type]
     encoded = pgcopy.decode(fields["copy"])  # type: ignore[arg-type]
     assert [(kind, days) for kind, days, _ in encoded] == [
-        ("tcp_state", [0]),
-        ("tcp_retransmit", [0, 3]),
-        ("ip_packet", [0]),
+        ("tcp_state", [T0_DAY]),
+        ("tcp_retransmit", [T0_DAY, T0_DAY + 3]),
+        ("ip_packet", [T0_DAY]),
     ]
     result = store_batch(decode_batch(fields["body"], "msgpack", trusted=True), encoded)  # type: ignore[arg-type]
     # The new records in batch order (not kind by kind, as COPY goes): the fold's order.
@@ -77,7 +78,7 @@ def test_copy_ready_rows_store_what_the_writers_own_rows_store() -> None:
     packet = KIND_MODELS["ip_packet"].objects.get()
     assert (bytes(packet.frame_bytes), packet.if_name, packet.if_local) == (FRAME, AWKWARD, True)
     assert KIND_MODELS["tcp_retransmit"].objects.get(seq=2).approx == ["src", "pid"]
-    assert KIND_MODELS["tcp_retransmit"].objects.get(seq=4).ts_wall == 1000.0 + 3 * DAY + 0.123456789
+    assert KIND_MODELS["tcp_retransmit"].objects.get(seq=4).ts_wall == T0 + 3 * DAY + 0.123456789
     conn = Connection.objects.get()
     assert (conn.comm, conn.pid, conn.retransmits, conn.state, conn.active) == (AWKWARD, 7, 2, "ESTABLISHED", True)
 

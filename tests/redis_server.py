@@ -1,5 +1,10 @@
 """A throw-away redis-server for the bus tests: own port, own directory, AOF on, stopped by PID.
 
+Configured as docs/scale-out.md requires (``appendfsync always``: the ingest tier
+refuses batches otherwise); ``appendfsync="everysec"`` makes one it must refuse.
+``kill`` is a crash (SIGKILL), ``stop`` a clean shutdown; either keeps the
+directory, so ``start`` again reads the same AOF.
+
 Not the shared test Redis (scripts/test-services): the bus tests restart it and
 read its stream keys, which must not meet another test's.
 """
@@ -23,7 +28,8 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self) -> None:
+    def __init__(self, appendfsync: str = "always") -> None:
+        self.appendfsync = appendfsync
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="nettrail-redis-"))
         self.proc: subprocess.Popen[bytes] | None = None
@@ -34,7 +40,7 @@ class RedisServer:
 
     def start(self) -> None:
         command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir)]
-        command += ["--appendonly", "yes", "--appendfsync", "everysec", "--save", ""]
+        command += ["--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", ""]
         self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(port=self.port)
         for _ in range(100):
@@ -49,6 +55,13 @@ class RedisServer:
         """A clean shutdown (SIGTERM): Redis flushes its AOF, as a restart by systemd does."""
         if self.proc is not None:
             self.proc.terminate()
+            self.proc.wait(timeout=20)
+            self.proc = None
+
+    def kill(self) -> None:
+        """A crash: SIGKILL, by PID; Redis gets no chance to flush or fsync anything."""
+        if self.proc is not None:
+            self.proc.kill()
             self.proc.wait(timeout=20)
             self.proc = None
 

@@ -1,6 +1,6 @@
 """The ingest bus on a real Redis: ingest appends, a writer stores and acknowledges, a dead writer's entries are claimed.
 
-Each test gets its own redis-server (tests/redis_server.py, AOF everysec).
+Each test gets its own redis-server (tests/redis_server.py, AOF always).
 """
 # ruff: noqa: F811 -- pytest fixtures imported from webapp_cast are redefined as test arguments
 
@@ -55,7 +55,7 @@ def test_ingest_appends_the_batch_and_a_writer_stores_then_acknowledges_it(cast:
     assert list(SkbDrop.objects.values_list("seq", flat=True)) == [3]
     assert Connection.objects.get().retransmits == 2
     state = streams.status()
-    assert (state.length, state.pending, state.lag, state.durability) == (0, 0, 0, "aof everysec")
+    assert (state.length, state.pending, state.lag, state.durability) == (0, 0, 0, "aof always")
     writer.publish()
     (stats,) = streams.status().writers
     assert (stats.name, stats.records, stats.batches, stats.duplicates, stats.pending) == ("w1", 3, 1, 0, 0)
@@ -124,12 +124,13 @@ def test_the_status_api_and_metrics_show_the_streams_backlog_and_each_writer(cas
     client.force_login(cast.admin)
     bus_state = client.get("/api/dash/status").json()["bus"]
     (w1,) = bus_state.pop("writers")
-    assert bus_state == {"length": 1, "pending": 0, "lag": 1, "durability": "aof everysec"}
+    assert bus_state == {"length": 1, "pending": 0, "lag": 1, "durability": "aof always", "durable": True}
     assert (w1["name"], w1["records"], w1["batches"], w1["duplicates"], w1["pending"]) == ("w1", 2, 1, 0, 0)
     text = client.get("/metrics").content.decode()
     assert "nettrail_bus_length 1.0" in text
     assert "nettrail_bus_lag 1.0" in text
     assert "nettrail_bus_pending 0.0" in text
+    assert "nettrail_bus_durable 1.0" in text
     assert 'nettrail_bus_writer_records_total{writer="w1"} 2.0' in text
 
 

@@ -47,7 +47,10 @@ def run_serve(args: argparse.Namespace) -> int:
     data = datadir.data_dir()
     datadir.ensure_data_dir(data)
     os.environ["NETTRAIL_DATA"] = str(data)
-    _prepare()
+    problem = _prepare()
+    if problem:
+        print(f"nettrail serve: {problem}", file=sys.stderr)
+        return 2
     account = up._ensure_user(up.WEBAPP_USER, data) if os.geteuid() == 0 else None
     env = up._child_env(data, account)
     python, popen = sys.executable, dict[str, Any](cwd=str(data))
@@ -92,15 +95,29 @@ def _check_environment(writers: int) -> str | None:
     return None
 
 
-def _prepare() -> None:
-    """Migrate, create the partitions ahead and the writers' group, once, before any child starts."""
+def _prepare() -> str | None:
+    """Migrate, create the partitions ahead and the writers' group, once, before any child starts.
+
+    Returns why it cannot serve: a Redis that could lose batches already answered 200
+    (not ``appendfsync always``) is refused before anything starts; the workers would
+    answer every batch 503 (webapp/bus/streams.py).
+    """
     from nettrail.commands._django import migrate, setup_django
 
     setup_django()
+    from redis import RedisError
+
+    from webapp.bus import streams
+
+    try:
+        streams.require_durable()
+    except streams.NotDurable as exc:
+        return str(exc)
+    except RedisError as exc:
+        return f"Redis at REDIS_URL unavailable: {exc}"
     migrate()
     from django.db import connections, transaction
 
-    from webapp.bus import streams
     from webapp.traces import partitions
 
     with transaction.atomic():
@@ -108,3 +125,4 @@ def _prepare() -> None:
     streams.ensure_group()
     print(f"nettrail: ingest stream {streams.STREAM}, durability: {streams.durability()}", flush=True)
     connections.close_all()
+    return None

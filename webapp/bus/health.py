@@ -1,8 +1,9 @@
 """The ingest bus's health for the Status page (``/api/dash/status``'s ``bus``) and ``/metrics``.
 
 Stream length, pending (delivered, not acknowledged), lag (never delivered), Redis
-durability, and per writer its records, batches, duplicates, records/s and pending
-entries (webapp/bus/streams.py ``status``). Nothing when REDIS_URL is not set (the
+durability (and ``durable``: whether the ingest tier accepts batches under it), and
+per writer its records, batches, duplicates, records/s and pending entries
+(webapp/bus/streams.py ``status``). Nothing when REDIS_URL is not set (the
 appliance); ``{"error": ...}`` / no samples when Redis does not answer.
 Keep in sync with: webapp/dashboard/static/dashboard/js/status.js, docs/scale-out.md.
 """
@@ -48,6 +49,12 @@ class BusCollector(Collector):
             if value is not None:
                 gauge.add_metric([], value)
             yield gauge
+        durable = GaugeMetricFamily(
+            "nettrail_bus_durable",
+            "1 when Redis fsyncs before answering (appendfsync always); 0: the ingest tier refuses every batch",
+        )
+        durable.add_metric([], 1 if state.durable else 0)
+        yield durable
         records = CounterMetricFamily("nettrail_bus_writer_records", "Records stored by the writer", labels=["writer"])
         duplicates = CounterMetricFamily(
             "nettrail_bus_writer_duplicates", "Records a writer found already stored (redeliveries)", labels=["writer"]

@@ -11,10 +11,14 @@ claimed by another writer (XAUTOCLAIM) when its writer died holding it. Writers
 publish their counters in ``nettrail:writer:<name>`` hashes, which expire when the
 writer stops refreshing them, so the Status page and /metrics show only live ones.
 
-Durability: an entry is as durable as Redis's AOF makes it (``appendfsync
-everysec``: a Redis crash, not a restart, can lose the last second of accepted
-batches; ``always``: none, at a cost per write). ``durability()`` reports the
-server's setting; docs/scale-out.md has the trade-off.
+Durability: a batch is answered 200 only once Redis has it on disk. ``append``
+reads Redis's AOF setting (``CONFIG GET append*``, one round trip) before each
+XADD and refuses the batch (``NotDurable``, a RedisError: the
+ingest view answers 503 and the collector's spool keeps it) unless Redis runs with
+``appendonly yes`` and ``appendfsync always``: then Redis fsyncs the AOF before it
+sends the XADD's reply, so neither a Redis SIGKILL nor a power loss can lose a batch
+already answered. ``everysec`` could lose up to a second of answered batches, which
+no collector would resend and nothing would count. docs/scale-out.md has the choice.
 Keep in sync with: webapp/bus/writer.py, webapp/traces/ingest.py, docs/scale-out.md.
 """
 
@@ -37,6 +41,7 @@ STREAM = "nettrail:ingest"
 GROUP = "writers"
 WRITER_KEY = "nettrail:writer:"  # + consumer name: that writer's counters (a hash)
 WRITER_TTL = 30  # seconds a writer's counters outlive its last refresh
+DURABLE = "aof always"  # the one setting under which an answered batch survives a crash (durability())
 _encode = msgspec.msgpack.Encoder().encode
 _Value = bytes | bytearray | memoryview | str | int | float  # what redis-py accepts as a field or value
 
@@ -54,10 +59,31 @@ def client() -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=15)
 
 
+class NotDurable(redis.RedisError):
+    """Redis would not keep an answered batch through a crash or a power loss: the batch is refused."""
+
+
 def append(host: str, records: Sequence[Record]) -> str:
-    """XADD one batch; returns its entry id once Redis has it (raises redis.RedisError otherwise)."""
-    entry = client().xadd(STREAM, entry_fields(host, records))
+    """XADD one batch; returns its entry id once Redis has it on disk (raises redis.RedisError otherwise).
+
+    The AOF setting is read again before every batch, not once at start: a Redis
+    restarted with another configuration, or changed by CONFIG SET, is caught at
+    the next batch. A batch refused here stays in the collector's spool.
+    """
+    conn = client()
+    require_durable(conn)
+    entry = conn.xadd(STREAM, entry_fields(host, records))
     return entry.decode() if isinstance(entry, bytes) else str(entry)
+
+
+def require_durable(conn: redis.Redis | None = None) -> None:
+    """Raise NotDurable unless Redis fsyncs its AOF before answering a write (``aof always``)."""
+    setting = durability(conn)
+    if setting != DURABLE:
+        raise NotDurable(
+            f"Redis would lose answered batches in a crash or power loss ({setting}); "
+            "run it with appendonly yes and appendfsync always (docs/scale-out.md)"
+        )
 
 
 def entry_fields(host: str, records: Sequence[Record], copy_ready: bool | None = None) -> dict[_Value, _Value]:
@@ -103,6 +129,7 @@ class BusStatus:
     lag: int | None  # of those, never delivered to any writer (None: Redis could not tell)
     writers: list[WriterStats]
     durability: str
+    durable: bool  # durability == DURABLE; otherwise the ingest tier answers every batch 503
 
 
 def status(conn: redis.Redis | None = None) -> BusStatus:
@@ -127,21 +154,24 @@ def status(conn: redis.Redis | None = None) -> BusStatus:
             )
         )
     lag = group.get("lag")
+    setting = durability(conn)
     return BusStatus(
         length=int(conn.xlen(STREAM)),
         pending=int(group.get("pending", 0)),
         lag=None if lag is None else int(lag),
         writers=writers,
-        durability=durability(conn),
+        durability=setting,
+        durable=setting == DURABLE,
     )
 
 
 def durability(conn: redis.Redis | None = None) -> str:
-    """``aof everysec`` / ``aof always`` / ``aof no`` / ``no aof`` (entries lost with a restart)."""
+    """``aof always`` (DURABLE) / ``aof everysec`` / ``aof no`` / ``no aof`` / ``unknown`` (CONFIG refused)."""
     conn = conn or client()
     try:
-        config = {**conn.config_get("appendonly"), **conn.config_get("appendfsync")}
-    except redis.ResponseError:  # CONFIG disabled on a managed Redis
+        # One command for both settings; a glob, as Redis before 7.0 takes one name only.
+        config = conn.config_get("append*")
+    except redis.ResponseError:  # CONFIG disabled or renamed (a managed Redis): not provably durable
         return "unknown"
     if _text(config.get("appendonly", "no")) != "yes":
         return "no aof"

@@ -1,7 +1,7 @@
 """Load and fault test of the scale-out deployment (issue 19 item 5), on a real Redis and PostgreSQL.
 
 `nettrail serve --workers 2 --writers 2` against a Redis started here (AOF
-everysec) and a fresh PostgreSQL database; 20 simulated hosts, each with its own
+always) and a fresh PostgreSQL database; 20 simulated hosts, each with its own
 token, POST their records concurrently, resending a batch until it is answered
 200 (the collector spool's contract). During the run one writer and one ingest
 worker are killed with SIGKILL (the cluster starts them again) and Redis is
@@ -15,6 +15,7 @@ dies must reconnect, and the live view has no replay of what it missed.
 Needs root-free ports on loopback, redis-server, and NETTRAIL_TEST_POSTGRES_URL
 (`. scripts/test-services`).
 """
+# ruff: noqa: F811 -- the database fixture imported from scale_out_db is redefined as a test argument
 
 from __future__ import annotations
 
@@ -28,7 +29,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ import pytest
 import redis
 import requests
 from redis_server import RedisServer, free_port
+from scale_out_db import PG_URL, database  # noqa: F401 (database is a fixture)
 
 from translators import records as r
 
@@ -47,7 +48,6 @@ PER_HOST = 1200
 BATCH = 60  # 20 batches per host
 PAUSE = 0.2  # seconds between a host's batches: the run lasts long enough to hurt it
 DEADLINE = 420.0  # seconds for the whole test
-PG_URL = os.environ.get("NETTRAIL_TEST_POSTGRES_URL", "")
 TABLES = ("traces_tcpretransmit", "traces_skbdrop")
 pytestmark = [
     pytest.mark.slow,
@@ -203,39 +203,6 @@ class Run:
             if self.ws_port not in ports:
                 return worker
         raise AssertionError("both workers hold the websocket?")
-
-
-@pytest.fixture
-def database() -> Iterator[str]:
-    import psycopg
-
-    name = f"nettrail_scale_{os.getpid()}"
-    base = PG_URL.rsplit("/", 1)[0]
-    with psycopg.connect(PG_URL, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {name}")
-        admin.execute(f"CREATE DATABASE {name}")
-    try:
-        yield f"{base}/{name}"
-    finally:
-        drop_database(name)
-
-
-def drop_database(name: str) -> None:
-    """Drop the test's database once nothing uses it. A plain DROP makes autovacuum's
-    workers leave by itself, where FORCE refuses to end one without pg_signal_backend
-    (a CI run's teardown failed so, after this test's writes woke autovacuum); it is
-    retried while the test's own processes go, FORCE only as the last attempt."""
-    import psycopg
-
-    deadline = time.monotonic() + 30
-    with psycopg.connect(PG_URL, autocommit=True) as admin:
-        while time.monotonic() < deadline:
-            try:
-                admin.execute(f"DROP DATABASE IF EXISTS {name}")
-                return
-            except psycopg.errors.ObjectInUse:  # waited 5 s in the server for other sessions
-                time.sleep(0.5)
-        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def test_twenty_hosts_through_two_workers_and_two_writers_survive_kills_and_a_redis_restart(database: str) -> None:

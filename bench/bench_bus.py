@@ -1,8 +1,11 @@
 """Benchmark: aggregate records/s through the Redis stream into PostgreSQL with 1 and 2 writer processes.
 
 Needs PostgreSQL (DATABASE_URL or NETTRAIL_TEST_POSTGRES_URL; the run creates and
-drops its own database) and redis-server (started here on a free port, AOF
-everysec, as docs/scale-out.md recommends). For each writer count: empty tables and
+drops its own database) and redis-server (started here on a free port, AOF with
+``--appendfsync``: ``always``, as docs/scale-out.md requires, or ``everysec`` to compare).
+First the ingest tier's own cost of Redis per batch: the durability check and the XADD,
+one batch at a time as a worker sends them (with ``always`` Redis fsyncs before it
+answers). Then, for each writer count: empty tables and
 stream, start the writers (``python -m webapp.bus.writer_main``) and wait until
 they read, then append every batch at once (as the ingest tier does: MessagePack
 records and their rows COPY-ready, webapp/bus/streams.entry_fields) and time until
@@ -17,6 +20,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=5000)
+    parser.add_argument("--appendfsync", choices=("always", "everysec"), default="always")
     parser.add_argument("--write-doc", action="store_true", help=f"replace the section {TITLE!r} of docs/benchmarks.md")
     args = parser.parse_args(argv)
     url = os.environ.get("DATABASE_URL") or os.environ.get("NETTRAIL_TEST_POSTGRES_URL")
@@ -52,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     port = _free_port()
     redis_proc = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(work), "--save", "",
-         "--appendonly", "yes", "--appendfsync", "everysec"],
+         "--appendonly", "yes", "--appendfsync", args.appendfsync],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     redis_url = f"redis://127.0.0.1:{port}/0"
@@ -67,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     test_name = creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
     child_env = {**os.environ, "DATABASE_URL": url.rsplit("/", 1)[0] + "/" + test_name}
     try:
+        appends = append_ms(redis_url, args.records, args.batch)
         rates = {writers: run(writers, args.records, args.batch, child_env) for writers in (1, 2)}
     finally:
         connection.close()
@@ -76,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     lines = [
         f"`bench/bench_bus.py`: {args.records:,} records in batches of {args.batch:,} (4 hosts) appended at once to",
-        "the stream, timed until every entry is stored and acknowledged; Redis with AOF everysec, PostgreSQL",
+        f"the stream, timed until every entry is stored and acknowledged; Redis with AOF {args.appendfsync}, PostgreSQL",
         f"on the same machine (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs, shared: read the ratio).",
         "",
         "| writers | records/s (aggregate) |",
@@ -84,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         *(f"| {writers} | {rate:,.0f} |" for writers, rate in rates.items()),
         "",
         f"- 2 writers / 1 writer: {rates[2] / rates[1]:.2f}x (on 2 CPUs also running PostgreSQL and Redis)",
+        f"- ingest tier, per batch of {args.batch:,} (durability check + XADD, one at a time): median "
+        f"{statistics.median(appends):.1f} ms, max {max(appends):.1f} ms over {len(appends)} batches",
     ]
     print("\n".join(lines))
     if args.write_doc:
@@ -91,6 +99,26 @@ def main(argv: list[str] | None = None) -> int:
 
         write_section(TITLE, lines)
     return 0
+
+
+def append_ms(redis_url: str, count: int, batch: int) -> list[float]:
+    """Milliseconds per batch of what an ingest worker asks of Redis (streams.append), one batch at a time."""
+    import redis
+    from bench_ingest import make_records
+
+    from webapp.bus import streams
+
+    client = redis.Redis.from_url(redis_url)
+    recs = make_records(count, "bench-append")
+    entries = [streams.entry_fields("bench-append", recs[i : i + batch]) for i in range(0, count, batch)]
+    times = []
+    for fields in entries:
+        start = time.perf_counter()
+        streams.durability(client)  # the check streams.append makes (it would refuse everysec)
+        client.xadd(streams.STREAM, fields)
+        times.append((time.perf_counter() - start) * 1000)
+    client.delete(streams.STREAM)
+    return times
 
 
 def run(writers: int, count: int, batch: int, env: dict[str, str]) -> float:

@@ -143,11 +143,14 @@ def test_a_sampled_run_reports_its_attach_coverage_sampling_ratio_and_cpu(tmp_pa
     assert h4 and h4[0].thresholds["max_cpu_percent"] == 0.5
     by_seq = {r.seq: r for r in stats}
     evidence = by_seq[h4[0].evidence[0]]
-    assert evidence.cpu_percent > 0.5 and h4[0].metric == evidence.cpu_percent
+    # H4 checks the agent's whole cost: its process, its children and its programs' kernel time
+    assert evidence.agent_cpu_percent is not None and evidence.agent_cpu_percent >= evidence.cpu_percent
+    assert evidence.agent_cpu_percent > 0.5 and h4[0].metric == evidence.agent_cpu_percent
     # each emitted version speaks of the interval that last fired it, and advises on its busiest type
     for a in h4:
-        [r] = [r for r in stats if r.cpu_percent == a.metric and r.seq in a.evidence]
-        assert f"The collector (pid {pid}) used {r.cpu_percent:.1f}% of one CPU" in a.message
+        [r] = [r for r in stats if r.agent_cpu_percent == a.metric and r.seq in a.evidence]
+        assert f"The collector (pid {pid}) used {r.agent_cpu_percent:.1f}% of one CPU" in a.message
+        assert f"(its process {r.cpu_percent:.1f}%" in a.message
         busiest = max(r.events_by_type.items(), key=lambda kv: kv[1], default=("", 0))[0]
         assert ("raise --ppl" in a.message) == (busiest == "siftr_sample"), (r.events_by_type, a.message)
     assert any(max(r.events_by_type, key=r.events_by_type.__getitem__, default="") == "siftr_sample" for r in stats)

@@ -22,6 +22,10 @@ from translators.records import Record
 
 # --- `nettrail analyze FILE --store | --server URL --token T` ---------------------------------
 
+# Records are stored in chunks as they pass (webapp/traces/capture_store.py), not in one
+# transaction that would keep ingest waiting for the whole file.
+REFUSED = "it and what follows are not stored, the records before it are (none is ever stored twice)"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("keeping the results")
@@ -73,8 +77,13 @@ def ship(args: argparse.Namespace) -> int:
         setup_django()
         migrate()
         from webapp.traces.capture_store import store_records
+        from webapp.traces.timestamps import ImpossibleTime
 
-        totals = store_records(capture_records(args.file, name, packets, _compat(args), keep_bytes=packets), name)
+        try:
+            totals = store_records(capture_records(args.file, name, packets, _compat(args), keep_bytes=packets), name)
+        except ImpossibleTime as exc:  # a time before 2000 or over a day ahead, as ingest refuses
+            print(f"nettrail: analyze: {args.file}: {exc}: {REFUSED}", file=sys.stderr)
+            return 1
         print(
             f"nettrail: analyze: stored {totals.stored} records ({totals.duplicates} already there) under host {name!r}",
             file=sys.stderr,
@@ -92,9 +101,14 @@ def store_passing(records: Iterator[Record], host_id: str) -> Iterator[Record]:
     migrate()
     from webapp.traces.capture_store import StoreTotals
     from webapp.traces.capture_store import store_passing as store
+    from webapp.traces.timestamps import ImpossibleTime
 
     totals = StoreTotals()
-    yield from store(records, host_id, totals)
+    try:
+        yield from store(records, host_id, totals)
+    except ImpossibleTime as exc:  # the SIFTR reader stops only for its own errors: exit here
+        print(f"nettrail: analyze: {host_id}: {exc}: {REFUSED}", file=sys.stderr)
+        raise SystemExit(1) from None
     print(f"nettrail: analyze: stored {totals.stored} records under host {host_id!r}", file=sys.stderr)
 
 

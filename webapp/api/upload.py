@@ -11,7 +11,10 @@ with that page and the reason. The prefix is reserved
 (webapp/traces/tokens.py refuses it), so an upload never writes into a live host --
 not even one whose file is named like it (``vm``). The import is one transaction: a
 file that fails halfway leaves nothing behind, not even its host row; live pushes go
-out only after the commit. Login required (project middleware), CSRF-protected form.
+out only after the commit. A packet (or any record) with an impossible time, before
+2000 or over a day ahead of the server's clock, refuses the file with a 400 naming the
+packet, the field and the time (webapp/traces/timestamps.py).
+Login required (project middleware), CSRF-protected form.
 Keep in sync with docs/api.md.
 """
 
@@ -33,6 +36,7 @@ from analysis.alerts.config import ConfigError, load_config
 from analysis.capture.pcap import CaptureError
 from analysis.capture.rule_records import analysed_records
 from webapp.traces.capture_store import store_records
+from webapp.traces.timestamps import ImpossibleTime
 from webapp.traces.tokens import CAPTURE_PREFIX
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -81,6 +85,9 @@ def upload(request: HttpRequest) -> HttpResponse:
                 totals = store_records(analysed_records(tmp.name, name, config), name)
         except ConfigError as exc:
             return render(request, TEMPLATE, {**context, "error": f"the alert rules file: {exc}"}, status=500)
+        except ImpossibleTime as exc:  # a packet before 2000 or over a day ahead: nothing stored
+            error = f"{name.removeprefix(CAPTURE_PREFIX)}: {exc}; nothing was stored"
+            return render(request, TEMPLATE, {**context, "error": error}, status=400)
         except (CaptureError, OSError, ValueError) as exc:
             shown = name.removeprefix(CAPTURE_PREFIX)
             error = f"{shown}: not a capture nettrail can read ({str(exc).replace(tmp.name, shown)})"

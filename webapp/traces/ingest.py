@@ -5,9 +5,9 @@ records in MessagePack or JSON (Content-Type decides); 200 ``{"stored", "duplica
 (tracing: what the dashboard asks this token's host to trace, webapp/traces/tracing.py);
 401 missing/unknown token; 403 a record of another host, or whose conn_uuid was
 not derived from the token's host (owner.py); 400 names the first bad
-record's index and field; 413 over NETTRAIL_INGEST_MAX_BYTES; 405/415 for the wrong
-method or type. A batch is stored whole or not at all, so a rejected batch leaves
-the ones before and after it intact. With REDIS_URL set the batch is appended to the
+record's index and field (a bad value: values.py; an impossible time: timestamps.py);
+413 over NETTRAIL_INGEST_MAX_BYTES; 405/415 for the wrong method or type. A batch is
+stored whole or not at all, so a rejected batch leaves the ones before and after it intact. With REDIS_URL set the batch is appended to the
 ingest stream instead (``_enqueue``, docs/scale-out.md). CSRF-exempt: the token, not a cookie, authenticates.
 """
 
@@ -30,6 +30,7 @@ from webapp.http import json_error
 from webapp.traces import alert_mail, owner, push, tokens, tracing
 from webapp.traces.models import IngestToken
 from webapp.traces.store import UnstorableRecord, store_batch
+from webapp.traces.timestamps import first_impossible_time
 from webapp.traces.values import first_bad_value
 
 CONTENT_TYPES: dict[str, Literal["json", "msgpack"]] = {
@@ -68,6 +69,8 @@ def _ingest(request: HttpRequest) -> JsonResponse:
     if foreign is not None:
         return foreign
     bad = first_bad_value(records)  # never stored: inf, NUL, beyond 64 bits, overlong text
+    if bad is None:  # nor a time before 2000 or over a day ahead, a negative kernel clock
+        bad = first_impossible_time(records)
     if bad is not None:
         return json_error(400, str(bad), index=bad.index, field=bad.field)
     stranger = owner.foreign_connection(records, row.host.name)

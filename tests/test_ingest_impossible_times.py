@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 import msgspec
 import pytest
-from django.test import Client
+import redis
+from django.test import Client, override_settings
+from redis_server import RedisServer
 from webapp_cast import Cast, cast, env, post, retransmit  # noqa: F401 (cast is a fixture)
 
 from translators import records as r
+from webapp.bus import streams
 from webapp.traces.models import Alert, Connection, TcpRetransmit
 from webapp.traces.timestamps import KERNEL_NS_MAX
 
@@ -126,3 +130,25 @@ def test_ingest_refuses_an_ip_flow_whose_kernel_times_are_negative(cast: Cast) -
     )  # fmt: skip
     resp = post(Client(), cast.token_a, [flow])
     assert refusal(resp, 0, "end_ts_ns") == "-4611686018427387904 ns is negative"
+
+
+@pytest.fixture
+def bus() -> Iterator[redis.Redis]:
+    """Scale-out ingest (REDIS_URL) on a redis-server of its own."""
+    server = RedisServer()
+    server.start()
+    streams.client.cache_clear()
+    try:
+        with override_settings(NETTRAIL_REDIS_URL=server.url):
+            yield redis.Redis.from_url(server.url)
+    finally:
+        streams.client.cache_clear()
+        server.close()
+
+
+def test_with_the_redis_bus_the_batch_is_refused_before_it_reaches_the_stream(cast: Cast, bus: redis.Redis) -> None:
+    resp = post(Client(), cast.token_a, msgspec.msgpack.encode([raw_record(1), raw_record(2, ts_wall=-1e300)]))
+    assert refusal(resp, 1, "ts_wall") == f"-1e+300 {BEFORE_2000}"
+    assert bus.xlen(streams.STREAM) == 0  # no writer ever sees it: the collector keeps it in rejected/
+    good = post(Client(), cast.token_a, msgspec.msgpack.encode([raw_record(3, ts_wall=time.time())]))
+    assert (good.status_code, good.json()["queued"], bus.xlen(streams.STREAM)) == (200, True, 1)

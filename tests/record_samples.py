@@ -291,6 +291,7 @@ KIND_VALUES: dict[str, dict[str, Any]] = {
         "events_by_type": {"siftr_sample": 4000, "tcp_state": 12},
         "cpu_percent": 3.25,
         "poll_missed": {"4026532999": "net:[4026532999] (/proc/4242/ns/net): [Errno 1] Operation not permitted"},
+        "counters_missed": {"4026533001": "gone in the interval: its moves since its last read are unread"},
     },
 }
 PROVIDER_OF = {

@@ -90,7 +90,14 @@ def test_a_redis_changed_at_runtime_is_refused_from_the_next_batch_on(cast: Cast
     assert (resp.status_code, resp.json()) == (503, {"error": REFUSAL.format(setting="no aof")})
     admin.config_set("appendonly", "yes")
     admin.config_set("appendfsync", "always")
-    assert post(Client(), cast.token_a, [retransmit("host-a", 4)]).status_code == 200
+    admin.config_set("no-appendfsync-on-rewrite", "yes")  # answers unsynced while it rewrites or saves
+    resp = post(Client(), cast.token_a, [retransmit("host-a", 4)])
+    assert (resp.status_code, resp.json()) == (
+        503,
+        {"error": REFUSAL.format(setting="aof always, no fsync during rewrites")},
+    )
+    admin.config_set("no-appendfsync-on-rewrite", "no")
+    assert post(Client(), cast.token_a, [retransmit("host-a", 5)]).status_code == 200
     # Only the two batches answered 200 are on the stream.
     assert [fields[b"n"] for _, fields in admin.xrange(streams.STREAM)] == [b"1", b"1"]
 

@@ -12,12 +12,12 @@ publish their counters in ``nettrail:writer:<name>`` hashes, which expire when t
 writer stops refreshing them, so the Status page and /metrics show only live ones.
 
 Durability: a batch is answered 200 only once Redis has it on disk. ``append``
-reads Redis's AOF setting (``CONFIG GET append*``, one round trip) before each
-XADD and refuses the batch (``NotDurable``, a RedisError: the
-ingest view answers 503 and the collector's spool keeps it) unless Redis runs with
-``appendonly yes`` and ``appendfsync always``: then Redis fsyncs the AOF before it
-sends the XADD's reply, so neither a Redis SIGKILL nor a power loss can lose a batch
-already answered. ``everysec`` could lose up to a second of answered batches, which
+reads Redis's AOF settings (``CONFIG GET``, one round trip) before each XADD and
+refuses the batch (``NotDurable``, a RedisError: the ingest view answers 503 and the
+collector's spool keeps it) unless Redis runs with ``appendonly yes`` and
+``appendfsync always`` (and ``no-appendfsync-on-rewrite no``, its default): then
+Redis fsyncs the AOF before it sends the XADD's reply, so neither a Redis SIGKILL
+nor a power loss can lose a batch already answered. ``everysec`` could lose up to a second of answered batches, which
 no collector would resend and nothing would count. docs/scale-out.md has the choice.
 Keep in sync with: webapp/bus/writer.py, webapp/traces/ingest.py, docs/scale-out.md.
 """
@@ -166,16 +166,23 @@ def status(conn: redis.Redis | None = None) -> BusStatus:
 
 
 def durability(conn: redis.Redis | None = None) -> str:
-    """``aof always`` (DURABLE) / ``aof everysec`` / ``aof no`` / ``no aof`` / ``unknown`` (CONFIG refused)."""
+    """``aof always`` (DURABLE) / ``aof everysec`` / ``aof no`` / ``no aof`` / ``unknown`` (CONFIG refused),
+    or ``aof always, no fsync during rewrites`` (``no-appendfsync-on-rewrite yes``: while
+    Redis rewrites its AOF or saves a snapshot it answers without fsyncing)."""
     conn = conn or client()
+    pipe = conn.pipeline(transaction=False)  # one round trip; globs, as Redis before 7.0 takes one name only
+    pipe.config_get("append*")
+    pipe.config_get("no-appendfsync-on-rewrite")
     try:
-        # One command for both settings; a glob, as Redis before 7.0 takes one name only.
-        config = conn.config_get("append*")
+        appends, on_rewrite = pipe.execute()
     except redis.ResponseError:  # CONFIG disabled or renamed (a managed Redis): not provably durable
         return "unknown"
-    if _text(config.get("appendonly", "no")) != "yes":
+    if _text(appends.get("appendonly", "no")) != "yes":
         return "no aof"
-    return f"aof {_text(config.get('appendfsync', '?'))}"
+    setting = f"aof {_text(appends.get('appendfsync', '?'))}"
+    if _text(on_rewrite.get("no-appendfsync-on-rewrite", "no")) != "no":
+        setting += ", no fsync during rewrites"
+    return setting
 
 
 def publish_writer(conn: redis.Redis, name: str, records: int, batches: int, duplicates: int, rate: float) -> None:

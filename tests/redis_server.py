@@ -28,8 +28,9 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, appendfsync: str = "always") -> None:
+    def __init__(self, appendfsync: str = "always", extra: tuple[str, ...] = ()) -> None:
         self.appendfsync = appendfsync
+        self.extra = extra  # more redis-server arguments, e.g. ("--rename-command", "CONFIG", "")
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="nettrail-redis-"))
         self.proc: subprocess.Popen[bytes] | None = None
@@ -40,7 +41,7 @@ class RedisServer:
 
     def start(self) -> None:
         command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir)]
-        command += ["--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", ""]
+        command += ["--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", "", *self.extra]
         self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(port=self.port)
         for _ in range(100):

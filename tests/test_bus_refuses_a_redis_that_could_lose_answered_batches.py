@@ -102,6 +102,21 @@ def test_a_redis_changed_at_runtime_is_refused_from_the_next_batch_on(cast: Cast
     assert [fields[b"n"] for _, fields in admin.xrange(streams.STREAM)] == [b"1", b"1"]
 
 
+def test_a_redis_whose_configuration_cannot_be_read_is_refused(cast: Cast) -> None:
+    # A managed Redis often disables CONFIG: its durability cannot be shown, so no batch is answered 200.
+    server = RedisServer(extra=("--rename-command", "CONFIG", ""))
+    server.start()
+    streams.client.cache_clear()
+    try:
+        with override_settings(NETTRAIL_REDIS_URL=server.url):
+            resp = post(Client(), cast.token_a, [retransmit("host-a", 1)])
+        assert (resp.status_code, resp.json()) == (503, {"error": REFUSAL.format(setting="unknown")})
+        assert redis.Redis(port=server.port).exists(streams.STREAM) == 0
+    finally:
+        streams.client.cache_clear()
+        server.close()
+
+
 def test_nettrail_serve_refuses_to_start_on_a_redis_that_fsyncs_once_a_second() -> None:
     server = RedisServer(appendfsync="everysec")
     server.start()

@@ -4,7 +4,8 @@
 writers share it); it migrates, creates today's partitions and the writers' group,
 then runs N web/ingest workers on one listening socket and M writer processes,
 restarting any that exits (webapp/bus/cluster.py). As root the children run as the
-``nettrail`` user, as under ``nettrail up``. ``writer`` runs one writer in the
+``nettrail`` user, as under ``nettrail up``. It refuses a Redis that could lose a
+batch already answered 200 (not ``appendfsync always``: webapp/bus/streams.py). ``writer`` runs one writer in the
 foreground, for writers on other machines. No collector here: hosts ship to it.
 Keep in sync with docs/scale-out.md.
 """

@@ -36,6 +36,7 @@ def ptrace_refused() -> bool:
 
 
 pytestmark = [
+    pytest.mark.django_db,  # on PostgreSQL the entry's COPY rows are formatted with the database's help
     pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace"),
     pytest.mark.skipif(ptrace_refused(), reason="strace may not attach to Redis (kernel.yama.ptrace_scope >= 1)"),
 ]

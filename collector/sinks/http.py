@@ -56,7 +56,8 @@ import requests
 from collector.bpf import keeper
 from collector.sinks import held
 from collector.sinks.http_transport import check_server_url
-from collector.sinks.unix_peer import URL_BASE, UnixPeerAdapter, server_uid, socket_path
+from collector.sinks.unix_peer import URL_BASE, UnixPeerAdapter
+from collector.sinks.unix_url import server_uid, socket_path
 from collector.spool import DEFAULT_MAX_BYTES, Spool, SpoolError
 
 log = logging.getLogger("nettrail.sink.http")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from collector.sinks.unix_peer import check_socket_url, server_uid, socket_path
+from collector.sinks.unix_url import check_socket_url, server_uid, socket_path
 
 
 class InsecureServerError(ValueError):

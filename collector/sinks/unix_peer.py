@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pwd
 import socket
 import stat
 import struct
@@ -29,41 +28,13 @@ from urllib3.connectionpool import HTTPConnectionPool
 
 log = logging.getLogger("nettrail.sink.unix")
 
-SCHEME = "unix:"
 URL_BASE = "http+unix://localhost"  # the Host header the webapp's ALLOWED_HOSTS takes
-DEFAULT_SERVER_USER = "nettrail"  # the account `nettrail up` runs the webapp as
-MAX_PATH = 107  # sun_path holds 108 bytes with its NUL
+
 PEERCRED = struct.Struct("3i")  # pid, uid, gid
 
 
 class ImpostorError(ConnectionError):
     """The process holding the socket is not the server's account: nothing was sent."""
-
-
-def socket_path(url: str) -> str | None:
-    """PATH of a ``unix:PATH`` server, else None."""
-    return url[len(SCHEME) :] if url.startswith(SCHEME) else None
-
-
-def check_socket_url(url: str) -> str:
-    """The socket's path; ValueError when it cannot be one."""
-    path = socket_path(url) or ""
-    if not path.startswith("/"):
-        raise ValueError(f"--server {url}: give unix:/absolute/path/to/socket")
-    if len(path.encode()) > MAX_PATH:
-        raise ValueError(f"--server {url}: a Unix socket path is at most {MAX_PATH} bytes")
-    return path
-
-
-def server_uid(user: str | None) -> int:
-    """The uid the server must run as: --server-user NAME or UID (default nettrail)."""
-    name = user or DEFAULT_SERVER_USER
-    if name.isdigit():
-        return int(name)
-    try:
-        return pwd.getpwnam(name).pw_uid
-    except KeyError:
-        raise ValueError(f"--server-user {name}: no such user (the account the webapp runs as)") from None
 
 
 def peer_uid(sock: socket.socket) -> int:

@@ -143,6 +143,11 @@ def test_it_counts_a_udp_datagram_dropped_at_the_socket_once_even_with_two_recor
     assert (a.condition, a.severity, a.src, a.sport, a.proto) == ("rcvbuf", "warning", "10.0.0.2", 5353, "udp")
     assert a.metric == 11 / 10006  # the 11th drop crossed 0.1 %
     assert "dropped 11 datagrams" in a.message
+    # its final version: the 5 datagrams dropped while it was open (11th to 15th), each
+    # seen as an skb drop and a socket event, are counted once each (issue 34: doubled)
+    (final,) = only(e.finish(), "K11")
+    assert (final.alert_id, final.count, final.metric) == (a.alert_id, 5, 15 / 10010)
+    assert "dropped 15 datagrams" in final.message and "of 10010 arriving" in final.message
 
 
 def test_udp_received_counts_carry_on_across_a_new_collector_session():

@@ -23,6 +23,25 @@ def test_it_notices_netfilter_drops_per_flow():
     assert "dropped with reason NETFILTER_DROP at nft_do_chain+0x4b" in a.message and "firewall" in a.message
 
 
+def test_its_latest_version_counts_every_drop_of_the_flow_and_names_portless_packets_without_ports():
+    """Issue 34: a PMTU black hole's ICMP drops read "1 packet of 10.77.3.1:0 -> 10.77.3.2:0"
+    at count 11. The updates (one per 10 s) and the final version say the present."""
+    s, e = Stream(), engine()
+    recs = []
+    for _ in range(11):
+        recs.append(s.drop("NETFILTER_DROP", "10.77.3.1", 0, "10.77.3.2", 0, l4="icmp"))
+        s.advance(1.0)
+    alerts = only(feed_all(e, recs), "K12")
+    # the first at t=0; the 11th drop, 10 s later, is due an update: the present state
+    assert [(a.alert_id, a.count, a.metric) for a in alerts] == [
+        (alerts[0].alert_id, 1, 1.0),
+        (alerts[0].alert_id, 11, 10.0),
+    ]
+    assert alerts[0].message.startswith("1 packet of icmp 10.77.3.1 -> 10.77.3.2 dropped with reason NETFILTER_DROP")
+    assert alerts[1].message.startswith("10 packets of icmp 10.77.3.1 -> 10.77.3.2 dropped")  # in the last 10 s
+    assert e.finish() == []  # nothing moved since that version
+
+
 def test_it_ignores_old_sequence_drops_that_keepalive_probes_and_spurious_retransmits_cause():
     # seen on real loopback traffic (tests/test_alerts_kernel.py clean and queueing runs)
     s, e = Stream(), engine()

@@ -9,6 +9,14 @@ A re-fire within ``refire_suppress_s`` of closing reopens the same alert (same
 alert_id) without a new emission unless severity rises; its next close emits it again.
 Consumers therefore upsert alerts by ``alert_id``.
 
+Current numbers (issue 34 item 3): every firing, counted or not, replaces the alert's
+message and metric, and an open alert whose message, metric or count moved since its
+last version is emitted again (an ``update``, same alert_id) at most once per
+``update_interval_s``, from the firing itself or from the next sweep; closing and
+finishing emit the present state too. So the newest version never lags the present
+state by more than ``update_interval_s`` plus one sweep, and a flood of firings costs
+at most one version per alert per interval.
+
 Storm guard: one (host, rule, condition) may open at most ``max_new_per_min`` alerts a
 minute. Beyond that, new subjects are folded into one host-level alert of the same rule
 and condition (subject "folded"), whose count says how many were folded; a scan of a
@@ -74,6 +82,9 @@ class _Entry:
     sampling: float | None = None  # packets per sample behind it (H2); None: unsampled data
     emitted_count: int = 0
     emitted_last: float = 0.0
+    emitted_at: float = float("-inf")  # engine time of the last emitted version
+    emitted_message: str = ""
+    emitted_metric: float | None = None
     closed_at: float | None = None
 
 
@@ -90,8 +101,10 @@ class AlertBook:
         max_new_per_min: int = 100,
         max_keys: int = 16384,
         seq_base: int | None = None,
+        update_interval_s: float = 10.0,
     ) -> None:
         self.max_evidence = max_evidence
+        self.update_interval_s = update_interval_s
         self.max_new_per_min = max_new_per_min
         self._new: LruMap[tuple[str, str, str], Window] = LruMap(max_keys)
         self.refire_suppress_s = refire_suppress_s
@@ -171,12 +184,10 @@ class AlertBook:
                 self._emit(entry, "open", now)
                 return
         rose = SEVERITY_RANK[severity] > SEVERITY_RANK[entry.severity]
-        if not bump and not rose:
-            entry.last = max(entry.last, now)
-            entry.clear_after = clear_after
-            return
         entry.count += 1 if bump else 0
         entry.last = max(entry.last, now)
+        # an uncounted refresh (an aggregate re-measured) states the present too: a
+        # message kept from the first firing said "81 sockets" while 200 leaked (issue 34)
         entry.message = message
         entry.metric = metric
         entry.clear_after = clear_after
@@ -185,6 +196,20 @@ class AlertBook:
         self._add_evidence(entry, evidence)
         if rose:
             entry.severity = severity
+            self._emit(entry, "open", now)
+        else:
+            self._update(entry, now)
+
+    def _changed(self, entry: _Entry) -> bool:
+        return (
+            entry.count != entry.emitted_count
+            or entry.message != entry.emitted_message
+            or entry.metric != entry.emitted_metric
+        )
+
+    def _update(self, entry: _Entry, now: float) -> None:
+        """Emit the present state if it moved and the last version is at least an interval old."""
+        if now - entry.emitted_at >= self.update_interval_s and self._changed(entry):
             self._emit(entry, "open", now)
 
     def release(self, rule_id: str, condition: str, host_id: str, key: object, now: float, clear_after: float) -> None:
@@ -226,6 +251,8 @@ class AlertBook:
         if entry.count == 1 or SEVERITY_RANK[severity] > SEVERITY_RANK[entry.severity]:
             entry.severity = max(severity, entry.severity, key=SEVERITY_RANK.__getitem__)
             self._emit(entry, "open", now)
+        else:
+            self._update(entry, now)
 
     def _reopen(self, k: Key, now: float) -> _Entry | None:
         old = self._closed.peek(k)
@@ -260,11 +287,13 @@ class AlertBook:
         expired = [(k, e) for k, e in self._open.items() if now - e.last >= e.clear_after]
         for k, entry in expired:
             self._close(k, entry, now)
+        for entry in self._open.values():
+            self._update(entry, now)  # a burst's last firings came within the interval: say them now
 
     def finish(self) -> None:
         """End of stream: re-emit open alerts whose count or end moved since last emitted."""
         for _k, entry in self._open.items():
-            if entry.count != entry.emitted_count or entry.last != entry.emitted_last:
+            if self._changed(entry) or entry.last != entry.emitted_last:
                 self._emit(entry, "open", entry.last)
 
     def drain(self) -> list[Alert]:
@@ -327,3 +356,6 @@ class AlertBook:
         )
         entry.emitted_count = entry.count
         entry.emitted_last = entry.last
+        entry.emitted_at = max(now, entry.emitted_at)
+        entry.emitted_message = entry.message
+        entry.emitted_metric = entry.metric

@@ -42,6 +42,7 @@ class RuleEngine:
             max_new_per_min=int(eng["max_new_alerts_per_min"]),
             max_keys=int(eng["max_keys"]),
             seq_base=seq_base,
+            update_interval_s=float(eng["update_interval_s"]),
         )
         self.flows: LruMap[FlowKey, Subject] = LruMap(int(eng["max_flows"]))
         self.ctx = Context(

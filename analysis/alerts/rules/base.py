@@ -57,8 +57,10 @@ def endpoint(addr: str | None, port: int | None) -> str:
 
 
 def who(subject: Subject) -> str:
+    """The owning process by its process id (tgid): a record's pid is the thread that ran,
+    and a server's worker threads come and go (issue 34 saw 34 alerts naming exited threads)."""
     if subject.comm:
-        return f"{subject.comm} (pid {subject.pid})"
+        return f"{subject.comm} (pid {subject.tgid or subject.pid})"
     return "an unattributed socket"
 
 

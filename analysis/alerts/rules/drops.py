@@ -242,8 +242,12 @@ class DropBurst(Rule):
             if received >= self.num("sequence_min_segments") and n > self.num("sequence_share") * received:
                 severity = "warning"
                 share = f" ({n / received:.1%} of the {int(received)} segments it received)"
+        if rec.l4_proto in ("tcp", "udp") and (rec.sport or rec.dport):
+            ends = f"{endpoint(rec.src, rec.sport)} -> {endpoint(rec.dst, rec.dport)}"
+        else:  # ICMP and other portless packets: their "ports" are 0, not a port (issue 34)
+            ends = f"{rec.l4_proto or 'IP'} {rec.src} -> {rec.dst}"
         message = (
-            f"{n} packet{'s' if n > 1 else ''} of {endpoint(rec.src, rec.sport)} -> {endpoint(rec.dst, rec.dport)} "
+            f"{n} packet{'s' if n > 1 else ''} of {ends} "
             f"dropped with reason {rec.drop_reason_str}{where} in {w:g} s{share}: {WHY[family]}."
         )
         self.fire(

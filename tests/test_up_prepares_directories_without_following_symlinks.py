@@ -143,3 +143,31 @@ def test_up_never_opens_a_database_the_account_symlinked_to_a_root_file(places: 
     assert (target / "victim").read_bytes() == VICTIM
     assert owners(target, target / "victim") == [0, 0]
     assert sorted(p.name for p in target.iterdir()) == ["victim"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not readable_by_others(REPO), reason=f"the checkout {REPO} is in a private directory")
+def test_serve_never_opens_a_database_the_account_symlinked_to_a_root_file(places: tuple[Path, Path]) -> None:
+    """`nettrail serve` as root with SQLite (one writer) migrates as the account, as `up` does."""
+    from redis_server import RedisServer
+
+    scratch, target = places
+    account = up_dirs.ensure_user("nettrail", Path("/nonexistent"))
+    data = scratch / "data"
+    data.mkdir(mode=0o750)
+    os.chown(data, account.pw_uid, account.pw_gid)
+    as_user(account, data, f"ln -s {target}/victim nettrail.sqlite3")
+    redis_server = RedisServer()
+    redis_server.start()
+    try:
+        env = up_env(data, REDIS_URL=redis_server.url)
+        command = [readable_python(), "-m", "nettrail.cli", "serve", "--workers", "1", "--writers", "1",
+                   "--port", str(free_port())]  # fmt: skip
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        redis_server.close()
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "unable to open database file" in done.stderr, done.stderr
+    assert (target / "victim").read_bytes() == VICTIM
+    assert owners(target, target / "victim") == [0, 0]
+    assert sorted(p.name for p in target.iterdir()) == ["victim"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import threading
 from typing import Any
@@ -48,10 +49,6 @@ def run_serve(args: argparse.Namespace) -> int:
     data = datadir.data_dir()
     datadir.ensure_data_dir(data)
     os.environ["NETTRAIL_DATA"] = str(data)
-    problem = _prepare()
-    if problem:
-        print(f"nettrail serve: {problem}", file=sys.stderr)
-        return 2
     account = up._ensure_user(up.WEBAPP_USER, data) if os.geteuid() == 0 else None
     env = up._child_env(data, account)
     python, popen = sys.executable, dict[str, Any](cwd=str(data))
@@ -63,6 +60,10 @@ def run_serve(args: argparse.Namespace) -> int:
             print(f"nettrail serve: {exc}", file=sys.stderr)
             return 1
         popen.update(user=account.pw_uid, group=account.pw_gid, extra_groups=[], umask=0o027)
+    problem = _prepare() if account is None else _prepare_as_account(python, env, popen)
+    if problem:
+        print(f"nettrail serve: {problem}", file=sys.stderr)
+        return 2
 
     from webapp.bus.cluster import Cluster
 
@@ -96,6 +97,19 @@ def _check_environment(writers: int) -> str | None:
     return None
 
 
+def _prepare_as_account(python: str, env: dict[str, str], popen: dict[str, Any]) -> str | None:
+    """_prepare() in a child run as the webapp's account, as `nettrail up` prepares its
+    database: root opens no file of the data directory (a SQLite database there could be
+    a symlink that account planted to one of root's)."""
+    done = subprocess.run([python, "-m", "nettrail.commands.serve"], env=env, stderr=subprocess.PIPE, text=True,
+                          check=False, **popen)  # fmt: skip
+    if done.returncode == 0:
+        return None
+    return (
+        done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"preparing failed (status {done.returncode})"
+    )
+
+
 def _prepare() -> str | None:
     """Migrate, create the partitions ahead and the writers' group, once, before any child starts.
 
@@ -127,3 +141,10 @@ def _prepare() -> str | None:
     print(f"nettrail: ingest stream {streams.STREAM}, durability: {streams.durability()}", flush=True)
     connections.close_all()
     return None
+
+
+if __name__ == "__main__":  # `nettrail serve`'s preparation, run as the webapp's account
+    problem = _prepare()
+    if problem:
+        print(problem, file=sys.stderr)
+    sys.exit(1 if problem else 0)

@@ -1,10 +1,12 @@
-"""Kernel matrix harness: boot Debian 12's own kernels under QEMU and run the kernel tests inside.
+"""Kernel matrix harness: boot Debian's own kernels under QEMU and run the kernel tests inside.
 
 The collector must load on the kernels people run (issue 16), not only on this machine's.
 For each kernel of ``KERNELS`` this module
 
 1. resolves the Debian package (``apt-cache``), downloads it with ``apt-get download`` and
    unpacks it with ``dpkg-deb -x`` under ``var/kernels/`` (gitignored; never into /boot);
+   another release's kernel (Debian 11's 5.10) through a private sources list and lists
+   directory under ``var/kernels/apt/`` (``AptSuite``), the machine's own sources untouched;
 2. builds ``kmod/`` on the host (CO-RE: one object for every kernel; the guest sees the
    checkout read-only and has no business rebuilding it);
 3. boots it with virtme-ng under QEMU's TCG (``--disable-kvm``: /dev/kvm here is kvm_pvm
@@ -61,34 +63,96 @@ SYSTEM_TOOLS = {"qemu-system-x86_64": "qemu-system-x86", "busybox": "busybox-sta
 
 
 @dataclass(frozen=True)
+class AptSuite:
+    """Another Debian release's archive, read through a private sources list and lists
+    directory (and no binary cache): the machine's own sources, lists and cache stay as
+    they are. ``suites`` of Debian's own mirror and its security archive."""
+
+    name: str  # e.g. "bullseye"; its files live in CACHE/apt/<name>/
+    suites: tuple[tuple[str, str], ...]  # (archive path on the mirror, suite)
+    mirror: str = "http://deb.debian.org/"
+    keyring: str = "/usr/share/keyrings/debian-archive-keyring.gpg"
+
+    def directory(self) -> Path:
+        return CACHE / "apt" / self.name
+
+    def options(self) -> list[str]:
+        d = self.directory()
+        return [
+            *("-o", f"Dir::Etc::sourcelist={d / 'sources.list'}", "-o", "Dir::Etc::sourceparts=-"),
+            *(
+                "-o",
+                f"Dir::State::Lists={d / 'lists'}",
+                "-o",
+                "Dir::Cache::pkgcache=",
+                "-o",
+                "Dir::Cache::srcpkgcache=",
+            ),
+        ]
+
+    def update(self) -> None:
+        d = self.directory()
+        (d / "lists" / "partial").mkdir(parents=True, exist_ok=True)
+        lines = [f"deb [signed-by={self.keyring}] {self.mirror}{path} {suite} main" for path, suite in self.suites]
+        (d / "sources.list").write_text("\n".join(lines) + "\n")
+        _run(["apt-get", *self.options(), "update", "-qq"])
+
+    def ready(self) -> bool:
+        return any((self.directory() / "lists").glob("*_Packages"))
+
+
+@dataclass(frozen=True)
 class Kernel:
     """One Debian kernel of the matrix: ``name`` labels it, ``resolve`` finds its package."""
 
     name: str
     pattern: str  # regex over `apt-cache search` package names; the newest match is taken
     metapackage: str | None = None  # when set: the image this metapackage depends on
+    apt: AptSuite | None = None  # another release's archive (None: the machine's own sources)
+
+    def apt_options(self) -> list[str]:
+        if self.apt is None:
+            return []
+        if not self.apt.ready():
+            self.apt.update()
+        return self.apt.options()
+
+    def update(self) -> None:
+        """Refresh the lists this kernel's package is found in."""
+        if self.apt is None:
+            _run(["apt-get", "update", "-qq"])
+        else:
+            self.apt.update()
 
     def package(self) -> str:
         """The exact -unsigned image package (the signed one only wraps it with a shim signature)."""
         if self.metapackage:
-            out = _run(["apt-cache", "depends", self.metapackage])
+            out = _run(["apt-cache", *self.apt_options(), "depends", self.metapackage])
             dep = re.search(r"Depends: (linux-image-\S+)", out)
             if dep:
                 return dep.group(1) + "-unsigned"
         # apt-cache's regex is POSIX (no \d): search by the fixed prefix, match here
         prefix = re.match(r"[\w-]+", self.pattern.replace("\\.", "."))
-        out = _run(["apt-cache", "search", "--names-only", f"^{prefix.group(0) if prefix else self.pattern}"])
+        query = f"^{prefix.group(0) if prefix else self.pattern}"
+        out = _run(["apt-cache", *self.apt_options(), "search", "--names-only", query])
         names = [line.split()[0] for line in out.splitlines() if re.fullmatch(self.pattern, line.split()[0])]
         if not names:
             raise HarnessError(f"no Debian package matches {self.pattern} (apt-get update?)")
         return sorted(names, key=_version_key)[-1]
 
 
+# Debian 11's archive: its kernel's security updates are in bullseye-security.
+BULLSEYE = AptSuite("bullseye", (("debian", "bullseye"), ("debian-security", "bullseye-security")))
 # Debian 12's default kernel (what linux-image-amd64 points to) and its 6.12 backport.
 # Generic -amd64 images only: the -cloud ones have no 9p.
 KERNELS = (
     Kernel("6.1", r"linux-image-6\.1\.0-\d+-amd64-unsigned", metapackage="linux-image-amd64"),
     Kernel("6.12", r"linux-image-6\.12\.\d+\+deb12-amd64-unsigned"),
+)
+# Booted when asked by name (NETTRAIL_MATRIX_KERNELS=5.10), not by default: Debian 11's
+# kernel (what its linux-image-amd64 points to), until every matrix test passes inside it.
+OPTIONAL_KERNELS = (
+    Kernel("5.10", r"linux-image-5\.10\.0-\d+-amd64-unsigned", metapackage="linux-image-amd64", apt=BULLSEYE),
 )
 
 
@@ -182,12 +246,12 @@ def fetch(kernel: Kernel) -> Path:
     debs.mkdir(parents=True, exist_ok=True)
     # apt drops privileges to _apt for downloads; a directory it cannot write only warns.
     try:
-        _run(["apt-get", "download", "-q", package], cwd=debs)
+        _run(["apt-get", *kernel.apt_options(), "download", "-q", package], cwd=debs)
     except HarnessError:  # lists older than the archive (the file moved on): refresh once
-        _run(["apt-get", "update", "-qq"])
+        kernel.update()
         package = kernel.package()
         tree = CACHE / f"{kernel.name}-{package}"
-        _run(["apt-get", "download", "-q", package], cwd=debs)
+        _run(["apt-get", *kernel.apt_options(), "download", "-q", package], cwd=debs)
     deb = sorted(debs.glob(f"{package}_*.deb"))[-1]
     partial = tree.with_name(tree.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
@@ -251,6 +315,8 @@ def guest_script(tree: Path, rwdir: Path, tests: list[str], checkout: Path) -> s
 exec >{rwdir}/guest.log 2>&1
 set -x
 uname -r > {rwdir}/release
+# the guest kernel's BTF, to read its prototypes on the host (bpftool btf dump file)
+cp /sys/kernel/btf/vmlinux {rwdir}/vmlinux.btf || true
 ip link set lo up
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 [ -d /sys/kernel/tracing/events ] || mount -t tracefs nodev /sys/kernel/tracing
@@ -394,13 +460,23 @@ def start_all(kernels: tuple[Kernel, ...], checkout: Path) -> dict[str, tuple[su
 
 
 def selected(names: str | None = None) -> tuple[Kernel, ...]:
-    """KERNELS, or those named in a comma list (``$NETTRAIL_MATRIX_KERNELS``, e.g. "6.1")."""
+    """KERNELS, or those named in a comma list (``$NETTRAIL_MATRIX_KERNELS``, e.g. "6.1";
+    OPTIONAL_KERNELS only so)."""
     names = names if names is not None else os.environ.get("NETTRAIL_MATRIX_KERNELS", "")
     wanted = {n.strip() for n in names.split(",") if n.strip()}
-    unknown = wanted - {k.name for k in KERNELS}
+    known = KERNELS + OPTIONAL_KERNELS
+    unknown = wanted - {k.name for k in known}
     if unknown:
-        raise HarnessError(f"unknown kernel {', '.join(sorted(unknown))}: one of {', '.join(k.name for k in KERNELS)}")
-    return tuple(k for k in KERNELS if not wanted or k.name in wanted)
+        raise HarnessError(f"unknown kernel {', '.join(sorted(unknown))}: one of {', '.join(k.name for k in known)}")
+    return tuple(k for k in known if k.name in wanted) if wanted else KERNELS
+
+
+def asked_optional() -> tuple[Kernel, ...]:
+    """The OPTIONAL_KERNELS named in $NETTRAIL_MATRIX_KERNELS (an unknown name: none, selected() says so)."""
+    try:
+        return tuple(k for k in selected() if k in OPTIONAL_KERNELS)
+    except HarnessError:
+        return ()
 
 
 def summary(run: GuestRun) -> str:

@@ -75,7 +75,11 @@ def test_it_notices_a_socket_left_in_close_wait_beyond_60_seconds_at_the_10_seco
     assert [(a.rule_id, a.condition, a.severity, a.comm, a.evidence) for a in alerts] == [
         ("K10", "close-wait", "notice", "leaky", [recs[1].seq])
     ]
-    assert "leaky (pid 31) never called close()" in alerts[0].message
+    assert alerts[0].message.startswith(
+        f"leaky (pid 31) on 10.0.0.1:{f.sport} holds 1 socket in CLOSE_WAIT, the oldest for 69 s"
+    )
+    assert "never called close()" in alerts[0].message
+    assert (alerts[0].members, alerts[0].member_conns) == (1, [f.uuid])
 
 
 def test_it_uses_the_configured_close_wait_timeout():
@@ -104,8 +108,10 @@ def test_it_warns_when_one_process_holds_over_50_close_wait_sockets():
         recs += close_wait(s, s.flow(pid=55, comm="leaky"))
     feed_all(e, recs)
     alerts = e.tick(s.t + 1)
-    assert [(a.condition, a.severity, a.pid, a.comm, a.metric) for a in alerts] == [
-        ("close-wait-process", "warning", 55, "leaky", 51.0)
+    # one finding per process (issue 34 item 1: the per-process count was a second alert,
+    # condition close-wait-process, beside one per socket): over 50 sockets it is a warning
+    assert [(a.condition, a.severity, a.pid, a.comm, a.metric, a.members) for a in alerts] == [
+        ("close-wait", "warning", 55, "leaky", 51.0, 51)
     ]
 
 

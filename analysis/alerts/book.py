@@ -42,6 +42,8 @@ SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
 # Alert seq numbers live far above any collector sequence number of the same
 # (host, boot), so ingest's idempotency key (host, boot_id, seq) never collides.
 ALERT_SEQ_BASE = 1 << 62
+# A grouped finding lists its first member sockets' ids; `members` counts them all.
+MAX_MEMBER_CONNS = 50
 
 
 @dataclass(slots=True)
@@ -85,6 +87,9 @@ class _Entry:
     emitted_at: float = float("-inf")  # engine time of the last emitted version
     emitted_message: str = ""
     emitted_metric: float | None = None
+    members: int | None = None  # sockets a grouped finding holds (issue 34 item 1)
+    member_conns: list[str] = field(default_factory=list)
+    emitted_members: int | None = None
     closed_at: float | None = None
 
 
@@ -161,9 +166,14 @@ class AlertBook:
         evidence: Iterable[int] = (),
         bump: bool = True,
         sampling: float | None = None,
+        members: int | None = None,
+        member_conns: list[str] | None = None,
+        count: int | None = None,
     ) -> None:
         """The condition holds now. ``bump`` False refreshes an open alert without counting.
-        ``sampling``: the firing was judged on sampled data, one sample per that many packets."""
+        ``sampling``: the firing was judged on sampled data, one sample per that many packets.
+        ``members``/``member_conns``: a grouped finding's sockets now (the whole count, the first
+        ids); ``count``: the count to state instead of counting firings (a group's sockets struck)."""
         k: Key = (rule_id, condition, subject.host_id, key)
         entry = self._open.get(k)
         if entry is None:
@@ -178,13 +188,18 @@ class AlertBook:
                     metric=metric, thresholds=thresholds,
                 )  # fmt: skip
                 self._add_evidence(entry, evidence)
-                entry.count = 1
+                entry.count = 1 if count is None else count
                 entry.sampling = sampling
+                self._set_members(entry, members, member_conns)
                 self._open.put(k, entry)
                 self._emit(entry, "open", now)
                 return
         rose = SEVERITY_RANK[severity] > SEVERITY_RANK[entry.severity]
-        entry.count += 1 if bump else 0
+        if count is not None:
+            entry.count = count
+        else:
+            entry.count += 1 if bump else 0
+        self._set_members(entry, members, member_conns)
         entry.last = max(entry.last, now)
         # an uncounted refresh (an aggregate re-measured) states the present too: a
         # message kept from the first firing said "81 sockets" while 200 leaked (issue 34)
@@ -200,9 +215,16 @@ class AlertBook:
         else:
             self._update(entry, now)
 
+    @staticmethod
+    def _set_members(entry: _Entry, members: int | None, member_conns: list[str] | None) -> None:
+        if members is not None:
+            entry.members = members
+            entry.member_conns = list(member_conns or ())[:MAX_MEMBER_CONNS]
+
     def _changed(self, entry: _Entry) -> bool:
         return (
-            entry.count != entry.emitted_count
+            entry.members != entry.emitted_members
+            or entry.count != entry.emitted_count
             or entry.message != entry.emitted_message
             or entry.metric != entry.emitted_metric
         )
@@ -352,6 +374,8 @@ class AlertBook:
                 evidence=list(entry.evidence),
                 incomplete=incomplete or None,
                 sampling_ratio=entry.sampling,
+                members=entry.members,
+                member_conns=list(entry.member_conns),
             )  # fmt: skip
         )
         entry.emitted_count = entry.count
@@ -359,3 +383,4 @@ class AlertBook:
         entry.emitted_at = max(now, entry.emitted_at)
         entry.emitted_message = entry.message
         entry.emitted_metric = entry.metric
+        entry.emitted_members = entry.members

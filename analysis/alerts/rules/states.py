@@ -5,6 +5,12 @@ Sockets currently in SYN_SENT, CLOSE_WAIT or FIN_WAIT_2 sit in insertion-ordered
 (oldest first, records arrive in time order), so a sweep only walks the sockets that
 are old enough plus one. Each map is an LRU with the per-flow cap.
 
+K10 CLOSE_WAIT is one finding per fix target (issue 34 item 1): the owning process
+(tgid, comm), or for unattributed sockets the local address and port (the listener). Its
+members are that target's sockets in CLOSE_WAIT now; it opens when one of them has been
+there ``close_wait_s`` or when there are more than ``close_wait_per_process``
+(warning), is re-measured at every sweep, and clears once none is left.
+
 K10 "the CLOSE_WAIT count grows": each sweep counts, per process, the sockets that have
 been in CLOSE_WAIT for at least one sweep interval (so the instants of ordinary closes
 never count); the count *grows* when over the last ``close_wait_growth_s`` it never
@@ -17,6 +23,7 @@ range's size from net.ipv4.ip_local_port_range of the namespace the engine runs 
 from __future__ import annotations
 
 import functools
+import itertools
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,9 +31,22 @@ from pathlib import Path
 
 from translators.records import Connection, Record, TcpReset, TcpRetransmit, TcpStateChange
 
-from ..book import Subject
+from ..book import MAX_MEMBER_CONNS, Subject
 from ..state import DistinctWindow, LruMap, Window
 from .base import Context, Rule, endpoint, flow_key, who
+
+Owner = tuple[str, str, int, str | None]
+GroupKey = tuple[object, ...]
+
+
+@dataclass(slots=True)
+class _Group:
+    """A fix target's sockets in a held state, oldest first, and how many ever joined."""
+
+    subject: Subject
+    sockets: OrderedDict[object, _Stuck]
+    joined: int = 0
+    fired: bool = False
 
 
 @dataclass(slots=True)
@@ -224,7 +244,7 @@ class StuckClose(Rule):
         self.sweep = self.num("sweep_s")
         self.states = StateTracker(("CLOSE_WAIT", "FIN_WAIT_2"), ctx.max_flows, ctx, self._left)
         self.time_wait = self.keys_map()
-        self.close_wait_owners: Counter[tuple[str, str, int, str | None]] = Counter()
+        self.close_wait_groups: dict[GroupKey, _Group] = {}  # bounded: members are the tracker's entries
         self.growth: LruMap[tuple[str, str, int, str | None], deque[tuple[float, int]]] = self.keys_map()
         self.next_sweep = 0.0
         ports = int(self.p["ephemeral_ports"]) or ephemeral_range_size()
@@ -235,26 +255,58 @@ class StuckClose(Rule):
         if isinstance(rec, TcpStateChange):
             self.states.change(rec)
             if rec.state == "CLOSE_WAIT":
-                owner = self._owner(self.ctx.owner(rec))
-                if owner is not None:
-                    self.close_wait_owners[owner] += 1
+                key = flow_key(rec)
+                entry = self.states.maps["CLOSE_WAIT"].peek(key)
+                if entry is not None:
+                    group = self._group(entry.subject)
+                    group.sockets[key] = entry
+                    group.joined += 1
             elif rec.state == "TIME_WAIT":
                 self._time_wait(rec)
         elif isinstance(rec, Connection) and rec.source == "kernel":
             self.states.forget(rec)
 
     @staticmethod
-    def _owner(s: Subject) -> tuple[str, str, int, str | None] | None:
+    def _owner(s: Subject) -> Owner | None:
         pid = s.tgid or s.pid
         return None if pid is None else (s.host_id, s.boot_id, pid, s.comm)
 
+    @staticmethod
+    def _group_key(s: Subject) -> GroupKey:
+        """The fix target: the owning process, else the local endpoint (a listener's port)."""
+        pid = s.tgid or s.pid
+        if pid is not None:
+            return (s.host_id, "process", pid, s.comm)
+        return (s.host_id, "local", s.netns, s.src, s.sport)
+
+    def _group(self, s: Subject) -> _Group:
+        gk = self._group_key(s)
+        group = self.close_wait_groups.get(gk)
+        if group is None:
+            pid = s.tgid or s.pid
+            # the local endpoint too while every member shares it (a server's listener port)
+            subject = Subject(
+                host_id=s.host_id, boot_id=s.boot_id, pid=pid, tgid=pid, comm=s.comm if pid else None,
+                netns=s.netns, proto="tcp", ip_ver=s.ip_ver, src=s.src, sport=s.sport,
+            )  # fmt: skip
+            group = self.close_wait_groups[gk] = _Group(subject, OrderedDict())
+        elif (group.subject.src, group.subject.sport) != (s.src, s.sport):
+            group.subject.ip_ver = group.subject.src = group.subject.sport = None  # many local endpoints
+        return group
+
     def _left(self, state: str, key: object, entry: _Stuck, now: float) -> None:
         if state == "CLOSE_WAIT":
-            owner = self._owner(entry.subject)
-            if owner is not None:
-                self.close_wait_owners[owner] -= 1
-                if self.close_wait_owners[owner] <= 0:
-                    del self.close_wait_owners[owner]
+            gk = self._group_key(entry.subject)
+            group = self.close_wait_groups.get(gk)
+            if group is not None:
+                group.sockets.pop(key, None)
+                if not group.sockets:
+                    del self.close_wait_groups[gk]
+                    if group.fired:
+                        self.ctx.book.release(
+                            self.rule_id, "close-wait", group.subject.host_id, gk[1:], now, 2 * self.sweep
+                        )
+            return
         if entry.fired:
             cond = state.lower().replace("_", "-")
             self.ctx.book.release(self.rule_id, cond, entry.subject.host_id, key, now, 2 * self.sweep)
@@ -284,9 +336,11 @@ class StuckClose(Rule):
         if now < self.next_sweep:
             return
         self.next_sweep = now + self.sweep
-        self._stuck(now, "CLOSE_WAIT", self.num("close_wait_s"))
+        limit = self.num("close_wait_s")
+        self.states.due("CLOSE_WAIT", now - limit)  # drained: the groups below report them
+        for gk, group in self.close_wait_groups.items():
+            self._close_wait(now, gk, group, limit)
         self._stuck(now, "FIN_WAIT_2", self.num("fin_wait2_s"))
-        self._per_process(now)
         self._growth(now)
 
     def _stuck(self, now: float, state: str, limit: float) -> None:
@@ -309,19 +363,36 @@ class StuckClose(Rule):
                 message=message, clear_after=INF, metric=age, evidence=[entry.seq],
             )  # fmt: skip
 
-    def _per_process(self, now: float) -> None:
-        for (host, boot, pid, comm), n in self.close_wait_owners.items():
-            if n <= self.num("close_wait_per_process"):
-                continue
-            subject = Subject(host_id=host, boot_id=boot, pid=pid, tgid=pid, comm=comm, proto="tcp")
-            message = (
-                f"{who(subject)} holds {n} sockets in CLOSE_WAIT: their peers have closed and the process never "
-                f"closes them, leaking file descriptors until it hits its limit."
+    def _close_wait(self, now: float, gk: GroupKey, group: _Group, limit: float) -> None:
+        """One finding per fix target, re-measured at every sweep: its present count, its oldest."""
+        n = len(group.sockets)
+        oldest = next(iter(group.sockets.values()))
+        many = n > self.num("close_wait_per_process")
+        if not (group.fired or many or oldest.since <= now - limit):
+            return
+        group.fired = True
+        s = group.subject
+        if s.comm:
+            owner = f"{who(s)} holds" if s.sport is None else f"{who(s)} on {endpoint(s.src, s.sport)} holds"
+        else:
+            owner = f"The unattributed sockets of {endpoint(s.src, s.sport)} hold"
+        peer = endpoint(oldest.subject.dst, oldest.subject.dport)
+        message = (
+            f"{owner} {n} socket{'s' if n > 1 else ''} in CLOSE_WAIT, the oldest for {now - oldest.since:.0f} s "
+            f"(limit {limit:g} s): their peers (the oldest {peer}) closed and it never called close(): "
+            + (
+                f"more than {self.num('close_wait_per_process'):g}, a file-descriptor leak in progress that ends at "
+                f"its descriptor limit."
+                if many
+                else "a file-descriptor leak."
             )
-            self.fire(
-                "close-wait-process", ("process", pid, comm), now=now, severity="warning", subject=subject,
-                message=message, clear_after=2 * self.sweep, metric=float(n), bump=False,
-            )  # fmt: skip
+        )
+        conns = [e.subject.conn_uuid for e in itertools.islice(group.sockets.values(), 2 * MAX_MEMBER_CONNS)]
+        self.fire(
+            "close-wait", gk[1:], now=now, severity="warning" if many else "notice", subject=s, message=message,
+            clear_after=INF, metric=float(n), evidence=[e.seq for e in itertools.islice(group.sockets.values(), 32)],
+            members=n, member_conns=[c for c in conns if c is not None], count=group.joined,
+        )  # fmt: skip
 
     def _growth(self, now: float) -> None:
         span = self.num("close_wait_growth_s")

@@ -14,6 +14,7 @@ import os
 import struct
 import subprocess
 import sys
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from scapy.all import (
     CookedLinux,
     CookedLinuxV2,
     Dot1AD,
+    Dot1AH,
     Dot1Q,
     Dot11,
     Dot11QoS,
@@ -76,6 +78,25 @@ def nflog(pkt: Any) -> bytes:
     return struct.pack(">BBH", 2, 0, 0) + tlvs
 
 
+def ethertype(p: Any) -> int:
+    return 0x86DD if p.haslayer(IPv6) else 0x0800
+
+
+def vntag(p: Any, vlan_after: bool = False) -> bytes:
+    """VN-Tag (scapy has no layer): 4 bytes of tag (d=1, destination VIF 21, source VIF 7),
+    then the next ethertype; here a VLAN tag or IP."""
+    inner = bytes(Dot1Q(vlan=5) / p) if vlan_after else bytes(p)
+    return struct.pack(">IH", 0x8015_0007, 0x8100 if vlan_after else ethertype(p)) + inner
+
+
+def fabricpath(p: Any, vlan: bool = False) -> bytes:
+    """Cisco FabricPath (scapy has no layer): outer MACs (switch ids), 0x8903, FTag 1 and TTL 32,
+    then the classic Ethernet frame whole, with its FCS (as Wireshark's cfp dissector expects)."""
+    outer = bytes(Ether(dst="02:0a:00:01:00:00", src="02:0b:00:02:00:00", type=0x8903))
+    classic = bytes(Ether(**MACS) / Dot1Q(vlan=9) / p if vlan else Ether(**MACS) / p)
+    return outer + struct.pack(">H", (1 << 6) | 32) + classic + struct.pack("<I", zlib.crc32(classic))
+
+
 def outer_ip(proto: int) -> Any:
     return Ether(**MACS) / IP(src="198.51.100.1", dst="198.51.100.2", proto=proto)
 
@@ -115,6 +136,13 @@ WRAPS: dict[str, tuple[int, Callable[[Any], bytes]]] = {
     "gre-key-seq": (1, lambda p: bytes(outer_ip(47) / GRE(key_present=1, key=9, seqnum_present=1, seqence_number=3, proto=0x0800) / p)),
     "gre-ethernet": (1, lambda p: bytes(outer_ip(47) / GRE(proto=0x6558) / Ether(**MACS) / p)),
     "vxlan": (1, lambda p: bytes(Ether(**MACS) / IP(src="198.51.100.1", dst="198.51.100.2") / UDP(sport=50000, dport=4789) / VXLAN(vni=42) / Ether(**MACS) / p)),
+    "pbb": (1, lambda p: bytes(Ether(**MACS) / Dot1AD(vlan=100) / Dot1AH(isid=0x123456) / Ether(**MACS) / p)),
+    "pbb-customer-vlan": (1, lambda p: bytes(Ether(**MACS) / Dot1AH(isid=7) / Ether(**MACS) / Dot1AD(vlan=1) / Dot1Q(vlan=2) / p)),
+    "vntag": (1, lambda p: bytes(Ether(**MACS, type=0x8926)) + vntag(p)),
+    "vntag-then-vlan": (1, lambda p: bytes(Ether(**MACS, type=0x8926)) + vntag(p, vlan_after=True)),
+    "vlan-then-vntag": (1, lambda p: bytes(Ether(**MACS) / Dot1Q(vlan=3, type=0x8926)) + vntag(p)),
+    "fabricpath": (1, fabricpath),
+    "fabricpath-vlan": (1, lambda p: fabricpath(p, vlan=True)),
     "gre-in-vlan-mpls": (1, lambda p: bytes(Ether(**MACS) / Dot1Q(vlan=9) / MPLS(label=5, s=1) / IP(src="198.51.100.1", dst="198.51.100.2", proto=47) / GRE(proto=0x0800) / p)),
 }  # fmt: skip
 
@@ -146,10 +174,13 @@ def test_a_tcp_connection_is_found_inside_every_link_layer_and_tunnel(tmp_path: 
     assert (t["packets"], t["packets_tcp"], t["packets_udp"], t["packets_non_ip"], t["undecoded"]) == (5, 5, 0, 0, [])
 
 
-@pytest.mark.parametrize("name", ["vlan", "pppoe-qinq", "mpls", "gre", "vxlan", "radiotap", "sll2", "nflog"])
+@pytest.mark.parametrize(
+    "name",
+    ["vlan", "pppoe-qinq", "mpls", "gre", "vxlan", "radiotap", "sll2", "nflog", "pbb", "vntag-then-vlan", "fabricpath"],
+)
 def test_ipv6_inside_them_too(tmp_path: Path, name: str) -> None:
     linktype, wrap = WRAPS[name]
-    six = {  # the same layers with the IPv6 codes
+    six = {  # the same layers with the IPv6 codes (the data-centre tags' wraps take them from the packet)
         "vlan": lambda p: bytes(Ether(**MACS) / Dot1Q(vlan=5) / p),
         "pppoe-qinq": lambda p: bytes(Ether(**MACS) / Dot1AD() / Dot1Q() / PPPoE() / PPP(proto=0x57) / p),
         "mpls": lambda p: bytes(Ether(**MACS) / MPLS(label=100, s=1) / p),
@@ -158,7 +189,7 @@ def test_ipv6_inside_them_too(tmp_path: Path, name: str) -> None:
         "radiotap": lambda p: bytes(RadioTap() / Dot11(type=2, **WIFI) / LLC() / SNAP(code=0x86DD) / p),
         "sll2": lambda p: bytes(CookedLinuxV2(proto=0x86DD) / p),
         "nflog": lambda p: b"\x0a" + nflog(p)[1:],
-    }[name]
+    }.get(name, wrap)
     out, err = analyze(tmp_path, [six(p) for p in conversation(v6=True)], linktype)
     assert err == ""
     [conn] = out["connection"]
@@ -176,22 +207,53 @@ def test_an_unreadable_link_type_is_counted_and_reported_not_silently_empty(tmp_
     assert err == f"nettrail: {tmp_path / 'cap.pcap'}: 5 packets not decoded: 5 link type 10 (FDDI)\n"
 
 
+TAGS = ["pbb", "pbb-customer-vlan", "vntag", "vntag-then-vlan", "vlan-then-vntag", "fabricpath", "fabricpath-vlan"]
+
+
+@pytest.mark.parametrize("name", TAGS)
+def test_the_data_centre_tags_give_the_connection_plain_ethernet_gives(tmp_path: Path, name: str) -> None:
+    linktype, wrap = WRAPS[name]
+    tagged, err = analyze(tmp_path, [wrap(p) for p in conversation()], linktype)
+    assert err == ""
+    plain, _ = analyze(tmp_path, [WRAPS["ethernet"][1](p) for p in conversation()], 1)
+    [conn] = tagged["connection"]
+    # IP bytes: 40 + 40 + 140 from the originator, 40 + 40 back, whatever wraps the packets
+    assert (conn["wire_bytes_orig"], conn["wire_bytes_resp"], conn["bytes_resp"]) == (220, 80, 0)
+    envelope = ("host_id", "boot_id", "conn_uuid", "seq")  # the file's hash differs, nothing else may
+    assert {k: v for k, v in conn.items() if k not in envelope} == {
+        k: v for k, v in plain["connection"][0].items() if k not in envelope
+    }
+    assert tagged["totals"]["bytes_wire"] - plain["totals"]["bytes_wire"] == {
+        "pbb": 4 * 5 + 18 * 5, "pbb-customer-vlan": (18 + 8) * 5, "vntag": 6 * 5, "vntag-then-vlan": 10 * 5,
+        "vlan-then-vntag": 10 * 5, "fabricpath": (16 + 4) * 5, "fabricpath-vlan": (16 + 4 + 4) * 5,
+    }[name]  # fmt: skip
+
+
+def test_a_frame_cut_inside_a_data_centre_tag_is_counted_and_reported(tmp_path: Path) -> None:
+    frames = [WRAPS[name][1](conversation()[0]) for name in ("pbb", "vntag", "fabricpath")]
+    frames = [frames[0][: 14 + 4 + 14], frames[1][: 14 + 3], frames[2][: 16 + 13]]  # each ends before its ethertype
+    out, err = analyze(tmp_path, frames, 1)
+    assert out["connection"] == []
+    assert out["totals"]["undecoded"] == [{"what": "frame shorter than its link-layer header", "packets": 3}]
+    assert err.endswith("3 packets not decoded: 3 frame shorter than its link-layer header\n")
+
+
 def test_unknown_ethertypes_and_encrypted_wifi_are_named(tmp_path: Path) -> None:
     ip = conversation()[0]
     frames = [
-        bytes(Ether(**MACS, type=0x88E7) / Raw(b"\x00" * 18) / ip),  # PBB
-        bytes(Ether(**MACS, type=0x8926) / Raw(b"\x00" * 6) / ip),  # VN-Tag
-        bytes(Ether(**MACS) / Dot1Q(vlan=3, type=0x8926) / Raw(b"\x00" * 6) / ip),  # VN-Tag inside a VLAN
+        bytes(Ether(**MACS, type=0x88E5) / Raw(b"\x00" * 16) / ip),  # MACsec: encrypted
+        bytes(Ether(**MACS, type=0x88B5) / Raw(b"\x00" * 6) / ip),  # IEEE local experimental
+        bytes(Ether(**MACS) / Dot1Q(vlan=3, type=0x88B5) / Raw(b"\x00" * 6) / ip),  # the same inside a VLAN
         bytes(Ether(**MACS) / MPLS(s=1) / Ether(**MACS) / ip),  # an Ethernet pseudowire
         bytes(Ether(**MACS) / ip),  # one IP packet: the rest is reported, not lost in it
     ]
     out, err = analyze(tmp_path, frames, 1)
     assert out["totals"]["undecoded"] == [
         {"what": "MPLS payload that is not IP (pseudowire)", "packets": 1},
-        {"what": "ethertype 0x88e7 (PBB)", "packets": 1},
-        {"what": "ethertype 0x8926 (VN-Tag)", "packets": 2},
+        {"what": "ethertype 0x88b5", "packets": 2},
+        {"what": "ethertype 0x88e5 (MACsec)", "packets": 1},
     ]
-    assert "4 packets not decoded: 2 ethertype 0x8926 (VN-Tag), 1 MPLS payload" in err
+    assert "4 packets not decoded: 2 ethertype 0x88b5, 1 MPLS payload" in err
     wifi = [bytes(Dot11(type=2, FCfield=0x40, **WIFI) / Raw(b"\x00" * 60))]
     out, err = analyze(tmp_path, wifi, 105)
     assert out["totals"]["undecoded"] == [{"what": "802.11 protected (encrypted) data", "packets": 1}]

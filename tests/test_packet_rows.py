@@ -67,8 +67,10 @@ def linklayer_captures() -> dict[str, bytes]:
             )
     ip = conversation()[0]
     odd = [
-        (1, bytes(Ether(**MACS, type=0x88E7) / Raw(b"\x00" * 18) / ip)),  # PBB
-        (1, bytes(Ether(**MACS, type=0x8926) / Raw(b"\x00" * 6) / ip)),  # VN-Tag
+        (1, bytes(Ether(**MACS, type=0x88E7) / Raw(b"\x00" * 18) / ip)),  # PBB carrying an 802.3 length
+        (1, bytes(Ether(**MACS, type=0x8926) / Raw(b"\x00" * 6) / ip)),  # VN-Tag carrying an 802.3 length
+        (1, WRAPS["pbb"][1](ip)[:31]),  # cut before the customer ethertype
+        (1, WRAPS["fabricpath"][1](ip)[:29]),  # cut before the classic frame's ethertype
         (1, bytes(Ether(**MACS) / Raw(b"\x08"))),  # too short for its ethertype
         (105, bytes.fromhex("0841") + b"\x00" * 60),  # protected 802.11 data
         (10, b"\x00" * 13 + bytes(ip)),  # FDDI

@@ -7,8 +7,11 @@ one packet at a time, after that pass:
 * packets it could not place (no IP version), by link type: PPP (9), PPP in HDLC framing
   (50), PPPoE (51), 802.11 data frames (105) with or without radiotap (127), NFLOG (239);
   by ethertype on Ethernet and Linux SLL/SLL2: PPPoE sessions (0x8864, also after VLAN or
-  QinQ tags), MPLS label stacks (0x8847, 0x8848), a third VLAN tag, and 802.3 frames with
-  LLC/SNAP. 802.11 and 802.3 payloads need LLC/SNAP; protected 802.11 frames cannot be read.
+  QinQ tags), MPLS label stacks (0x8847, 0x8848), a third VLAN tag, 802.3 frames with
+  LLC/SNAP, and the data-centre tags: PBB (802.1ah I-TAG, 0x88E7), VN-Tag (0x8926) and
+  Cisco FabricPath (0x8903), each skipped to the frame it carries, as Zeek's PBB, VNTag
+  and Ethernet analyzers and Wireshark's ieee8021ah, vntag and cisco-fp-mim dissectors do.
+  802.11 and 802.3 payloads need LLC/SNAP; protected 802.11 frames cannot be read.
 * IP packets that carry another IP packet: IP-in-IP (4), IPv6-in-IP (41), GRE (47, IP or
   transparent Ethernet inside) and VXLAN (UDP port 4789). The inner packet replaces the
   outer one, so it is analysed as its own connection (up to MAX_NESTING tunnels deep);
@@ -36,8 +39,15 @@ LINK_NAMES = {
     9: "PPP", 50: "PPP in HDLC framing", 51: "PPPoE", 105: "802.11", 127: "802.11 radiotap", 239: "NFLOG",
     10: "FDDI", 6: "Token Ring", 1: "Ethernet", 113: "Linux SLL", 276: "Linux SLL2",
 }  # fmt: skip
-ETHER_NAMES = {0x0806: "ARP", 0x88CC: "LLDP", 0x8863: "PPPoE discovery", 0x88E7: "PBB", 0x8926: "VN-Tag",
-               0x8903: "Cisco FabricPath", 0x88E5: "MACsec", 0x888E: "EAPOL"}  # fmt: skip
+ETHER_NAMES = {0x0806: "ARP", 0x88CC: "LLDP", 0x8863: "PPPoE discovery", 0x88E5: "MACsec", 0x888E: "EAPOL"}
+# Tags that carry a frame: ethertype -> (offset of the next ethertype, offset of its payload),
+# both from the tag's first byte (the byte after its own ethertype).
+# PBB: I-TAG (PCP/DEI/UCA, 24-bit I-SID), the customer's destination and source MACs.
+# VN-Tag: 4 bytes of tag (direction, pointer, destination and source VIF).
+# FabricPath: its ethertype sits where a classic frame's would, after the outer MACs; then
+# FTag/TTL (2 bytes), and the whole classic frame: destination and source MACs, ethertype.
+CARRIERS = {0x88E7: (16, 18), 0x8926: (4, 6), 0x8903: (14, 16)}
+MAX_HEADERS = 8  # ethertype headers after the first two VLAN tags: PBB, its customer tags, VN-Tag, ...
 
 
 class Unplaced(Exception):
@@ -62,11 +72,15 @@ def _ip_at(buf: bytes | bytearray, o: int, end: int, want: int | None = None) ->
 
 def ethertype_payload(buf: bytes | bytearray, o: int, et: int, end: int) -> tuple[int, int]:
     """The IP header after an ethertype whose payload starts at o."""
-    for _ in range(4):
+    for _ in range(MAX_HEADERS):
         if et in ETHER_IP:
             return _ip_at(buf, o, end, ETHER_IP[et])
         if et in VLAN_TYPES:  # a third (or later) tag: packet.py reads two
             et, o = _u16(buf, o + 2, end), o + 4
+            continue
+        if et in CARRIERS:
+            at, o = o + CARRIERS[et][0], o + CARRIERS[et][1]
+            et = _u16(buf, at, end)
             continue
         if et == 0x8864:  # PPPoE session: ver/type, code, session id, length, then a PPP protocol
             return ppp_payload(buf, o + 6, end)

@@ -103,3 +103,24 @@ def test_a_process_is_named_by_its_tgid_not_the_thread_whose_record_came_first()
     (a,) = only(out, "K10")
     assert (a.tgid, a.members) == (900, 2)
     assert a.message.startswith("server (pid 900) on 10.0.0.2:8080 holds 2 sockets")
+
+
+def test_99_clients_retrying_syns_to_one_overflowing_listener_are_one_k2_finding():
+    """Issue 34: an accept-queue overflow made 99 K2 alerts, one per client connection."""
+    s, e = Stream(), engine()
+    flows = [s.flow(dst="10.0.0.5", dport=7400, pid=800, comm="client") for _ in range(99)]
+    recs = []
+    for f in flows:
+        recs.append(s.state(f, "CLOSED", "SYN_SENT"))
+        s.advance(0.01)
+        recs.append(s.retrans(f, retrans_kind="syn", state="SYN_SENT"))
+    s.advance(1.0)
+    recs += [s.retrans(f, retrans_kind="syn", state="SYN_SENT") for f in flows[:3]]  # three retry twice
+    out = only(feed_all(e, recs, tick_every=None) + e.finish(), "K2", "syn-retry")
+    assert len(latest(out)) == 1
+    a = out[-1]
+    assert (a.severity, a.dst, a.dport, a.comm, a.tgid, a.members, a.metric) == (
+        "notice", "10.0.0.5", 7400, "client", 800, 99, 2.0,
+    )  # fmt: skip
+    assert a.member_conns == [f.uuid for f in flows[:50]]
+    assert a.message.startswith("99 connections of client (pid 800) resent their SYN to 10.0.0.5:7400, up to 2 times")

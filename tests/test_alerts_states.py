@@ -15,8 +15,11 @@ def test_it_notices_a_socket_stuck_in_syn_sent_for_over_3_seconds():
     assert len(alerts) == 1
     a = alerts[0]
     assert (a.rule_id, a.condition, a.severity, a.status, a.count) == ("K8", "syn-sent", "notice", "open", 1)
-    assert (a.conn_uuid, a.comm, a.dst, a.dport, a.evidence) == (f.uuid, "client", "10.0.0.5", 443, [start.seq])
-    assert e.tick(s.t + 8) == []  # still stuck: the same alert, no new emission
+    # one finding per destination (issue 34 item 1), linking its member socket
+    assert (a.conn_uuid, a.comm, a.dst, a.dport, a.evidence) == (None, "client", "10.0.0.5", 443, [start.seq])
+    assert (a.members, a.member_conns) == (1, [f.uuid])
+    assert a.message.startswith("1 connection of client (pid 4242) has been waiting in SYN_SENT for 10.0.0.5:443")
+    assert e.tick(s.t + 8) == []  # still stuck: the same alert, no new version within 10 s
     s.advance(9)
     done = s.state(f, "SYN_SENT", "ESTABLISHED")
     assert e.feed(done) == []
@@ -29,11 +32,12 @@ def test_it_warns_when_over_20_sockets_wait_in_syn_sent_for_one_destination():
     recs = [s.state(s.flow(dst="10.0.0.5", dport=443), "CLOSED", "SYN_SENT") for _ in range(21)]
     feed_all(e, recs)
     alerts = e.tick(s.t + 4)
-    assert len(only(alerts, "K8", "syn-sent")) == 21
-    dest = only(alerts, "K8", "syn-sent-destination")
-    assert [(a.severity, a.dst, a.dport, a.metric, a.conn_uuid) for a in dest] == [
-        ("warning", "10.0.0.5", 443, 21.0, None)
+    # one warning for the destination (it was 21 notices plus a syn-sent-destination warning)
+    dest = only(alerts, "K8")
+    assert [(a.condition, a.severity, a.dst, a.dport, a.metric, a.members, a.conn_uuid) for a in dest] == [
+        ("syn-sent", "warning", "10.0.0.5", 443, 21.0, 21, None)
     ]
+    assert dest[0].member_conns == [r.conn_uuid for r in recs]
 
 
 def test_it_notices_a_connect_timeout_but_not_a_refusal():
@@ -45,8 +49,8 @@ def test_it_notices_a_connect_timeout_but_not_a_refusal():
     s.advance(2.0)
     recs.append(s.state(f, "SYN_SENT", "CLOSED"))
     alerts = only(feed_all(e, recs, tick_every=None), "K8")
-    assert [(a.condition, a.conn_uuid, a.severity) for a in alerts] == [("connect-timeout", f.uuid, "notice")]
-    assert "after 2.0 s without any answer" in alerts[0].message
+    assert [(a.condition, a.member_conns, a.severity) for a in alerts] == [("connect-timeout", [f.uuid], "notice")]
+    assert "without any answer (no SYN-ACK, no RST), the latest after 2.0 s" in alerts[0].message
 
 
 def test_it_warns_when_a_listener_retries_synacks_to_over_50_clients_that_never_finish():

@@ -12,7 +12,9 @@ RTO-classified retransmits: a signal starts a new timeout when it comes at least
 ``rto_gap_s`` after the previous one (a timer cannot fire again sooner than the minimum
 RTO of 200 ms, while a Loss entry, its retransmit and the rest of that recovery follow
 each other within an RTT). Either signal alone suffices when the collector misses the
-other.
+other. Timeouts and SYN retries are one finding per destination (issue 34 item 1: 99
+per-connection alerts for one overflowing listener), listing the connections it struck
+(groups.py); its severity follows the worst connection's count.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from translators.records import (
 
 from ..state import DistinctWindow, Window, bounded_append
 from .base import Context, Rule, endpoint, flow_key, who
+from .groups import Groups, callers, target_subject
 
 
 @dataclass(slots=True)
@@ -151,6 +154,7 @@ class RetransKind(Rule):
         self.window = self.num("window_s")
         self.state = self.flows_map()
         self.listeners = self.keys_map()
+        self.groups = Groups(self.rule_id, ctx.book, ctx.max_keys)
 
     def _flow(self, rec: Record) -> _KindFlow:
         return self.state.get_or_create(flow_key(rec), _KindFlow)  # type: ignore[no-any-return]
@@ -203,17 +207,20 @@ class RetransKind(Rule):
         f.rto_times = [x for x in f.rto_times or () if x > t - self.window][-63:] + [t]
         f.rto_evidence = bounded_append(f.rto_evidence, rec.seq)
         n = len(f.rto_times)
-        warn = n >= self.num("rto_warning")
         subject = self.ctx.owner(rec)
-        peer = endpoint(getattr(rec, "dst", None), getattr(rec, "dport", None))
+        target = ("dest", subject.dst, subject.dport)  # the path and peer an engineer fixes
+        g = self.groups.join("rto", target, subject, flow_key(rec), subject.conn_uuid, float(n), target_subject)
+        worst = int(g.peak)
+        peer = endpoint(subject.dst, subject.dport)
         message = (
-            f"{who(subject)} hit {n} retransmission timeout{'s' if n > 1 else ''} (RTO, Loss state) toward {peer} "
-            f"in {self.window:g} s: each timeout stalls the connection for at least 200 ms and doubles the "
-            f"next wait, unlike fast retransmit."
+            f"{callers(g.subject, g.total)} toward {peer} hit retransmission timeouts (RTO, Loss state), up to "
+            f"{worst} in {self.window:g} s on one connection (the latest {n}): each timeout stalls a connection for "
+            f"at least 200 ms and doubles the next wait, unlike fast retransmit."
         )
         self.fire(
-            "rto", flow_key(rec), now=t, severity="warning" if warn else "notice", subject=subject,
-            message=message, clear_after=2 * self.window, metric=float(n), evidence=f.rto_evidence,
+            "rto", target, now=t, severity="warning" if worst >= self.num("rto_warning") else "notice",
+            subject=g.subject, message=message, clear_after=2 * self.window, metric=float(worst),
+            evidence=f.rto_evidence, members=g.total, member_conns=g.conns,
         )  # fmt: skip
 
     def _syn_retry(self, rec: TcpRetransmit, f: _KindFlow) -> None:
@@ -222,15 +229,20 @@ class RetransKind(Rule):
         n = f.syn_retries
         if n < self.num("syn_retry_notice"):
             return
-        warn = n >= self.num("syn_retry_warning")
         subject = self.ctx.owner(rec)
+        target = ("dest", rec.dst, rec.dport)  # the destination service the callers wait on
+        g = self.groups.join("syn-retry", target, subject, flow_key(rec), subject.conn_uuid, float(n), target_subject)
+        worst = int(g.peak)
         message = (
-            f"{who(subject)} resent its SYN to {endpoint(rec.dst, rec.dport)} {n} time{'s' if n > 1 else ''}: "
-            f"the first retry alone adds about 1 s to connect latency, and each further retry doubles the wait."
+            f"{callers(g.subject, g.total)} resent their SYN to {endpoint(rec.dst, rec.dport)}, up to {worst} "
+            f"time{'s' if worst > 1 else ''}: the first retry alone adds about 1 s to connect latency, and each "
+            f"further retry doubles the wait."
         )
         self.fire(
-            "syn-retry", flow_key(rec), now=rec.ts_wall, severity="warning" if warn else "notice", subject=subject,
-            message=message, clear_after=2 * self.window, metric=float(n), evidence=f.syn_evidence,
+            "syn-retry", target, now=rec.ts_wall,
+            severity="warning" if worst >= self.num("syn_retry_warning") else "notice", subject=g.subject,
+            message=message, clear_after=2 * self.window, metric=float(worst), evidence=f.syn_evidence,
+            members=g.total, member_conns=g.conns,
         )  # fmt: skip
 
     def _listener(self, host: str, addr: str | None, port: int | None) -> _Listener:

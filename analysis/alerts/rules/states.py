@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections import Counter, OrderedDict, deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,7 @@ from translators.records import Connection, Record, TcpReset, TcpRetransmit, Tcp
 from ..book import MAX_MEMBER_CONNS, Subject
 from ..state import DistinctWindow, LruMap, Window
 from .base import Context, Rule, endpoint, flow_key, who
+from .groups import Groups, callers, target_subject
 
 Owner = tuple[str, str, int, str | None]
 GroupKey = tuple[object, ...]
@@ -138,6 +139,10 @@ def ephemeral_range_size(path: Path = PORT_RANGE) -> int:
 
 
 class HalfOpen(Rule):
+    """K8. Stuck connects are one finding per destination (issue 34 item 1): its members are
+    the sockets waiting in SYN_SENT past ``syn_sent_s`` now (a warning above
+    ``per_destination``), and connect timeouts another per destination (groups.py)."""
+
     rule_id = "K8"
     kinds = ("tcp_state", "tcp_reset", "tcp_retransmit")
 
@@ -146,13 +151,19 @@ class HalfOpen(Rule):
         self.window = self.num("window_s")
         self.states = StateTracker(("SYN_SENT",), ctx.max_flows, ctx, self._left)
         self.listeners = self.keys_map()
-        self.stuck_per_dest: Counter[tuple[str, str, str | None, int | None]] = Counter()
+        self.dests: dict[GroupKey, _Group] = {}  # bounded: members are the tracker's entries
+        self.timeouts = Groups(self.rule_id, ctx.book, ctx.max_keys)
 
     def feed(self, rec: Record) -> None:
         if isinstance(rec, TcpStateChange):
             left = self.states.change(rec)
             if left is not None and rec.state == "CLOSED" and not left.reset:
                 self._timeout(rec, left)
+            if rec.state == "SYN_SENT":
+                key = flow_key(rec)
+                entry = self.states.maps["SYN_SENT"].peek(key)
+                if entry is not None:
+                    self._dest_group(entry.subject).sockets[key] = entry
             if rec.prev_state == "SYN_RECEIVED" and rec.state == "ESTABLISHED":
                 lst = self.listeners.peek((rec.host_id, rec.src, rec.sport))
                 if lst is not None:
@@ -166,26 +177,44 @@ class HalfOpen(Rule):
                 self._synack(rec)
 
     @staticmethod
-    def _dest(entry: _Stuck) -> tuple[str, str, str | None, int | None]:
-        return (entry.subject.host_id, entry.subject.boot_id, entry.subject.dst, entry.subject.dport)
+    def _dest(s: Subject) -> GroupKey:
+        return (s.host_id, "dest", s.dst, s.dport)
+
+    def _dest_group(self, s: Subject) -> _Group:
+        gk = self._dest(s)
+        group = self.dests.get(gk)
+        if group is None:
+            group = self.dests[gk] = _Group(target_subject(s), OrderedDict())
+        elif (group.subject.tgid or group.subject.pid) != (s.tgid or s.pid):
+            group.subject.pid = group.subject.tgid = None  # callers from several processes
+            group.subject.comm = None
+        return group
 
     def _left(self, state: str, key: object, entry: _Stuck, now: float) -> None:
-        if entry.fired:
-            self.ctx.book.release(self.rule_id, "syn-sent", entry.subject.host_id, key, now, 2 * self.window)
-            dest = self._dest(entry)
-            self.stuck_per_dest[dest] -= 1
-            if self.stuck_per_dest[dest] <= 0:
-                del self.stuck_per_dest[dest]
+        gk = self._dest(entry.subject)
+        group = self.dests.get(gk)
+        if group is None:
+            return
+        group.sockets.pop(key, None)
+        if not group.sockets:
+            del self.dests[gk]
+            if group.fired:
+                self.ctx.book.release(self.rule_id, "syn-sent", entry.subject.host_id, gk[1:], now, 2 * self.window)
 
     def _timeout(self, rec: TcpStateChange, left: _Stuck) -> None:
         waited = rec.ts_wall - left.since
+        s = left.subject
+        target = ("dest", rec.dst, rec.dport)
+        g = self.timeouts.join("connect-timeout", target, s, flow_key(rec), s.conn_uuid, waited, target_subject)
         message = (
-            f"{who(left.subject)} gave up connecting to {endpoint(rec.dst, rec.dport)} after {waited:.1f} s without "
-            f"any answer (no SYN-ACK, no RST): a connect timeout, the peer or the path is dropping SYNs."
+            f"{callers(g.subject, g.total)} gave up connecting to {endpoint(rec.dst, rec.dport)} without any answer "
+            f"(no SYN-ACK, no RST), the latest after {waited:.1f} s: connect timeouts, the peer or the path is "
+            f"dropping SYNs."
         )
         self.fire(
-            "connect-timeout", flow_key(rec), now=rec.ts_wall, severity="notice", subject=left.subject,
+            "connect-timeout", target, now=rec.ts_wall, severity="notice", subject=g.subject,
             message=message, clear_after=2 * self.window, metric=waited, evidence=[left.seq, rec.seq],
+            members=g.total, member_conns=g.conns,
         )  # fmt: skip
 
     def _synack(self, rec: TcpRetransmit) -> None:
@@ -210,29 +239,32 @@ class HalfOpen(Rule):
 
     def tick(self, now: float) -> None:
         limit = self.num("syn_sent_s")
-        for key, entry in self.states.due("SYN_SENT", now - limit):
-            self.stuck_per_dest[self._dest(entry)] += 1
-            message = (
-                f"{who(entry.subject)} has been waiting {now - entry.since:.1f} s in SYN_SENT for "
-                f"{endpoint(entry.subject.dst, entry.subject.dport)}: past the first SYN retry, connect latency is already "
-                f"over a second and the kernel only gives up after about 127 s."
-            )
-            self.fire(
-                "syn-sent", key, now=now, severity="notice", subject=entry.subject, message=message,
-                clear_after=INF, metric=now - entry.since, evidence=[entry.seq],
-            )  # fmt: skip
-        for (host, boot, dst, dport), n in self.stuck_per_dest.items():
-            if n <= self.num("per_destination"):
-                continue
-            subject = Subject(host_id=host, boot_id=boot, proto="tcp", dst=dst, dport=dport)
-            message = (
-                f"{n} sockets on this host are stuck in SYN_SENT toward {endpoint(dst, dport)} for more than "
-                f"{limit:g} s: the destination is unreachable or overloaded, and every caller is waiting on it."
-            )
-            self.fire(
-                "syn-sent-destination", ("dest", dst, dport), now=now, severity="warning", subject=subject,
-                message=message, clear_after=2 * self.window, metric=float(n), bump=False,
-            )  # fmt: skip
+        self.states.due("SYN_SENT", now - limit)  # drained: the destinations below report them
+        for gk, group in self.dests.items():
+            self._stuck(now, gk, group, limit)
+
+    def _stuck(self, now: float, gk: GroupKey, group: _Group, limit: float) -> None:
+        stuck = list(itertools.takewhile(lambda e: e.since <= now - limit, group.sockets.values()))
+        if not stuck:
+            if group.fired:  # every stuck one connected or gave up; younger ones wait
+                group.fired = False
+                self.ctx.book.release(self.rule_id, "syn-sent", group.subject.host_id, gk[1:], now, 2 * self.window)
+            return
+        group.fired = True
+        n, oldest, s = len(stuck), stuck[0], group.subject
+        many = n > self.num("per_destination")
+        message = (
+            f"{callers(s, n)} {'have' if n > 1 else 'has'} been waiting in SYN_SENT for {endpoint(s.dst, s.dport)} "
+            f"for more than {limit:g} s, the oldest {now - oldest.since:.1f} s: past the first SYN retry, connect "
+            f"latency is already over a second and the kernel only gives up after about 127 s"
+            + (": the destination is unreachable or overloaded, and every caller waits on it." if many else ".")
+        )
+        conns = [e.subject.conn_uuid for e in stuck[: 2 * MAX_MEMBER_CONNS]]
+        self.fire(
+            "syn-sent", gk[1:], now=now, severity="warning" if many else "notice", subject=s, message=message,
+            clear_after=INF, metric=float(n), evidence=[e.seq for e in stuck[:32]], members=n,
+            member_conns=[c for c in conns if c is not None], bump=False,
+        )  # fmt: skip
 
 
 class StuckClose(Rule):

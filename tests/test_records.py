@@ -144,6 +144,7 @@ WORDS = set(
     providers attached absent failed missing reasons rules unavailable degraded kernel release sample
     rate stack counters setting observed emitted ratio interval time percent events records findings
     stages from untraced stopped open poll agent children programs run
+    partial path states born congestion changes after
     """.split()
 )
 # Abbreviations kept because the kernel, FreeBSD, Zeek or tshark use them for the same data

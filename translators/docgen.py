@@ -27,7 +27,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "records"
 GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "ip": ("IP provider (providers.md §2)", ("ip_packet",)),
     "udp": ("UDP and UDP-Lite providers (providers.md §3)", ("udp_datagram",)),
-    "tcp": ("TCP provider (providers.md §4)", ("tcp_segment", "tcp_state", "connection")),
+    "tcp": ("TCP provider (providers.md §4)", ("tcp_segment", "tcp_state", "tcp_lifecycle", "connection")),
     "tcpdebug": ("TCP debug provider (providers.md §5)", ("tcpdebug_snapshot",)),
     "siftr": ("SIFTR (providers.md §6)", ("siftr_sample",)),
     "skb": ("skb lifecycle, the mbuf provider (providers.md §7)", ("skb_event", "skb_drop", "drop_count")),

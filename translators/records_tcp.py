@@ -1,4 +1,4 @@
-"""TCP provider records: state changes, retransmits, resets, congestion states, the connection summary, SIFTR samples and tcp debug snapshots.
+"""TCP provider records: state changes, folded lifecycles, retransmits, resets, congestion states, the connection summary, SIFTR samples and tcp debug snapshots.
 
 Everything a TCP control block tells about one connection over its life, from the
 kernel (tracepoints) or from a capture's analysis (the Connection summary with
@@ -73,6 +73,44 @@ class TcpCongState(FlowRecord, tag="tcp_cong_state", kw_only=True):
     ca_state: Annotated[str, doc("congestion state after", choices=CA_STATES, brief=True)]
     snd_cwnd: Annotated[Int, doc("congestion window", unit="bytes")] = None
     snd_ssthresh: Annotated[Int, doc("slow-start threshold", unit="bytes")] = None
+
+
+class TcpLifecycle(FlowRecord, tag="tcp_lifecycle", kw_only=True):
+    """tcp --tcp-fold: one socket's state changes, congestion-state changes and final counters,
+    folded in the kernel (socket storage) into one record per socket end, at tcp_destroy_sock
+    or, for a socket older than the fold window, flushed by siftr-poll (partial; the socket's
+    later changes are records of their own). expand() (translators/tcp_lifecycle.py) gives the
+    tcp_state, tcp_cong_state, connection and flow_counters records the socket streams without it."""
+
+    partial: Annotated[bool, doc("flushed while the socket lives (older than --fold-window, or more changes than the fold holds): what follows are records of their own", brief=True)] = False
+    state: Annotated[Str, doc("the socket's state at the record (at its end: the state it was destroyed in)", choices=TCP_STATES, brief=True)] = None
+    state_path: Annotated[str, doc("the states entered, in order, from prev_state (FreeBSD names, as reported by the kernel: no inferred TIME_WAIT)", brief=True)] = ""
+    prev_state: Annotated[Str, doc("state before the first change folded (FreeBSD name)", choices=TCP_STATES)] = None
+    linux_prev_state: Annotated[Int, doc("Linux enum tcp_state before the first change folded")] = None
+    linux_states: Annotated[list[int], doc("Linux enum tcp_state entered at each change, in order")] = msgspec.field(default_factory=list)
+    state_us: Annotated[list[int], doc("each change's time after born_ns (floored to the microsecond)", unit="us")] = msgspec.field(default_factory=list)
+    state_ctx: Annotated[list[str], doc("each change's execution context: task or softirq")] = msgspec.field(default_factory=list)
+    state_error: Annotated[list[bool], doc("sk_err was set at the change (an X -> CLOSE that is not a TIME_WAIT)")] = msgspec.field(default_factory=list)
+    born_ns: Annotated[Int, doc("kernel time of the first change folded (CLOCK_MONOTONIC)", unit="ns")] = None
+    congestion_changes: Annotated[int, doc("congestion-state changes folded")] = 0
+    first_ca_state: Annotated[Str, doc("congestion state before the first change", choices=CA_STATES)] = None
+    prev_ca_state: Annotated[Str, doc("congestion state before the last change", choices=CA_STATES)] = None
+    ca_state: Annotated[Str, doc("congestion state after the last change", choices=CA_STATES)] = None
+    congestion_us: Annotated[Int, doc("the last congestion change's time after born_ns", unit="us")] = None
+    congestion_ctx: Annotated[Str, doc("the last congestion change's execution context", choices=("task", "softirq", "unknown"))] = None
+    congestion_after: Annotated[Int, doc("state changes before the last congestion change (its place in the path)")] = None
+    snd_cwnd: Annotated[Int, doc("congestion window at the last congestion change", unit="bytes")] = None
+    snd_ssthresh: Annotated[Int, doc("slow-start threshold at the last congestion change", unit="bytes")] = None
+    start: Annotated[Float, doc("the socket's first sighting, seconds since the epoch", unit="s", fmt="%.6f")] = None
+    lifetime_ns: Annotated[Int, doc("first sighting to this record", unit="ns")] = None
+    bytes_acked: Annotated[Int, doc("bytes acknowledged by the peer (tcp_sock.bytes_acked)", unit="bytes")] = None
+    bytes_received: Annotated[Int, doc("bytes received in order (tcp_sock.bytes_received)", unit="bytes")] = None
+    segs_in: Annotated[Int, doc("segments received (tcp_sock.segs_in)")] = None
+    segs_out: Annotated[Int, doc("segments sent (tcp_sock.segs_out)")] = None
+    total_retrans: Annotated[Int, doc("segments retransmitted over the life (tcp_sock.total_retrans)")] = None
+    bytes_sent: Annotated[Int, doc("siftr: payload bytes sent, retransmissions included (null: siftr did not follow the socket)", unit="bytes")] = None
+    flow_samples: Annotated[Int, doc("siftr: sample records emitted for the socket")] = None
+    flow_skbs: Annotated[Int, doc("siftr: buffers (or, siftr-poll alone, segments) the samples stand for")] = None
 
 
 class AnalysisCounts(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -17,7 +17,7 @@
 #define NT_COMM_LEN 16
 #define NT_ADDR_LEN 16
 #define NT_CC_LEN 16
-#define NT_EV_MAX 16 /* size of the per-type counter arrays (room for issue 5) */
+#define NT_EV_MAX 32 /* size of the per-type counter arrays (a power of two: reserve() masks with it) */
 
 /* ---- common ------------------------------------------------------------ */
 
@@ -37,6 +37,7 @@ enum nt_event_type {
 	NT_EV_UDP = 13,       /* udp: a datagram at the device (send/receive) or a send/recv call */
 	NT_EV_IP_FLOW = 14,   /* no event: counters slot of ip-flows (generated = map entries created) */
 	NT_EV_IP_UNCOUNTED = 15, /* no event: generated = packets ip-flows could not count (no entry) */
+	NT_EV_LIFECYCLE = 16, /* tcp --tcp-fold: a socket's folded states and final counters (struct nt_fold) */
 };
 
 enum nt_ctx { NT_CTX_UNKNOWN = 0, NT_CTX_TASK = 1, NT_CTX_SOFTIRQ = 2 };
@@ -72,7 +73,8 @@ struct nt_config {
 	__u8 skb_windowed;      /* skb-lifecycle --skb-window: lifetimes start only while `skb_window` is open */
 	__u8 addr[NT_ADDR_LEN]; /* local or remote address (IPv4 in the first 4 bytes) */
 	__u8 udp_calls_from;    /* where udp call records come from: NT_UDP_FROM_* */
-	__u8 _pad[7];
+	__u8 _pad[3];
+	__u32 fold_window_ms;   /* tcp --tcp-fold: 0 = off; a socket folded longer is flushed by the poll */
 };
 
 /* nt_config.udp_calls_from: sock_send_length/sock_recv_length (6.3+, attribution.bpf.c);
@@ -198,6 +200,55 @@ struct nt_closed {
 	__u8 _pad[7];
 	__u8 saddr[NT_ADDR_LEN];
 	__u8 daddr[NT_ADDR_LEN];
+};
+
+/* --tcp-fold (docs/record-path.md, step 2): a socket's state changes and congestion-state
+ * changes folded in socket storage (map `folds`, kmod/fold.bpf.h) instead of one ring event
+ * each, emitted as one NT_EV_LIFECYCLE at tcp_destroy_sock, or earlier by siftr-poll's
+ * iterator (partial) once the socket is older than the fold window, after which its changes
+ * stream as without the fold (streaming). 96 bytes: 12 changes fit a short connection's 5
+ * to 6 per end with room for a retried handshake. */
+#define NT_FOLD_STATES 12
+#define NT_FOLD_STATE 0x0f /* in states[]: the new Linux enum tcp_state */
+#define NT_FOLD_TASK 0x10  /* in states[]: the change ran in task context (ctx "task") */
+#define NT_FOLD_ERR 0x20   /* in states[]: sk_err was set (an X -> CLOSE that is no TIME_WAIT) */
+
+struct nt_fold {
+	__u64 born_ns;                   /* the first change folded: the times below count from it */
+	__u32 state_us[NT_FOLD_STATES];  /* each change, microseconds after born_ns */
+	__u32 cong_us;                   /* the last congestion-state change, microseconds after born_ns */
+	__u32 cong_changes;              /* congestion-state changes folded */
+	__u32 snd_cwnd;                  /* at the last congestion-state change, segments */
+	__u32 snd_ssthresh;              /* segments */
+	__u32 mss;
+	__u8 states[NT_FOLD_STATES];     /* NT_FOLD_STATE | NT_FOLD_TASK | NT_FOLD_ERR */
+	__u8 first_old;                  /* the first change's old state (later ones: the previous new) */
+	__u8 nstates;                    /* changes in states[] */
+	__u8 first_ca;                   /* the first congestion change's old ca_state */
+	__u8 last_old_ca;                /* the last congestion change's old and new ca_state */
+	__u8 last_ca;
+	__u8 cong_ctx;                   /* enum nt_ctx of the last congestion change */
+	__u8 streaming;                  /* 1: flushed; its changes go to the ring one by one */
+	__u8 cong_at;                    /* state changes folded before the last congestion change */
+};
+
+/* NT_EV_LIFECYCLE body: the fold and what NT_EV_DESTROY and siftr's NT_EV_FLOW carry at the
+ * socket's end (at a flush: the counters then, no flow). */
+struct nt_lifecycle_body {
+	struct nt_fold fold;
+	__u64 bytes_acked;
+	__u64 bytes_received;
+	__u64 first_ns;     /* owner map first sighting, 0 unknown (nt_destroy_body.first_ns) */
+	__u64 bytes_sent;   /* siftr's final bytes_out (has_flow) */
+	__u64 flow_samples; /* siftr's final flow: samples and skbs (has_flow) */
+	__u64 flow_skbs;
+	__u32 segs_in;
+	__u32 segs_out;
+	__u32 total_retrans;
+	__u8 state;         /* the socket's state at the emission */
+	__u8 partial;       /* 1: flushed by the poll, the socket lives on and streams */
+	__u8 has_flow;      /* siftr (or siftr-poll) followed it: the flow counters are in */
+	__u8 _pad_tail;
 };
 
 /* ---- siftr provider ----------------------------------------------------- */
@@ -631,6 +682,7 @@ struct nt_event {
 		struct nt_ip_body ip;
 		struct nt_skb_stage_body skb_stage;
 		struct nt_udp_body udp;
+		struct nt_lifecycle_body lifecycle;
 	};
 };
 

@@ -6,7 +6,8 @@
  * "poll") when anything in it moved since the socket's last sample or data waits on
  * either side (a stalled window), and copies the socket's own counters into its flow,
  * so the exact per-flow counts (the flows map's reads, the final record at
- * tcp_destroy_sock) are kept as with per-packet siftr.
+ * tcp_destroy_sock) are kept as with per-packet siftr. With --tcp-fold it is also the fold
+ * window's clock: a socket folded longer than the window is flushed here (fold.bpf.h).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -16,6 +17,7 @@
 #include "nettrail.h"
 #include "attribution.bpf.h"
 #include "siftr.bpf.h"
+#include "fold.bpf.h"
 
 /* The socket's values a sample is judged by, read afresh; true when any moved. */
 static __always_inline bool poll_moved(struct nt_polled *now, const struct nt_polled *last, const struct tcp_sock *tp,
@@ -57,6 +59,7 @@ int siftr_poll(struct bpf_iter__tcp *ctx)
 	if (!full)
 		return 0;
 	sk = (const struct sock *)full;
+	fold_poll(sk); /* --tcp-fold's clock: every full socket, whatever its state */
 	tp = NT_CAST(sk, struct tcp_sock);
 	state = NT_RD(tp, inet_conn.icsk_inet.sk.__sk_common.skc_state);
 	if (!siftr_out_state(state))

@@ -26,6 +26,8 @@
 #include "attribution.bpf.h"
 #include "siftr.bpf.h"
 #include "tcpdebug.bpf.h"
+#define NT_FOLD_DEFINE
+#include "fold.bpf.h"
 
 /* A passive child's LISTEN -> SYN_RECV fires in inet_csk_clone_lock() before the clone
  * is finished: up to at least 6.12 its ports and peer are still the listener's, and its
@@ -125,6 +127,8 @@ static __noinline void child_born(const struct sock *sk)
 	h->ctx = c.ctx;
 	if (!(cfg.providers & NT_PROV_TCP) || !pass(h))
 		return;
+	if (fold_state(sk, h, TCP_LISTEN, TCP_SYN_RECV, 0))
+		return;
 	e = reserve(NT_EV_STATE);
 	if (!e)
 		return;
@@ -172,6 +176,7 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	struct nt_header h = {};
 	struct nt_event *e;
 	bool task = in_task(ctx);
+	__u32 sk_err;
 	__u8 how;
 
 	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
@@ -206,11 +211,14 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	}
 	if (!(cfg.providers & NT_PROV_TCP))
 		return 0;
+	sk_err = BPF_CORE_READ(sk, sk_err);
+	if (fold_state(sk, &h, oldstate, newstate, sk_err))
+		return 0;
 	e = reserve(NT_EV_STATE);
 	if (!e)
 		return 0;
 	__builtin_memcpy(&e->hdr, &h, sizeof(h));
-	e->state.sk_err = BPF_CORE_READ(sk, sk_err);
+	e->state.sk_err = sk_err;
 	e->state.oldstate = oldstate;
 	e->state.newstate = newstate;
 	e->state._pad[0] = e->state._pad[1] = 0;
@@ -349,18 +357,33 @@ int BPF_PROG(tcp_cong_state_set, struct sock *sk, const __u8 ca_state)
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
 	struct nt_header h = {};
 	struct nt_event *e;
+	__u32 cwnd, ssthresh, mss;
+	__u8 old_ca;
 
 	if (BPF_CORE_READ(sk, __sk_common.skc_state) == TCP_SYN_RECV)
 		child_born(sk); /* a passive child's first event: before its SYN_RECV -> ESTABLISHED */
-	e = start(&h, sk, NT_EV_CONG, in_task(ctx));
-	if (!e)
+	/* start()'s steps, with the fold between the filters and the ring */
+	h.cookie = cookie_of(sk);
+	fill_flow(&h, sk);
+	attribute(&h, NT_EV_CONG, in_task(ctx));
+	if (!pass(&h))
 		return 0;
 	/* fires before icsk_ca_state is assigned: the field still holds the old state */
-	e->cong.old_ca_state = BPF_CORE_READ_BITFIELD_PROBED((const struct inet_connection_sock *)sk, icsk_ca_state);
+	old_ca = BPF_CORE_READ_BITFIELD_PROBED((const struct inet_connection_sock *)sk, icsk_ca_state);
+	cwnd = BPF_CORE_READ(tp, snd_cwnd);
+	ssthresh = BPF_CORE_READ(tp, snd_ssthresh);
+	mss = BPF_CORE_READ(tp, mss_cache);
+	if (fold_cong(sk, &h, old_ca, ca_state, cwnd, ssthresh, mss))
+		return 0;
+	e = reserve(NT_EV_CONG);
+	if (!e)
+		return 0;
+	__builtin_memcpy(&e->hdr, &h, sizeof(h));
+	e->cong.old_ca_state = old_ca;
 	e->cong.new_ca_state = ca_state;
-	e->cong.snd_cwnd = BPF_CORE_READ(tp, snd_cwnd);
-	e->cong.snd_ssthresh = BPF_CORE_READ(tp, snd_ssthresh);
-	e->cong.mss = BPF_CORE_READ(tp, mss_cache);
+	e->cong.snd_cwnd = cwnd;
+	e->cong.snd_ssthresh = ssthresh;
+	e->cong.mss = mss;
 	e->cong._pad[0] = e->cong._pad[1] = 0;
 	submit(e);
 	return 0;
@@ -372,14 +395,21 @@ int BPF_PROG(tcp_destroy_sock, struct sock *sk)
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
 	struct nt_header h = {};
 	struct nt_event *e;
-	struct nt_flow *f, *slot = NULL;
+	struct nt_flow *f = NULL, *slot = NULL;
 	struct nt_owner *o;
 	struct nt_closed *c;
+	struct nt_fold *fold = NULL;
 	bool task = in_task(ctx);
+	bool has_flow = false;
 
 	h.cookie = cookie_of(sk);
 	fill_flow(&h, sk);
 	attribute(&h, NT_EV_DESTROY, task);
+	if (fold_on()) { /* a socket that still folds ends in one NT_EV_LIFECYCLE */
+		fold = bpf_sk_storage_get(&folds, sk, NULL, 0);
+		if (fold && fold->streaming)
+			fold = NULL;
+	}
 	/* disconnected: tcp_disconnect() zeroed the counters; those it closed with */
 	c = BPF_CORE_READ(sk, __sk_common.skc_dport) ? NULL : bpf_map_lookup_elem(&closed, &h.cookie);
 	o = bpf_map_lookup_elem(&owners, &h.cookie);
@@ -391,15 +421,17 @@ int BPF_PROG(tcp_destroy_sock, struct sock *sk)
 	if (pass(&h)) {
 		if (cfg.providers & (NT_PROV_SIFTR | NT_PROV_SIFTR_POLL)) {
 			f = slot ?: bpf_map_lookup_elem(&flows, &h.cookie);
-			if (f)
+			/* established, never polled: its counts all the same */
+			has_flow = f || ((cfg.providers & NT_PROV_SIFTR_POLL) && bpf_map_lookup_elem(&polled, &h.cookie) &&
+					 !bpf_map_lookup_elem(&flows_out, &h.cookie));
+			if (has_flow && !fold)
 				emit_flow_final(&h, f, sk, c);
-			else if ((cfg.providers & NT_PROV_SIFTR_POLL) && bpf_map_lookup_elem(&polled, &h.cookie) &&
-				 !bpf_map_lookup_elem(&flows_out, &h.cookie))
-				emit_flow_final(&h, NULL, sk, c); /* established, never polled: its counts all the same */
 		}
 		if (cfg.providers & NT_PROV_TCPDEBUG)
 			debug_point(sk, h.cookie, NULL, NT_TA_USER, PRU_DETACH, 0, 0, NULL, task);
-		if ((cfg.providers & NT_PROV_TCP) && (e = reserve(NT_EV_DESTROY))) {
+		if (fold)
+			fold_emit(sk, &h, fold, c, o, f, has_flow, 0);
+		else if ((cfg.providers & NT_PROV_TCP) && (e = reserve(NT_EV_DESTROY))) {
 			__builtin_memcpy(&e->hdr, &h, sizeof(h));
 			e->destroy.bytes_acked = c ? c->bytes_acked : BPF_CORE_READ(tp, bytes_acked);
 			e->destroy.bytes_received = c ? c->bytes_received : BPF_CORE_READ(tp, bytes_received);

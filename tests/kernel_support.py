@@ -30,6 +30,8 @@ from translators.skb_window import WindowSpec
 
 # the counter slots of events that go through the ring (ip-flows' two after them count map entries)
 RING_EVENTS = layout.EV_IP_FLOW
+# ... and those after ip-flows' (tcp_lifecycle, --tcp-fold): every slot that counts ring events
+RING_SLOTS = [t for t in range(layout.EV_MAX) if t not in (layout.EV_IP_FLOW, layout.EV_IP_UNCOUNTED)]
 kernel_translators.VALIDATE = True  # every record the kernel tests see passes Record.__post_init__
 
 
@@ -76,7 +78,7 @@ class Capture:
         while True:
             self.drain()
             now = time.monotonic()
-            now_generated = int(self.session.counters()[:, 0, :RING_EVENTS].sum())
+            now_generated = int(self.session.counters()[:, 0, RING_SLOTS].sum())
             if now_generated != generated:
                 generated, since = now_generated, now
             if now - since >= quiet or now - start >= patience:
@@ -84,7 +86,7 @@ class Capture:
         end = time.monotonic() + 30  # bounded: a broken identity is for the test's asserts to show
         while time.monotonic() < end:  # the ring is in order: once this many are accounted for, all are
             counters = self.session.counters().sum(axis=0)
-            if int(self.source.received[:RING_EVENTS].sum()) + int(counters[1, :RING_EVENTS].sum()) >= generated:
+            if int(self.source.received[RING_SLOTS].sum()) + int(counters[1, RING_SLOTS].sum()) >= generated:
                 break
             self.drain()
         return self.records
@@ -111,12 +113,15 @@ def tracing(
     skb_window: WindowSpec | None = None,
     poll_interval: float = 0.1,
     udp_call_source: str | None = None,
+    tcp_fold: bool = False,
+    fold_window: float = loader.DEFAULT_FOLD_WINDOW_S,
     **filters: object,
 ) -> Iterator[Capture]:
     """A loaded session; counts_every: seconds between FlowCounters/DropCount map reads;
     softirq_hooks: in_task() from the softirq hooks instead of the preempt count;
     udp_call_source: where udp call records come from (loader.UDP_CALL_SOURCES; None: the
-    best this kernel has), to test a kernel before 6.3's sources on a newer one."""
+    best this kernel has), to test a kernel before 6.3's sources on a newer one; tcp_fold:
+    the tcp provider's --tcp-fold, flushed after fold_window seconds."""
     filt = Filters(**filters)  # type: ignore[arg-type]
     opts = Options(
         providers=providers,
@@ -130,6 +135,8 @@ def tracing(
         skb_window=skb_window,
         poll_interval_s=poll_interval,
         udp_call_source=udp_call_source,
+        tcp_fold=tcp_fold,
+        fold_window_s=fold_window,
     )
     env = KernelEnv(
         host_id="test-host", boot_id="test-boot", wall_offset=wall_offset(), symbolize=kernel_symbols().symbolize

@@ -19,12 +19,18 @@ from collector.bpf import layout
 from collector.bpf.libbpf import BpfProgInfo
 
 HEADER = Path(__file__).resolve().parents[1] / "kmod" / "nettrail.h"
-NESTED = {"nt_siftr_body", "nt_debug_body"}  # their first member is `struct nt_tcp_snapshot snap`
-SNAPSHOT_NAMES = {name for name, _ in layout.SNAPSHOT}
+# struct -> (its first member, a struct layout.py flattens into it): `struct nt_tcp_snapshot
+# snap` of the siftr and debug bodies, `struct nt_fold fold` of the lifecycle body
+NESTED = {
+    "nt_siftr_body": ("snap", {name for name, _ in layout.SNAPSHOT}),
+    "nt_debug_body": ("snap", {name for name, _ in layout.SNAPSHOT}),
+    "nt_lifecycle_body": ("fold", {name for name, _ in layout.FOLD}),
+}
 
 
 def c_member(struct: str, name: str) -> str:
-    return f"snap.{name}" if struct in NESTED and name in SNAPSHOT_NAMES else name
+    member, names = NESTED.get(struct, ("", set()))
+    return f"{member}.{name}" if name in names else name
 
 
 def c_program() -> str:

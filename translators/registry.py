@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from translators import ip, siftr, skb, tcp, tcpdebug, udp
+from translators import ip, siftr, skb, tcp, tcp_lifecycle, tcpdebug, udp
 from translators.kernel import KernelEnv, KernelRecord, Translator
 
 KERNEL_TRANSLATORS: dict[str, Translator] = {
@@ -26,6 +26,7 @@ KERNEL_TRANSLATORS: dict[str, Translator] = {
     "ip_packet": ip.translate_packet,
     "skb_stage": skb.translate_stage,
     "udp_datagram": udp.translate_datagram,
+    "tcp_lifecycle": tcp_lifecycle.translate_lifecycle,
 }
 
 # Column-wise forms of the high-rate kinds: a numpy batch of one kind in, the same records out.

@@ -54,11 +54,16 @@ def ssthresh_bytes(segments: int, mss: int) -> int:
 
 
 def translate_state(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
-    old, new = raw["oldstate"], raw["newstate"]
     base = envelope(raw, env, "tcp", "state-change", "tp_btf/inet_sock_set_state")
+    return state_records(base, raw["oldstate"], raw["newstate"], raw["sk_err"], env)
+
+
+def state_records(base: dict[str, object], old: int, new: int, sk_err: int, env: KernelEnv) -> list[KernelRecord]:
+    """The records of one change old -> new given its envelope: translate_state's, and
+    translators/tcp_lifecycle.py's expansion of a folded change (the same rules, one place)."""
     caused = "local" if base["ctx"] == "task" else "peer" if (old, new) in PEER_CAUSED else None
     active = True if (old, new) == (CLOSE, SYN_SENT) else False if (old, new) == (LISTEN, SYN_RECV) else None
-    if new == CLOSE and old in TIME_WAIT_FROM and raw["sk_err"] == 0:
+    if new == CLOSE and old in TIME_WAIT_FROM and sk_err == 0:
         return _time_wait(base, old, caused, env)
     return [
         make(

@@ -13,7 +13,7 @@ import numpy as np
 COMM_LEN = 16
 ADDR_LEN = 16
 CC_LEN = 16
-EV_MAX = 16
+EV_MAX = 32  # NT_EV_MAX: the per-type counter arrays
 
 # enum nt_event_type
 EV_STATE = 1
@@ -29,6 +29,7 @@ EV_UDP_FAIL = 10
 EV_IP = 11
 EV_SKB_STAGE = 12
 EV_UDP = 13
+EV_LIFECYCLE = 16  # tcp --tcp-fold (kmod/fold.bpf.h)
 EVENT_NAMES: dict[int, str] = {
     EV_STATE: "tcp_state",
     EV_RETRANSMIT: "tcp_retransmit",
@@ -43,6 +44,7 @@ EVENT_NAMES: dict[int, str] = {
     EV_IP: "ip_packet",
     EV_SKB_STAGE: "skb_stage",
     EV_UDP: "udp_datagram",
+    EV_LIFECYCLE: "tcp_lifecycle",
 }
 
 # enum nt_ctx / nt_attribution
@@ -81,7 +83,8 @@ CONFIG: Fields = [
     ("skb_windowed", "u1"),
     ("addr", f"V{ADDR_LEN}"),
     ("udp_calls_from", "u1"),
-    ("_pad", "V7"),
+    ("_pad", "V3"),
+    ("fold_window_ms", "<u4"),
 ]
 SKB_SAMPLING: Fields = [("seen", "<u8"), ("sampled", "<u8"), ("pick", "<u4"), ("left", "<u4")]
 SKB_FOLLOW_SLOTS = 1024  # NT_SKB_FOLLOW_SLOTS
@@ -151,6 +154,40 @@ DESTROY_BODY: Fields = [
     ("total_retrans", "<u4"),
     ("state", "u1"),
     ("_pad", "V3"),
+]
+FOLD_STATES = 12  # NT_FOLD_STATES
+FOLD_STATE, FOLD_TASK, FOLD_ERR = 0x0F, 0x10, 0x20  # NT_FOLD_*: the bits of nt_fold.states[]
+FOLD: Fields = [
+    ("born_ns", "<u8"),
+    ("state_us", f"({FOLD_STATES},)<u4"),
+    ("cong_us", "<u4"),
+    ("cong_changes", "<u4"),
+    ("snd_cwnd", "<u4"),
+    ("snd_ssthresh", "<u4"),
+    ("mss", "<u4"),
+    ("states", f"({FOLD_STATES},)u1"),
+    ("first_old", "u1"),
+    ("nstates", "u1"),
+    ("first_ca", "u1"),
+    ("last_old_ca", "u1"),
+    ("last_ca", "u1"),
+    ("cong_ctx", "u1"),
+    ("streaming", "u1"),
+    ("cong_at", "u1"),
+]
+LIFECYCLE_BODY: Fields = [  # C: `struct nt_fold fold` first, flattened here as SIFTR_BODY's snapshot
+    *FOLD,
+    *(
+        (name, "<u8")
+        for name in ("bytes_acked", "bytes_received", "first_ns", "bytes_sent", "flow_samples", "flow_skbs")
+    ),
+    ("segs_in", "<u4"),
+    ("segs_out", "<u4"),
+    ("total_retrans", "<u4"),
+    ("state", "u1"),
+    ("partial", "u1"),
+    ("has_flow", "u1"),
+    ("_pad_tail", "u1"),
 ]
 SNAPSHOT: Fields = [
     ("bytes_acked", "<u8"),
@@ -364,6 +401,8 @@ STRUCTS: dict[str, Fields] = {
     "nt_ip_flow": IP_FLOW,
     "nt_ip_slot": IP_SLOT,
     "nt_skb_follow": SKB_FOLLOW,
+    "nt_fold": FOLD,
+    "nt_lifecycle_body": LIFECYCLE_BODY,
 }
 BODIES: dict[int, Fields] = {
     EV_STATE: STATE_BODY,
@@ -379,6 +418,7 @@ BODIES: dict[int, Fields] = {
     EV_IP: IP_BODY,
     EV_SKB_STAGE: SKB_STAGE_BODY,
     EV_UDP: UDP_BODY,
+    EV_LIFECYCLE: LIFECYCLE_BODY,
 }
 
 

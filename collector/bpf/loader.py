@@ -103,6 +103,12 @@ SOURCE_PROGRAMS = {"kernel functions": FUNCTION_PROGRAMS, "system calls": SYSCAL
 ITER_PROGRAMS = frozenset({"siftr_poll"})
 DEFAULT_POLL_INTERVAL_S = 0.1
 MIN_POLL_INTERVAL_S, MAX_POLL_INTERVAL_S = 0.01, 60.0  # a visit per socket per poll; K7's 2 s wants several
+# tcp --tcp-fold (kmod/fold.bpf.h): a socket's state and congestion-state changes folded in
+# its socket storage and emitted as one tcp_lifecycle record; a socket folded longer than
+# --fold-window is flushed by siftr-poll's iterator and streams from then on.
+DEFAULT_FOLD_WINDOW_S = 1.0
+MIN_FOLD_WINDOW_S, MAX_FOLD_WINDOW_S = 0.01, 3600.0  # the fold's times are u32 microseconds: 71 minutes
+FOLD_KERNEL = (5, 11)  # bpf_sk_storage_get in tracing programs (tp_btf, iter): Linux 5.11
 CGROUP_PROGRAMS = frozenset({"udp_sendmsg4", "udp_sendmsg6", "udp_recvmsg4", "udp_recvmsg6"})
 # Without the cgroup programs (no cgroup v2 hierarchy, or a kernel that refuses them), the
 # skb provider notes a UDP sender at net_dev_queue instead (a program on every packet sent),
@@ -213,6 +219,40 @@ class Options:
     # where udp call records come from (one of UDP_CALL_SOURCES; None: the best this kernel
     # has). Chosen, to test and measure the sources a kernel before 6.3 gets on a newer one.
     udp_call_source: str | None = None
+    # tcp: fold each socket's state and congestion-state changes into one tcp_lifecycle
+    # record (kmod/fold.bpf.h); off by default, so the default records stay the streamed ones
+    tcp_fold: bool = False
+    fold_window_s: float = DEFAULT_FOLD_WINDOW_S  # --tcp-fold: a socket folded longer is flushed
+
+
+def kernel_version(release: str | None = None) -> tuple[int, int]:
+    """(major, minor) of the running kernel (or of `release`), (0, 0) if it cannot be read."""
+    found = re.match(r"(\d+)\.(\d+)", release if release is not None else os.uname().release)
+    return (int(found[1]), int(found[2])) if found else (0, 0)
+
+
+def fold_unusable(opts: Options, iter_why: str | None = None, release: str | None = None) -> str | None:
+    """Why --tcp-fold cannot run with these options here (None: it can, or was not asked).
+    The flush of a socket folded past the window is siftr-poll's iterator's work, so the
+    fold needs it; before 5.11 no tracing program may use socket storage."""
+    if not opts.tcp_fold:
+        return None
+    if "tcp" not in opts.providers:
+        return "--tcp-fold folds the tcp provider's records, which is not chosen"
+    if "siftr-poll" not in opts.providers:
+        return "--tcp-fold needs siftr-poll, whose iterator flushes a socket folded longer than --fold-window"
+    if iter_why is not None:
+        return f"siftr-poll's iterator, which flushes the folds, is left out: {iter_why}"
+    if kernel_version(release) < FOLD_KERNEL:
+        return "socket storage in tracing programs (bpf_sk_storage_get) came with Linux 5.11"
+    return None
+
+
+def fold_window_ms(opts: Options, iter_why: str | None = None) -> int:
+    """nt_config.fold_window_ms: the window, 0 (the fold off) where it is not asked or cannot run."""
+    if not opts.tcp_fold or fold_unusable(opts, iter_why) is not None:
+        return 0
+    return max(1, round(opts.fold_window_s * 1000))
 
 
 def program_names(opts: Options, cgroup_programs: bool = True, functions: bool = True) -> list[str]:
@@ -320,8 +360,11 @@ def missing_privileges() -> str | None:
     return f"loading eBPF programs {PRIVILEGE_HINT} (CapEff={caps:#x})"
 
 
-def config_bytes(opts: Options, drop_reasons: dict[int, str], functions: bool = True) -> bytes:
-    """struct nt_config for these options (`functions`: as program_names)."""
+def config_bytes(
+    opts: Options, drop_reasons: dict[int, str], functions: bool = True, iter_why: str | None = None
+) -> bytes:
+    """struct nt_config for these options (`functions`: as program_names; `iter_why`: why
+    siftr-poll's iterator is left out, which turns the fold off)."""
     cfg = np.zeros((), dtype=layout.dtype_of(layout.CONFIG))
     f = opts.filters
     cfg["cgroup_id"] = f.cgroup
@@ -338,6 +381,7 @@ def config_bytes(opts: Options, drop_reasons: dict[int, str], functions: bool = 
     cfg["udp_calls_from"] = UDP_CALL_SOURCES.index(udp_call_source(opts, functions)) if udp else 0
     cfg["preempt_from_rq"] = btf.preempt_count_from_runqueue() if context_source(opts) == "runqueue" else 0
     cfg["providers"] = sum(PROVIDER_BITS[p] for p in opts.providers)
+    cfg["fold_window_ms"] = fold_window_ms(opts, iter_why)
     mask = [0, 0]
     for value, name in drop_reasons.items():
         if name.startswith("TCP_") and 0 <= value < 128:
@@ -405,6 +449,9 @@ class KernelSession:
             self.degraded += tuple(d for d in lost if d[0] in self.opts.providers)
         if self.iter_why is not None and "siftr-poll" in self.opts.providers:
             self.degraded += (("siftr-poll", "siftr_sample", self.iter_why),)
+        fold_why = fold_unusable(self.opts, self.iter_why)
+        if fold_why is not None:  # asked for and not given: the records stream as without it
+            self.degraded += (("tcp", "tcp_lifecycle", fold_why),)
         path = self.opts.object_path or build.ensure_built(self.choice.object_name)
         self.lib.take_messages()
         obj = self.lib.bpf_object__open_file(str(path).encode(), None)
@@ -423,7 +470,7 @@ class KernelSession:
                 prog = self.lib.bpf_object__find_program_by_name(self.obj, other.program.encode())
                 if prog and other.program != chosen:  # every other prototype's program stays out
                     self.lib.bpf_program__set_autoload(prog, False)
-        self._write_config(config_bytes(self.opts, self.drop_reasons, self.functions_why is None))
+        self._write_config(config_bytes(self.opts, self.drop_reasons, self.functions_why is None, self.iter_why))
         events = self._map("events")
         if self.lib.bpf_map__set_max_entries(events, self.opts.ringbuf_bytes) < 0:
             raise BpfError(f"failed to size ring buffer to {self.opts.ringbuf_bytes} bytes")

@@ -140,6 +140,22 @@ def register(subparsers: Any) -> None:
         f"something in it moved or data waits; default {loader.DEFAULT_POLL_INTERVAL_S:g})",
     )
     p.add_argument(
+        "--tcp-fold",
+        action="store_true",
+        help="tcp: fold each socket's state and congestion-state changes and its final counters (siftr's "
+        "flow counters too) into one tcp_lifecycle record per socket end, kept in the kernel until the "
+        "socket ends or is older than --fold-window (then flushed, partial, and streamed as without it); "
+        "needs siftr-poll and Linux 5.11 (default off: a record per change)",
+    )
+    p.add_argument(
+        "--fold-window",
+        type=float,
+        default=loader.DEFAULT_FOLD_WINDOW_S,
+        metavar="S",
+        help=f"--tcp-fold: seconds a socket stays folded before siftr-poll flushes it (default "
+        f"{loader.DEFAULT_FOLD_WINDOW_S:g})",
+    )
+    p.add_argument(
         "--ip-flows-max",
         type=int,
         default=loader.DEFAULT_IP_FLOWS_MAX,
@@ -199,6 +215,10 @@ def parse_options(args: argparse.Namespace) -> Options:
         raise ValueError(
             f"--poll-interval must be between {loader.MIN_POLL_INTERVAL_S:g} and {loader.MAX_POLL_INTERVAL_S:g} seconds"
         )
+    if not loader.MIN_FOLD_WINDOW_S <= args.fold_window <= loader.MAX_FOLD_WINDOW_S:
+        raise ValueError(
+            f"--fold-window must be between {loader.MIN_FOLD_WINDOW_S:g} and {loader.MAX_FOLD_WINDOW_S:g} seconds"
+        )
     return Options(
         providers=providers,
         ppl=args.ppl,
@@ -212,6 +232,8 @@ def parse_options(args: argparse.Namespace) -> Options:
         skb_stages=args.skb_stages,
         skb_window=parse_window(args.skb_window) if args.skb_window else None,
         poll_interval_s=args.poll_interval,
+        tcp_fold=args.tcp_fold,
+        fold_window_s=args.fold_window,
     )
 
 

@@ -53,6 +53,33 @@ def ack_of(alert: Any) -> AlertAck | None:
     return newest
 
 
+def acks_of(rows: list[Any]) -> dict[int, AlertAck | None]:
+    """ack_of() for a page of rows (row pk -> ack) in at most one query, not one per row:
+    a row's own acknowledgement (select_related by the caller), else the newest of the
+    same (host_id, alert_id)'s versions."""
+    out: dict[int, AlertAck | None] = {}
+    wanted: dict[AlertKey, list[int]] = {}
+    for alert in rows:
+        try:
+            out[alert.pk] = alert.ack
+            continue
+        except AlertAck.DoesNotExist:
+            out[alert.pk] = None
+        key = key_of(alert)
+        if key is not None:
+            wanted.setdefault(key, []).append(alert.pk)
+    if not wanted:
+        return out
+    # (alert_id, ts_wall) index on the alert side; the pairs are checked below, as in history()
+    acks = AlertAck.objects.select_related("user", "alert").filter(
+        alert__alert_id__in=sorted({a for _, a in wanted}), alert__host_id__in=sorted({h for h, _ in wanted})
+    )
+    for ack in acks.order_by("-at"):  # the newest first: the first seen of a key is ack_of()'s
+        for pk in wanted.pop((ack.alert.host_id, ack.alert.alert_id), []):
+            out[pk] = ack
+    return out
+
+
 def _values(row: dict[str, Any]) -> dict[str, Any]:
     return {"metric": row["metric"], "count": row["count"], "message": row["message"], "ts": row["ts_wall"]}
 

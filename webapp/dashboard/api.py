@@ -336,8 +336,9 @@ def _alert_json(
     a: Any,
     history: dict[alert_versions.AlertKey, dict[str, Any]] | None = None,
     unfollowed: dict[int, tuple[str, float]] | None = None,
+    acks: dict[int, AlertAck | None] | None = None,
 ) -> dict[str, Any]:
-    ack = _ack_of(a)
+    ack = acks[a.pk] if acks is not None else _ack_of(a)
     key = alert_versions.key_of(a)
     past = (history or {}).get(key) if key else None
     # open, but its collector stopped or restarted since its last version: nothing follows it now
@@ -394,7 +395,8 @@ def alerts(request: HttpRequest) -> HttpResponse:
     rows = list(qs[:ALERT_LIMIT])
     history = alert_versions.history(k for k in map(alert_versions.key_of, rows) if k)
     unfollowed = alert_versions.unfollowed(rows)
-    return JsonResponse({"alerts": [_alert_json(a, history, unfollowed) for a in rows], **facets})
+    acks = alert_versions.acks_of(rows)  # one query for the page's acknowledgements, not one per row
+    return JsonResponse({"alerts": [_alert_json(a, history, unfollowed, acks) for a in rows], **facets})
 
 
 @api("POST")

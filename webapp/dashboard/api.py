@@ -25,6 +25,7 @@ from webapp.dashboard import (
     counters,
     detail,
     empty_panels,
+    overview_findings,
     own_traffic,
     page_losses,
     queries,
@@ -207,10 +208,11 @@ def overview(request: HttpRequest) -> HttpResponse:
     # The live overview: uploaded captures (host capture:NAME) are not live hosts, and their
     # connections never count as open or as talkers here (their page is /captures/).
     hosts = [_host_counters(h, now) for h in host_names() if not captures.is_capture(h)]
-    alert_cols = ("id", "start", "severity", "rule_id", "host_id", "message", "conn_uuid")
+    alert_cols = ("id", "start", "severity", "status", "rule_id", "host_id", "message", "conn_uuid", "members")
     # nettrail's own traffic (the browser viewing this page) raises no alert here (own_traffic.py)
     shown = Alert.objects.exclude(own_traffic.own_alert_q()).exclude(host_id__startswith=CAPTURE_PREFIX)
-    latest = list(alert_versions.latest(shown).order_by("-start").values(*alert_cols)[:TOP_N])
+    # open findings by severity, then recency (issue 34 item 1; overview_findings.py)
+    latest = list(overview_findings.ranked(alert_versions.latest(shown)).values(*alert_cols)[:TOP_N])
     conns = queries.annotated().exclude(host_id__startswith=CAPTURE_PREFIX)
     top_bytes = conns.filter(total_bytes__gt=0).order_by("-total_bytes")[:TOP_N]
     top_retrans = conns.filter(retransmits__gt=0).order_by("-retransmits")[:TOP_N]

@@ -34,7 +34,10 @@
       el("td", { text: a.host_id }),
       el("td", { class: "msg" }, a.conn_uuid
         ? el("a", { class: "clamp", title: a.message, href: NT.connHref(a), text: a.message })
-        : el("span", { class: "clamp", title: a.message, text: a.message })),
+        : el("span", { class: "clamp", title: a.message, text: a.message }),
+        // a grouped finding: its member sockets are listed on the Alerts page (issue 34)
+        a.members ? el("span", { class: "muted", text: ` · ${a.members} socket${a.members > 1 ? "s" : ""}` }) : null,
+        a.status === "closed" ? el("span", { class: "muted", text: " · closed" }) : null),
     )));
     if (!data.alerts.length) document.querySelector("#latest-alerts tbody").append(el("tr", {}, el("td", { colspan: 5, class: "muted", text: "No alert fired on a live host." })));
     document.querySelector("#top-bytes tbody").replaceChildren(...data.top_bytes.map((c) => el("tr", {},

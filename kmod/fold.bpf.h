@@ -114,8 +114,7 @@ static __always_inline void fold_emit(const struct sock *sk, const struct nt_hea
 
 /* A state change that passed the filters: true when it was folded (no event of its own).
  * A full fold is flushed (partial) and the socket streams from this change on. */
-static __always_inline bool fold_state(const struct sock *sk, const struct nt_header *h, int oldstate, int newstate,
-				       __u32 sk_err)
+static __always_inline bool fold_state(const struct sock *sk, const struct nt_header *h, int oldstate, int newstate)
 {
 	struct nt_fold *f = fold_get(sk, h->ts_ns);
 	__u32 n;
@@ -132,9 +131,17 @@ static __always_inline bool fold_state(const struct sock *sk, const struct nt_he
 		f->first_old = oldstate;
 	f->state_us[n] = fold_us(f, h->ts_ns);
 	f->states[n] = (newstate & NT_FOLD_STATE) | (h->ctx == NT_CTX_TASK ? NT_FOLD_TASK : 0) |
-		       (sk_err ? NT_FOLD_ERR : 0);
+		       (BPF_CORE_READ(sk, sk_err) ? NT_FOLD_ERR : 0);
 	f->nstates = n + 1;
 	return true;
+}
+
+/* fold_state() as a subprogram of its own, for inet_sock_set_state: its frame is the
+ * largest of the object, and before 6.14 the verifier counts a chain of calls' frames
+ * together against 512 bytes (inet_sock_set_state + child_born must fit). */
+static __noinline bool fold_state_call(const struct sock *sk, const struct nt_header *h, int oldstate, int newstate)
+{
+	return fold_state(sk, h, oldstate, newstate);
 }
 
 /* A congestion-state change that passed the filters: true when it was folded. */

@@ -127,7 +127,7 @@ static __noinline void child_born(const struct sock *sk)
 	h->ctx = c.ctx;
 	if (!(cfg.providers & NT_PROV_TCP) || !pass(h))
 		return;
-	if (fold_state(sk, h, TCP_LISTEN, TCP_SYN_RECV, 0))
+	if (fold_state(sk, h, TCP_LISTEN, TCP_SYN_RECV))
 		return;
 	e = reserve(NT_EV_STATE);
 	if (!e)
@@ -176,7 +176,6 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	struct nt_header h = {};
 	struct nt_event *e;
 	bool task = in_task(ctx);
-	__u32 sk_err;
 	__u8 how;
 
 	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
@@ -211,14 +210,13 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	}
 	if (!(cfg.providers & NT_PROV_TCP))
 		return 0;
-	sk_err = BPF_CORE_READ(sk, sk_err);
-	if (fold_state(sk, &h, oldstate, newstate, sk_err))
+	if (fold_on() && fold_state_call(sk, &h, oldstate, newstate))
 		return 0;
 	e = reserve(NT_EV_STATE);
 	if (!e)
 		return 0;
 	__builtin_memcpy(&e->hdr, &h, sizeof(h));
-	e->state.sk_err = sk_err;
+	e->state.sk_err = BPF_CORE_READ(sk, sk_err);
 	e->state.oldstate = oldstate;
 	e->state.newstate = newstate;
 	e->state._pad[0] = e->state._pad[1] = 0;

@@ -52,3 +52,10 @@ def test_open_findings_come_first_by_severity_then_recency_and_closed_ones_after
         ("notice-a v6", "notice", "open", None),
         ("crit-then-closed v5", "critical", "closed", None),
     ]
+
+
+def test_the_alerts_page_gets_a_findings_members_to_link_each_socket(client: Client) -> None:
+    conns = [f"conn-{i}" for i in range(50)]
+    store_batch([finding(1, "leak", "warning", members=200, member_conns=conns)])
+    [row] = client.get("/api/dash/alerts").json()["alerts"]
+    assert (row["members"], row["member_conns"]) == (200, conns)

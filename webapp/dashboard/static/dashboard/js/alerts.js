@@ -52,6 +52,16 @@
       el("span", { text: NT.count(a.versions, "version") }));
   }
 
+  /* A grouped finding (one cause, many sockets: docs/alerts.md "Grouping") links each of
+     its first member sockets' connection pages, where the per-socket detail is. */
+  function members(a) {
+    if (!a.members) return null;
+    const links = (a.member_conns || []).map((uuid) => el("a", { class: "member", href: NT.connHref({ conn_uuid: uuid, host_id: a.host_id }), text: uuid.slice(0, 8) }));
+    const more = a.members > links.length ? ` and ${num(a.members - links.length)} more` : "";
+    return el("div", { class: "members muted", dataset: { members: a.members } },
+      `${NT.count(a.members, "socket")}: `, ...links.flatMap((l, i) => (i ? [" ", l] : [l])), more);
+  }
+
   const fetchAlerts = NT.latest();
 
   /* The rule and host lists are filled from the first answer, so on the first load the
@@ -78,7 +88,7 @@
       el("td", { class: "trunc", title: a.host_id, text: a.host_id }), el("td", { class: "status", text: status(a) }), el("td", { class: "num count", text: num(a.count) }),
       el("td", { class: "msg" }, a.conn_uuid
         ? el("a", { class: "clamp", title: a.message, href: NT.connHref(a), text: a.message })
-        : el("span", { class: "clamp", title: a.message, text: a.message }), versions(a)),
+        : el("span", { class: "clamp", title: a.message, text: a.message }), versions(a), members(a)),
       el("td", {}, el("button", { type: "button", class: "evidence", text: NT.count(a.evidence.length, "record"), onclick: () => evidence(a.id) })),
       el("td", {}, a.acked_by
         ? el("span", { class: "acked", text: `${a.acked_by}, ${NT.datetime(a.acked_at)}` })

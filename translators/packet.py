@@ -280,7 +280,9 @@ def decode_batch(bt: Batch, want_options: bool = False) -> Decoded:
     ack = _u32(h, 8)
     flags = h[:, 13].astype(np.int64) | ((h[:, 12].astype(np.int64) & 1) << 8)
     win = _u16(h, 14)
-    payload = np.where(tcp, l4len - thl, np.where(udp, np.where(proto == 17, ulen - 8, l4len - 8), 0))
+    # ICMP: the message after its 8-byte header (Zeek's ICMP byte count)
+    icmp_body = np.where(icmp, np.maximum(l4len - 8, 0), 0)
+    payload = np.where(tcp, l4len - thl, np.where(udp, np.where(proto == 17, ulen - 8, l4len - 8), icmp_body))
     first_option = _u32(h, 20)
     del h
 

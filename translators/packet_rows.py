@@ -322,6 +322,8 @@ def decode_rows(rb: Rows, want_options: bool = False) -> RowsDecoded:
             else:
                 payload = ulen - 8 if proto == 17 else l4len - 8
         elif kind == K_ICMP:
+            sport = (buf[l4] << 8) | buf[l4 + 1]  # type and code, as packet.py's sport column reads them
+            payload = max(l4len - 8, 0)  # the message after its 8-byte header, as packet.py
             q = icmp_quote(buf, l4, end, ver)
             if q is not None:
                 icmp_q[i] = q

@@ -10,7 +10,10 @@ types serve both. tests/test_packet_rows.py proves the two decoders agree.
 Column names for :meth:`PacketView.value`: kind, ip_ver, src, dst (IPv4 only; IPv6
 addresses are in ``v6``), sport, dport, seq, ack, flags, window, payload, ip_len,
 fragment, l3, l4, hlen, thl, proto, ulen, frag_off. A column's value is meaningful only
-for the packets whose kind uses it (the TCP fields for TCP packets, ...).
+for the packets whose kind uses it (the TCP fields for TCP packets, ...); the sport of an
+ICMP packet is its type and code (type << 8 | code) and its payload the message after
+the 8-byte header, which a batch handed to another process (packet_decoded.portable)
+keeps while its bytes stay behind.
 
 Keep in sync with: translators/packet_decoded.py (Decoded), translators/packet_rows.py
 (RowsDecoded).

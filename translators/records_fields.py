@@ -28,6 +28,17 @@ SCHEMA = "netprov/2"  # 2: collector_status.degraded (UPGRADES in records.py has
 
 PROVIDERS = ("ip", "udp", "udplite", "tcp", "tcpdebug", "siftr", "skb", "linux", "nettrail")
 
+# A connection's `proto`: the IP protocol it rides on, by IANA keyword (lower case) where a
+# capture is likely to carry it, else `ip-N`. One name per protocol number, so the number
+# (Zeek's ip_proto) is always recoverable (IP_PROTO_NUMBERS) without a field of its own.
+IP_PROTO_NAMES = {
+    1: "icmp", 2: "igmp", 4: "ipip", 6: "tcp", 17: "udp", 41: "ipv6", 47: "gre", 50: "esp", 51: "ah",
+    58: "icmp6", 59: "ipv6-nonxt", 88: "eigrp", 89: "ospf", 103: "pim", 112: "vrrp", 115: "l2tp", 132: "sctp",
+    136: "udplite",
+}  # fmt: skip
+TRANSPORTS = tuple(IP_PROTO_NAMES.get(n, f"ip-{n}") for n in range(256))
+IP_PROTO_NUMBERS = {name: n for n, name in enumerate(TRANSPORTS)}
+
 # FreeBSD state names and numbers (providers.md 4.4); the stable numbering.
 TCP_STATES = (
     "CLOSED",

@@ -22,6 +22,7 @@ from translators.records_fields import (
     PRU_REQUESTS,
     SEVERITIES,
     TCP_STATES,
+    TRANSPORTS,
     ZEEK_CONN_STATES,
     Bool,
     Float,
@@ -165,7 +166,7 @@ class Finding(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class Connection(Record, tag="connection", kw_only=True):
     """Connection summary (Zeek-like for captures; final counters at tcp_destroy_sock live)."""
 
-    proto: Annotated[str, doc("transport protocol", choices=("tcp", "udp", "udplite"), key=True, brief=True)]
+    proto: Annotated[str, doc("transport protocol: tcp, udp, udplite, icmp, icmp6, or the IP protocol of another transport (gre, sctp, ip-N)", choices=TRANSPORTS, key=True, brief=True)]
     ip_ver: Annotated[Int, doc("IP version, 4 or 6")] = None
     src: Annotated[Str, doc("originator address (local side for live data)", key=True, brief=True, index=True)] = None
     sport: Annotated[Int, doc("originator port", key=True, brief=True, index=True)] = None

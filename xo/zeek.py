@@ -10,6 +10,9 @@ empty history is unset, a value that is only unset's `-` is escaped. Fields nett
 does not know (`service`, `local_orig`, `local_resp`, `tunnel_parents`, and for live
 connections `missed_bytes`) are written `-`, as Zeek writes an unset field.
 
+ICMP and the other IP transports (analysis/flows/ip_flows.py) come with Zeek's ports (the
+ICMP type and its counterpart or code; 0 and 0 for the rest), conn_state OTH and no history.
+
 Live connections (source "kernel") have no per-direction wire counts: the kernel's
 segments out / in are the packets and bytes acked / received the payload bytes; IP byte
 counts stay unset. Their conn_state and history (the collector derives them) are in
@@ -30,6 +33,7 @@ from collections.abc import Iterable
 from typing import TextIO
 
 from translators.records import Connection
+from translators.records_fields import IP_PROTO_NUMBERS
 
 FIELDS: tuple[tuple[str, str], ...] = (
     ("ts", "time"),
@@ -59,9 +63,10 @@ UNSET = "-"
 EMPTY = "(empty)"
 SEPARATOR = "\t"
 SET_SEPARATOR = ","
-# Zeek's transport_proto enum has no UDP-Lite; ip_proto (136) still says what it was.
-PROTO_ENUM = {"tcp": "tcp", "udp": "udp", "udplite": "unknown_transport"}
-IP_PROTO = {"tcp": 6, "udp": 17, "udplite": 136}
+# Zeek's transport_proto enum: tcp, udp, icmp (ICMPv6 too) and unknown_transport for the
+# rest (UDP-Lite, GRE, SCTP, ...); ip_proto (IP_PROTO_NUMBERS) still says what it was.
+PROTO_ENUM = {("tcp", 4): "tcp", ("tcp", 6): "tcp", ("udp", 4): "udp", ("udp", 6): "udp", ("icmp", 4): "icmp",
+              ("icmp6", 6): "icmp"}  # fmt: skip
 BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
@@ -98,6 +103,12 @@ def uid_of(rec: Connection) -> str:
     return "C" + "".join(reversed(digits or ["0"]))
 
 
+def proto_enum(rec: Connection) -> str:
+    """Zeek's `proto`; a live record has no ip_ver and is TCP or UDP. ICMP carried by the
+    other IP version (protocol 1 in IPv6, 58 in IPv4) is no ICMP to Zeek either."""
+    return PROTO_ENUM.get((rec.proto, rec.ip_ver or (6 if rec.proto == "icmp6" else 4)), "unknown_transport")
+
+
 def _count(value: int | None) -> str:
     return UNSET if value is None else str(int(value))
 
@@ -127,7 +138,7 @@ def row(rec: Connection, local_orig: bool | None = None) -> list[str]:
         _count(orig_p),
         _opt(resp_h),
         _count(resp_p),
-        PROTO_ENUM[rec.proto],
+        proto_enum(rec),
         UNSET,  # service: nettrail does no protocol detection
         f"{rec.duration:.6f}" if productive and rec.duration is not None else UNSET,
         _count(bytes_o) if productive else UNSET,
@@ -142,7 +153,7 @@ def row(rec: Connection, local_orig: bool | None = None) -> list[str]:
         _count(pkts_r),
         _count(None if live else rec.wire_bytes_resp),
         UNSET,  # tunnel_parents: inner connections are not tied to their tunnels
-        str(IP_PROTO[rec.proto]),
+        str(IP_PROTO_NUMBERS[rec.proto]),
     ]
 
 

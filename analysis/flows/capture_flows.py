@@ -1,4 +1,4 @@
-"""Capture pipeline: decoded packet batches -> TCP analysis, UDP flows, ICMP correlation -> records.
+"""Capture pipeline: decoded packet batches -> TCP analysis, UDP, ICMP and other IP flows, ICMP correlation -> records.
 
 Shared by ``nettrail analyze`` (files) and ``nettrail capture`` (live capture): both
 hand it decoded batches in capture order, read through translators/packet_view.py (numpy
@@ -10,7 +10,7 @@ connections, not with the file.
 Identity: records carry host_id = the capture name, boot_id = a capture id (sha256
 prefix of the file for files), conn_uuid = ``flow_uuid(host, boot, proto, stream)``.
 
-Keep in sync with: analysis/flows/tcp_analysis.py, tcp_state.py, conn_summary.py, pcap_rules.py,
+Keep in sync with: analysis/flows/tcp_analysis.py, tcp_state.py, conn_summary.py, ip_flows.py, pcap_rules.py,
 translators/packet.py (kind codes), docs/analyze.md (output contract, totals names).
 """
 
@@ -23,6 +23,8 @@ from typing import Any
 from analysis.alerts.pcap_rules import AlertSink, Thresholds, evaluate, p7
 from analysis.flows import conn_summary as zeek
 from analysis.flows.findings import tcp_findings, udp_findings
+from analysis.flows.ip_flows import IpFlows
+from analysis.flows.ip_flows import connection as ip_connection
 from analysis.flows.tcp_analysis import TcpAnalyzer
 from analysis.flows.tcp_state import Conv, counts_of, flag_names
 from translators.packet_layers import K_ICMP, K_IP, K_MALFORMED, K_TCP, K_UDP, addr_str
@@ -90,6 +92,7 @@ class CapturePipeline:
         self.tcp = TcpAnalyzer(keep_results=packets, compat=compat)
         self.udp: dict[tuple[int, int, int, int], UdpFlow] = {}
         self.udp_list: list[UdpFlow] = []
+        self.ip_flows = IpFlows()  # ICMP and the other transports: Zeek's conn.log rows for them
         self.totals = Totals()
         self.seq = 0
         self._findings: dict[int, list[Finding]] = {}  # tcp stream -> its findings, derived once
@@ -138,8 +141,11 @@ class CapturePipeline:
         elif k == K_ICMP:
             t.packets_icmp += 1
             self._icmp(d, i)
+            self.ip_flows.icmp(d, i)
         elif k == K_IP:
             t.packets_other_ip += 1
+            if d.value("fragment", i) == 0:  # fragments are not reassembled: no transport to name
+                self.ip_flows.other(d, i)
         elif k == K_MALFORMED:
             t.packets_malformed += 1
             if len(t.warnings) < MAX_WARNINGS:
@@ -222,6 +228,10 @@ class CapturePipeline:
     def connections(self) -> list[Connection]:
         out = [self._tcp_connection(c) for c in self.tcp.conversations]
         out += [self._udp_connection(f) for f in self.udp_list]
+        out += [
+            ip_connection(f, self._env(f.first_ts, flow_uuid(self.host_id, self.boot_id, f.proto, f.stream)))
+            for f in self.ip_flows.flows
+        ]
         self.totals.connections_tcp = len(self.tcp.conversations)
         self.totals.connections_udp = len(self.udp_list)
         return out

@@ -405,9 +405,12 @@ _UNKNOWN = (None, 0, "0.0.0.0", "::")
 
 def _fill_flow(conn: Any, rec: Record) -> None:
     # Only called while part of the 4-tuple is unknown (rare: the first records).
+    # A capture's summary knows its whole tuple: a port 0 there is real (an ICMP echo
+    # reply's type, the ports of a transport without any: analysis/flows/ip_flows.py).
+    whole = rec.kind == "connection" and getattr(rec, "source", None) == "wire"
     for name in ("ip_ver", "src", "sport", "dst", "dport"):
         value = getattr(rec, name, None)
-        if getattr(conn, name) in _UNKNOWN and value not in _UNKNOWN:
+        if getattr(conn, name) in _UNKNOWN and (value not in _UNKNOWN or whole and value == 0):
             setattr(conn, name, value)
 
 

@@ -76,7 +76,7 @@ def test_a_close_wait_leak_is_one_k10_finding_whose_latest_text_and_members_matc
     assert (first.condition, first.severity, first.members, first.metric) == ("close-wait", "notice", FIRST, FIRST)
     assert (latest.condition, latest.severity, latest.status) == ("close-wait", "warning", "open")
     assert latest.members == in_close_wait and latest.metric == float(in_close_wait)
-    assert len(latest.member_conns) == 50 and len(set(latest.member_conns)) == 50
+    assert len(latest.member_conn_uuids) == 50 and len(set(latest.member_conn_uuids)) == 50
     comm = Path("/proc/self/comm").read_text().strip()
     assert (latest.tgid, latest.comm, latest.src, latest.sport) == (os.getpid(), comm, "127.0.0.1", port)
     assert latest.message.startswith(

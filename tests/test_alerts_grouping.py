@@ -43,7 +43,7 @@ def test_200_close_wait_sockets_of_one_process_are_one_alert_with_200_members():
         "close-wait", "warning", 700, 700, "leaky", 200, 200,
     )  # fmt: skip
     assert a.message.startswith("leaky (pid 700) on 10.0.0.2:8080 holds 200 sockets in CLOSE_WAIT, the oldest for ")
-    assert a.member_conns == [f.uuid for f in flows[:50]]  # the first 50; members counts them all
+    assert a.member_conn_uuids == [f.uuid for f in flows[:50]]  # the first 50; members counts them all
     # about the process and its listener's port, which every member shares; not one socket
     assert (a.conn_uuid, a.src, a.sport, a.dst, a.dport) == (None, "10.0.0.2", 8080, None, None)
 
@@ -122,5 +122,5 @@ def test_99_clients_retrying_syns_to_one_overflowing_listener_are_one_k2_finding
     assert (a.severity, a.dst, a.dport, a.comm, a.tgid, a.members, a.metric) == (
         "notice", "10.0.0.5", 7400, "client", 800, 99, 2.0,
     )  # fmt: skip
-    assert a.member_conns == [f.uuid for f in flows[:50]]
+    assert a.member_conn_uuids == [f.uuid for f in flows[:50]]
     assert a.message.startswith("99 connections of client (pid 800) resent their SYN to 10.0.0.5:7400, up to 2 times")

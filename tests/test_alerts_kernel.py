@@ -157,7 +157,7 @@ def test_syns_into_a_drop_rule_raise_k2_syn_retry_and_k8_stuck_and_timeout(fault
     [stuck] = pick(alerts, "K8", "syn-sent", dport=7300)
     # one finding for the destination: its metric is the stuck sockets, each one a member
     assert stuck.severity == "notice" and stuck.members is not None and stuck.metric == float(stuck.members) >= 1
-    assert len(stuck.member_conns) == stuck.members
+    assert len(stuck.member_conn_uuids) == stuck.members
     [gave_up] = pick(alerts, "K8", "connect-timeout", dport=7300)
     assert gave_up.metric is not None and 2.0 < gave_up.metric < 4.0
 
@@ -239,7 +239,7 @@ def test_a_socket_left_in_close_wait_raises_k10_with_a_short_configured_timeout(
     [a] = [x for x in pick(alerts, "K10", "close-wait") if x.comm == "python"]
     assert (a.severity, a.thresholds["close_wait_s"]) == ("notice", 2)
     [cw] = [r for r in recs if r.kind == "tcp_state" and r.state == "CLOSE_WAIT" and r.sport == 7100]
-    assert cw.conn_uuid in a.member_conns
+    assert cw.conn_uuid in a.member_conn_uuids
     assert a.members is not None and a.members >= 1 and a.metric == float(a.members)
     assert a.message.startswith(f"python (pid {a.tgid}) ")
 

@@ -135,7 +135,7 @@ def test_it_counts_each_entry_into_loss_as_one_rto_and_warns_at_three():
     assert alerts[1].evidence == losses
     # one finding per destination (issue 34 item 1), its worst connection's count
     assert "toward 10.0.0.2:80 hit retransmission timeouts (RTO, Loss state), up to 3 in 60 s" in alerts[1].message
-    assert (alerts[1].members, alerts[1].member_conns, alerts[1].dport) == (1, [f.uuid], 80)
+    assert (alerts[1].members, alerts[1].member_conn_uuids, alerts[1].dport) == (1, [f.uuid], 80)
 
 
 def test_it_separates_rto_episodes_by_the_minimum_rto_without_cong_state_records():

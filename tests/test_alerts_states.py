@@ -17,7 +17,7 @@ def test_it_notices_a_socket_stuck_in_syn_sent_for_over_3_seconds():
     assert (a.rule_id, a.condition, a.severity, a.status, a.count) == ("K8", "syn-sent", "notice", "open", 1)
     # one finding per destination (issue 34 item 1), linking its member socket
     assert (a.conn_uuid, a.comm, a.dst, a.dport, a.evidence) == (None, "client", "10.0.0.5", 443, [start.seq])
-    assert (a.members, a.member_conns) == (1, [f.uuid])
+    assert (a.members, a.member_conn_uuids) == (1, [f.uuid])
     assert a.message.startswith("1 connection of client (pid 4242) has been waiting in SYN_SENT for 10.0.0.5:443")
     assert e.tick(s.t + 8) == []  # still stuck: the same alert, no new version within 10 s
     s.advance(9)
@@ -37,7 +37,7 @@ def test_it_warns_when_over_20_sockets_wait_in_syn_sent_for_one_destination():
     assert [(a.condition, a.severity, a.dst, a.dport, a.metric, a.members, a.conn_uuid) for a in dest] == [
         ("syn-sent", "warning", "10.0.0.5", 443, 21.0, 21, None)
     ]
-    assert dest[0].member_conns == [r.conn_uuid for r in recs]
+    assert dest[0].member_conn_uuids == [r.conn_uuid for r in recs]
 
 
 def test_it_notices_a_connect_timeout_but_not_a_refusal():
@@ -49,7 +49,7 @@ def test_it_notices_a_connect_timeout_but_not_a_refusal():
     s.advance(2.0)
     recs.append(s.state(f, "SYN_SENT", "CLOSED"))
     alerts = only(feed_all(e, recs, tick_every=None), "K8")
-    assert [(a.condition, a.member_conns, a.severity) for a in alerts] == [("connect-timeout", [f.uuid], "notice")]
+    assert [(a.condition, a.member_conn_uuids, a.severity) for a in alerts] == [("connect-timeout", [f.uuid], "notice")]
     assert "without any answer (no SYN-ACK, no RST), the latest after 2.0 s" in alerts[0].message
 
 
@@ -83,7 +83,7 @@ def test_it_notices_a_socket_left_in_close_wait_beyond_60_seconds_at_the_10_seco
         f"leaky (pid 31) on 10.0.0.1:{f.sport} holds 1 socket in CLOSE_WAIT, the oldest for 69 s"
     )
     assert "never called close()" in alerts[0].message
-    assert (alerts[0].members, alerts[0].member_conns) == (1, [f.uuid])
+    assert (alerts[0].members, alerts[0].member_conn_uuids) == (1, [f.uuid])
 
 
 def test_it_uses_the_configured_close_wait_timeout():

@@ -36,11 +36,11 @@ def test_open_findings_come_first_by_severity_then_recency_and_closed_ones_after
     store_batch([
         finding(1, "crit-then-closed", "critical"),
         finding(2, "old-warning", "warning"),
-        finding(3, "leak", "notice", members=81, member_conns=["c1"]),
+        finding(3, "leak", "notice", members=81, member_conn_uuids=["c1"]),
         finding(4, "new-warning", "warning"),
         finding(5, "crit-then-closed", "critical", status="closed"),
         finding(6, "notice-a", "notice"),
-        finding(7, "leak", "warning", members=200, member_conns=["c1", "c2"]),  # the leak grew: escalated
+        finding(7, "leak", "warning", members=200, member_conn_uuids=["c1", "c2"]),  # the leak grew: escalated
         finding(8, "critical", "critical", host="web2"),
     ])  # fmt: skip
     rows = client.get("/api/dash/overview").json()["alerts"]
@@ -56,6 +56,6 @@ def test_open_findings_come_first_by_severity_then_recency_and_closed_ones_after
 
 def test_the_alerts_page_gets_a_findings_members_to_link_each_socket(client: Client) -> None:
     conns = [f"conn-{i}" for i in range(50)]
-    store_batch([finding(1, "leak", "warning", members=200, member_conns=conns)])
+    store_batch([finding(1, "leak", "warning", members=200, member_conn_uuids=conns)])
     [row] = client.get("/api/dash/alerts").json()["alerts"]
-    assert (row["members"], row["member_conns"]) == (200, conns)
+    assert (row["members"], row["member_conn_uuids"]) == (200, conns)

@@ -143,7 +143,7 @@ WORDS = set(
     type update urgent value wall window wire zero counter sampling
     providers attached absent failed missing reasons rules unavailable degraded kernel release sample
     rate stack counters setting observed emitted ratio interval time percent events records findings
-    stages from untraced stopped open poll agent children programs run
+    stages from untraced stopped open poll agent children programs run member members
     partial path states born congestion changes after
     """.split()
 )
@@ -166,7 +166,7 @@ ABBREVIATIONS: dict[str, str] = {
         "ip tcp icmp l4 if ttl tos dscp ecn ident frag opt sack ecr val ts seq".split(), "protocol headers"
     ),
     **dict.fromkeys("rtt rel dup num str ver gen off".split(), "tshark / Wireshark field names"),
-    **dict.fromkeys("cpu uuid sock approx buf prev".split(), "common usage"),
+    **dict.fromkeys("cpu uuid uuids sock approx buf prev".split(), "common usage"),
     "mib": "SNMP MIB groups of /proc/net/netstat and /proc/net/snmp (TcpExt, Tcp)",
     "ppl": "FreeBSD siftr's ppl (packets per log line)",
     "rss": "resident set size (ps, /proc/PID/status VmRSS)",

@@ -120,4 +120,4 @@ class Alert(FlowRecord, tag="alert", kw_only=True):
     incomplete: Annotated[Bool, doc("events were lost or sampled in the window")] = None
     sampling_ratio: Annotated[Float, doc("the rule ran on sampled data: one sample per this many packets of the flow (SIFTR ppl); null: every packet", fmt="%.2f")] = None
     members: Annotated[Int, doc("sockets this finding groups (one cause, one fix target: a process, a listener, a destination): those in the condition now for a held state, else those it struck while open; null: a finding about one subject")] = None
-    member_conns: Annotated[list[str], doc("connection ids (conn_uuid) of the member sockets, the first 50 in the order they joined; members gives the whole count")] = msgspec.field(default_factory=list)
+    member_conn_uuids: Annotated[list[str], doc("connection ids (conn_uuid) of the member sockets, the first 50 in the order they joined; members gives the whole count")] = msgspec.field(default_factory=list)

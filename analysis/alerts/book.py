@@ -88,7 +88,7 @@ class _Entry:
     emitted_message: str = ""
     emitted_metric: float | None = None
     members: int | None = None  # sockets a grouped finding holds (issue 34 item 1)
-    member_conns: list[str] = field(default_factory=list)
+    member_conn_uuids: list[str] = field(default_factory=list)
     emitted_members: int | None = None
     closed_at: float | None = None
 
@@ -167,12 +167,12 @@ class AlertBook:
         bump: bool = True,
         sampling: float | None = None,
         members: int | None = None,
-        member_conns: list[str] | None = None,
+        member_conn_uuids: list[str] | None = None,
         count: int | None = None,
     ) -> None:
         """The condition holds now. ``bump`` False refreshes an open alert without counting.
         ``sampling``: the firing was judged on sampled data, one sample per that many packets.
-        ``members``/``member_conns``: a grouped finding's sockets now (the whole count, the first
+        ``members``/``member_conn_uuids``: a grouped finding's sockets now (the whole count, the first
         ids); ``count``: the count to state instead of counting firings (a group's sockets struck)."""
         k: Key = (rule_id, condition, subject.host_id, key)
         entry = self._open.get(k)
@@ -190,7 +190,7 @@ class AlertBook:
                 self._add_evidence(entry, evidence)
                 entry.count = 1 if count is None else count
                 entry.sampling = sampling
-                self._set_members(entry, members, member_conns)
+                self._set_members(entry, members, member_conn_uuids)
                 self._open.put(k, entry)
                 self._emit(entry, "open", now)
                 return
@@ -199,7 +199,7 @@ class AlertBook:
             entry.count = count
         else:
             entry.count += 1 if bump else 0
-        self._set_members(entry, members, member_conns)
+        self._set_members(entry, members, member_conn_uuids)
         entry.last = max(entry.last, now)
         # an uncounted refresh (an aggregate re-measured) states the present too: a
         # message kept from the first firing said "81 sockets" while 200 leaked (issue 34)
@@ -216,10 +216,10 @@ class AlertBook:
             self._update(entry, now)
 
     @staticmethod
-    def _set_members(entry: _Entry, members: int | None, member_conns: list[str] | None) -> None:
+    def _set_members(entry: _Entry, members: int | None, member_conn_uuids: list[str] | None) -> None:
         if members is not None:
             entry.members = members
-            entry.member_conns = list(member_conns or ())[:MAX_MEMBER_CONNS]
+            entry.member_conn_uuids = list(member_conn_uuids or ())[:MAX_MEMBER_CONNS]
 
     def _changed(self, entry: _Entry) -> bool:
         return (
@@ -375,7 +375,7 @@ class AlertBook:
                 incomplete=incomplete or None,
                 sampling_ratio=entry.sampling,
                 members=entry.members,
-                member_conns=list(entry.member_conns),
+                member_conn_uuids=list(entry.member_conn_uuids),
             )  # fmt: skip
         )
         entry.emitted_count = entry.count

@@ -365,7 +365,7 @@ def _alert_json(
         "thresholds": a.thresholds,
         # a grouped finding's sockets (issue 34 item 1): the count, and the first ids to link
         "members": a.members,
-        "member_conns": a.member_conns,
+        "member_conn_uuids": a.member_conn_uuids,
         "acked_by": (ack.user.get_username() if ack.user else "(deleted user)") if ack else None,
         "acked_at": ack.at.timestamp() if ack else None,
         # the first and worst versions' numbers (alert_versions.history); None: one version known

@@ -191,11 +191,11 @@ class Rule:
         bump: bool = True,
         sampling: float | None = None,
         members: int | None = None,
-        member_conns: list[str] | None = None,
+        member_conn_uuids: list[str] | None = None,
         count: int | None = None,
     ) -> None:
         self.ctx.book.fire(
             self.rule_id, condition, key, now=now, severity=severity, subject=subject, message=message,
             thresholds=self.thresholds, clear_after=clear_after, metric=metric, evidence=evidence, bump=bump,
-            sampling=sampling, members=members, member_conns=member_conns, count=count,
+            sampling=sampling, members=members, member_conn_uuids=member_conn_uuids, count=count,
         )  # fmt: skip

@@ -4,7 +4,7 @@ A rule that used to fire per socket (K2 SYN retries and timeouts, K8 connect tim
 fires instead for the socket's *fix target* (the destination it connects to) and keeps
 here the sockets the finding struck while it was open: how many, each one's worst value,
 and the first ``MAX_MEMBER_CONNS`` connection ids, which the alert carries as
-``members`` / ``member_conns`` so the dashboard links to each socket's own page.
+``members`` / ``member_conn_uuids`` so the dashboard links to each socket's own page.
 Per-socket detail stays in the records of those connections.
 
 Keep in sync with book.py (members on Alert), the rules that use it (retrans.py,

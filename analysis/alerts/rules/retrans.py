@@ -220,7 +220,7 @@ class RetransKind(Rule):
         self.fire(
             "rto", target, now=t, severity="warning" if worst >= self.num("rto_warning") else "notice",
             subject=g.subject, message=message, clear_after=2 * self.window, metric=float(worst),
-            evidence=f.rto_evidence, members=g.total, member_conns=g.conns,
+            evidence=f.rto_evidence, members=g.total, member_conn_uuids=g.conns,
         )  # fmt: skip
 
     def _syn_retry(self, rec: TcpRetransmit, f: _KindFlow) -> None:
@@ -242,7 +242,7 @@ class RetransKind(Rule):
             "syn-retry", target, now=rec.ts_wall,
             severity="warning" if worst >= self.num("syn_retry_warning") else "notice", subject=g.subject,
             message=message, clear_after=2 * self.window, metric=float(worst), evidence=f.syn_evidence,
-            members=g.total, member_conns=g.conns,
+            members=g.total, member_conn_uuids=g.conns,
         )  # fmt: skip
 
     def _listener(self, host: str, addr: str | None, port: int | None) -> _Listener:

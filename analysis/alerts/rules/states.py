@@ -214,7 +214,7 @@ class HalfOpen(Rule):
         self.fire(
             "connect-timeout", target, now=rec.ts_wall, severity="notice", subject=g.subject,
             message=message, clear_after=2 * self.window, metric=waited, evidence=[left.seq, rec.seq],
-            members=g.total, member_conns=g.conns,
+            members=g.total, member_conn_uuids=g.conns,
         )  # fmt: skip
 
     def _synack(self, rec: TcpRetransmit) -> None:
@@ -263,7 +263,7 @@ class HalfOpen(Rule):
         self.fire(
             "syn-sent", gk[1:], now=now, severity="warning" if many else "notice", subject=s, message=message,
             clear_after=INF, metric=float(n), evidence=[e.seq for e in stuck[:32]], members=n,
-            member_conns=[c for c in conns if c is not None], bump=False,
+            member_conn_uuids=[c for c in conns if c is not None], bump=False,
         )  # fmt: skip
 
 
@@ -423,7 +423,7 @@ class StuckClose(Rule):
         self.fire(
             "close-wait", gk[1:], now=now, severity="warning" if many else "notice", subject=s, message=message,
             clear_after=INF, metric=float(n), evidence=[e.seq for e in itertools.islice(group.sockets.values(), 32)],
-            members=n, member_conns=[c for c in conns if c is not None], count=group.joined,
+            members=n, member_conn_uuids=[c for c in conns if c is not None], count=group.joined,
         )  # fmt: skip
 
     def _growth(self, now: float) -> None:

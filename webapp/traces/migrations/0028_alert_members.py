@@ -17,7 +17,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddField(
             model_name='alert',
-            name='member_conns',
+            name='member_conn_uuids',
             field=models.JSONField(default=[]),
             preserve_default=False,
         ),

@@ -56,7 +56,7 @@
      its first member sockets' connection pages, where the per-socket detail is. */
   function members(a) {
     if (!a.members) return null;
-    const links = (a.member_conns || []).map((uuid) => el("a", { class: "member", href: NT.connHref({ conn_uuid: uuid, host_id: a.host_id }), text: uuid.slice(0, 8) }));
+    const links = (a.member_conn_uuids || []).map((uuid) => el("a", { class: "member", href: NT.connHref({ conn_uuid: uuid, host_id: a.host_id }), text: uuid.slice(0, 8) }));
     const more = a.members > links.length ? ` and ${num(a.members - links.length)} more` : "";
     return el("div", { class: "members muted", dataset: { members: a.members } },
       `${NT.count(a.members, "socket")}: `, ...links.flatMap((l, i) => (i ? [" ", l] : [l])), more);

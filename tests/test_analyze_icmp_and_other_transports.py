@@ -208,3 +208,12 @@ def test_stored_captures_keep_the_icmp_and_other_rows(tmp_path: Path) -> None:
     ]  # fmt: skip
     summaries = ConnectionSummary.objects.filter(host_id="mixed.pcap").order_by("proto")
     assert [(s.proto, s.wire_bytes_orig, s.wire_bytes_resp) for s in summaries] == [("icmp", 38, 38), ("sctp", 40, 0)]
+
+
+def test_the_dashboard_filter_takes_every_proto_a_connection_may_have() -> None:
+    from webapp.dashboard.filterlang import Cond, FilterError, parse
+
+    assert parse("proto ICMP6") == Cond("proto", "=", "icmp6")
+    assert parse("proto ip-253") == Cond("proto", "=", "ip-253")
+    with pytest.raises(FilterError, match="proto is tcp, udp, udplite, icmp, icmp6 or an IP protocol"):
+        parse("proto ip-256")

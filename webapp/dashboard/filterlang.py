@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from translators.records import TCP_STATES
+from translators.records_fields import TRANSPORTS
 
 MAX_LENGTH = 500  # longer expressions are refused: the box is for people, not programs
 
@@ -57,7 +58,7 @@ FIELDS: tuple[Field, ...] = (
     Field("dport", "int", "remote / responder port"),
     Field("port", "int", "either port, e.g. port 443"),
     Field("state", "state", "TCP state, e.g. state ESTABLISHED (also: state open / state closed)"),
-    Field("proto", "proto", "tcp or udp"),
+    Field("proto", "proto", "tcp, udp, icmp, icmp6, gre, ... (a connection's proto)"),
     Field("duration", "duration", "seconds, or with a unit: 250ms, 2s, 5m, 1h"),
     Field("bytes", "bytes", "payload bytes both ways; units k, M, G (powers of 1000)"),
     Field("retrans", "int", "segments retransmitted"),
@@ -284,8 +285,10 @@ def _convert(field: Field, op: str, tok: Token) -> Any:
             return upper
         raise FilterError(f"unknown state {text!r}; states: {', '.join(TCP_STATES)}, open", tok.pos)
     if field.type == "proto":
-        if text.lower() not in ("tcp", "udp", "udplite"):
-            raise FilterError(f"proto is tcp, udp or udplite, got {text!r}", tok.pos)
+        if text.lower() not in TRANSPORTS:  # every proto a connection may have (analysis/flows/ip_flows.py)
+            raise FilterError(
+                f"proto is tcp, udp, udplite, icmp, icmp6 or an IP protocol (gre, ip-N), got {text!r}", tok.pos
+            )
         return text.lower()
     if field.type == "addr" and "/" in text and op != "~":
         return _network(field, op, tok)

@@ -124,3 +124,27 @@ def test_99_clients_retrying_syns_to_one_overflowing_listener_are_one_k2_finding
     )  # fmt: skip
     assert a.member_conn_uuids == [f.uuid for f in flows[:50]]
     assert a.message.startswith("99 connections of client (pid 800) resent their SYN to 10.0.0.5:7400, up to 2 times")
+
+
+def test_k14s_versions_follow_the_failures_from_18_of_20_to_98_of_100():
+    """Issue 34: K14 said "18 of 20 failed" and never "98 of 100". Refused connects to one
+    service, 5 a second (20 s): versions at most every 10 s, the last one the present."""
+    s, e = Stream(), engine()
+    recs = []
+    for i in range(100):
+        s.advance(0.2)
+        f = s.flow(dst="10.0.0.5", dport=8080)
+        recs += [s.state(f, "CLOSED", "SYN_SENT")]
+        s.advance(0.001)
+        if i in (0, 1):
+            recs.append(s.state(f, "SYN_SENT", "ESTABLISHED"))
+        else:
+            recs += [s.reset(f, "peer", "SYN_SENT"), s.state(f, "SYN_SENT", "CLOSED")]
+    out = only(feed_all(e, recs), "K14")
+    assert len(latest(out)) == 1
+    assert "18 of 20 connection attempts" in out[0].message
+    assert all(b.ts_wall - a.ts_wall >= 10 for a, b in zip(out, out[1:], strict=False) if a.severity == b.severity)
+    assert "98 of 100" not in out[-1].message  # the last 6 s of failures came within the interval
+    update = only(e.tick(out[-1].ts_wall + 10), "K14")  # the next sweep due: the present state
+    assert [(a.alert_id, a.metric) for a in update] == [(out[0].alert_id, 98 / 100)]
+    assert "98 of 100 connection attempts" in update[0].message

@@ -24,6 +24,7 @@ from scapy.all import (
     IP,
     TCP,
     UDP,
+    Ether,
     ICMPv6EchoReply,
     ICMPv6EchoRequest,
     ICMPv6ND_NA,
@@ -217,3 +218,32 @@ def test_the_dashboard_filter_takes_every_proto_a_connection_may_have() -> None:
     assert parse("proto ip-253") == Cond("proto", "=", "ip-253")
     with pytest.raises(FilterError, match="proto is tcp, udp, udplite, icmp, icmp6 or an IP protocol"):
         parse("proto ip-256")
+
+
+def test_a_capture_big_enough_for_the_forked_numpy_decoder_gives_the_same_rows(tmp_path: Path) -> None:
+    """Over 1 MiB a child process decodes with numpy and hands over columns without the
+    packet bytes (translators/packet_decoded.py, portable): ICMP type, code and size must
+    come through, and the data-centre tags of item 3 must decode there too."""
+    from tests.test_linklayers import MACS, WRAPS, conversation
+
+    pings = [p for n in range(4000) for p in ping(A, B, n, size=150)]
+    frames = [WRAPS["fabricpath"][1](p) for p in pings]  # 4000 x 2 x 200 bytes: over 1 MiB
+    frames += [WRAPS[name][1](p) for name in ("pbb", "vntag-then-vlan") for p in conversation()]
+    frames += [bytes(Ether(**MACS) / IP(src=A, dst=C, proto=132) / Raw(b"s" * 20))]
+    path = tmp_path / "big.pcap"
+    path.write_bytes(cw.pcap([cw.Pkt(f, T0 + i * 1000) for i, f in enumerate(frames)], 1))
+    assert path.stat().st_size > 1 << 20
+    proc = subprocess.run(
+        [sys.executable, "-m", "nettrail.cli", "analyze", str(path), "--libxo", "json"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    out = json.loads(proc.stdout)["analyze"]
+    got = [(c["proto"], c["src"], c["sport"], c["dst"], c["dport"], c["packets_orig"], c["packets_resp"],
+            c["bytes_orig"], c["bytes_resp"], c["wire_bytes_orig"]) for c in out["connection"]]  # fmt: skip
+    assert got == [
+        ("tcp", A, 40000, B, 443, 6, 4, 200, 0, 440),  # the same conversation under PBB and under VN-Tag
+        ("icmp", A, 8, B, 0, 4000, 4000, 600_000, 600_000, 4000 * 178),
+        ("sctp", A, 0, C, 0, 1, 0, None, None, 40),
+    ]
+    assert (out["totals"]["packets"], out["totals"]["packets_non_ip"], out["totals"]["undecoded"]) == (8011, 0, [])

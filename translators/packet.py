@@ -7,8 +7,8 @@ other than the plain timestamp layout Linux sends on every data segment.
 
 Link types: Ethernet (1, with up to two 802.1Q/802.1ad tags), Linux SLL (113) and SLL2
 (276), raw IP (101, 12, 14), IPv4 (228), IPv6 (229), BSD null/loopback (0, 108) here;
-PPP, PPPoE, MPLS, 802.11, NFLOG and the tunnels (IP-in-IP, GRE, VXLAN) per packet in
-translators/linklayers.py.
+PPP, PPPoE, MPLS, 802.11, NFLOG, the data-centre tags (PBB, VN-Tag, FabricPath) and the
+tunnels (IP-in-IP, GRE, VXLAN) per packet in translators/linklayers.py.
 
 A packet is one of: ``tcp``/``udp``/``icmp``/``ip`` (other IP protocol or a non-first
 fragment), ``other`` (not IP, unknown link type) or ``malformed`` (with a reason).

@@ -214,3 +214,30 @@ def test_the_pipeline_notifies_through_the_configured_channels(server_factory):
     assert notifiers.channels[0].wait_idle(10)  # type: ignore[union-attr]
     notifiers.close()
     assert [from_json(b) for b in srv.bodies] == [r for r in out if r.kind == "alert"]
+
+
+def test_update_versions_are_not_notified_again_but_a_rise_and_the_close_are(server_factory):
+    """Issue 34: an alert's numbers are re-emitted (book.py); a webhook hears of an alert
+    when it opens, when its severity rises and when it closes, not at every update."""
+    srv = server_factory([])
+    cfg = config_from_mapping(
+        {
+            "notify": {"webhook_url": srv.url, "webhook_backoff_s": 0.01, "min_severity": "notice"},
+            "K10": {"close_wait_s": 2, "sweep_s": 1},
+        }
+    )
+    notifiers = Notifiers(cfg.notify)
+    s = Stream()
+    recs: list = []
+    for i in range(60):  # 60 sockets of one process into CLOSE_WAIT, one every 0.5 s
+        f = s.flow(src="10.0.0.2", sport=8080, dst="10.0.0.9", dport=41000 + i, pid=700, comm="leaky")
+        recs += [s.state(f, "SYN_RECEIVED", "ESTABLISHED"), s.state(f, "ESTABLISHED", "CLOSE_WAIT")]
+        s.advance(0.5)
+    out = [r for r in run(iter(recs), cfg, on_alert=notifiers.submit) if r.kind == "alert"]
+    assert notifiers.channels[0].wait_idle(10)  # type: ignore[union-attr]
+    notifiers.close()
+    versions = [(a.severity, a.status) for a in out]
+    assert len(versions) > 3  # updates: the count grew
+    posted = [from_json(b) for b in srv.bodies]
+    assert [(a.severity, a.status) for a in posted] == [("notice", "open"), ("warning", "open")]
+    assert {a.alert_id for a in posted} == {out[0].alert_id}

@@ -19,6 +19,7 @@ import queue
 import threading
 import urllib.error
 import urllib.request
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ from translators.records import Alert, to_json
 from .book import SEVERITY_RANK
 
 log = logging.getLogger("nettrail.alerts.notify")
+MAX_TOLD = 10000  # alerts whose last notified state is remembered (the open-alert cap)
 
 
 def worth_notifying(alert: Alert, min_severity: str) -> bool:
@@ -200,8 +202,26 @@ class Notifiers:
             )
         if settings["syslog_address"]:
             self.channels.append(SyslogNotifier(str(settings["syslog_address"]), min_severity=level))
+        # (host, alert_id) -> (severity, status) last notified: an alert's update versions
+        # (its numbers re-emitted, book.py) are not news to a pager; its first version, a
+        # rise in severity, a close and a reopen are (as for mail: webapp/traces/alert_mail.py)
+        self._told: OrderedDict[tuple[str, str], tuple[str, str]] = OrderedDict()
+
+    def _news(self, alert: Alert) -> bool:
+        if alert.alert_id is None:
+            return True
+        key, now = (alert.host_id, alert.alert_id), (alert.severity, alert.status)
+        if self._told.get(key) == now:
+            return False
+        self._told[key] = now
+        self._told.move_to_end(key)
+        if len(self._told) > MAX_TOLD:
+            self._told.popitem(last=False)
+        return True
 
     def submit(self, alert: Alert) -> None:
+        if not self._news(alert):
+            return
         for channel in self.channels:
             try:
                 channel.submit(alert)

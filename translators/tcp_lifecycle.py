@@ -119,21 +119,9 @@ def expand(record: KernelRecord) -> list[Record]:
     if rec.partial:
         return out
     end = {**own, "seq": 0, "ts_ns": rec.ts_ns, "ts_wall": rec.ts_wall, "cpu": rec.cpu, "ctx": rec.ctx, "hook": HOOK}
-    if rec.bytes_sent is not None:
-        out.append(
-            FlowCounters(
-                **end,
-                provider="siftr",
-                probe="flow-counters",
-                proto="tcp",
-                packets_in=rec.segs_in or 0,
-                packets_out=rec.segs_out or 0,
-                bytes_in=rec.bytes_received or 0,
-                bytes_out=rec.bytes_sent,
-                samples=rec.flow_samples or 0,
-                skbs=rec.flow_skbs,
-            )  # fmt: skip
-        )
+    flow = _flow(rec, end)
+    if flow is not None:
+        out.append(flow)
     duration = round(rec.ts_wall - rec.start, 6) if rec.start is not None else None
     out.append(
         Connection(
@@ -155,6 +143,27 @@ def expand(record: KernelRecord) -> list[Record]:
         )
     )
     return out
+
+
+def final_flow(record: KernelRecord) -> FlowCounters | None:
+    """The final flow_counters a socket's lifecycle holds (None: partial, or siftr did not
+    follow it): what the collector's H2 report counts segments and samples from."""
+    rec = as_struct(record)
+    if not isinstance(rec, TcpLifecycle) or rec.partial:
+        return None
+    end = {name: getattr(rec, name) for name in ENVELOPE}
+    end.update(seq=0, ts_ns=rec.ts_ns, ts_wall=rec.ts_wall, cpu=rec.cpu, ctx=rec.ctx, hook=HOOK)
+    return _flow(rec, end)
+
+
+def _flow(rec: TcpLifecycle, end: dict[str, Any]) -> FlowCounters | None:
+    if rec.bytes_sent is None:
+        return None
+    return FlowCounters(
+        **end, provider="siftr", probe="flow-counters", proto="tcp", packets_in=rec.segs_in or 0,
+        packets_out=rec.segs_out or 0, bytes_in=rec.bytes_received or 0, bytes_out=rec.bytes_sent,
+        samples=rec.flow_samples or 0, skbs=rec.flow_skbs,
+    )  # fmt: skip
 
 
 def _base(own: dict[str, Any], env: KernelEnv, born_ns: int, us: int, probe: str, hook: str) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from translators.records import LossReport
 from translators.registry import KERNEL_BATCH_TRANSLATORS, KERNEL_TRANSLATORS, PACKET_KINDS
 from translators.siftr import translate_flow
 from translators.skb import translate_drop_count
+from translators.tcp_lifecycle import final_flow
 from translators.udp import translate_flow as translate_udp_flow
 
 HEADER_NAMES = tuple(n for n in layout.HEADER_DTYPE.names or () if not n.startswith("_"))
@@ -224,6 +225,7 @@ class KernelSource:
         env = self.env
         remember = name == "siftr_sample"
         forget = name == "flow_counters"
+        folded = name == "tcp_lifecycle"  # --tcp-fold: a socket's end (unless partial) and its final flow
         # packet records are source first: they must not teach a socket its (local-first) tuple
         tuples = self.tuples if name not in PACKET_KINDS else {}
         for pos, row in zip(positions, rows, strict=True):
@@ -235,7 +237,7 @@ class KernelSource:
             elif cookie in tuples:
                 # At X -> CLOSE the kernel has already released the local port: use the socket's tuple.
                 fields.update(tuples[cookie])
-                if name == "tcp_destroy":
+                if name == "tcp_destroy" or (folded and not fields["partial"]):
                     del tuples[cookie]
             if remember and cookie not in self.flow_meta:
                 self.flow_meta[cookie] = {k: fields[k] for k in HEADER_NAMES}
@@ -249,6 +251,10 @@ class KernelSource:
                 continue
             if forget:  # a flow's final counters (tcp_destroy_sock)
                 self.counter_records.extend(slots[pos])
+            elif folded and fields["has_flow"] and not fields["partial"]:  # the same, folded
+                self.flow_meta.pop(cookie, None)
+                self.flow_seen.pop(cookie, None)
+                self.counter_records.extend(filter(None, map(final_flow, slots[pos])))
 
     def _batch(self, name: str, typed: np.ndarray) -> list[KernelRecord]:
         if name == "siftr_sample":

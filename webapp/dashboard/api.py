@@ -25,6 +25,7 @@ from webapp.dashboard import (
     counters,
     detail,
     empty_panels,
+    overview_counts,
     overview_findings,
     own_traffic,
     page_losses,
@@ -175,10 +176,10 @@ def connection(request: HttpRequest, uuid: str) -> HttpResponse:
 # --- overview ------------------------------------------------------------------------------
 
 
-def _host_counters(host: str, now: float) -> dict[str, Any]:
+def _host_counters(host: str, now: float, records: int, open_count: int) -> dict[str, Any]:
+    """records, open_count: overview_counts' numbers for the host (every host in one query each)."""
     since = now - RATE_WINDOW_S
     recent = {"host_id": host, "ts_wall__gte": since}
-    records = sum(model.objects.filter(**recent).count() for model in KIND_MODELS.values())
     opened = Connection.objects.filter(host_id=host, last_seen__gte=since, first_seen__gte=since)
     new = recency.at_least(opened, since).count()
     # segments, the kernel's unit (TcpRetransSegs adds tcp_skb_pcount per retransmission):
@@ -189,7 +190,7 @@ def _host_counters(host: str, now: float) -> dict[str, Any]:
     last = Host.objects.filter(name=host).values_list("last_seen", flat=True).first()
     return {
         "host_id": host,
-        "open": Connection.objects.filter(host_id=host, closed=False).count(),
+        "open": open_count,
         "new_per_s": new / RATE_WINDOW_S,
         "retrans_segs_per_s": retrans / RATE_WINDOW_S,
         "drops_per_s": sum(reasons.values()) / RATE_WINDOW_S,
@@ -207,7 +208,10 @@ def overview(request: HttpRequest) -> HttpResponse:
     now = time.time()
     # The live overview: uploaded captures (host capture:NAME) are not live hosts, and their
     # connections never count as open or as talkers here (their page is /captures/).
-    hosts = [_host_counters(h, now) for h in host_names() if not captures.is_capture(h)]
+    live = [h for h in host_names() if not captures.is_capture(h)]
+    records = overview_counts.records_since(live, now - RATE_WINDOW_S)
+    opened = overview_counts.open_connections(live)
+    hosts = [_host_counters(h, now, records[h], opened[h]) for h in live]
     alert_cols = ("id", "start", "severity", "status", "rule_id", "host_id", "message", "conn_uuid", "members")
     # nettrail's own traffic (the browser viewing this page) raises no alert here (own_traffic.py)
     shown = Alert.objects.exclude(own_traffic.own_alert_q()).exclude(host_id__startswith=CAPTURE_PREFIX)

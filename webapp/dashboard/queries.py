@@ -53,13 +53,15 @@ def _state(op: str, value: Any) -> Q:
     if value == "OPEN":
         q = Q(closed=False)
     elif value == "TIME_WAIT":
+        since = time.time() - TIME_WAIT_S
         entered = TcpStateChange.objects.filter(
-            host_id=OuterRef("host_id"),
-            conn_uuid=OuterRef("conn_uuid"),
-            state="TIME_WAIT",
-            ts_wall__gte=time.time() - TIME_WAIT_S,
+            host_id=OuterRef("host_id"), conn_uuid=OuterRef("conn_uuid"), state="TIME_WAIT", ts_wall__gte=since
         )
-        q = Q(state="TIME_WAIT") | (Q(state__in=("TIME_WAIT", "CLOSED")) & Q(Exists(entered)))
+        # last_seen >= since is implied (a connection's last_seen is at least each of its
+        # records' ts_wall, lifecycle._fold_into): it spares the look-up for the long-closed
+        # rows, most of a big table (index nt_conn_state_last).
+        recent = Q(state__in=("TIME_WAIT", "CLOSED"), last_seen__gte=since)
+        q = Q(state="TIME_WAIT") | (recent & Q(Exists(entered)))
     else:
         q = Q(state=value)
     return ~q if op == "!=" else q

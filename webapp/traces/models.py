@@ -178,6 +178,13 @@ class Connection(models.Model):
             models.Index(fields=["state", "last_seen"], name="nt_conn_state_last"),
             # Retention trim: oldest connections first.
             models.Index(fields=["last_seen"], name="nt_conn_last"),
+            # Overview: open connections per host (`WHERE host_id IN (...) AND NOT closed GROUP
+            # BY host_id`, dashboard/overview_counts.py). Partial: a long history's closed rows
+            # stay out; `closed` changes once per connection, so the writer's updates stay HOT.
+            models.Index(fields=["host_id"], condition=models.Q(closed=False), name="nt_conn_open"),
+            # Overview: top 10 by retransmissions (`WHERE retransmits > 0 ORDER BY retransmits
+            # DESC LIMIT 10`, api.overview). Partial: connections without any stay out.
+            models.Index(fields=["retransmits"], condition=models.Q(retransmits__gt=0), name="nt_conn_retrans"),
         ]
 
     def __str__(self) -> str:

@@ -1,0 +1,111 @@
+"""The Overview's grouped counts (dashboard/overview_counts.py) equal a fresh count per
+host and kind after ingest, retention and deletion; the Overview shows them; and the
+``state TIME_WAIT`` filter's last_seen shortcut keeps exactly the rows it kept before."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db.models import Exists, OuterRef, Q
+from django.test import Client
+
+from translators.records import SkbDrop, TcpStateChange, connection_uuid
+from webapp.dashboard import overview_counts, queries
+from webapp.dashboard.tables import TcpStateChange as StateRow
+from webapp.traces import retention
+from webapp.traces.models import KIND_MODELS, Connection, Host
+from webapp.traces.store import store_batch
+
+pytestmark = pytest.mark.django_db
+HOSTS = ("web1", "web2", "idle")
+
+
+def state(host: str, seq: int, cookie: int, ts: float, new: str, prev: str = "SYN_SENT") -> TcpStateChange:
+    return TcpStateChange(
+        host_id=host, boot_id="b", seq=seq, ts_ns=seq, ts_wall=ts, provider="tcp", probe="state-change",
+        conn_uuid=connection_uuid(host, "b", cookie), src="10.0.0.1", sport=40000 + cookie, dst="10.0.0.2",
+        dport=443, prev_state=prev, state=new,
+    )  # fmt: skip
+
+
+def drop(host: str, seq: int, ts: float) -> SkbDrop:
+    return SkbDrop(
+        host_id=host, boot_id="b", seq=seq, ts_ns=seq, ts_wall=ts, provider="skb", probe="m-free", skb_uid=seq,
+        drop_reason=2, drop_reason_str="NO_SOCKET", drop_location="tcp_v4_rcv+0x1f4", len=60,
+    )  # fmt: skip
+
+
+def fresh(since: float) -> tuple[dict[str, int], dict[str, int]]:
+    """The counts the Overview made before: one COUNT per host and kind, and per host."""
+    records = {
+        h: sum(m.objects.filter(host_id=h, ts_wall__gte=since).count() for m in KIND_MODELS.values()) for h in HOSTS
+    }
+    opened = {h: Connection.objects.filter(host_id=h, closed=False).count() for h in HOSTS}
+    return records, opened
+
+
+def grouped(since: float) -> tuple[dict[str, int], dict[str, int]]:
+    return overview_counts.records_since(HOSTS, since), overview_counts.open_connections(HOSTS)
+
+
+def test_the_grouped_counts_equal_a_count_per_host_after_ingest_retention_and_deletion() -> None:
+    now = time.time()
+    store_batch(
+        [state("web1", i, i, now - 100 + i, "ESTABLISHED") for i in range(1, 6)]
+        + [state("web2", i, i, now - 5, "ESTABLISHED") for i in range(1, 3)]
+        + [drop("web1", 100 + i, now - i) for i in range(4)]
+        + [drop("web2", 200, now - 3 * 86400)]
+    )
+    store_batch(
+        [state("web1", 10, 1, now - 2, "CLOSED", "ESTABLISHED"), state("web1", 11, 2, now - 1, "CLOSED", "ESTABLISHED")]
+    )
+    since = now - 10
+    assert grouped(since) == fresh(since) == ({"web1": 6, "web2": 2, "idle": 0}, {"web1": 3, "web2": 2, "idle": 0})
+    assert grouped(0.0) == fresh(0.0) == ({"web1": 11, "web2": 3, "idle": 0}, {"web1": 3, "web2": 2, "idle": 0})
+
+    retention.trim(retention.Policy(days=1, rows=0, batch=100), now=now)  # web2's old drop goes
+    assert grouped(0.0) == fresh(0.0) == ({"web1": 11, "web2": 2, "idle": 0}, {"web1": 3, "web2": 2, "idle": 0})
+
+    Connection.objects.filter(host_id="web2").delete()
+    StateRow.objects.filter(host_id="web1", seq__lte=2).delete()
+    assert grouped(0.0) == fresh(0.0) == ({"web1": 9, "web2": 2, "idle": 0}, {"web1": 3, "web2": 0, "idle": 0})
+    assert overview_counts.records_since([], 0.0) == overview_counts.open_connections([]) == {}
+
+
+def test_the_overview_shows_each_hosts_counts() -> None:
+    now = time.time()
+    for name in HOSTS:
+        Host.objects.create(name=name)
+    store_batch([state("web1", i, i, now - 1, "ESTABLISHED") for i in range(1, 4)] + [drop("web2", 1, now - 2)])
+    client = Client()
+    client.force_login(get_user_model().objects.create_user("viewer", password="pw-for-tests-only"))
+    hosts = client.get("/api/dash/overview").json()["hosts"]
+    assert [(h["host_id"], h["open"], h["records_per_s"]) for h in hosts] == [
+        ("idle", 0, 0.0), ("web1", 3, 0.3), ("web2", 0, 0.1)]  # fmt: skip
+
+
+def _without_shortcut(since: float) -> Any:
+    """``state TIME_WAIT`` as it was written before the last_seen shortcut."""
+    entered = StateRow.objects.filter(
+        host_id=OuterRef("host_id"), conn_uuid=OuterRef("conn_uuid"), state="TIME_WAIT", ts_wall__gte=since
+    )
+    return Connection.objects.filter(Q(state="TIME_WAIT") | (Q(state__in=("TIME_WAIT", "CLOSED")) & Q(Exists(entered))))
+
+
+def test_state_time_wait_keeps_exactly_the_rows_it_kept_without_the_last_seen_shortcut() -> None:
+    now = time.time()
+    store_batch(
+        [state("web1", 1, 1, now - 30, "TIME_WAIT", "FIN_WAIT_2"), state("web1", 2, 1, now - 20, "CLOSED", "TIME_WAIT")]
+        + [state("web1", 3, 2, now - 200, "TIME_WAIT", "FIN_WAIT_2"), state("web1", 4, 2, now - 190, "CLOSED", "TIME_WAIT")]
+        + [state("web1", 5, 3, now - 10, "TIME_WAIT", "FIN_WAIT_2")]
+        + [state("web1", 6, 4, now - 5, "ESTABLISHED")]
+    )  # fmt: skip
+    found = sorted(queries.filtered("state TIME_WAIT").values_list("conn_uuid", flat=True))
+    before = sorted(_without_shortcut(now - queries.TIME_WAIT_S).values_list("conn_uuid", flat=True))
+    assert found == before == sorted(connection_uuid("web1", "b", c) for c in (1, 3))
+    # and its negation: every other connection
+    others = sorted(queries.filtered("state != TIME_WAIT").values_list("conn_uuid", flat=True))
+    assert others == sorted(connection_uuid("web1", "b", c) for c in (2, 4))

@@ -98,7 +98,10 @@ def test_unattributed_sockets_group_by_their_local_endpoint():
 def test_a_process_is_named_by_its_tgid_not_the_thread_whose_record_came_first():
     s, e = Stream(), engine(K10={"close_wait_s": 2, "sweep_s": 1})
     recs, _ = leak(s, 2, pid=900, comm="server")
-    recs = [msgspec.structs.replace(r, pid=25001 + i) for i, r in enumerate(recs)]  # worker threads
+    # worker threads: their own thread ids, the second with its own thread name
+    recs = [
+        msgspec.structs.replace(r, pid=25001 + i, comm="server" if i < 2 else "worker-2") for i, r in enumerate(recs)
+    ]
     out = feed_all(e, recs) + e.tick(s.t + 1) + e.tick(s.t + 3)
     (a,) = only(out, "K10")
     assert (a.tgid, a.members) == (900, 2)

@@ -308,7 +308,9 @@ class StuckClose(Rule):
         """The fix target: the owning process, else the local endpoint (a listener's port)."""
         pid = s.tgid or s.pid
         if pid is not None:
-            return (s.host_id, "process", pid, s.comm)
+            # the tgid alone: a process's threads may carry their own names (comm), and
+            # a finding per thread name would split one leak in several
+            return (s.host_id, "process", pid)
         return (s.host_id, "local", s.netns, s.src, s.sport)
 
     def _group(self, s: Subject) -> _Group:

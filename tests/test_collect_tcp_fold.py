@@ -25,15 +25,12 @@ from tests.kernel_support import RING_SLOTS, Capture, bound_listener, cookie_of,
 from translators.records import Record
 from translators.tcp_lifecycle import expand
 
-pytestmark = kernel
+pytestmark = [*kernel, pytest.mark.matrix]
 
 PROVIDERS = ("tcp", "siftr-poll")  # the fold needs siftr-poll's iterator (its flush)
 FOLDED = ("tcp_state", "tcp_cong_state", "flow_counters", "connection")  # what a lifecycle stands for
 WINDOW_S = 0.3  # short, so the long-lived connection outlives it quickly
 SHORT = 4
-# Both sessions' programs run one after the other in the same tracepoint call, each reading
-# the clock itself; the fold keeps microseconds after its first change.
-CLOCKS_APART_NS = 1_000_000
 
 
 @contextmanager
@@ -44,7 +41,7 @@ def two_sessions(port: int, poll_interval: float) -> Iterator[tuple[Capture, Cap
         folded = stack.enter_context(
             tracing(PROVIDERS, port=port, poll_interval=poll_interval, tcp_fold=True, fold_window=WINDOW_S)
         )
-        assert not [d for d in folded.session.degraded if d[0] == "tcp"], folded.session.degraded
+        assert not folded.lost("tcp", "tcp_lifecycle"), folded.session.degraded
         yield streamed, folded
 
 
@@ -119,8 +116,15 @@ def assert_same_lifecycles(streamed: list[Record], folded: list[Record]) -> None
     assert sorted(got) == sorted(want)
     for cookie, recs in want.items():
         assert [view(r) for r in got[cookie]] == [view(r) for r in recs], cookie
-        apart = [abs(a.ts_ns - b.ts_ns) for a, b in zip(got[cookie], recs, strict=True) if a.kind != "connection"]
-        assert max(apart, default=0) < CLOCKS_APART_NS, (cookie, apart)
+    # times: each session reads its own clock (apart by a program's run, milliseconds under
+    # QEMU's emulation), so they are not compared across sessions; the folded ones keep
+    # their order, to the microsecond after the first change, and end at the lifecycle
+    for rec in folded:
+        if rec.kind == "tcp_lifecycle":
+            times = [r.ts_ns for r in expand(rec)]
+            assert times == sorted(times) and times[-1] <= rec.ts_ns
+            changes = [r.ts_ns for r in expand(rec) if r.kind in ("tcp_state", "tcp_cong_state")]
+            assert {(t - rec.born_ns) % 1000 for t in changes} <= {0}  # type: ignore[attr-defined]
 
 
 def test_folded_short_connections_expand_to_the_streamed_records_and_make_one_record_per_end() -> None:
@@ -141,6 +145,10 @@ def test_folded_short_connections_expand_to_the_streamed_records_and_make_one_re
     assert_same_lifecycles(want, got)
     assert_samples_counted(streamed)
     assert_samples_counted(folded)
+    # the final flow counters H2 counts segments from (KernelSource.counter_records): the same
+    finals = [sorted(view(r) for r in cap.source.counter_records if r.kind == "flow_counters")  # type: ignore[union-attr]
+              for cap in (streamed, folded)]  # fmt: skip
+    assert finals[0] == finals[1] and len(finals[0]) == 2 * (SHORT + 1)
 
     short = {c for pair in ends for c in pair}
     kinds_streamed = Counter(r.kind for r in want if r.sock_cookie in short and r.kind != "siftr_sample")
@@ -208,7 +216,7 @@ def test_the_fold_without_siftr_poll_is_off_and_says_why(providers: tuple[str, .
     listener = bound_listener()
     port = listener.getsockname()[1]
     with tracing(providers, port=port, tcp_fold=True) as cap:
-        assert [(p, what) for p, what, _ in cap.session.degraded if p == "tcp"] == [("tcp", "tcp_lifecycle")]
+        assert cap.lost("tcp", "tcp_lifecycle")
         listener.listen(1)
         ends = exchange(listener, port)
         listener.close()

@@ -78,6 +78,15 @@ def record_indexes(cls: type[Record]) -> list[models.Index]:
     if kind in SKB_KINDS:
         # One buffer's life: every stage (and its drop) of skb_uid X in time order.
         indexes.append(models.Index(fields=["skb_uid", "ts_ns"], name=index_name(kind, "skb_uid", "ts_ns")))
+    if kind == "alert":
+        # The alerts list, newest first: `ORDER BY start DESC, id DESC LIMIT 500` (and the
+        # Overview's top 10) walk this instead of sorting every alert row.
+        indexes.append(models.Index(fields=["start", "id"], name=index_name(kind, "start", "id")))
+        # Newest version only (dashboard/alert_versions.latest): `NOT EXISTS (... WHERE host_id =
+        # H AND alert_id = A AND id > I)`, one index-only probe per row.
+        indexes.append(
+            models.Index(fields=["host_id", "alert_id", "id"], name=index_name(kind, "host_id", "alert_id", "id"))
+        )
     for desc in describe(cls):
         if desc.index and desc.name not in SERVED_ELSEWHERE:
             # The field's own filter over a time range: drops by reason (drop summary

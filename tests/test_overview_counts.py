@@ -109,3 +109,22 @@ def test_state_time_wait_keeps_exactly_the_rows_it_kept_without_the_last_seen_sh
     # and its negation: every other connection
     others = sorted(queries.filtered("state != TIME_WAIT").values_list("conn_uuid", flat=True))
     assert others == sorted(connection_uuid("web1", "b", c) for c in (2, 4))
+
+
+def test_the_top_by_bytes_is_the_sort_by_total_bytes_nulls_as_zero_captures_and_empty_left_out() -> None:
+    Host.objects.create(name="web1")
+    rows = [(1, 500, None), (2, None, 700), (3, 100, 100), (4, None, None), (5, 0, 0), (6, 50, 1000)]
+    for n, orig, resp in rows:
+        Connection.objects.create(
+            host_id="web1", boot_id="b", conn_uuid=connection_uuid("web1", "b", n), proto="tcp", first_seen=1.0,
+            last_seen=2.0, bytes_orig=orig, bytes_resp=resp,
+        )  # fmt: skip
+    Connection.objects.create(
+        host_id="capture:x", boot_id="b", conn_uuid=connection_uuid("capture:x", "b", 9), proto="tcp", first_seen=1.0,
+        last_seen=2.0, bytes_orig=10**9,
+    )  # fmt: skip
+    client = Client()
+    client.force_login(get_user_model().objects.create_user("viewer", password="pw-for-tests-only"))
+    top = client.get("/api/dash/overview").json()["top_bytes"]
+    uuids = {connection_uuid("web1", "b", n): n for n, _, _ in rows}
+    assert [uuids[r["conn_uuid"]] for r in top] == [6, 2, 1, 3]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db.models import Count, Max, Sum
+from django.db.models.expressions import RawSQL
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from webapp.bus import health as bus_health
@@ -218,7 +219,9 @@ def overview(request: HttpRequest) -> HttpResponse:
     # open findings by severity, then recency (issue 34 item 1; overview_findings.py)
     latest = list(overview_findings.ranked(alert_versions.latest(shown)).values(*alert_cols)[:TOP_N])
     conns = queries.annotated().exclude(host_id__startswith=CAPTURE_PREFIX)
-    top_bytes = conns.filter(total_bytes__gt=0).order_by("-total_bytes")[:TOP_N]
+    # total_bytes spelled as SQLite's index nt_conn_bytes has it (migration 0030): Django's
+    # Coalesce(..., Value(0)) sends 0 as a parameter, which no index expression matches
+    top_bytes = conns.filter(total_bytes__gt=0).order_by(RawSQL(queries.TOTAL_BYTES_SQL, []).desc())[:TOP_N]
     top_retrans = conns.filter(retransmits__gt=0).order_by("-retransmits")[:TOP_N]
     return JsonResponse(
         {

@@ -159,6 +159,11 @@ SORTS: dict[str, SortKey] = {
 DEFAULT_SORT = "-last"
 
 
+# annotated()'s total_bytes as literal SQL (one table, no joins): the expression of the
+# SQLite index nt_conn_bytes (migration 0030), for the Overview's top by bytes.
+TOTAL_BYTES_SQL = "(COALESCE(bytes_orig, 0) + COALESCE(bytes_resp, 0))"
+
+
 def annotated() -> QuerySet[Connection]:
     """Connections with the computed columns the filter language and sorts use."""
     return Connection.objects.annotate(

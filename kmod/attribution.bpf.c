@@ -49,7 +49,7 @@ static __always_inline void user_call(const struct sock *sk, int ret, int flags,
 	}
 	if (proto != IPPROTO_TCP)
 		return;
-	cookie = bpf_get_socket_cookie((void *)sk);
+	cookie = cookie_of(sk);
 	if (cfg.providers & NT_PROV_TCPDEBUG) {
 		debug_point(sk, cookie, NULL, NT_TA_USER, (flags & MSG_OOB) ? oob_req : req, 0, 0, NULL,
 			    hook_call(in_task(ctx)));
@@ -83,4 +83,31 @@ int BPF_PROG(sock_recv_length, struct sock *sk, int ret, int flags)
 	if ((cfg.providers & NT_PROV_SKB_LIFE) && skb_recv_pending(sk) && in_task(ctx))
 		skb_recv_done(sk, ret, flags, true);
 	return 0;
+}
+
+/* Before 5.12 (cookie_of, attribution.bpf.h) the tracing programs read a socket's cookie
+ * and cannot make one: these ask for it where the kernel lets a program, so the socket
+ * has it before any tracepoint sees it. Loaded only there (collector/bpf/loader.py,
+ * COOKIE_PROGRAMS), on the root of the cgroup v2 hierarchy. Both allow everything (1)
+ * and change nothing. */
+SEC("cgroup/sock_create")
+int sock_create(struct bpf_sock *ctx)
+{
+#ifdef NT_LEGACY
+	__u64 key = ptr_value(ctx); /* as cookie_compat keys it (sock_key) */
+
+	bpf_map_delete_elem(&cookie_subs, &key); /* a substitute of the socket this address was */
+#endif
+	bpf_get_socket_cookie(ctx);
+	return 1;
+}
+
+/* A passive child has no socket() call: its cookie is asked for as it is established
+ * (tcp_init_transfer() runs this before its change to ESTABLISHED). */
+SEC("sockops")
+int sock_ops(struct bpf_sock_ops *ctx)
+{
+	if (ctx->op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
+		bpf_get_socket_cookie(ctx);
+	return 1;
 }

@@ -13,9 +13,54 @@
 #include "core_fixes.bpf.h"
 #include "helpers.bpf.h"
 
+#ifdef NT_LEGACY
+/* Tracing programs may call bpf_get_socket_cookie() from 5.12 (commit c5dbb89fc2ac "bpf:
+ * Expose bpf_get_socket_cookie to tracing programs"); before (Debian 11's 5.10), the
+ * verifier refuses the call. The legacy object, which kernels before 5.12 load
+ * (core_fixes.bpf.h, NT_LEGACY; not a CO-RE branch: its dead code still took stack in the
+ * compat object's frames), reads the cookie from the socket itself: skc_cookie, which
+ * sock_gen_cookie() fills at the first request. The cgroup programs of attribution.bpf.c
+ * request it for every socket made by socket() (sock_create) and for every passive child
+ * as it is established (sock_ops), so the records name the cookie SO_COOKIE gives, as on
+ * later kernels. A socket still without one (made before the collector started, a
+ * kernel's socket, a child never established) gets a substitute at its first sighting
+ * (assign), kept by its address in `cookie_subs`: high bit set, so never a kernel cookie,
+ * and numbered per CPU. Should the kernel give it a cookie later, its records from then
+ * on carry that one (docs/collector.md, "Kernel support"). */
+#define NT_COOKIE_SUB (1ULL << 63)
+
+static __always_inline __u64 sock_key(const struct sock *sk);
+
+static __always_inline __u64 cookie_compat(const struct sock *sk, bool assign)
+{
+	__u64 cookie = BPF_CORE_READ(sk, __sk_common.skc_cookie.counter), key, *sub, *next;
+	__u32 zero = 0;
+
+	if (cookie)
+		return cookie;
+	key = sock_key(sk); /* the address as a number in this object */
+	sub = bpf_map_lookup_elem(&cookie_subs, &key);
+	if (sub || !assign)
+		return sub ? *sub : 0;
+	next = bpf_map_lookup_elem(&cookie_next, &zero);
+	if (!next)
+		return 0;
+	cookie = NT_COOKIE_SUB | ((__u64)bpf_get_smp_processor_id() << 40) | (++*next & ((1ULL << 40) - 1));
+	bpf_map_update_elem(&cookie_subs, &key, &cookie, BPF_NOEXIST);
+	sub = bpf_map_lookup_elem(&cookie_subs, &key); /* another CPU's, if it came first */
+	return sub ? *sub : cookie;
+}
+#endif
+
 static __always_inline __u64 cookie_of(const struct sock *sk)
 {
-	return sk ? bpf_get_socket_cookie((void *)sk) : 0;
+	if (!sk)
+		return 0;
+#ifdef NT_LEGACY
+	return cookie_compat(sk, true);
+#else
+	return bpf_get_socket_cookie((void *)sk);
+#endif
 }
 
 /* For pointers read from memory (skb->sk), which the socket helpers refuse: the
@@ -23,7 +68,13 @@ static __always_inline __u64 cookie_of(const struct sock *sk)
  * tcp_probe programs ask for every TCP socket they see). */
 static __always_inline __u64 cookie_read(const struct sock *sk)
 {
-	return sk ? BPF_CORE_READ(sk, __sk_common.skc_cookie.counter) : 0;
+	if (!sk)
+		return 0;
+#ifdef NT_LEGACY
+	return cookie_compat(sk, false);
+#else
+	return BPF_CORE_READ(sk, __sk_common.skc_cookie.counter);
+#endif
 }
 
 static __always_inline void fill_flow(struct nt_header *h, const struct sock *sk)
@@ -250,7 +301,14 @@ static __always_inline bool owner_is_current(__u64 cookie)
  * ptr_value's helper call on the per-call path. */
 static __always_inline __u64 sock_key(const struct sock *sk)
 {
+#ifdef NT_LEGACY
+	/* 5.10's verifier refuses a plain number (a socket pointer read from memory) minus a
+	 * map value's address ("math between map_value pointer and register with unbounded
+	 * min value"): the address itself, as a number */
+	return ptr_value(sk);
+#else
 	return (__u64)sk - (__u64)&owner_epoch;
+#endif
 }
 
 #endif /* __NT_ATTRIBUTION_BPF_H */

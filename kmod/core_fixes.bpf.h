@@ -73,6 +73,48 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id);
 #endif
 
 
+/* Before 6.0 a buffer has no alloc_cpu (it came with the deferred frees of
+ * skb_attempt_defer_free(), which hand a read buffer back to its allocating CPU): a read
+ * buffer is freed where it is read, so that CPU stands in for it. */
+#define NT_SKB_ALLOC_CPU(skb)                                                    \
+	(bpf_core_field_exists(((struct sk_buff *)0)->alloc_cpu) ? BPF_CORE_READ(skb, alloc_cpu) : \
+								    bpf_get_smp_processor_id())
+
+/* Before 5.12 the verifier knows no atomic instruction that returns what it replaced
+ * (commit 5ca419f2864a "bpf: Introduce BPF_FETCH flag", commit 5ffa25502b5a "bpf: Add
+ * instructions for atomic_[cmp]xchg"), and refuses a program holding one even in dead
+ * code: its check of reserved fields runs over every instruction before verification. So
+ * the Makefile builds nettrail-legacy.bpf.o for those kernels (Debian 11's 5.10) with
+ * NT_LEGACY: a fetch-add is a load and then an atomic add (the sum stays exact; the
+ * value read may miss another CPU's add at that moment), and siftr's flow_slots, claimed
+ * by compare-and-swap, are not used (siftr.bpf.h, flow_slot): every flow is counted in the
+ * `flows` hash map, which the collector reads as well. The same build also names a socket
+ * by its address as a number (attribution.bpf.h, sock_key): 5.10 refuses the pointer
+ * difference later kernels take. */
+#ifdef NT_LEGACY
+#define NT_FETCH_ADD(p, v)                         \
+	({                                         \
+		__typeof__(*(p)) __nt_old = *(p); \
+		__sync_fetch_and_add(p, v);        \
+		__nt_old;                          \
+	})
+#else
+#define NT_FETCH_ADD(p, v) __sync_fetch_and_add(p, v)
+#endif
+
+/* current as a task_struct: bpf_get_current_task_btf() came with 5.11 (commit 3ca1032ab7ab
+ * "bpf: Add bpf_get_current_task_btf helper"); the legacy object (before 5.12) takes
+ * bpf_get_current_task()'s plain address, which only probe reads (BPF_CORE_READ) may
+ * follow. */
+static __always_inline struct task_struct *nt_current(void)
+{
+#ifdef NT_LEGACY
+	return (struct task_struct *)bpf_get_current_task();
+#else
+	return bpf_get_current_task_btf();
+#endif
+}
+
 /* Task context or not, as the kernel's own in_task() says (include/linux/preempt.h):
  * !(preempt_count() & (NMI_MASK | HARDIRQ_MASK | SOFTIRQ_OFFSET)), i.e. neither an NMI,
  * nor a hard interrupt, nor serving a softirq (a task that merely disabled bottom halves
@@ -119,19 +161,26 @@ static __always_inline bool in_task(void *ctx)
 	__u32 zero = 0, *serving, count = 0;
 
 	if (bpf_core_field_exists(struct thread_info___nt, preempt_count)) {
-		struct task_struct *t = bpf_get_current_task_btf();
+		struct task_struct *t = nt_current();
 		struct thread_info___nt *ti = (struct thread_info___nt *)&t->thread_info;
 
 		return count_in_task(BPF_CORE_READ(ti, preempt_count));
 	}
 	if (cfg.preempt_from_rq && bpf_core_field_exists(((struct sched_entity *)0)->cfs_rq) &&
 	    bpf_core_field_exists(((struct cfs_rq *)0)->rq) && bpf_core_field_exists(((struct rq *)0)->cpu)) {
+#ifdef NT_LEGACY
+		/* probe reads: before 5.11 current is a plain address (nt_current) */
+		struct rq *rq = BPF_CORE_READ(nt_current(), se.cfs_rq, rq);
+		int cpu = rq ? BPF_CORE_READ(rq, cpu) : -1;
+#else
 		/* direct loads through BTF pointers; only the count, which has no type here, is
 		 * a probe read */
 		struct rq *rq = bpf_get_current_task_btf()->se.cfs_rq->rq;
+		int cpu = rq ? rq->cpu : -1;
+#endif
 
 		/* never a wrong CPU's count: a task not answering for this CPU is not a task */
-		if (!rq || rq->cpu != (int)bpf_get_smp_processor_id() ||
+		if (!rq || cpu != (int)bpf_get_smp_processor_id() ||
 		    bpf_probe_read_kernel(&count, sizeof(count), (void *)rq + cfg.preempt_from_rq))
 			return false;
 		return count_in_task(count);

@@ -147,7 +147,7 @@ static __always_inline bool ip_flow_add(const struct nt_ip_flow_key *kp, struct 
 			return false;
 		}
 	}
-	seen = __sync_fetch_and_add(&f->packets, 1);
+	seen = NT_FETCH_ADD(&f->packets, 1); /* core_fixes.bpf.h: before 5.12 a load, then the add */
 	__sync_fetch_and_add(&f->bytes, bytes);
 	/* jiffies, not the clock: reading jiffies_64 is a load of a line the stack keeps hot,
 	 * the clock an indirect call and a cold line per packet of the always-on mode */

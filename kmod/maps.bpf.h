@@ -309,4 +309,24 @@ NT_MAP struct {
 	__type(value, struct nt_udp_rxq_ends);
 } udp_rxq_ends SEC(".maps");
 
+#ifdef NT_LEGACY
+/* Before 5.12 a tracing program cannot ask for a socket's cookie (attribution.bpf.h,
+ * cookie_of): a socket the kernel gave none yet gets a substitute, kept here by its
+ * address (sock_key) until that address is a new socket's (sock_create) or the LRU
+ * evicts it; cookie_next numbers the substitutes per CPU. */
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u64);
+} cookie_subs SEC(".maps");
+
+NT_MAP struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} cookie_next SEC(".maps");
+#endif
+
 #endif /* __NT_MAPS_BPF_H */

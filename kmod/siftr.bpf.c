@@ -16,7 +16,7 @@
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(tcp_probe, struct sock *sk, const struct sk_buff *skb)
 {
-	__u64 cookie = sk->__sk_common.skc_cookie.counter ?: bpf_get_socket_cookie(sk); /* set once, then a load */
+	__u64 cookie = sk->__sk_common.skc_cookie.counter ?: cookie_of(sk); /* set once, then a load */
 	struct seg g = {};
 
 	if (cfg.providers & NT_PROV_SIFTR)

@@ -14,9 +14,13 @@
 
 static __always_inline struct nt_flow *flow_slot(__u64 cookie)
 {
+#ifdef NT_LEGACY
+	return NULL; /* no compare-and-swap to claim a slot with (core_fixes.bpf.h): `flows` only */
+#else
 	__u32 i = cookie & (NT_FLOW_SLOTS - 1);
 
 	return bpf_map_lookup_elem(&flow_slots, &i);
+#endif
 }
 
 static __always_inline struct nt_flow *flow_find(__u64 cookie)

@@ -138,7 +138,7 @@ static __always_inline void skb_read_note(const struct sk_buff *skb, int len)
 	rs->r[n].uid = id->uid;
 	rs->r[n].len = len;
 	rs->r[n].skb_len = BPF_CORE_READ(skb, len);
-	rs->r[n].alloc_cpu = BPF_CORE_READ(skb, alloc_cpu);
+	rs->r[n].alloc_cpu = NT_SKB_ALLOC_CPU(skb); /* core_fixes.bpf.h: none before 6.0 */
 	rs->n = n + 1;
 }
 

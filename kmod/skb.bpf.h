@@ -457,7 +457,7 @@ static __always_inline void udp_rxq_push(const struct sk_buff *skb)
 	v.addr = addr;
 	v.uid = id->uid;
 	v.len = BPF_CORE_READ(skb, len);
-	v.alloc_cpu = BPF_CORE_READ(skb, alloc_cpu);
+	v.alloc_cpu = NT_SKB_ALLOC_CPU(skb); /* core_fixes.bpf.h: none before 6.0 */
 	bpf_map_update_elem(&udp_rxq, &k, &v, BPF_ANY);
 }
 

@@ -45,7 +45,7 @@
 #define NT_TS_COMPAT 0x0002 /* arch/x86/include/asm/thread_info.h */
 static __always_inline bool compat_call(void)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
+	struct task_struct *t = nt_current(); /* core_fixes.bpf.h: before 5.11 a plain address */
 
 	return BPF_CORE_READ(t, thread_info.status) & NT_TS_COMPAT;
 }

@@ -342,11 +342,11 @@ echo "guest total: $(( $(date +%s) - start )) s"
 
 
 def prepare() -> Path:
-    """Build both kmod objects on the host (against its BTF: CO-RE relocates them on each
+    """Build the kmod objects on the host (against its BTF: CO-RE relocates them on each
     kernel; the guest's checkout is read-only) and snapshot the checkout."""
     from collector.bpf import build, variants
 
-    for name in (variants.OBJECT, variants.COMPAT_OBJECT):
+    for name in variants.OBJECTS:
         build.ensure_built(name)
     return snapshot()
 

@@ -101,6 +101,20 @@ SYSCALL_PROGRAMS = (variants.SYSCALL_TRACEPOINT,)
 PROGRAMS.update(dict.fromkeys(FUNCTION_PROGRAMS + SYSCALL_PROGRAMS, frozenset({"udp", "udp-calls"})))
 SOURCE_PROGRAMS = {"kernel functions": FUNCTION_PROGRAMS, "system calls": SYSCALL_PROGRAMS}
 ITER_PROGRAMS = frozenset({"siftr_poll"})
+# Before 5.12 tracing programs cannot ask for a socket's cookie: these cgroup programs
+# (kmod/attribution.bpf.c) ask for it at socket() and as a passive child is established,
+# and the legacy object's tracing programs read it from the socket. Attached first, on the
+# cgroup v2 root, and only with that object (legacy_object); what differs is named in
+# `degraded`.
+COOKIE_PROGRAMS = ("sock_create", "sock_ops")
+PROGRAMS = {**dict.fromkeys(COOKIE_PROGRAMS, ALWAYS), **PROGRAMS}
+COOKIE_LOSES = (
+    "sock_cookie",
+    "tracing programs cannot ask for a socket's cookie before Linux 5.12: it is read from the socket, which "
+    "sock_create and sock_ops give one at socket() and as a passive child is established; a socket without one "
+    "(made before the collector started, a kernel's own) carries a substitute (bit 63 set), not SO_COOKIE's",
+)
+COOKIE_CGROUP_LOSES = "no cgroup v2 hierarchy for sock_create and sock_ops: every socket's cookie is a substitute"
 DEFAULT_POLL_INTERVAL_S = 0.1
 MIN_POLL_INTERVAL_S, MAX_POLL_INTERVAL_S = 0.01, 60.0  # a visit per socket per poll; K7's 2 s wants several
 # tcp --tcp-fold (kmod/fold.bpf.h): a socket's state and congestion-state changes folded in
@@ -265,6 +279,8 @@ def program_names(opts: Options, cgroup_programs: bool = True, functions: bool =
         skip |= set(CONTEXT_PROGRAMS)
     if not cgroup_programs:
         skip |= CGROUP_PROGRAMS
+    if not legacy_object() or cgroup.root() is None:
+        skip |= set(COOKIE_PROGRAMS)
     source = udp_call_source(opts, functions) if wanted & {"udp", "udp-calls"} else "socket tracepoints"
     for other, names in SOURCE_PROGRAMS.items():
         if other != source:
@@ -277,6 +293,12 @@ def program_names(opts: Options, cgroup_programs: bool = True, functions: bool =
         return needs
 
     return [name for name in PROGRAMS if needed_by(name) & wanted and name not in skip]
+
+
+def legacy_object() -> bool:
+    """Whether this kernel loads the legacy object (before 5.12: variants.LEGACY_OBJECT),
+    whose tracing programs read socket cookies and need COOKIE_PROGRAMS to make them."""
+    return variants.object_for() == variants.LEGACY_OBJECT
 
 
 def cgroup_unusable() -> str | None:
@@ -432,7 +454,7 @@ class KernelSession:
         # leave it out and report it (H3); the attribution programs are not optional.
         if self.cgroup_why is None and CGROUP_PROGRAMS & set(self.program_names()):
             self.cgroup_why = cgroup_unusable()
-        not_tracepoints = CGROUP_PROGRAMS | ITER_PROGRAMS | set(FUNCTION_PROGRAMS)
+        not_tracepoints = CGROUP_PROGRAMS | ITER_PROGRAMS | set(FUNCTION_PROGRAMS) | set(COOKIE_PROGRAMS)
         self.absent = tracepoints.absent(n for n in self.program_names() if n not in not_tracepoints)
         required = [n for n in self.absent if PROGRAMS[n] == ALWAYS and n not in OPTIONAL_ATTRIBUTION]
         if required:
@@ -447,6 +469,9 @@ class KernelSession:
         if self.cgroup_why is not None and self.udp_call_source() == "socket tracepoints":
             lost = ((p, what, why.format(why=self.cgroup_why)) for p, what, why in CGROUP_LOSES)
             self.degraded += tuple(d for d in lost if d[0] in self.opts.providers)
+        if legacy_object():
+            what, why = COOKIE_LOSES if cgroup.root() is not None else (COOKIE_LOSES[0], COOKIE_CGROUP_LOSES)
+            self.degraded += tuple((p, what, why) for p in self.opts.providers)
         if self.iter_why is not None and "siftr-poll" in self.opts.providers:
             self.degraded += (("siftr-poll", "siftr_sample", self.iter_why),)
         fold_why = fold_unusable(self.opts, self.iter_why)
@@ -574,7 +599,7 @@ class KernelSession:
             raise BpfError(f"failed to write skb_window: {os.strerror(ctypes.get_errno())}")
 
     def _attach_one(self, name: str) -> None:
-        if name in CGROUP_PROGRAMS:
+        if name in CGROUP_PROGRAMS or name in COOKIE_PROGRAMS:
             link = self._attach_cgroup(name)
         elif name in ITER_PROGRAMS:
             link = self.lib.bpf_program__attach_iter(self._program(name), None)
@@ -587,7 +612,9 @@ class KernelSession:
             # cgroup program (a container may keep the hierarchy's root from us, EPERM
             # included) the peers of unconnected sockets' calls; siftr-poll's iterator its samples.
             optional = name in CGROUP_PROGRAMS or name in ITER_PROGRAMS or name in FUNCTION_PROGRAMS
-            if (err in (errno.EPERM, errno.EACCES) and not optional) or PROGRAMS[name] == ALWAYS:
+            # the cookie programs too: without them a socket's records carry a substitute (COOKIE_LOSES)
+            optional = optional or name in COOKIE_PROGRAMS
+            if (err in (errno.EPERM, errno.EACCES) and not optional) or (PROGRAMS[name] == ALWAYS and not optional):
                 raise BpfError(f"failed to attach {name}: {_why(err)}")
             self.failed[name] = _why(err)
             return

@@ -13,29 +13,35 @@ What an older prototype cannot give, and the optional tracepoints a kernel lacks
 named as degradations (provider, field, why): in collector_status and on stderr. The
 choices on the kernels nettrail is meant for (docs/collector.md, "Kernel support"):
 
-============================  ======  ======  ======  ======  =========
-tracepoint                    5.15    6.1     6.8     6.12    6.18
-============================  ======  ======  ======  ======  =========
-tcp_retransmit_skb            __2     __2     __2     __2     3 (err)
-tcp_send_reset                __2     __2     __2     3       3
-kfree_skb                     __2     __3     __3     4       4
-udp_fail_queue_rcv_skb        __2     __2     __2     3       3
-sock_send/recv_length         absent  absent  yes     yes     yes
-bpf_rdonly_cast (kfunc)       no      no      yes     yes     yes
-============================  ======  ======  ======  ======  =========
+============================  ======  ======  ======  ======  ======  =========
+tracepoint                    5.10    5.15    6.1     6.8     6.12    6.18
+============================  ======  ======  ======  ======  ======  =========
+tcp_retransmit_skb            __2     __2     __2     __2     __2     3 (err)
+tcp_send_reset                __2     __2     __2     __2     3       3
+kfree_skb                     __2     __2     __3     __3     4       4
+udp_fail_queue_rcv_skb        __2     __2     __2     __2     3       3
+tcp_cong_state_set            absent  ?       yes     yes     yes     yes
+sock_send/recv_length         absent  absent  absent  yes     yes     yes
+bpf_rdonly_cast (kfunc)       no      no      no      yes     yes     yes
+atomic fetch/cmpxchg (5.12)   no      yes     yes     yes     yes     yes
+============================  ======  ======  ======  ======  ======  =========
 
 5.15 (Ubuntu 22.04) and 6.8 (Ubuntu 24.04) are read from their sources' prototypes, not
-booted here; 6.1 and 6.12 are measured by the kernel matrix (tests/kernel_matrix.py) and
-6.18 on this machine. Keep the
+booted here; 5.10 (Debian 11), 6.1 and 6.12 are measured by the kernel matrix
+(tests/kernel_matrix.py) and 6.18 on this machine. The object: nettrail.bpf.o with
+bpf_rdonly_cast, else nettrail-compat.bpf.o, or nettrail-legacy.bpf.o without atomic fetch. Keep the
 program names in sync with the SEC("tp_btf/...") programs of kmod/.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from collector.bpf import btf
+from collector.bpf import btf, libbpf
 
 RDONLY_CAST = "bpf_rdonly_cast"
 # Without the bpf_rdonly_cast kfunc (before 6.2) no program may even contain a call to it:
@@ -43,6 +49,11 @@ RDONLY_CAST = "bpf_rdonly_cast"
 # kmod/ builds a second object with probe reads in place of the cast's direct loads.
 COMPAT_OBJECT = "nettrail-compat.bpf.o"
 OBJECT = "nettrail.bpf.o"
+# Before 5.12 the verifier refuses any program holding an atomic fetch or compare-and-swap
+# instruction, dead or not (kmod/core_fixes.bpf.h, NT_LEGACY): the compat sources built
+# without them (siftr's flow slots left unused: every flow in the `flows` map).
+LEGACY_OBJECT = "nettrail-legacy.bpf.o"
+OBJECTS = (OBJECT, COMPAT_OBJECT, LEGACY_OBJECT)
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,11 @@ VARIANTS: dict[str, tuple[Variant, ...]] = {
 
 # Optional tracepoints whose absence costs named fields (the loader leaves their programs out).
 ABSENT_LOSES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    # tcp_cong_state_set: 6.1 has it, Debian 11's 5.10 not: no congestion-state
+    # records; a passive child is then recorded at its change out of SYN_RECV (tcp.bpf.c)
+    "tcp_cong_state_set": (
+        ("tcp", "tcp_cong_state", "no tcp_cong_state_set tracepoint on this kernel: no congestion-state records"),
+    ),
     "sock_send_length": (
         ("udp", "udp_call.send", "no sock_send_length tracepoint (Linux 6.3+): no send call records"),
         (
@@ -177,6 +193,39 @@ def _source_losses(tracepoints: list[str], gone: set[str]) -> tuple[set[str], li
     return set(), []
 
 
+# A socket filter that fetch-adds and compare-and-swaps a stack slot, then returns 0:
+# (code, dst | src << 4, off, imm) of each struct bpf_insn.
+_FETCH_PROBE = (
+    (0xB7, 1, 0, 0),  # r1 = 0
+    (0x7B, 10 | 1 << 4, -8, 0),  # *(u64 *)(r10 - 8) = r1
+    (0xB7, 1, 0, 1),  # r1 = 1
+    (0xDB, 10 | 1 << 4, -8, 0x01),  # r1 = atomic_fetch_add((u64 *)(r10 - 8), r1)  (BPF_ADD | BPF_FETCH)
+    (0xB7, 0, 0, 0),  # r0 = 0
+    (0xDB, 10 | 1 << 4, -8, 0xF1),  # r0 = cmpxchg_64(r10 - 8, r0, r1)  (BPF_CMPXCHG)
+    (0xB7, 0, 0, 0),  # r0 = 0
+    (0x95, 0, 0, 0),  # exit
+)
+
+
+class _Insn(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("regs", ctypes.c_uint8), ("off", ctypes.c_int16), ("imm", ctypes.c_int32)]
+
+
+@functools.cache
+def atomic_fetch() -> bool:
+    """Whether this kernel's verifier takes atomic fetch and compare-and-swap instructions
+    (5.12+): it loads a probe program holding both (libbpf has no probe of its own for them)."""
+    insns = (_Insn * len(_FETCH_PROBE))(*(_Insn(*i) for i in _FETCH_PROBE))
+    load = libbpf.get().lib.bpf_prog_load
+    load.restype = ctypes.c_int
+    load.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    fd = int(load(1, b"nt_fetch_probe", b"GPL", insns, len(insns), None))  # BPF_PROG_TYPE_SOCKET_FILTER
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
+
+
 @dataclass(frozen=True)
 class Choice:
     """The loader's plan for this kernel: the object, each tracepoint's program, the losses."""
@@ -192,6 +241,7 @@ def choose(
     providers: Iterable[str],
     args_of: Callable[[str], int | None] | None = None,
     has_kfunc: Callable[[str], bool] | None = None,
+    has_fetch: Callable[[], bool] | None = None,
 ) -> Choice:
     """Pick the variant of each present tracepoint and collect what the chosen providers lose.
     args_of and has_kfunc default to the running kernel's BTF (another kernel's answers
@@ -216,8 +266,15 @@ def choose(
         programs[tp] = pick.program
         lost.extend(pick.loses)
     wanted = [d for d in dict.fromkeys(lost) if d[0] in chosen]
-    obj = OBJECT if has_kfunc(RDONLY_CAST) else COMPAT_OBJECT
-    return Choice(obj, programs, tuple(wanted))
+    return Choice(object_for(has_kfunc, has_fetch or atomic_fetch), programs, tuple(wanted))
+
+
+def object_for(has_kfunc: Callable[[str], bool] | None = None, has_fetch: Callable[[], bool] | None = None) -> str:
+    """The object this kernel loads: OBJECT with bpf_rdonly_cast (6.2+), else COMPAT_OBJECT,
+    or LEGACY_OBJECT where the verifier takes no atomic fetch (before 5.12)."""
+    if (has_kfunc or btf.kfunc_exists)(RDONLY_CAST):
+        return OBJECT
+    return COMPAT_OBJECT if (has_fetch or atomic_fetch)() else LEGACY_OBJECT
 
 
 def by_provider(degraded: Iterable[tuple[str, str, str]]) -> dict[str, dict[str, str]]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Count, Exists, OuterRef, Q
 from django.test import Client
 
 from translators.records import SkbDrop, TcpStateChange, connection_uuid
@@ -128,3 +128,43 @@ def test_the_top_by_bytes_is_the_sort_by_total_bytes_nulls_as_zero_captures_and_
     top = client.get("/api/dash/overview").json()["top_bytes"]
     uuids = {connection_uuid("web1", "b", n): n for n, _, _ in rows}
     assert [uuids[r["conn_uuid"]] for r in top] == [6, 2, 1, 3]
+
+
+def tw(seq: int, cookie: int, dst: str, closed: bool) -> list[TcpStateChange]:
+    """A socket to dst:443 that entered TIME_WAIT 10 s ago; closed: its state is CLOSED since."""
+    now, uuid = time.time(), connection_uuid("web1", "b", cookie)
+    base = {"host_id": "web1", "boot_id": "b", "ts_ns": seq, "provider": "tcp", "probe": "state-change",
+            "conn_uuid": uuid, "src": "10.0.0.1", "sport": 40000 + cookie, "dst": dst, "dport": 443}  # fmt: skip
+    out = [TcpStateChange(**base, seq=seq, ts_wall=now - 10, prev_state="FIN_WAIT_2", state="TIME_WAIT")]
+    if closed:
+        out.append(TcpStateChange(**base, seq=seq + 1, ts_wall=now - 9, prev_state="TIME_WAIT", state="CLOSED"))
+    return out
+
+
+def test_the_time_wait_top_counts_stored_and_recently_entered_sockets_together_as_one_query_did() -> None:
+    from webapp.dashboard import own_traffic, time_wait
+
+    # stored TIME_WAIT: x 3, y 2, z 1; CLOSED having entered it 10 s ago: z 2, w 1
+    plan = [("10.0.0.10", 3, 0), ("10.0.0.20", 2, 0), ("10.0.0.30", 1, 2), ("10.0.0.40", 0, 1)]
+    seq, cookie, records = 1, 1, []
+    for dst, stored, entered in plan:
+        for closed in [False] * stored + [True] * entered:
+            records += tw(seq, cookie, dst, closed)
+            seq, cookie = seq + 2, cookie + 1
+    store_batch(records)
+    one_query = (
+        queries.filtered("state TIME_WAIT").exclude(own_traffic.own_q())
+        .filter(host_id__in=["web1"], dst__isnull=False, dport__isnull=False)
+        .values("host_id", "dst", "dport").annotate(sockets=Count("id"))
+        .order_by("-sockets", "host_id", "dst", "dport")
+    )  # fmt: skip
+    for limit in (1, 2, 3, 10):
+        got = [(r["dst"], r["sockets"]) for r in time_wait.by_destination(["web1"], limit)]
+        assert got == [(r["dst"], r["sockets"]) for r in one_query[:limit]]
+    assert [(r["dst"], r["sockets"]) for r in time_wait.by_destination(["web1"], 2)] == [
+        ("10.0.0.10", 3), ("10.0.0.30", 3)]  # fmt: skip
+    assert (
+        time_wait.by_destination(["web1"], 10)[-1]["q"]
+        == "host web1 and state TIME_WAIT and dst 10.0.0.40 and dport 443"
+    )
+    assert time_wait.by_destination(["other"]) == []

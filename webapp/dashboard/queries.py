@@ -49,19 +49,22 @@ MAX_UUIDS = 50  # live look-ups of new connections per request
 TIME_WAIT_S = 60.0
 
 
+def entered_time_wait(since: float) -> Q:
+    """Connections stored TIME_WAIT or CLOSED that entered TIME_WAIT at ``since`` or later."""
+    entered = TcpStateChange.objects.filter(
+        host_id=OuterRef("host_id"), conn_uuid=OuterRef("conn_uuid"), state="TIME_WAIT", ts_wall__gte=since
+    )
+    # last_seen >= since is implied (a connection's last_seen is at least each of its
+    # records' ts_wall, lifecycle._fold_into): it spares the look-up for the long-closed
+    # rows, most of a big table (index nt_conn_state_last).
+    return Q(state__in=("TIME_WAIT", "CLOSED"), last_seen__gte=since) & Q(Exists(entered))
+
+
 def _state(op: str, value: Any) -> Q:
     if value == "OPEN":
         q = Q(closed=False)
     elif value == "TIME_WAIT":
-        since = time.time() - TIME_WAIT_S
-        entered = TcpStateChange.objects.filter(
-            host_id=OuterRef("host_id"), conn_uuid=OuterRef("conn_uuid"), state="TIME_WAIT", ts_wall__gte=since
-        )
-        # last_seen >= since is implied (a connection's last_seen is at least each of its
-        # records' ts_wall, lifecycle._fold_into): it spares the look-up for the long-closed
-        # rows, most of a big table (index nt_conn_state_last).
-        recent = Q(state__in=("TIME_WAIT", "CLOSED"), last_seen__gte=since)
-        q = Q(state="TIME_WAIT") | (recent & Q(Exists(entered)))
+        q = Q(state="TIME_WAIT") | entered_time_wait(time.time() - TIME_WAIT_S)
     else:
         q = Q(state=value)
     return ~q if op == "!=" else q

@@ -185,6 +185,13 @@ class Connection(models.Model):
             # Overview: top 10 by retransmissions (`WHERE retransmits > 0 ORDER BY retransmits
             # DESC LIMIT 10`, api.overview). Partial: connections without any stay out.
             models.Index(fields=["retransmits"], condition=models.Q(retransmits__gt=0), name="nt_conn_retrans"),
+            # Overview's TIME_WAIT table: sockets stored TIME_WAIT per host and destination
+            # (`WHERE state = 'TIME_WAIT' AND host_id IN (...) GROUP BY host_id, dst, dport`,
+            # dashboard/time_wait.py), read in group order from the index alone. Partial: only
+            # TIME_WAIT rows, so no other state's query is drawn to it.
+            models.Index(
+                fields=["host_id", "dst", "dport"], condition=models.Q(state="TIME_WAIT"), name="nt_conn_tw_dest"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -133,7 +133,7 @@ def test_the_top_by_bytes_is_the_sort_by_total_bytes_nulls_as_zero_captures_and_
 def tw(seq: int, cookie: int, dst: str, closed: bool) -> list[TcpStateChange]:
     """A socket to dst:443 that entered TIME_WAIT 10 s ago; closed: its state is CLOSED since."""
     now, uuid = time.time(), connection_uuid("web1", "b", cookie)
-    base = {"host_id": "web1", "boot_id": "b", "ts_ns": seq, "provider": "tcp", "probe": "state-change",
+    base: dict[str, Any] = {"host_id": "web1", "boot_id": "b", "ts_ns": seq, "provider": "tcp", "probe": "state-change",
             "conn_uuid": uuid, "src": "10.0.0.1", "sport": 40000 + cookie, "dst": dst, "dport": 443}  # fmt: skip
     out = [TcpStateChange(**base, seq=seq, ts_wall=now - 10, prev_state="FIN_WAIT_2", state="TIME_WAIT")]
     if closed:

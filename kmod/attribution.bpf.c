@@ -94,7 +94,7 @@ SEC("cgroup/sock_create")
 int sock_create(struct bpf_sock *ctx)
 {
 #ifdef NT_LEGACY
-	__u64 key = ptr_value(ctx); /* as cookie_compat keys it (sock_key) */
+	__u64 key = ptr_value(ctx) - ptr_value(&owner_epoch); /* as cookie_compat's key (sock_key) */
 
 	bpf_map_delete_elem(&cookie_subs, &key); /* a substitute of the socket this address was */
 #endif

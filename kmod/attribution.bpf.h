@@ -29,16 +29,20 @@
  * on carry that one (docs/collector.md, "Kernel support"). */
 #define NT_COOKIE_SUB (1ULL << 63)
 
-static __always_inline __u64 sock_key(const struct sock *sk);
+/* key: the socket's address as a number (sock_key's), which the caller computes: for a
+ * BTF pointer by a pointer difference, for either kind through helper calls
+ * (cookie_read), as 5.10 takes them; computed only once the cookie is known to be 0. */
+#define NT_COOKIE_COMPAT(sk, assign, key_expr)                                         \
+	({                                                                             \
+		__u64 __nt_cookie = BPF_CORE_READ(sk, __sk_common.skc_cookie.counter); \
+		__nt_cookie ? __nt_cookie : cookie_compat(key_expr, assign);            \
+	})
 
-static __always_inline __u64 cookie_compat(const struct sock *sk, bool assign)
+static __always_inline __u64 cookie_compat(__u64 key, bool assign)
 {
-	__u64 cookie = BPF_CORE_READ(sk, __sk_common.skc_cookie.counter), key, *sub, *next;
+	__u64 cookie, *sub, *next;
 	__u32 zero = 0;
 
-	if (cookie)
-		return cookie;
-	key = sock_key(sk); /* the address as a number in this object */
 	sub = bpf_map_lookup_elem(&cookie_subs, &key);
 	if (sub || !assign)
 		return sub ? *sub : 0;
@@ -57,7 +61,7 @@ static __always_inline __u64 cookie_of(const struct sock *sk)
 	if (!sk)
 		return 0;
 #ifdef NT_LEGACY
-	return cookie_compat(sk, true);
+	return NT_COOKIE_COMPAT(sk, true, (__u64)sk - (__u64)&owner_epoch); /* as sock_key */
 #else
 	return bpf_get_socket_cookie((void *)sk);
 #endif
@@ -71,7 +75,10 @@ static __always_inline __u64 cookie_read(const struct sock *sk)
 	if (!sk)
 		return 0;
 #ifdef NT_LEGACY
-	return cookie_compat(sk, false);
+	/* sk is a plain number here or a BTF pointer: 5.10 refuses either minus the other
+	 * kind ("math between ... pointer and register with unbounded min value"), so both
+	 * addresses as numbers, through helper calls */
+	return NT_COOKIE_COMPAT(sk, false, ptr_value(sk) - ptr_value(&owner_epoch));
 #else
 	return BPF_CORE_READ(sk, __sk_common.skc_cookie.counter);
 #endif
@@ -301,14 +308,7 @@ static __always_inline bool owner_is_current(__u64 cookie)
  * ptr_value's helper call on the per-call path. */
 static __always_inline __u64 sock_key(const struct sock *sk)
 {
-#ifdef NT_LEGACY
-	/* 5.10's verifier refuses a plain number (a socket pointer read from memory) minus a
-	 * map value's address ("math between map_value pointer and register with unbounded
-	 * min value"): the address itself, as a number */
-	return ptr_value(sk);
-#else
 	return (__u64)sk - (__u64)&owner_epoch;
-#endif
 }
 
 #endif /* __NT_ATTRIBUTION_BPF_H */

@@ -88,9 +88,7 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id);
  * NT_LEGACY: a fetch-add is a load and then an atomic add (the sum stays exact; the
  * value read may miss another CPU's add at that moment), and siftr's flow_slots, claimed
  * by compare-and-swap, are not used (siftr.bpf.h, flow_slot): every flow is counted in the
- * `flows` hash map, which the collector reads as well. The same build also names a socket
- * by its address as a number (attribution.bpf.h, sock_key): 5.10 refuses the pointer
- * difference later kernels take. */
+ * `flows` hash map, which the collector reads as well. */
 #ifdef NT_LEGACY
 #define NT_FETCH_ADD(p, v)                         \
 	({                                         \

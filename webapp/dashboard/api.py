@@ -221,7 +221,9 @@ def overview(request: HttpRequest) -> HttpResponse:
     conns = queries.annotated().exclude(host_id__startswith=CAPTURE_PREFIX)
     # total_bytes spelled as SQLite's index nt_conn_bytes has it (migration 0030): Django's
     # Coalesce(..., Value(0)) sends 0 as a parameter, which no index expression matches
-    top_bytes = conns.filter(total_bytes__gt=0).order_by(RawSQL(queries.TOTAL_BYTES_SQL, []).desc())[:TOP_N]
+    # Ties (equal bytes) go newest first, so the top ten does not hang on the index's order.
+    top_bytes = conns.filter(total_bytes__gt=0).order_by(RawSQL(queries.TOTAL_BYTES_SQL, []).desc(), "-last_seen")
+    top_bytes = top_bytes[:TOP_N]
     top_retrans = conns.filter(retransmits__gt=0).order_by("-retransmits")[:TOP_N]
     return JsonResponse(
         {

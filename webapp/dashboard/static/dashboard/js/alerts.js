@@ -13,11 +13,16 @@
     select.replaceChildren(el("option", { value: "", text: "any" }), ...values.map((v) => el("option", { value: v, text: v, selected: v === keep })));
   }
 
+  /* who acknowledged, and when: on narrow screens the stamp goes under the name, whole */
+  function acked(a) {
+    return el("span", { class: "acked" }, `${a.acked_by}, `, el("span", { class: "nowrap", text: NT.datetime(a.acked_at) }));
+  }
+
   async function acknowledge(id, button) {
     button.disabled = true;
     try {
       const a = await NT.fetchJSON(`/api/dash/alerts/${id}/ack`, { method: "POST" });
-      button.replaceWith(el("span", { class: "acked", text: `${a.acked_by}, ${NT.datetime(a.acked_at)}` }));
+      button.replaceWith(acked(a));
     } catch (e) {
       button.disabled = false;
       NT.showError(e.message);
@@ -91,7 +96,7 @@
         : el("span", { class: "clamp", title: a.message, text: a.message }), versions(a), members(a)),
       el("td", {}, el("button", { type: "button", class: "evidence", text: NT.count(a.evidence.length, "record"), onclick: () => evidence(a.id) })),
       el("td", {}, a.acked_by
-        ? el("span", { class: "acked", text: `${a.acked_by}, ${NT.datetime(a.acked_at)}` })
+        ? acked(a)
         : el("button", { type: "button", class: "ack", "aria-label": `Acknowledge alert ${a.rule_id} ${a.id}`, text: "Acknowledge", onclick: (ev) => acknowledge(a.id, ev.currentTarget) })))));
     document.body.dataset.loaded = "1";
   }

@@ -34,7 +34,6 @@ RESCAN_S = 1.0  # seconds between scans for network namespaces
 POLL_CPU_SHARE = 0.02
 NAMED_NETNS = netns.NAMED_NETNS
 HOME = netns.HOME  # the polling thread's own namespace
-setns = netns.setns
 
 
 class PolledSession(Protocol):
@@ -95,22 +94,19 @@ class SiftrPoller:
     def poll_all(self) -> None:
         if not self.only_netns or self.only_netns == self.home_netns:
             self.run_here(self.home_netns, "this namespace")
-        away = [(i, p) for i, p in self.netns.items() if i != self.home_netns and self.only_netns in (0, i)]
-        if not away:
-            return
-        home = os.open(HOME, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            for inode, path in away:
-                try:
-                    self.poll_in(path, inode, home)
-                except OSError as exc:
-                    if exc.errno not in (errno.ENOENT, errno.ESRCH):  # not gone: say why
-                        why = f"{path}: {exc.strerror}"
-                        if self.unreached.get(inode) != why:
-                            print(f"nettrail collect: siftr-poll could not enter {why}", file=sys.stderr, flush=True)
-                        self.unreached[inode] = why
-        finally:
-            os.close(home)
+        for inode, path in self.netns.items():
+            if inode == self.home_netns or self.only_netns not in (0, inode):
+                continue
+            try:
+                with netns.entered(path, inode) as inside:  # gone or reused since the scan: nothing
+                    if inside:
+                        self.run_here(inode, path)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOENT, errno.ESRCH):  # not gone: say why
+                    why = f"{path}: {exc.strerror}"
+                    if self.unreached.get(inode) != why:
+                        print(f"nettrail collect: siftr-poll could not enter {why}", file=sys.stderr, flush=True)
+                    self.unreached[inode] = why
 
     def run_here(self, inode: int, where: str) -> None:
         """The iterator in the thread's current namespace; a failure is kept and said once
@@ -124,20 +120,3 @@ class SiftrPoller:
             self.unreached[inode] = why
             return
         self.unreached.pop(inode, None)
-
-    def poll_in(self, path: str, inode: int, home: int) -> None:
-        """Enter the namespace at `path` (if it is still `inode`), poll there, go `home`."""
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            if os.fstat(fd).st_ino != inode:
-                return  # the process left it (or the pid was reused) since the scan
-            setns(fd)
-            try:
-                self.run_here(inode, path)
-            finally:
-                try:
-                    setns(home)
-                except OSError as exc:  # never go on in another namespace: the thread's sockets would be there
-                    raise RuntimeError(f"siftr-poll could not return to its own network namespace: {exc}") from exc
-        finally:
-            os.close(fd)

@@ -127,11 +127,15 @@ async def test_a_client_acknowledging_without_reading_is_closed_and_the_server_s
     assert peak - before <= RSS_BOUND
 
     # The liar was closed: its first lying ack got an error and the close, 4400, and the
-    # server then dropped the connection it did not read (or it reads them now).
+    # server then dropped the connection it did not read (or it reads them now). On a busy
+    # machine the drop can come before the error and the close frame reached the client's
+    # buffer (one CI run: only "subscribed", then the server's FIN): the connection ended
+    # all the same, which drain() sees as EOF; still connected, drain() would time out.
     got = await asyncio.to_thread(liar.drain)
-    assert got.reset or got.close_code == 4400, got
-    if not got.reset:
-        assert got.messages[0]["type"] == "subscribed"
+    if not got.reset:  # a reset may discard what the client had not read
+        assert got.messages and got.messages[0]["type"] == "subscribed", got
+    if got.close_code is not None:
+        assert got.close_code == 4400, got
         assert got.messages[-1] == {"type": "error", "error": "ack names no records message sent on this socket"}
     records = [r["seq"] for m in got.messages if m["type"] == "records" for r in m["records"]]
     assert len(records) * 600 <= WINDOW_BYTES + (64 << 10)  # at most its window before the lie

@@ -134,7 +134,10 @@ class Run:
     def stop(self) -> None:
         if self.proc is None:
             return
-        children = psutil.Process(self.proc.pid).children(recursive=True)
+        try:
+            children = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:  # it exited already (its own error is in its log)
+            children = []
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=60)

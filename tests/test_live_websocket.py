@@ -13,6 +13,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 from ingest_stub import make_records
+from live_ws import BIG_LAYER, ORIGIN, batch, connect, records
 
 from webapp.asgi import application
 from webapp.traces.consumers import (
@@ -23,8 +24,6 @@ from webapp.traces.consumers import (
     host_group,
 )
 
-ORIGIN = (b"origin", b"http://127.0.0.1")
-BIG_LAYER = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 10_000}}}
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -34,27 +33,6 @@ def session_cookie() -> Iterator[tuple[bytes, bytes]]:
     client = Client()
     client.force_login(user)
     yield (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
-
-
-def records(host: str, start: int, count: int, kind: str = "tcp_state") -> list[dict[str, Any]]:
-    return [
-        {"kind": kind, "host_id": host, "boot_id": "b", "seq": seq, "conn_uuid": f"conn-{seq % 3}", "ts_wall": 1.0}
-        for seq in range(start, start + count)
-    ]
-
-
-async def batch(group: str, recs: list[dict[str, Any]]) -> None:
-    await get_channel_layer().group_send(group, {"type": "trace.batch", "records": recs})
-
-
-async def connect(cookie: tuple[bytes, bytes], subscribe: dict[str, Any] | None = None) -> WebsocketCommunicator:
-    comm = WebsocketCommunicator(application, "/ws/live/", headers=[ORIGIN, cookie, (b"host", b"127.0.0.1")])
-    connected, code = await comm.connect(timeout=10)
-    assert connected, f"refused with {code}"
-    if subscribe is not None:
-        await comm.send_json_to({"subscribe": subscribe})
-        assert (await comm.receive_json_from(timeout=10))["type"] == "subscribed"
-    return comm
 
 
 async def test_it_rejects_an_anonymous_connection() -> None:

@@ -66,8 +66,10 @@ class DropCount(Record, tag="drop_count", kw_only=True):
 
 
 class SockEvent(FlowRecord, tag="sock_event", kw_only=True):
-    """Linux socket-level events: rcvqueue-full, exceed-buf-limit, udp-fail-queue, error-report, and
-    send-error/receive-error (a UDP send or receive call that failed, e.g. ECONNREFUSED after an ICMP error)."""
+    """Linux socket-level events: rcvqueue-full, exceed-buf-limit, udp-fail-queue, error-report,
+    send-error/receive-error (a UDP send or receive call that failed, e.g. ECONNREFUSED after an ICMP error),
+    and listen-overflow (a TCP listener whose accept queue was full when its namespace's ListenOverflows moved,
+    read by the collector through sock_diag: src/sport the listener, queue and backlog as `ss -ltn` shows them)."""
 
     proto: Annotated[Str, doc("socket protocol (tcp, udp, ...)", brief=True)] = None
     rc: Annotated[Int, doc("return code or negative errno", brief=True)] = None
@@ -75,6 +77,8 @@ class SockEvent(FlowRecord, tag="sock_event", kw_only=True):
     truesize: Annotated[Int, doc("truesize of the buffer that did not fit", unit="bytes")] = None
     rcvbuf: Annotated[Int, doc("socket receive buffer limit", unit="bytes")] = None
     sk_err: Annotated[Int, doc("socket error (errno)")] = None
+    queue: Annotated[Int, doc("listen-overflow: connections waiting in the accept queue (ss -ltn's Recv-Q)", brief=True)] = None
+    backlog: Annotated[Int, doc("listen-overflow: the accept queue's limit, the listen() backlog capped by net.core.somaxconn (ss -ltn's Send-Q)")] = None
 
 
 class FlowCounters(FlowRecord, tag="flow_counters", kw_only=True):

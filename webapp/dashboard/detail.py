@@ -28,6 +28,7 @@ from webapp.dashboard.tables import (
     TcpSegment,
     TcpStateChange,
 )
+from webapp.traces import folded
 from webapp.traces.models import Connection
 
 MAX_POINTS = 100_000  # SIFTR samples / segments per chart (the newest)
@@ -44,7 +45,7 @@ def owner(rec: Any) -> str:
     return f"{rec.comm or '?'} (pid {rec.tgid if rec.tgid is not None else rec.pid})"
 
 
-def who(change: TcpStateChange, conn: Connection) -> str:
+def who(change: Any, conn: Connection) -> str:
     """The process or the remote peer that caused a state change."""
     if change.caused_by == "peer":
         return f"remote peer {conn.dst}:{conn.dport}" if conn.dst else "remote peer"
@@ -56,9 +57,11 @@ def who(change: TcpStateChange, conn: Connection) -> str:
 
 
 def timeline(conn: Connection) -> list[dict[str, Any]]:
-    changes = list(
+    changes: list[Any] = list(
         TcpStateChange.objects.filter(host_id=conn.host_id, conn_uuid=conn.conn_uuid).order_by("ts_ns", "seq")
     )
+    # tcp --tcp-fold: the changes a stored lifecycle stands for, among the streamed ones
+    changes = sorted([*changes, *folded.state_changes(conn.host_id, conn.conn_uuid)], key=lambda ch: ch.ts_ns)
     items: list[tuple[int, dict[str, Any]]] = []
     for i, ch in enumerate(changes):
         nxt = changes[i + 1] if i + 1 < len(changes) else None

@@ -27,7 +27,7 @@ from webapp.dashboard import stitch_clock, stitch_match
 from webapp.dashboard.api import api
 from webapp.dashboard.tables import SiftrSample, SkbDrop, TcpRetransmit, TcpStateChange
 from webapp.http import json_error
-from webapp.traces import owner
+from webapp.traces import folded, owner
 from webapp.traces.models import Connection
 
 MAX_SEGMENTS = 20_000  # SIFTR samples per side read for matching and the offset (the earliest)
@@ -65,7 +65,13 @@ def _side(siftr: list[dict[str, Any]], states: list[dict[str, Any]]) -> stitch_c
 
 def _states(conn: Connection) -> list[dict[str, Any]]:
     rows = TcpStateChange.objects.filter(host_id=conn.host_id, conn_uuid=conn.conn_uuid).order_by("ts_ns", "seq")
-    return list(rows.values("ts_wall", "prev_state", "state", "active", "caused_by", "inferred"))
+    names = ("ts_wall", "prev_state", "state", "active", "caused_by", "inferred")
+    states = [(r["ts_wall"], r) for r in rows.values(*names)]
+    # tcp --tcp-fold: the changes a stored lifecycle stands for, among the streamed ones
+    states += [
+        (ch.ts_wall, {n: getattr(ch, n) for n in names}) for ch in folded.state_changes(conn.host_id, conn.conn_uuid)
+    ]
+    return [r for _, r in sorted(states, key=lambda s: s[0])]
 
 
 def half(conn: Connection) -> Half:

@@ -4,7 +4,8 @@ Runs inside store_batch's transaction with the records actually stored (duplicat
 excluded), so a resent batch never counts twice and a rejected batch counts nothing.
 Definitions (docs/reports.md, "Metrics"): connections opened = tcp_state into
 ESTABLISHED from SYN_SENT/SYN_RECEIVED, plus capture connection summaries; closed =
-tcp_state into CLOSED or TIME_WAIT, plus capture summaries that ended; drops =
+tcp_state into CLOSED or TIME_WAIT, plus capture summaries that ended (a tcp_lifecycle
+counts as the tcp_state records it stands for); drops =
 DropCount.delta (exact kernel counts); drop events = skb_drop records.
 Keep in sync with: webapp/metrics/exposition.py (names, help), models.py.
 """
@@ -22,7 +23,7 @@ from django.db import connection
 
 from translators import records as r
 from translators.records import Record
-from webapp.traces import view
+from webapp.traces import folded, view
 
 # metric key -> (extra label name or "", help text); exposed as nettrail_<key>_total.
 METRICS: dict[str, tuple[str, str]] = {
@@ -46,7 +47,16 @@ Key = tuple[str, str, str]  # (host, metric, label)
 # Record types and the scale-out writer's views of them (webapp/traces/view.py) alike.
 KIND_OF: dict[Any, str] = {cls: str(cls.__struct_config__.tag) for cls in r.RECORD_TYPES} | view.KIND_OF_VIEW
 # The kinds _extra counts something for (keep in sync with it, and with view.py's fields).
-_COUNTED = (r.TcpStateChange, r.Connection, r.TcpRetransmit, r.TcpReset, r.DropCount, r.SkbDrop, r.LossReport)
+_COUNTED = (
+    r.TcpStateChange,
+    r.TcpLifecycle,
+    r.Connection,
+    r.TcpRetransmit,
+    r.TcpReset,
+    r.DropCount,
+    r.SkbDrop,
+    r.LossReport,
+)
 COUNTED_TYPES = frozenset({*_COUNTED, *(view.VIEWS[cls] for cls in _COUNTED)})
 
 
@@ -81,6 +91,8 @@ def _extra(rec: Any) -> list[tuple[str, str, int]]:
         return [("connections_opened", "", int(opened)), ("connections_closed", "", int(closed))]
     if kind == "connection" and rec.proto == "tcp" and rec.source == "wire":
         return [("connections_opened", "", 1), ("connections_closed", "", int(rec.end is not None))]
+    if kind == "tcp_lifecycle":  # tcp --tcp-fold: what the changes it stands for count
+        return [extra for part in folded.parts(rec) if part.kind == "tcp_state" for extra in _extra(part)]
     if kind == "tcp_retransmit":
         return [("tcp_retransmits", "", 1)]
     if kind == "tcp_reset":

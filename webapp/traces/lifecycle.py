@@ -32,7 +32,7 @@ from django.db import connection, models, transaction
 from django.db.models import Count
 
 from translators.records import BY_KIND, Record
-from webapp.traces import pgbulk, view
+from webapp.traces import folded, pgbulk, view
 from webapp.traces.models import KIND_MODELS, Connection
 
 LOOKUP_CHUNK = 500  # conn_uuids per IN (...) query: well under every backend's parameter limit
@@ -196,6 +196,9 @@ def prepare(records: Iterable[Record], load: bool = True) -> Fold:
         folder = folders[type(rec)]
         if folder is _fold_alert:
             alerts.append(((rec.host_id, uuid), rec))
+        elif folder is folded.parts:  # tcp --tcp-fold: folded as the records it stands for
+            parts = [(_FOLDERS[p.kind], p) for p in folded.parts(rec) if p.kind in _FOLDERS]
+            touched.setdefault((rec.host_id, uuid), []).extend(parts)
         else:
             touched.setdefault((rec.host_id, uuid), []).append((folder, rec))
     batch = Fold(touched, alerts)
@@ -506,6 +509,7 @@ _FOLDERS: dict[str, Any] = {
     "siftr_sample": _fold_sample,
     "connection": _fold_summary,
     "flow_counters": _fold_counters,
+    "tcp_lifecycle": folded.parts,  # expanded in prepare()
 }
 # Record type -> its folder: one dict lookup per record picks tracked kinds and their fold.
 # The writer's views of the same kinds (view.py) fold alike.

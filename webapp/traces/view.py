@@ -11,8 +11,9 @@ gets a view struct (same tag) with:
   owner, 4-tuple and proto when the kind has them) plus the kind's own fields below;
 * the kinds only the hooks count: the host and the fields below;
 * every other kind: the host only (the hooks count records per host and kind);
-* alerts and connection summaries: the whole record (the alert mail reads alerts;
-  a summary feeds most of the fold; both are rare).
+* alerts, connection summaries and tcp_lifecycle: the whole record (the alert mail reads
+  alerts; a summary feeds most of the fold; a lifecycle is expanded into the records it
+  stands for, webapp/traces/folded.py).
 
 The view is only for an all-new batch stored from its COPY-ready rows
 (store.store_new_batch); a batch with duplicates, a refused value or a live push
@@ -45,7 +46,7 @@ COUNTED: dict[str, tuple[str, ...]] = {
     "drop_count": ("drop_reason_str", "delta"),
     "loss_report": ("event_type", "lost"),
 }
-WHOLE = frozenset({"alert", "connection"})
+WHOLE = frozenset({"alert", "connection", "tcp_lifecycle"})  # tcp_lifecycle: expanded (folded.py)
 
 
 class _View(msgspec.Struct, kw_only=True, tag_field="kind", gc=False):

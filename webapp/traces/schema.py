@@ -29,6 +29,15 @@ CONNECTIONLESS_KINDS = frozenset(
 # connection, indexed there), then reads a connection's records by conn_uuid.
 # host_id, conn_uuid and skb_uid get the composite indexes of record_indexes().
 SERVED_ELSEWHERE = frozenset({"src", "sport", "dst", "dport", "comm", "host_id", "conn_uuid", "skb_uid"})
+# Except where a record's own 4-tuple is what is looked up (issue 34 item 5): a drop
+# with no socket (a forwarded packet) is put on its connection by ports and addresses,
+# either direction (webapp/dashboard/conn_drops.py); the UDP page filters datagrams by
+# address or port, either end (`sport = P OR dport = P`: one index per column, each
+# arm an index range, PostgreSQL's BitmapOr and SQLite's OR optimization).
+TUPLE_INDEXES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "skb_drop": (("sport", "dport", "ts_wall"),),
+    "udp_datagram": (("sport", "ts_wall"), ("dport", "ts_wall"), ("src", "ts_wall"), ("dst", "ts_wall")),
+}
 
 
 def kind_of(cls: type[Record]) -> str:
@@ -87,6 +96,8 @@ def record_indexes(cls: type[Record]) -> list[models.Index]:
         indexes.append(
             models.Index(fields=["host_id", "alert_id", "id"], name=index_name(kind, "host_id", "alert_id", "id"))
         )
+    for fields in TUPLE_INDEXES.get(kind, ()):
+        indexes.append(models.Index(fields=list(fields), name=index_name(kind, *fields)))
     for desc in describe(cls):
         if desc.index and desc.name not in SERVED_ELSEWHERE:
             # The field's own filter over a time range: drops by reason (drop summary

@@ -16,8 +16,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from translators.records import BY_KIND, Alert, CollectorStatus, FlowCounters, LossReport, Record, SamplingReport
+from translators.records import (
+    BY_KIND,
+    Alert,
+    CollectorStatus,
+    FlowCounters,
+    LossReport,
+    Record,
+    SamplingReport,
+    TcpLifecycle,
+)
 
+from . import folded
 from .book import AlertBook, Subject
 from .config import RulesConfig, load_config
 from .rules import ALL_RULES
@@ -67,6 +77,8 @@ class RuleEngine:
         cls = type(record)
         if cls is Alert:
             return []  # our own output coming back around (a replayed file): not evidence
+        if cls is TcpLifecycle:  # tcp --tcp-fold: the records it stands for (folded.py)
+            return [alert for part in folded.parts(record) for alert in self.feed(part)]  # type: ignore[arg-type]
         self.records += 1
         if record.ts_wall > self.now:
             self.now = record.ts_wall

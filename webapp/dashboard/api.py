@@ -23,6 +23,7 @@ from webapp.dashboard import (
     alert_versions,
     buffers,
     captures,
+    conn_drops,
     counters,
     detail,
     empty_panels,
@@ -166,7 +167,7 @@ def connection(request: HttpRequest, uuid: str) -> HttpResponse:
             "tcpdebug": detail.tcpdebug(host, uuid),
             "skbs": detail.skbs(host, uuid),
             "skb_sampling": selfhealth.lifecycle_sampling(host),
-            "drops": detail.drops(host, uuid),
+            "drops": conn_drops.drops(conn),
             "alerts": detail.alerts(host, uuid),
             "empty_why": empty_panels.connection_panels(host),  # shown under a panel with no rows
             "losses": page_losses.for_page("connections", host, (conn.first_seen, conn.last_seen)),

@@ -15,9 +15,11 @@ from typing import Any
 
 from django.db.models import Count, Max, Q, QuerySet, Sum
 
+from webapp.dashboard import conn_drops
 from webapp.dashboard.buckets import bucketed
 from webapp.dashboard.detail import lifecycles
 from webapp.dashboard.tables import DropCount, SkbDrop, SkbEvent
+from webapp.traces.models import Connection
 
 MAX_TIMELINE_DROPS = 50_000  # newest drops bucketed into the stacked chart
 TOP_REASONS = 8  # stacked series; the rest are summed as "other"
@@ -61,7 +63,10 @@ def summary(host: str | None, reason: str | None, conn: str | None, unix: bool =
     if reason:
         selected = selected.filter(drop_reason_str=reason)
     if conn:
-        selected = selected.filter(conn_uuid=conn)
+        # the connection's own drops and its packets' dropped where no socket held them
+        # (forwarded: matched by 4-tuple, conn_drops.py), as its page lists them
+        row = Connection.objects.filter(conn_uuid=conn, **({"host_id": host} if host else {})).first()
+        selected = selected.filter(conn_drops.for_connection_q(row) if row else Q(conn_uuid=conn))
     # The chart and the breakdowns follow the chosen reason or flow (choosing NETFILTER_DROP
     # still charted every reason, issue 18 item 3); the reason list offers every reason.
     by_location = selected.values("drop_reason_str", "drop_location").annotate(n=Count("id")).order_by("-n")[:MAX_ROWS]
@@ -82,8 +87,14 @@ def summary(host: str | None, reason: str | None, conn: str | None, unix: bool =
         "conn_uuid",
         "comm",
         "tgid",
+        "src",
+        "sport",
+        "dst",
+        "dport",
+        "l4_proto",
     )
     recent = list(selected.order_by("-ts_ns").values(*recent_cols)[:MAX_ROWS])
+    conn_drops.link_socketless(recent)
     return {
         "timeline": _timeline(selected),
         "by_location": list(by_location),

@@ -260,11 +260,6 @@ def lifecycles(uids: list[int], host: str | None = None) -> list[dict[str, Any]]
     return out
 
 
-def drops(host: str, uuid: str) -> list[dict[str, Any]]:
-    cols = ("ts_wall", "drop_reason_str", "drop_location", "len", "skb_uid", "comm", "pid")
-    return list(SkbDrop.objects.filter(host_id=host, conn_uuid=uuid).order_by("-ts_ns").values(*cols)[:MAX_ROWS])
-
-
 def tcpdebug(host: str, uuid: str) -> list[dict[str, Any]]:
     cols = (
         "ts_wall",

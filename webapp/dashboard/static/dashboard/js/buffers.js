@@ -4,7 +4,16 @@
 "use strict";
 
 (() => {
-  const { el, num, duration, time } = NT;
+  const { el, num, duration, time, endpoint } = NT;
+
+  /* A drop's packet as its headers name it (source first; ICMP and other transports
+     without ports show addresses only), or a dash when the buffer had no IP header. */
+  function packet(r) {
+    if (!r.src && !r.dst) return "–";
+    const ported = r.l4_proto === "tcp" || r.l4_proto === "udp" || r.l4_proto === "udplite";
+    const ends = `${endpoint(r.src, ported ? r.sport : null)} → ${endpoint(r.dst, ported ? r.dport : null)}`;
+    return r.l4_proto ? `${r.l4_proto} ${ends}` : ends;
+  }
   const pd = NT.pageData;
   const form = document.getElementById("select");
   const COLORS = ["#0b5cad", "#b3261e", "#1f7a3a", "#a15c00", "#5a3fa0", "#0a7d8c", "#6b7280", "#10243b", "#c0c4ca"];
@@ -139,9 +148,9 @@
     document.querySelector("#recent tbody").replaceChildren(...d.recent.map((r) => {
       const tr = el("tr", { tabindex: 0, dataset: { skb: r.skb_uid ?? "" } },
         el("td", { text: time(r.ts_wall) }), el("td", { text: r.host_id }), el("td", { text: r.drop_reason_str }),
-        el("td", { text: r.drop_location || "–" }), el("td", { class: "num", text: num(r.len) }),
+        el("td", { class: "trunc", title: packet(r), text: packet(r) }), el("td", { text: r.drop_location || "–" }), el("td", { class: "num", text: num(r.len) }),
         el("td", { text: r.comm ? `${r.comm} (${r.tgid ?? "?"})` : "–" }),
-        el("td", {}, r.conn_uuid ? el("a", { href: NT.connHref(r), text: r.conn_uuid.slice(0, 8) }) : "–"));
+        el("td", {}, r.conn_uuid ? el("a", { href: NT.connHref(r), text: r.conn_uuid.slice(0, 8), title: r.matched === "addresses" ? "matched by the packet's addresses and ports (no socket held it)" : null }) : "–"));
       if (r.skb_uid !== null) {
         tr.addEventListener("click", (ev) => { if (!ev.target.closest("a")) showSkb(r.skb_uid, r.host_id); });
         tr.addEventListener("keydown", (ev) => { if (ev.key === "Enter") showSkb(r.skb_uid, r.host_id); });

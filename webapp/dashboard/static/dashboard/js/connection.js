@@ -204,10 +204,17 @@
     if (!rows.length) document.querySelector("#alerts tbody").append(el("tr", {}, el("td", { colspan: 5, class: "muted", text: "No alert fired for this connection." })));
   }
 
-  function drops(rows) {
+  /* Where a drop happened: its socket's (this connection's), or a packet of its 4-tuple
+     dropped where no socket held it (forwarded through this host), on that interface. */
+  function dropWhere(d, c) {
+    if (d.matched === "socket") return "this socket";
+    const dir = d.src === c.src && d.sport === c.sport ? "outgoing" : "incoming";
+    return `${dir} packet, no socket${d.if_name ? ` (at ${d.if_name})` : ""}`;
+  }
+  function drops(rows, c) {
     document.querySelector("#drops tbody").replaceChildren(...rows.map((d) => el("tr", {},
-      el("td", { text: time(d.ts_wall) }), el("td", { text: d.drop_reason_str }), el("td", { text: d.drop_location || "–" }),
-      el("td", { class: "num", text: num(d.len) }),
+      el("td", { text: time(d.ts_wall) }), el("td", { text: d.drop_reason_str }), el("td", { text: dropWhere(d, c) }),
+      el("td", { text: d.drop_location || "–" }), el("td", { class: "num", text: num(d.len) }),
       el("td", {}, d.skb_uid !== null ? el("a", { href: `/buffers/?skb=${d.skb_uid}`, text: `skb ${d.skb_uid}` }) : "–"))));
   }
 
@@ -273,7 +280,7 @@
       siftr(d.siftr);
       tseq(d.tseq);
       alerts(d.alerts);
-      drops(d.drops);
+      drops(d.drops, d.conn);
       skbs(d.skbs);
       skbSampling(d.skb_sampling);
       tcpdebug(d.tcpdebug);

@@ -7,7 +7,8 @@
  * either side (a stalled window), and copies the socket's own counters into its flow,
  * so the exact per-flow counts (the flows map's reads, the final record at
  * tcp_destroy_sock) are kept as with per-packet siftr. With --tcp-fold it is also the fold
- * window's clock: a socket folded longer than the window is flushed here (fold.bpf.h).
+ * window's clock: a socket folded longer than the window is flushed here (fold.bpf.h);
+ * without siftr-poll the collector runs it for that alone (collector/bpf/source.py).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -60,6 +61,8 @@ int siftr_poll(struct bpf_iter__tcp *ctx)
 		return 0;
 	sk = (const struct sock *)full;
 	fold_poll(sk); /* --tcp-fold's clock: every full socket, whatever its state */
+	if (!(cfg.providers & NT_PROV_SIFTR_POLL))
+		return 0; /* run for the fold alone (tcp --tcp-fold without siftr-poll): no samples */
 	tp = NT_CAST(sk, struct tcp_sock);
 	state = NT_RD(tp, inet_conn.icsk_inet.sk.__sk_common.skc_state);
 	if (!siftr_out_state(state))

@@ -22,24 +22,27 @@ import pytest
 
 from collector.bpf import layout
 from tests.kernel_support import RING_SLOTS, Capture, bound_listener, cookie_of, kernel, my_comm, tracing
+from translators.kernel import as_struct
 from translators.records import Record
 from translators.tcp_lifecycle import expand
 
 pytestmark = [*kernel, pytest.mark.matrix]
 
-PROVIDERS = ("tcp", "siftr-poll")  # the fold needs siftr-poll's iterator (its flush)
+PROVIDERS = ("tcp", "siftr-poll")  # siftr-poll's iterator flushes the folds (its own run without it)
 FOLDED = ("tcp_state", "tcp_cong_state", "flow_counters", "connection")  # what a lifecycle stands for
 WINDOW_S = 0.3  # short, so the long-lived connection outlives it quickly
 SHORT = 4
 
 
 @contextmanager
-def two_sessions(port: int, poll_interval: float) -> Iterator[tuple[Capture, Capture]]:
+def two_sessions(
+    port: int, poll_interval: float, providers: tuple[str, ...] = PROVIDERS
+) -> Iterator[tuple[Capture, Capture]]:
     """poll_interval: siftr-poll's, each session's own (its first poll at once)."""
     with ExitStack() as stack:
-        streamed = stack.enter_context(tracing(PROVIDERS, port=port, poll_interval=poll_interval))
+        streamed = stack.enter_context(tracing(providers, port=port, poll_interval=poll_interval))
         folded = stack.enter_context(
-            tracing(PROVIDERS, port=port, poll_interval=poll_interval, tcp_fold=True, fold_window=WINDOW_S)
+            tracing(providers, port=port, poll_interval=poll_interval, tcp_fold=True, fold_window=WINDOW_S)
         )
         assert not folded.lost("tcp", "tcp_lifecycle"), folded.session.degraded
         yield streamed, folded
@@ -146,7 +149,7 @@ def test_folded_short_connections_expand_to_the_streamed_records_and_make_one_re
     assert_samples_counted(streamed)
     assert_samples_counted(folded)
     # the final flow counters H2 counts segments from (KernelSource.counter_records): the same
-    finals = [sorted(view(r) for r in cap.source.counter_records if r.kind == "flow_counters")  # type: ignore[union-attr]
+    finals = [sorted(view(r) for r in map(as_struct, cap.source.counter_records) if r.kind == "flow_counters")
               for cap in (streamed, folded)]  # fmt: skip
     assert finals[0] == finals[1] and len(finals[0]) == 2 * (SHORT + 1)
 
@@ -212,15 +215,38 @@ def test_a_connection_held_past_the_fold_window_is_flushed_by_the_poll_and_then_
 
 
 @pytest.mark.parametrize("providers", [("tcp",), ("tcp", "siftr")])
-def test_the_fold_without_siftr_poll_is_off_and_says_why(providers: tuple[str, ...]) -> None:
+def test_without_siftr_poll_the_fold_is_flushed_by_its_own_run_of_the_iterator(providers: tuple[str, ...]) -> None:
+    """The iterator runs for the fold alone (every FOLD_POLL_S or the window): a short
+    connection is one record per end, one held open is flushed within the window plus a
+    run, and the iterator makes no siftr-poll samples."""
     listener = bound_listener()
     port = listener.getsockname()[1]
-    with tracing(providers, port=port, tcp_fold=True) as cap:
-        assert cap.lost("tcp", "tcp_lifecycle")
-        listener.listen(1)
+    with two_sessions(port, poll_interval=0.1, providers=providers) as (streamed, folded):
+        assert folded.source.siftr_poller is not None and streamed.source.siftr_poller is None
+        assert folded.source.siftr_poller.interval_s == WINDOW_S
+        listener.listen(2)
         ends = exchange(listener, port)
+        client = socket.create_connection(("127.0.0.1", port))
+        server, _ = listener.accept()
+        held = {cookie_of(client), cookie_of(server)}
+
+        def flushed(rs: list[Record]) -> bool:
+            return held <= {r.sock_cookie for r in rs if r.kind == "tcp_lifecycle" and r.partial}  # type: ignore[attr-defined]
+
+        folded.wait_for(flushed, timeout=10)
+        assert flushed(folded.records), "no partial lifecycle while the connection was open"
+        client.close()
+        server.recv(10)
+        server.close()
         listener.close()
-        cap.wait_for(lambda rs: set(ends) <= {r.sock_cookie for r in rs if r.kind == "connection"})
-        cap.settle()
-    assert not cap.of("tcp_lifecycle")
-    assert len([r for r in cap.records if r.kind == "tcp_state" and r.sock_cookie in ends]) == 11
+        sockets = {*ends, *held}
+        for cap in (streamed, folded):
+            cap.wait_for(lambda rs: sockets <= {r.sock_cookie for r in rs if r.kind in ("connection", "tcp_lifecycle")}
+                         and held <= {r.sock_cookie for r in rs if r.kind == "connection"})  # fmt: skip
+            cap.settle()
+            assert_accounted(cap)
+    assert_same_lifecycles(streamed.records, folded.records)
+    kinds = Counter(r.kind for r in folded.records if r.sock_cookie in ends and r.kind != "siftr_sample")
+    assert kinds == {"tcp_lifecycle": 2}
+    if "siftr" not in providers:
+        assert not folded.of("siftr_sample")

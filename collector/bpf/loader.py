@@ -444,7 +444,7 @@ class KernelSession:
         self.functions_why: str | None = None  # why the UDP functions' fexit programs are left out
         self.refused: list[str] = []  # the programs the kernel refused at the last load
         self.cgroup_fd = -1  # the cgroup v2 root they attach to
-        self.drop_reasons = btf.drop_reasons()
+        self.drop_reasons = btf.drop_reasons() or dict(variants.UNNAMED_DROP_REASONS)  # before 5.17: none
         self.rst_reasons = btf.rst_reasons()
         self.ncpus = self.lib.libbpf_num_possible_cpus()
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from analysis.flows.live_summary import LiveSummaries
 from collector.bpf import layout
-from collector.bpf.loader import KernelSession, skb_window
+from collector.bpf.loader import FOLD_POLL_S, KernelSession, fold_window_ms, skb_window
 from collector.bpf.poll import SiftrPoller
 from collector.bpf.windows import SkbWindows
 from translators import kernel
@@ -117,17 +117,24 @@ class KernelSource:
         # skb-lifecycle's windows (--skb-window), opened and closed by poll
         spec = skb_window(session.opts) if session is not None else None  # None: a source that only translates
         self.skb_windows = SkbWindows(session, spec) if spec is not None else None
-        # siftr-poll's polls of every followed socket, run by poll before it reads the ring
-        polled = session is not None and "siftr-poll" in session.opts.providers
-        self.siftr_poller = (
-            SiftrPoller(session, session.opts.poll_interval_s, time.monotonic(), session.opts.filters.netns)
-            if polled
-            else None
-        )
+        # siftr-poll's polls of every followed socket, run by poll before it reads the ring;
+        # without siftr-poll, tcp --tcp-fold's flush of the sockets folded past the window
+        self.siftr_poller = self._poller(session) if session is not None else None
         # Zeek conn_state/history of each socket's summary, from the events before it
         self.summaries = LiveSummaries()
         self.next_flow = time.monotonic() + flow_interval
         self.next_wall = time.monotonic() + WALL_RESAMPLE_S
+
+    @staticmethod
+    def _poller(session: KernelSession) -> SiftrPoller | None:
+        opts = session.opts
+        if "siftr-poll" in opts.providers:
+            interval = opts.poll_interval_s
+        elif fold_window_ms(opts, session.iter_why):
+            interval = min(FOLD_POLL_S, opts.fold_window_s)
+        else:
+            return None
+        return SiftrPoller(session, interval, time.monotonic(), opts.filters.netns)
 
     def take_over(self, before: KernelSource) -> None:
         """Go on from what the source of the session this one follows (a swap of its

@@ -71,6 +71,12 @@ def _older(tp: str, args: int, *loses: tuple[str, str, str]) -> Variant:
     return Variant(f"{tp}__{args}", args, loses)
 
 
+# Before 5.17 kfree_skb passes no reason and BTF has no enum skb_drop_reason: kfree_skb__2
+# (kmod/skb.bpf.c) reports SKB_DROP_REASON_NOT_SPECIFIED's value for every drop, named so
+# (the loader's drop_reasons): a drop says its reason is unknown, never one made up.
+UNNAMED_DROP_REASONS = {2: "NOT_SPECIFIED"}
+NO_DROP_REASON = "kfree_skb passes no drop reason on this kernel (Linux 5.17+): every drop's reason is NOT_SPECIFIED"
+
 # Newest first: the first whose argument count the kernel passes is taken.
 VARIANTS: dict[str, tuple[Variant, ...]] = {
     "tcp_retransmit_skb": (
@@ -105,8 +111,8 @@ VARIANTS: dict[str, tuple[Variant, ...]] = {
         _older(
             "kfree_skb",
             2,
-            ("skb", "skb_drop.drop_reason", "kfree_skb passes no drop reason on this kernel"),
-            ("skb-lifecycle", "skb_drop.drop_reason", "kfree_skb passes no drop reason on this kernel"),
+            ("skb", "skb_drop.drop_reason", NO_DROP_REASON),
+            ("skb-lifecycle", "skb_drop.drop_reason", NO_DROP_REASON),
             ("tcpdebug", "tcp_debug.drop", "kfree_skb passes no drop reason: TCP drop points cannot be told"),
         ),
     ),

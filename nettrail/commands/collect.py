@@ -145,15 +145,15 @@ def register(subparsers: Any) -> None:
         help="tcp: fold each socket's state and congestion-state changes and its final counters (siftr's "
         "flow counters too) into one tcp_lifecycle record per socket end, kept in the kernel until the "
         "socket ends or is older than --fold-window (then flushed, partial, and streamed as without it); "
-        "needs siftr-poll and Linux 5.11 (default off: a record per change)",
+        "needs Linux 5.11 (default off: a record per change)",
     )
     p.add_argument(
         "--fold-window",
         type=float,
         default=loader.DEFAULT_FOLD_WINDOW_S,
         metavar="S",
-        help=f"--tcp-fold: seconds a socket stays folded before siftr-poll flushes it (default "
-        f"{loader.DEFAULT_FOLD_WINDOW_S:g})",
+        help=f"--tcp-fold: seconds a socket stays folded before it is flushed, by siftr-poll's poll or, without "
+        f"siftr-poll, by the same iterator run every {loader.FOLD_POLL_S:g} s (default {loader.DEFAULT_FOLD_WINDOW_S:g})",
     )
     p.add_argument(
         "--ip-flows-max",

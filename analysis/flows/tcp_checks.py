@@ -28,6 +28,12 @@ from analysis.flows.tcp_state import (
     gt,
 )
 
+# Wireshark keeps these time differences in an unsigned 64-bit integer (guint64 t): a
+# packet stamped before the one it is timed from (capture timestamps that step back, as
+# a loaded multi-CPU capture host makes them) is "very late", never "0 ns later". So such
+# a segment is no fast retransmission and no out-of-order segment, but a retransmission.
+U64 = (1 << 64) - 1
+
 
 class SequenceChecks:
     """Classification helpers; ``compat`` is "upstream" or "4.0" (set by TcpAnalyzer)."""
@@ -71,7 +77,7 @@ class SequenceChecks:
             return aflags | SPURIOUS
         if not not_advanced:
             return aflags
-        t = ts - rev.lastacktime if ts > rev.lastacktime else 0
+        t = (ts - rev.lastacktime) & U64
         if t < 20_000_000:
             if rev.dupacknum >= 2 and rev.lastack == seq:
                 return aflags | FAST
@@ -121,10 +127,10 @@ class SequenceChecks:
             # new data after a 1-byte zero window probe (seq = nextseq - 1, more than one
             # byte): 4.0 leaves the retransmission family without a flag, like upstream
             return aflags
-        t = ts - rev.lastacktime if ts > rev.lastacktime else 0
+        t = (ts - rev.lastacktime) & U64
         if rev.dupacknum >= 2 and rev.lastack == seq and t < 20_000_000:
             return aflags | FAST
-        t = ts - fwd.nextseqtime if ts > fwd.nextseqtime else 0
+        t = (ts - fwd.nextseqtime) & U64
         thres = conv.first_rtt if conv.first_rtt else 3_000_000
         if nextseq_f != ((end + (1 if flags & (SYN | FIN) else 0)) & M32) and t < thres:
             return aflags | OOO

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.bpf import layout, loader
+from collector.bpf import layout, libbpf, loader
+from tests import kernel_expect
 from tests.kernel_support import Capture, kernel, tracing
 from tests.netns_lab import delta, netns_lab
 from translators.records import SkbDrop, SockEvent, UdpDatagram
@@ -45,23 +46,64 @@ HOOKS = {  # source -> (sendto's hook, recvfrom's) for an AF_INET socket; glibc'
 
 
 def chosen_source(asked: str, cap: Capture) -> str:
-    """The source a session asked for `asked` got: the socket tracepoints exist from Linux
-    6.3 ("none" before: nothing to record, said); the UDP functions where the kernel takes
-    fexit programs with 6.1's prototypes, else the system calls, said (this host refuses
-    fexit: the fallback is what is tested here, the functions in the kernel matrix); the
-    system calls everywhere."""
+    """The source pinned for this kernel when `asked` (tests/kernel_expect.py: the socket
+    tracepoints from Linux 6.3, "none" before, said; the UDP functions on Debian 12's 6.1
+    and 6.12, the system calls on 5.10 and on this host, which refuses fexit), which the
+    session must have got: a fallback the kernel did not call for fails here."""
+    want = kernel_expect.udp_call_source(asked)
     got = cap.session.udp_call_source()
-    if asked == "socket tracepoints" and "sock_send_length" in cap.session.absent:
+    if want == "none":
         said = {what for p, what, _ in cap.session.degraded if p == "udp-calls"}
         assert said >= {"udp_call.send", "udp_call.receive"}, said
-        return "none"
-    if asked == "kernel functions" and got == "system calls":
+        assert got == asked
+    else:
+        assert got == want, cap.session.functions_why
+    if asked == "kernel functions" and want == "system calls" and kernel_expect.fexit_refused():
         said = {what for p, what, _ in cap.session.degraded if p == "udp-calls"}
         assert cap.session.functions_why is None or "udp_call.kernel_functions" in said
-        assert cap.session.functions_why is not None or not loader.functions_match()
-    else:
-        assert got == asked
-    return got
+    return want
+
+
+@pytest.mark.matrix
+def test_the_default_source_is_the_one_pinned_for_this_kernel_and_its_hooks_give_the_records() -> None:
+    """No source asked, as `nettrail collect` runs: on stock Debian 12's 6.1 the UDP
+    functions' exits (fexit), which must not fall back; on 6.12 and this host (6.3+) the
+    socket tracepoints; on 5.10 the system calls. 6.12 must take the functions too when
+    asked (the next test), and this host refuses fexit itself (a program of two
+    instructions, no part of nettrail's, is refused): the system calls there."""
+    want = kernel_expect.udp_call_source()
+    if kernel_expect.RELEASE in kernel_expect.DEBIAN_12:
+        assert kernel_expect.fexit_refused() is None
+    with netns_lab() as ns, tracing(("udp-calls",), netns=ns.inode) as cap:
+        assert cap.session.udp_call_source() == want and cap.session.functions_why is None
+        with ns.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+            tx.sendto(b"default", ("127.0.0.1", 9))
+            sport = tx.getsockname()[1]
+        records = cap.settle(quiet=0.5)
+    assert calls(records, sport) == [("send", "0.0.0.0", sport, "127.0.0.1", 9, 7, HOOKS[want][0])]
+
+
+@pytest.mark.matrix
+def test_asked_for_the_kernel_functions_each_kernel_gives_its_pinned_source() -> None:
+    """The UDP functions asked for: taken on Debian 12's 6.1 and 6.12 (fexit works there:
+    a fallback fails this test); on this host, whose kernel refuses fexit (probed alone,
+    below), and on 5.10 (udp_recvmsg has six parameters) the system calls."""
+    want = kernel_expect.udp_call_source("kernel functions")
+    refused = kernel_expect.fexit_refused()
+    if kernel_expect.RELEASE in kernel_expect.DEBIAN_12:
+        assert (want, refused) == ("kernel functions", None)
+    elif kernel_expect.RELEASE != kernel_expect.DEBIAN_11:
+        assert want == ("system calls" if refused else "kernel functions"), refused
+    with netns_lab() as ns, tracing(("udp-calls",), netns=ns.inode, udp_call_source="kernel functions") as cap:
+        assert cap.session.udp_call_source() == want, cap.session.functions_why
+        links = set(cap.session.links)
+        assert (set(loader.FUNCTION_PROGRAMS) <= links) == (want == "kernel functions")
+        assert (set(loader.SYSCALL_PROGRAMS) <= links) == (want == "system calls")
+        with ns.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+            tx.sendto(b"asked", ("127.0.0.1", 9))
+            sport = tx.getsockname()[1]
+        records = cap.settle(quiet=0.5)
+    assert calls(records, sport) == [("send", "0.0.0.0", sport, "127.0.0.1", 9, 5, HOOKS[want][0])]
 
 
 @pytest.mark.matrix
@@ -136,7 +178,7 @@ def test_without_cgroup_v2_the_peer_is_unknown_and_said_so_and_drops_keep_their_
     assert calls(records, sport) == [("send", "0.0.0.0", sport, None, None, 6, "tp_btf/sock_send_length")]
     [drop] = [r for r in records if isinstance(r, SkbDrop)]
     assert (drop.drop_reason_str, drop.sport, drop.dport, drop.attribution, drop.comm) == (
-        "NO_SOCKET", sport, 9, "owner-map", "python",
+        kernel_expect.drop_reason("NO_SOCKET"), sport, 9, "owner-map", "python",
     )  # fmt: skip
 
 
@@ -155,7 +197,7 @@ def test_the_first_datagram_of_a_socket_dropped_in_its_send_keeps_its_sender() -
         records = cap.settle(quiet=0.5)
     [drop] = [r for r in records if isinstance(r, SkbDrop)]
     assert (drop.drop_reason_str, drop.sport, drop.attribution, drop.comm) == (
-        "NO_SOCKET",
+        kernel_expect.drop_reason("NO_SOCKET"),
         sport,
         "owner-map",
         "python",
@@ -262,20 +304,33 @@ def test_sendmsg_and_mmsg_calls_are_records_and_what_is_not_followed_is_counted(
     assert generated - lost == len(found)
 
 
+@pytest.mark.matrix
 def test_a_kernel_that_refuses_the_functions_programs_gets_the_system_calls_and_says_why(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The UDP functions' fexit programs refused at load (this host refuses fexit; and
-    6.18's udp_recvmsg has one parameter fewer than 6.1's, which a kernel that took fexit
-    would refuse as well): the session loads again with the system calls' program, whose
-    records come, and says why in `degraded`."""
+    """The UDP functions' fexit programs refused at load, on every kernel: udp_recvmsg's is
+    pointed at udp_sendmsg, which has no sixth argument for it to take its return value from
+    (the verifier refuses that where fexit loads at all; this host refuses fexit itself), and
+    the prototypes are taken to match (5.10's and 6.18's do not). The session loads again
+    with the system calls' program, whose records come, and says why in `degraded`."""
     monkeypatch.setattr(loader, "functions_match", lambda: True)
+    configure = loader.KernelSession.configure
+    retarget = libbpf.get().lib.bpf_program__set_attach_target
+    retarget.restype, retarget.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p]
+
+    def misdirected(session: loader.KernelSession) -> None:
+        configure(session)
+        assert retarget(session._find_program("udp_recvmsg"), 0, b"udp_sendmsg") == 0
+
+    monkeypatch.setattr(loader.KernelSession, "configure", misdirected)
     with netns_lab() as ns, tracing(("udp-calls",), netns=ns.inode, udp_call_source="kernel functions") as cap:
         assert cap.session.udp_call_source() == "system calls"
         assert set(loader.SYSCALL_PROGRAMS) <= set(cap.session.links)
         assert not set(loader.FUNCTION_PROGRAMS) & set(cap.session.loaded_names())
         [why] = [w for p, what, w in cap.session.degraded if (p, what) == ("udp-calls", "udp_call.kernel_functions")]
         assert why.startswith("this kernel refused the fexit programs") and why.endswith("about 3% more CPU per byte")
+        # the program named is udp_recvmsg where fexit loads; here, the first fexit program
+        assert "(program udp_recvmsg)" in why or kernel_expect.fexit_refused() is not None, why
         with ns.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
             tx.sendto(b"seen", ("127.0.0.1", 9))
             sport = tx.getsockname()[1]

@@ -360,8 +360,12 @@ struct nt_debug_body {
 	__u8 direction; /* enum nt_debug_point */
 	__u8 prureq;    /* PRU_* (user point), 0xff none */
 	__u8 approx;    /* 1: the PRU_* mapping is ambiguous */
-	__u8 _pad_tail;
+	__u8 user_hook; /* SEND/RCVD: NT_DEBUG_HOOK_TP or NT_DEBUG_HOOK_FN; payload_len is then the call's bytes */
 };
+/* nt_debug_body.user_hook: the call seen at sock_send_length / sock_recv_length (6.3+), or
+ * before 6.3 at the exit of tcp_sendmsg / tcp_recvmsg (fexit, tcp_functions.bpf.c) */
+#define NT_DEBUG_HOOK_TP 0
+#define NT_DEBUG_HOOK_FN 1
 
 /* ---- ip provider --------------------------------------------------------- */
 

@@ -27,8 +27,10 @@
 #define PRU_NONE 0xff
 
 /* rx_skb: the segment to take the 4-tuple from when there is no socket (drop). */
-static __always_inline void debug_point(const struct sock *sk, __u64 cookie, const struct seg *g, __u8 dir,
-					 __u8 prureq, __u8 approx, __u32 reason, const struct sk_buff *rx_skb, __u8 task)
+/* from: where a user point's call was seen (NT_DEBUG_HOOK_*; user_call.bpf.h). */
+static __always_inline void debug_record(const struct sock *sk, __u64 cookie, const struct seg *g, __u8 dir,
+					  __u8 prureq, __u8 approx, __u32 reason, const struct sk_buff *rx_skb, __u8 task,
+					  __u8 from)
 {
 	struct nt_header h = {};
 	struct nt_event *e;
@@ -56,8 +58,14 @@ static __always_inline void debug_point(const struct sock *sk, __u64 cookie, con
 	e->debug.direction = dir;
 	e->debug.prureq = prureq;
 	e->debug.approx = approx;
-	e->debug._pad_tail = 0;
+	e->debug.user_hook = from;
 	submit(e);
+}
+
+static __always_inline void debug_point(const struct sock *sk, __u64 cookie, const struct seg *g, __u8 dir,
+					 __u8 prureq, __u8 approx, __u32 reason, const struct sk_buff *rx_skb, __u8 task)
+{
+	debug_record(sk, cookie, g, dir, prureq, approx, reason, rx_skb, task, NT_DEBUG_HOOK_TP);
 }
 
 static __always_inline __u8 user_request(int oldstate, int newstate, __u8 *approx)

@@ -292,5 +292,5 @@ class TcpDebugSnapshot(FlowRecord, tag="tcpdebug_snapshot", kw_only=True):
     tcp_ack: Annotated[Int, doc("segment acknowledgment number")] = None
     tcp_flags: Annotated[Int, doc("segment flags", hexa=True)] = None
     tcp_window: Annotated[Int, doc("segment raw window")] = None
-    tcp_payload_len: Annotated[Int, doc("segment payload", unit="bytes")] = None
+    tcp_payload_len: Annotated[Int, doc("segment payload; debug-user SEND/RCVD: the bytes the call moved (0 on an error)", unit="bytes")] = None
     drop_reason: Annotated[Str, doc("kernel drop reason (debug-drop)")] = None

@@ -44,6 +44,22 @@ USER_HOOKS = {
     "RCVOOB": "tp_btf/sock_recv_length",
 }
 POINT_HOOKS = {TA_INPUT: "tp_btf/tcp_probe", TA_OUTPUT: "tp_btf/net_dev_queue", TA_DROP: "tp_btf/kfree_skb"}
+# Before Linux 6.3 (no sock_send_length) the calls are seen at the exits of tcp_sendmsg and
+# tcp_recvmsg (nt_debug_body.user_hook NT_DEBUG_HOOK_FN, kmod/tcp_functions.bpf.c).
+HOOK_FN = 1
+FUNCTION_HOOKS = {
+    "SEND": "fexit/tcp_sendmsg",
+    "SENDOOB": "fexit/tcp_sendmsg",
+    "RCVD": "fexit/tcp_recvmsg",
+    "RCVOOB": "fexit/tcp_recvmsg",
+}
+
+
+def _user_hook(name: str | None, user_hook: int) -> str:
+    """The hook of a debug-user record with request `name`."""
+    if user_hook == HOOK_FN and name in FUNCTION_HOOKS:
+        return FUNCTION_HOOKS[name]
+    return USER_HOOKS.get(name or "", "tp_btf/inet_sock_set_state")
 
 
 def _control_block(raw: Raw) -> dict[str, Any]:
@@ -75,7 +91,7 @@ def translate_debug(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     direction = DEBUG_DIRECTIONS[point]
     req = raw["prureq"]
     req_name = PRU_REQUESTS[req] if req != PRU_NONE and req < len(PRU_REQUESTS) else None
-    hook = USER_HOOKS.get(req_name or "", "tp_btf/inet_sock_set_state") if point == TA_USER else POINT_HOOKS[point]
+    hook = _user_hook(req_name, raw["user_hook"]) if point == TA_USER else POINT_HOOKS[point]
     kwargs = envelope(raw, env, "tcpdebug", f"debug-{direction}", hook)
     if raw["flags"] & SNAP_VALID:
         kwargs.update(_control_block(raw))
@@ -87,6 +103,8 @@ def translate_debug(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
             tcp_window=raw["th_win"],
             tcp_payload_len=raw["payload_len"],
         )
+    elif point == TA_USER and req_name in FUNCTION_HOOKS:  # a send/receive call: the bytes it moved
+        kwargs.update(tcp_payload_len=raw["payload_len"])
     approx = ["snd_cwnd", "snd_ssthresh"] if raw["flags"] & SNAP_VALID else []
     if raw["approx"]:
         approx.append("prureq")
@@ -122,8 +140,8 @@ def translate_debug_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[Kerne
     reqs = col("prureq")
     req_names = [_REQ_NAMES[r] for r in reqs]
     hooks = [
-        USER_HOOKS.get(name or "", "tp_btf/inet_sock_set_state") if p == TA_USER else POINT_HOOKS[p]
-        for p, name in zip(points, req_names, strict=True)
+        _user_hook(name, u) if p == TA_USER else POINT_HOOKS[p]
+        for p, name, u in zip(points, req_names, col("user_hook"), strict=True)
     ]
     columns, groups = envelope_columns_grouped(a, env, "tcpdebug", [_PROBES[p] for p in points], hooks)
     valid = ((a["flags"] & SNAP_VALID) != 0).tolist()
@@ -151,7 +169,17 @@ def translate_debug_batch(a: npt.NDArray[np.void], env: KernelEnv) -> list[Kerne
         "tcp_window": col("th_win"),
         "tcp_payload_len": col("payload_len"),
     }
-    columns.update(_masked(segment, a["has_seg"].astype(bool).tolist()))
+    has_seg = a["has_seg"].astype(bool).tolist()
+    columns.update(_masked(segment, has_seg))
+    calls = [
+        not seg and p == TA_USER and name in FUNCTION_HOOKS
+        for seg, p, name in zip(has_seg, points, req_names, strict=True)
+    ]
+    if any(calls):  # a send/receive call's record: the bytes it moved
+        lens = columns["tcp_payload_len"]
+        columns["tcp_payload_len"] = [
+            n if call else v for v, n, call in zip(lens, col("payload_len"), calls, strict=True)
+        ]
     return rows_in_wire_order(TcpDebugSnapshot, columns, n, groups)
 
 

@@ -259,7 +259,7 @@ DEBUG_BODY: Fields = [
     ("direction", "u1"),
     ("prureq", "u1"),
     ("approx", "u1"),
-    ("_pad_tail", "u1"),
+    ("user_hook", "u1"),
 ]
 
 DROP_KEY: Fields = [("location", "<u8"), ("reason", "<u4"), ("protocol", "<u2"), ("_pad", "<u2")]

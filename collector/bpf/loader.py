@@ -59,6 +59,9 @@ PROGRAMS: dict[str, frozenset[str]] = {
     "inet_sock_set_state": ALWAYS,
     "sock_send_length": ALWAYS,
     "sock_recv_length": ALWAYS,
+    # before 6.3, TCP's send and receive calls at tcp_sendmsg/tcp_recvmsg's exits instead (fexit)
+    "tcp_sendmsg": ALWAYS,
+    "tcp_recvmsg": ALWAYS,
     "tcp_destroy_sock": ALWAYS,
     "softirq_entry": ALWAYS,
     "softirq_exit": ALWAYS,
@@ -100,6 +103,12 @@ FUNCTION_PROGRAMS = variants.UDP_FUNCTIONS
 SYSCALL_PROGRAMS = (variants.SYSCALL_TRACEPOINT,)
 PROGRAMS.update(dict.fromkeys(FUNCTION_PROGRAMS + SYSCALL_PROGRAMS, frozenset({"udp", "udp-calls"})))
 SOURCE_PROGRAMS = {"kernel functions": FUNCTION_PROGRAMS, "system calls": SYSCALL_PROGRAMS}
+# Where TCP's send and receive calls are seen (tcp_call_source): sock_send_length and
+# sock_recv_length (6.3+), else the exits of tcp_sendmsg/tcp_recvmsg (fexit,
+# kmod/tcp_functions.bpf.c) where the kernel takes them and their prototypes are kmod/'s,
+# else nowhere (attribution at connect/listen/close only, no tcpdebug SEND/RCVD).
+TCP_CALL_SOURCES = ("socket tracepoints", "kernel functions", "none")
+TCP_FUNCTION_PROGRAMS = variants.TCP_FUNCTIONS
 ITER_PROGRAMS = frozenset({"siftr_poll"})
 # Before 5.12 tracing programs cannot ask for a socket's cookie: these cgroup programs
 # (kmod/attribution.bpf.c) ask for it at socket() and as a passive child is established,
@@ -269,10 +278,13 @@ def fold_window_ms(opts: Options, iter_why: str | None = None) -> int:
     return max(1, round(opts.fold_window_s * 1000))
 
 
-def program_names(opts: Options, cgroup_programs: bool = True, functions: bool = True) -> list[str]:
+def program_names(
+    opts: Options, cgroup_programs: bool = True, functions: bool = True, tcp_functions: bool = True
+) -> list[str]:
     """The programs these options need on this kernel, in PROGRAMS order (before its absences);
     `cgroup_programs` False: without CGROUP_PROGRAMS, and with their fallback; `functions`
-    False: the kernel refused FUNCTION_PROGRAMS (udp_call_source)."""
+    False: the kernel refused FUNCTION_PROGRAMS (udp_call_source); `tcp_functions` False:
+    it refused TCP_FUNCTION_PROGRAMS (tcp_call_source)."""
     wanted = set(opts.providers)
     skip = SKB_STAGE_PROGRAMS if skb_stages(opts) == "ends" else frozenset()
     if context_source(opts) != "softirq hooks":
@@ -285,6 +297,8 @@ def program_names(opts: Options, cgroup_programs: bool = True, functions: bool =
     for other, names in SOURCE_PROGRAMS.items():
         if other != source:
             skip |= set(names)
+    if tcp_call_source(tcp_functions) != "kernel functions":
+        skip |= set(TCP_FUNCTION_PROGRAMS)
 
     def needed_by(name: str) -> frozenset[str]:
         needs = PROGRAMS[name] | (CGROUP_FALLBACK.get(name, frozenset()) if not cgroup_programs else frozenset())
@@ -346,6 +360,19 @@ def socket_call_tracepoints() -> bool:
     """Whether this kernel has sock_send_length and sock_recv_length (6.3+); asked at every
     program_names(), a window's toggle included, so read once."""
     return not tracepoints.absent(["sock_send_length", "sock_recv_length"])
+
+
+def tcp_call_source(functions: bool = True) -> str:
+    """Where TCP's send and receive calls are seen here (one of TCP_CALL_SOURCES); `functions`
+    False: the kernel refused TCP_FUNCTION_PROGRAMS."""
+    if socket_call_tracepoints():
+        return "socket tracepoints"
+    return "kernel functions" if functions and tcp_functions_match() else "none"
+
+
+def tcp_functions_match() -> bool:
+    """Whether this kernel's tcp_sendmsg/tcp_recvmsg take parameters kmod/ has a program for."""
+    return all(btf.func_args(name) in n for name, n in variants.TCP_FUNCTION_ARGS.items())
 
 
 def functions_match() -> bool:
@@ -442,6 +469,7 @@ class KernelSession:
         self.cgroup_why: str | None = None  # why the cgroup programs are left out (None: they are not)
         self.iter_why: str | None = None  # why siftr-poll's iterator is left out (None: it is not)
         self.functions_why: str | None = None  # why the UDP functions' fexit programs are left out
+        self.tcp_functions_why: str | None = None  # why the TCP functions' fexit programs are left out
         self.refused: list[str] = []  # the programs the kernel refused at the last load
         self.cgroup_fd = -1  # the cgroup v2 root they attach to
         self.drop_reasons = btf.drop_reasons() or dict(variants.UNNAMED_DROP_REASONS)  # before 5.17: none
@@ -455,6 +483,7 @@ class KernelSession:
         if self.cgroup_why is None and CGROUP_PROGRAMS & set(self.program_names()):
             self.cgroup_why = cgroup_unusable()
         not_tracepoints = CGROUP_PROGRAMS | ITER_PROGRAMS | set(FUNCTION_PROGRAMS) | set(COOKIE_PROGRAMS)
+        not_tracepoints |= set(TCP_FUNCTION_PROGRAMS)
         self.absent = tracepoints.absent(n for n in self.program_names() if n not in not_tracepoints)
         required = [n for n in self.absent if PROGRAMS[n] == ALWAYS and n not in OPTIONAL_ATTRIBUTION]
         if required:
@@ -466,6 +495,9 @@ class KernelSession:
         if self.functions_why is not None and {"udp", "udp-calls"} & set(self.opts.providers):
             self.degraded += tuple((p, "udp_call.kernel_functions", self.functions_why)
                                    for p in ("udp", "udp-calls") if p in self.opts.providers)  # fmt: skip
+        if self.tcp_functions_why is not None:  # the absent tracepoints' losses are named too
+            self.degraded += tuple((p, "tcp_call.kernel_functions", self.tcp_functions_why)
+                                   for p in ("tcp", "tcpdebug") if p in self.opts.providers)  # fmt: skip
         if self.cgroup_why is not None and self.udp_call_source() == "socket tracepoints":
             lost = ((p, what, why.format(why=self.cgroup_why)) for p, what, why in CGROUP_LOSES)
             self.degraded += tuple(d for d in lost if d[0] in self.opts.providers)
@@ -612,6 +644,7 @@ class KernelSession:
             # cgroup program (a container may keep the hierarchy's root from us, EPERM
             # included) the peers of unconnected sockets' calls; siftr-poll's iterator its samples.
             optional = name in CGROUP_PROGRAMS or name in ITER_PROGRAMS or name in FUNCTION_PROGRAMS
+            optional = optional or name in TCP_FUNCTION_PROGRAMS  # their losses: attribution, SEND/RCVD
             # the cookie programs too: without them a socket's records carry a substitute (COOKIE_LOSES)
             optional = optional or name in COOKIE_PROGRAMS
             if (err in (errno.EPERM, errno.EACCES) and not optional) or (PROGRAMS[name] == ALWAYS and not optional):
@@ -730,6 +763,9 @@ class KernelSession:
             if self.functions_why is None and set(FUNCTION_PROGRAMS) & loaded & set(self.refused):
                 self.functions_why = (f"this kernel refused the fexit programs ({exc}): udp calls come from the "
                                       "system calls instead, about 3% more CPU per byte")  # fmt: skip
+            elif self.tcp_functions_why is None and self._refused_tcp_functions(loaded):
+                self.tcp_functions_why = (f"this kernel refused the fexit programs ({exc}): TCP sockets attributed at "
+                                          "connect/listen/close only, no tcpdebug SEND/RCVD")  # fmt: skip
             elif self.iter_why is None and ITER_PROGRAMS & loaded & set(self.refused):
                 self.iter_why = f"this kernel refused the siftr-poll iterator ({exc})"
                 self.failed.update(dict.fromkeys(ITER_PROGRAMS & loaded, self.iter_why))
@@ -746,6 +782,11 @@ class KernelSession:
             except BpfError as again:
                 exc, loaded = again, set(self.loaded_names())
         raise exc
+
+    def _refused_tcp_functions(self, loaded: set[str]) -> bool:
+        """Whether the last load refused one of the TCP functions' programs (by its variant's name)."""
+        chosen = {self.choice.programs.get(n, n) for n in TCP_FUNCTION_PROGRAMS if n in loaded}
+        return bool(chosen & set(self.refused))
 
     def __enter__(self) -> KernelSession:
         self.prepare()
@@ -764,8 +805,14 @@ class KernelSession:
         """Where this session's udp call records come from (UDP_CALL_SOURCES)."""
         return udp_call_source(self.opts, self.functions_why is None)
 
+    def tcp_call_source(self) -> str:
+        """Where this session sees TCP's send and receive calls (TCP_CALL_SOURCES)."""
+        return tcp_call_source(self.tcp_functions_why is None)
+
     def program_names(self) -> list[str]:
-        names = program_names(self.opts, self.cgroup_why is None, self.functions_why is None)
+        names = program_names(
+            self.opts, self.cgroup_why is None, self.functions_why is None, self.tcp_functions_why is None
+        )
         return [n for n in names if n not in ITER_PROGRAMS] if self.iter_why is not None else names
 
     def loaded_names(self) -> list[str]:

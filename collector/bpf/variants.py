@@ -116,6 +116,9 @@ VARIANTS: dict[str, tuple[Variant, ...]] = {
             ("tcpdebug", "tcp_debug.drop", "kfree_skb passes no drop reason: TCP drop points cannot be told"),
         ),
     ),
+    # a kernel function, not a tracepoint (TCP_FUNCTION_ARGS): the variant whose parameters
+    # the kernel's BTF gives exactly
+    "tcp_recvmsg": (Variant("tcp_recvmsg", 5), Variant("tcp_recvmsg__6", 6)),
     "udp_fail_queue_rcv_skb": (
         Variant("udp_fail_queue_rcv_skb", 3),
         _older(
@@ -190,14 +193,41 @@ SYSCALL_SOURCE_LOSES = tuple(
 )
 
 
-def _source_losses(tracepoints: list[str], gone: set[str]) -> tuple[set[str], list[tuple[str, str, str]]]:
-    """With the UDP functions or the system calls as the call records' source: the fields of
-    the socket tracepoints' absence that this source fills, and what it does not see."""
+# TCP's send and receive calls before Linux 6.3, for attribution and tcpdebug's SEND/RCVD:
+# at the exits of tcp_sendmsg / tcp_recvmsg (kmod/tcp_functions.bpf.c). function -> the
+# parameter counts kmod/ has a program for (tcp_recvmsg: 5.19+, and 5.10's with nonblock).
+TCP_FUNCTION_ARGS = {"tcp_sendmsg": (3,), "tcp_recvmsg": (5, 6)}
+TCP_FUNCTIONS = tuple(TCP_FUNCTION_ARGS)
+_TCP_UNSEEN = (
+    "(no sock_send_length before Linux 6.3): calls that do not reach them are not seen, a sendfile/splice's "
+    "data (tcp_sendpage, tcp_splice_read) and a kTLS or sockmap socket's calls"
+)
+TCP_FUNCTION_FILLS = {
+    ("tcpdebug", "tcp_debug.user_send"),
+    ("tcpdebug", "tcp_debug.user_rcvd"),
+    ("tcp", "attribution"),
+}
+TCP_FUNCTION_LOSES = (
+    ("tcpdebug", "tcp_debug.user", f"SEND/RCVD at the exits of tcp_sendmsg and tcp_recvmsg {_TCP_UNSEEN}"),
+    ("tcp", "attribution", f"sockets attributed at the exits of tcp_sendmsg and tcp_recvmsg {_TCP_UNSEEN}"),
+)
+
+
+def _source_losses(tracepoints: list[str], gone: set[str]) -> tuple[set[tuple[str, str]], list[tuple[str, str, str]]]:
+    """With the UDP functions or the system calls as the call records' source, and the TCP
+    functions as TCP's calls': the (provider, field) of the socket tracepoints' absence these
+    sources fill, and what they do not see."""
+    filled: set[tuple[str, str]] = set()
+    lost: list[tuple[str, str, str]] = []
+    if any(tp in TCP_FUNCTIONS for tp in tracepoints):
+        filled |= TCP_FUNCTION_FILLS
+        lost += TCP_FUNCTION_LOSES
+    udp = {(p, f) for p in ("udp", "udp-calls") for f in ("udp_call.send", "udp_call.receive")}
     if any(tp in UDP_FUNCTIONS for tp in tracepoints):
-        return {"udp_call.send", "udp_call.receive"}, list(FUNCTION_SOURCE_LOSES)
+        return filled | udp, [*lost, *FUNCTION_SOURCE_LOSES]
     if SYSCALL_TRACEPOINT in tracepoints and SYSCALL_TRACEPOINT not in gone:
-        return {"udp_call.send", "udp_call.receive"}, list(SYSCALL_SOURCE_LOSES)
-    return set(), []
+        return filled | udp, [*lost, *SYSCALL_SOURCE_LOSES]
+    return filled, lost
 
 
 # A socket filter that fetch-adds and compare-and-swaps a stack slot, then returns 0:
@@ -250,11 +280,13 @@ def choose(
     args_of: Callable[[str], int | None] | None = None,
     has_kfunc: Callable[[str], bool] | None = None,
     has_fetch: Callable[[], bool] | None = None,
+    func_args_of: Callable[[str], int | None] | None = None,
 ) -> Choice:
     """Pick the variant of each present tracepoint and collect what the chosen providers lose.
     args_of and has_kfunc default to the running kernel's BTF (another kernel's answers
     can be given: tests/test_bpf_variants.py)."""
     args_of = args_of or btf.tracepoint_args
+    func_args_of = func_args_of or btf.func_args
     has_kfunc = has_kfunc or btf.kfunc_exists
     chosen = set(providers)
     gone = set(absent)
@@ -263,14 +295,18 @@ def choose(
     programs: dict[str, str] = {}
     for tp in tracepoints:
         if tp in gone:
-            lost.extend(d for d in ABSENT_LOSES.get(tp, ()) if not (d[0] in ("udp", "udp-calls") and d[1] in filled))
+            lost.extend(d for d in ABSENT_LOSES.get(tp, ()) if d[:2] not in filled)
             continue
         options = VARIANTS.get(tp)
         if not options:
             programs[tp] = tp
             continue
-        have = args_of(tp)
-        pick = next((v for v in options if have is None or v.args <= have), options[-1])
+        if tp in TCP_FUNCTION_ARGS:  # a fexit program declares the function's parameters exactly
+            have = func_args_of(tp)
+            pick = next((v for v in options if v.args == have), options[0])
+        else:
+            have = args_of(tp)
+            pick = next((v for v in options if have is None or v.args <= have), options[-1])
         programs[tp] = pick.program
         lost.extend(pick.loses)
     wanted = [d for d in dict.fromkeys(lost) if d[0] in chosen]

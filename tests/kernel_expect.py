@@ -33,6 +33,17 @@ RELEASE = release()
 # kfree_skb passes a drop reason from 5.17: before, every drop's reason is NOT_SPECIFIED
 # (kmod/skb.bpf.c, kfree_skb__2), never a reason made up for it
 DROP_REASONS = RELEASE >= (5, 17)
+# kfree_skb passes rx_sk, the receiving socket, from 6.11 (6.12 does, 6.1 not): before, an
+# incoming segment's drop has no socket
+DROP_RX_SK = RELEASE >= (6, 11)
+# the object: bpf_rdonly_cast from 6.2, atomic fetch from 5.12 (collector/bpf/variants.py)
+OBJECT = (
+    "nettrail.bpf.o"
+    if RELEASE >= (6, 2)
+    else "nettrail-compat.bpf.o"
+    if RELEASE >= (5, 12)
+    else "nettrail-legacy.bpf.o"
+)
 # tcp_cong_state_set: 6.1 has it, Debian 11's 5.10 not (none between is booted here): without it
 # no congestion-state records
 CONG_STATE_RECORDS = RELEASE >= (6, 1)

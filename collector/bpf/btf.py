@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import functools
 
-from collector.bpf import libbpf
+from collector.bpf import kallsyms, libbpf
 
 BTF_KIND_PTR = 2
 BTF_KIND_STRUCT = 4
@@ -201,7 +201,8 @@ def preempt_count_from_runqueue() -> int | None:
     per-CPU data (no CONFIG_KALLSYMS_ALL), where a program cannot name the variable
     (core_fixes.bpf.h, in_task()). A program reaches its CPU's runqueue through
     current->se.cfs_rq->rq (CONFIG_FAIR_GROUP_SCHED); both variables are in the same
-    per-CPU area, so their distance is their distance in the section. None when the
+    per-CPU area, so their distance is their distance in the section (from kallsyms where
+    BTF lists no per-CPU variable, as Debian 11's 5.10's does not). None when the
     kernel lacks any of it: __preempt_count (up to 6.1, and from 6.15) or
     pcpu_hot.preempt_count (6.2-6.14), runqueues, sched_entity.cfs_rq, cfs_rq.rq, rq.cpu."""
     runqueues = percpu_offset("runqueues")
@@ -209,6 +210,9 @@ def preempt_count_from_runqueue() -> int | None:
     if count is None:
         hot, field = percpu_offset("pcpu_hot"), member_offset("pcpu_hot", "preempt_count")
         count = None if hot is None or field is None else hot + field
+    if runqueues is None and count is None:  # no per-CPU variable in BTF (5.10): from kallsyms
+        found = kallsyms.percpu_offsets(("runqueues", "__preempt_count"))
+        runqueues, count = found.get("runqueues"), found.get("__preempt_count")
     links = has_member("sched_entity", "cfs_rq") and has_member("cfs_rq", "rq") and has_member("rq", "cpu")
     if runqueues is None or count is None or not links or count == runqueues:
         return None

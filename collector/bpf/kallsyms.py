@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+from collections.abc import Iterable
 from pathlib import Path
 
 KALLSYMS = Path("/proc/kallsyms")
@@ -48,3 +49,21 @@ class Kallsyms:
 @functools.cache
 def kernel_symbols() -> Kallsyms:
     return Kallsyms()
+
+
+def percpu_offsets(names: Iterable[str], path: Path = KALLSYMS) -> dict[str, int]:
+    """Offsets of per-CPU variables in the per-CPU section, from kallsyms: on x86-64 that
+    section is linked at 0, so a per-CPU symbol's address is its offset, and kallsyms lists
+    them where the kernel has CONFIG_KALLSYMS_ALL (Debian's do). For kernels whose BTF lists
+    no per-CPU variable (Debian 11's 5.10); a name not listed, or shown as 0 (kptr_restrict),
+    is left out."""
+    wanted, found = set(names), {}
+    try:
+        with open(path) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 3 and parts[2] in wanted and int(parts[0], 16):
+                    found[parts[2]] = int(parts[0], 16)
+    except OSError:
+        pass
+    return found

@@ -58,6 +58,8 @@ TICK = os.sysconf("SC_CLK_TCK")
 IDLE_S = 4.0
 BASELINE_S = 2.0  # before each traced run
 QUIET_S = 0.6  # a window this long at about the idle rate: the collector is done with the workload
+# the counter slots of ring events: all but ip-flows' two (tcp_lifecycle's, 16, included)
+RING_SLOTS = [t for t in range(layout.EV_MAX) if t not in (layout.EV_IP_FLOW, layout.EV_IP_UNCOUNTED)]
 
 
 @dataclass
@@ -128,7 +130,7 @@ class RingCounters:
         key = ctypes.c_uint32(0)
         if self.lib.bpf_map_lookup_elem(self.fd, ctypes.byref(key), value.ctypes.data) < 0:
             raise RuntimeError("cannot read the collector's counters map")
-        ring = value[:, :, : layout.EV_IP_FLOW].sum(axis=(0, 2))  # the events that go through the ring
+        ring = value[:, :, RING_SLOTS].sum(axis=(0, 2))  # the events that go through the ring
         return int(ring[0]), int(ring[1])
 
     def close(self) -> None:
@@ -143,8 +145,8 @@ def programs_ns(ids: set[int]) -> int:
 class CollectorProcess:
     """`nettrail collect` with nettrail up's default set, writing msgpack to `out`."""
 
-    def __init__(self, out: Path) -> None:
-        args = ["--alerts", "--ppl", str(COLLECTOR_PPL), *collector_providers({}), "--out", str(out)]
+    def __init__(self, out: Path, extra: tuple[str, ...] = ()) -> None:
+        args = ["--alerts", "--ppl", str(COLLECTOR_PPL), *collector_providers({}), *extra, "--out", str(out)]
         self.args = args
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "nettrail.cli", "collect", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
@@ -255,10 +257,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gigabytes", type=float, default=2.0, help="GB per bulk run")
     parser.add_argument("--pairs", type=int, default=20_000, help="request/response pairs per UDP run")
     parser.add_argument("--no-docs", action="store_true")
+    parser.add_argument("--fold-compare", action="store_true",
+                        help="the short-connection storms only, streamed and with --tcp-fold, one collector after "
+                        "the other in the same run, plus a --storm-s storm under each (bench/agent_cost_fold.py)")  # fmt: skip
+    parser.add_argument("--storm-s", type=float, default=60.0, help="--fold-compare: seconds of the long storm")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_agent_cost: needs root (the collector loads eBPF programs)", file=sys.stderr)
         return 1
+    if args.fold_compare:
+        import agent_cost_fold
+
+        return agent_cost_fold.main(args)
     ws = workloads(args.conns, args.burst, args.gigabytes, args.pairs)
     loads = [os.getloadavg()]
     with tempfile.TemporaryDirectory() as tmp:

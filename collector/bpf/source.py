@@ -61,6 +61,10 @@ def ip_slot_index(key: np.void) -> int:
     return x >> (64 - (layout.IP_SLOTS_PER_CPU.bit_length() - 1))
 
 
+# Counter slots of no ring event (ip-flows' entries created and packets it could not count)
+NOT_RING = frozenset({layout.EV_IP_FLOW, layout.EV_IP_UNCOUNTED})
+
+
 def wall_offset() -> float:
     """CLOCK_REALTIME - CLOCK_MONOTONIC now, seconds (providers.md 9.5)."""
     return time.time() - time.monotonic()
@@ -83,6 +87,8 @@ class Totals:
             line += " (" + ", ".join(parts) + ")"
         malformed = sum(self.malformed.values())
         line += f", malformed {malformed}" if malformed else ""
+        # the ring's events the programs made (received + lost, when nothing is left unread)
+        line += f", generated {sum(self.generated.values())}"
         skipped = {name: n for name, n in sorted(self.skipped.items()) if n}
         if skipped:
             each = ", ".join(f"{name} {n}" for name, n in skipped.items())
@@ -475,7 +481,8 @@ class KernelSource:
         for t, name in layout.EVENT_NAMES.items():
             self.totals.received[name] = int(self.received[t])
             self.totals.lost[name] = int(lost[t])
-            self.totals.generated[name] = int(generated[t])
+            if t not in NOT_RING:
+                self.totals.generated[name] = int(generated[t])
         return out
 
     def malformed_reports(self) -> list[KernelRecord]:

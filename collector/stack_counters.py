@@ -23,6 +23,10 @@ is said on stderr: its moves since its last read are unread. Both reach the next
 collector_stats record as ``counters_missed`` (take_missed). Reading costs at most
 CPU_SHARE of a CPU: a slower round stretches the interval (said on stderr).
 
+When a namespace's ListenOverflows moved, its listeners whose accept queue is full come
+just before that counter's record, as ``sock_event`` listen-overflow records
+(collector/listen_queues.py): the finding names the listener, not only the namespace.
+
 Keep in sync with: analysis/alerts/live.py (Extras adds these records), the K4 rule
 (analysis/alerts/rules/buffers.py), docs/collector.md "Stack counters".
 """
@@ -35,6 +39,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from collector import netns
+from collector.listen_queues import ListenQueues
 from translators.kernel import KernelEnv, KernelRecord, collector_envelope
 from translators.records import StackCounter
 
@@ -55,6 +60,7 @@ STACK_COUNTERS: dict[str, tuple[str, ...]] = {
     ),
     "Tcp": ("AttemptFails", "EstabResets", "InErrs", "OutRsts"),
 }
+OVERFLOWS = ("TcpExt", "ListenOverflows")
 MIB_FILES = {"TcpExt": "netstat", "Tcp": "snmp"}  # group -> its file under /proc/.../net/
 SELECTED = [(group, name) for group, names in STACK_COUNTERS.items() for name in names]
 INTERVAL_S = 1.0
@@ -135,6 +141,7 @@ class StackCounters:
         self.found = self.scan()
         self.at_start = set(self.found)  # baseline only; any later one counts from zero
         self.comms: dict[tuple[int, int], str | None] = {}  # (netns, pid) -> comm
+        self.listen_queues = ListenQueues(proc)  # full listeners, read when ListenOverflows moved
         for ns in self.found.values():
             self._reading(ns)  # baselines
         self.next = time.monotonic() + interval_s
@@ -187,6 +194,9 @@ class StackCounters:
             if delta <= 0:
                 continue
             group, name = key
+            if key == OVERFLOWS:
+                # the full listeners first, so K4 names them when the counter's record arrives
+                out.extend(self.listen_queues.records(env, ts_ns, ns))
             out.append(
                 StackCounter(
                     **collector_envelope(env, "stack-counter", f"/proc/net/{MIB_FILES[group]}", "linux", ts_ns),

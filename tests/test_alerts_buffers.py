@@ -46,11 +46,13 @@ def test_listen_overflow_counters_fire_once_per_namespace_naming_it_with_its_own
     recs += [counter(22, "ListenDrops", 3, **web), counter(22, "ListenOverflows", 3, **web)]
     alerts = only(feed_all(e, recs), "K4")
     assert [(a.netns, a.metric, a.evidence) for a in alerts] == [(11, 7.0, [recs[1].seq]), (22, 3.0, [recs[3].seq])]
-    assert alerts[0].message.startswith(
-        "Listening sockets in network namespace 11 (blue) (ListenOverflows 7, ListenDrops 9) dropped 7 connection"
+    assert alerts[0].message.startswith("Listening sockets in network namespace 11 (blue) dropped 7 connection")
+    assert (
+        "network namespace 11 (blue) counted 7 ListenOverflows and 9 ListenDrops in the last 10 s" in alerts[0].message
     )
+    assert "(overflow in 1 of them; 107 and 109 since it was created, as nstat -a reads them)" in alerts[0].message
     assert alerts[1].message.startswith(
-        "Listening sockets in network namespace 22 (where nginx, pid 80, runs) (ListenOverflows 3, ListenDrops 3) "
+        "Listening sockets in network namespace 22 (where nginx, pid 80, runs) dropped 3 "
     )
 
 

@@ -85,8 +85,12 @@ def test_a_flooded_listener_raises_k4_from_the_listen_overflows_counter(netns, t
     alert = next(iter(k4.values()))  # the last version of the one alert
     assert (alert.condition, alert.severity, alert.netns, alert.proto) == ("overflow", "warning", inode, "tcp")
     assert alert.metric == expected
-    assert alert.evidence == [r.seq for r in overflows]
-    assert f"network namespace {inode}" in alert.message and f"dropped {expected} connection attempts" in alert.message
+    # the full listener (collector/listen_queues.py), read just before each overflow record, and that record
+    full = [r for r in records if r.kind == "sock_event" and r.probe == "listen-overflow"]
+    assert alert.evidence == sorted([r.seq for r in overflows] + [r.seq for r in full])
+    assert (alert.src, alert.sport, full[-1].queue, full[-1].backlog) == ("127.0.0.1", 7400, 2, 1)
+    assert alert.message.startswith("The listener 127.0.0.1:7400 of python")
+    assert f"network namespace {inode} ({netns}) counted {expected} ListenOverflows" in alert.message
     # the records behind the alert are in the stream too: the states of the flood's handshakes
     assert any(isinstance(r, TcpStateChange) and r.dport == 7400 for r in records)
 

@@ -5,7 +5,7 @@ backlog of 1 that never accept are flooded in two namespaces it is not in: one n
 overflowing before the collector's first read of it). The stack_counter records of each
 namespace must add up to exactly that namespace's own counter moves (read from
 /proc/PID/net/netstat of a process in it), and K4 must fire once per namespace, naming it
-with those numbers. The reader's logic alone: tests/test_stack_counters.py."""
+with those numbers and its listener. The reader's logic alone: tests/test_stack_counters.py."""
 
 from __future__ import annotations
 
@@ -97,11 +97,15 @@ def test_listen_overflows_in_two_other_namespaces_are_counted_exactly_and_k4_nam
         overflows = [r for r in counters if r.netns == inode and r.counter == "ListenOverflows"]
         assert (alert.condition, alert.severity, alert.proto) == ("overflow", "warning", "tcp")
         assert alert.metric == counts["ListenOverflows"]
-        assert alert.evidence == [r.seq for r in overflows]
-        assert alert.message.startswith(
-            f"Listening sockets in network namespace {inode} {label} (ListenOverflows {counts['ListenOverflows']}, "
-            f"ListenDrops {counts['ListenDrops']}) dropped {counts['ListenOverflows']} connection attempts in 10 s"
-        ), alert.message
+        # the flood's listener, full at each read where the counters moved (collector/listen_queues.py)
+        full = [r for r in others if r.kind == "sock_event" and r.netns == inode and r.probe == "listen-overflow"]
+        assert {(r.src, r.sport, r.queue, r.backlog) for r in full} == {("127.0.0.1", PORT, 2, 1)}
+        assert alert.evidence == sorted([r.seq for r in overflows] + [r.seq for r in full])
+        assert alert.message.startswith(f"The listener 127.0.0.1:{PORT} of {alert.comm} (pid {alert.tgid}) ")
+        assert (
+            f"network namespace {inode} {label} counted {counts['ListenOverflows']} ListenOverflows and "
+            f"{counts['ListenDrops']} ListenDrops in the last 10 s"
+        ) in alert.message, alert.message
 
 
 def test_a_named_namespace_no_process_is_in_is_read_by_entering_it_and_said_when_deleted(capsys) -> None:

@@ -8,10 +8,11 @@ defaults.toml (one section per rule id) and docs/alerts.md.
 from __future__ import annotations
 
 from .base import Rule
-from .buffers import ListenOverflow, PeerZeroWindow, ReceiveBuffer, UdpDrops
+from .buffers import PeerZeroWindow, ReceiveBuffer, UdpDrops
 from .drops import DropBurst
 from .handshakes import ConnectFailures, ScanAndFlood
 from .health import CollectorLoss, CollectorOverhead
+from .listen_overflow import ListenOverflow
 from .perf import CwndCollapse, SrttSpike
 from .resets import ResetStorm
 from .retrans import RetransKind, RetransRatio

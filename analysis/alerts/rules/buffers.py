@@ -1,5 +1,5 @@
-"""Buffers and windows: K4 listen overflow, K5 receive-buffer pressure, K11 UDP drops,
-K13 zero window from the sender side (anomalies.md 4).
+"""Buffers and windows: K5 receive-buffer pressure, K11 UDP drops, K13 zero window from
+the sender side (anomalies.md 4). K4, the accept queue, is listen_overflow.py.
 
 Drops arrive as ``skb_drop`` records (packet orientation: ``src`` is the sender, so the
 local endpoint of a received packet is ``dst:dport``), exact per-reason totals as
@@ -14,13 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from translators.records import (
-    DropCount,
     FlowCounters,
     Record,
     SiftrSample,
     SkbDrop,
     SockEvent,
-    StackCounter,
     TcpDebugSnapshot,
     TcpStateChange,
     UdpDatagram,
@@ -50,83 +48,6 @@ def _bounded_append(evidence: list[int], seq: int, cap: int = 32) -> None:
 class _Drops:
     drops: Window
     evidence: list[int] | None = None
-
-
-class ListenOverflow(Rule):
-    rule_id = "K4"
-    kinds = ("skb_drop", "drop_count", "stack_counter")
-    REASON = "TCP_LISTEN_OVERFLOW"
-    COUNTER = ("TcpExt", "ListenOverflows")
-    # Every listen drop, overflows included (tcp_listendrop); a namespace's records of one
-    # read carry it before ListenOverflows (collector/stack_counters.py), so the message has both.
-    DROPS = ("TcpExt", "ListenDrops")
-
-    def __init__(self, ctx: Context) -> None:
-        super().__init__(ctx)
-        self.window = self.num("window_s")
-        self.listeners = self.keys_map()
-        self.listen_drops = self.keys_map()  # (host, netns) -> Window of ListenDrops deltas
-        # Kernels that report TCP_LISTEN_OVERFLOW drops count the same overflows in the
-        # MIB too: once a host showed the drop reason, its counter is not counted twice.
-        self.reason_hosts: set[str] = set()
-
-    def feed(self, rec: Record) -> None:
-        if isinstance(rec, StackCounter):
-            if (rec.mib, rec.counter) == self.DROPS and rec.delta > 0:
-                w = self.window
-                self.listen_drops.get_or_create((rec.host_id, rec.netns), lambda: Window(w)).add(rec.ts_wall, rec.delta)
-            elif (rec.mib, rec.counter) == self.COUNTER and rec.delta > 0 and rec.host_id not in self.reason_hosts:
-                self._count(rec, ("netns", rec.netns), rec.delta)
-        elif isinstance(rec, SkbDrop) and rec.drop_reason_str == self.REASON:
-            self.reason_hosts.add(rec.host_id)
-            self._count(rec, (rec.dst, rec.dport), 1)
-        elif isinstance(rec, DropCount) and rec.drop_reason_str == self.REASON and rec.delta > 0:
-            self.reason_hosts.add(rec.host_id)
-            self._count(rec, ("host",), rec.delta)
-
-    def _count(self, rec: Record, key: tuple[object, ...], n: int) -> None:
-        w = self.window
-        d = self.listeners.get_or_create((rec.host_id, *key), lambda: _Drops(Window(w)))
-        t = rec.ts_wall
-        d.drops.add(t, n)
-        d.evidence = bounded_append(d.evidence, rec.seq, 32)
-        total = int(d.drops.total(t))
-        busy = d.drops.seconds_with_events(t)
-        critical = busy >= self.num("critical_seconds")
-        if isinstance(rec, StackCounter):
-            subject = host_subject(rec)
-            subject.proto = "tcp"
-            where = f"Listening sockets in {self._netns(rec)} (ListenOverflows {total}, ListenDrops {self._drops(rec)})"
-        elif not isinstance(rec, SkbDrop):
-            subject = host_subject(rec)
-            where = "Listening sockets on this host"
-        else:
-            subject = self.ctx.owner(rec)
-            subject.conn_uuid = subject.sock_cookie = None
-            subject.src = subject.sport = None
-            subject.proto = "tcp"
-            where = f"The listener {endpoint(rec.dst, rec.dport)}" + (f" of {who(subject)}" if subject.comm else "")
-        message = (
-            f"{where} dropped {total} connection attempts in {w:g} s (overflow in {busy} of the last {w:g} s) "
-            f"because the accept queue was full: each drop costs the client at least a 1 s retry. The application "
-            f"accepts too slowly or its listen() backlog (capped by net.core.somaxconn) is too small."
-        )
-        self.fire(
-            "overflow", key, now=t, severity="critical" if critical else "warning", subject=subject,
-            message=message, clear_after=2 * w, metric=float(total), evidence=d.evidence or (),
-        )  # fmt: skip
-
-    def _netns(self, rec: StackCounter) -> str:
-        """The namespace as a person finds it: its inode, and its name or a process in it."""
-        if rec.netns_name:
-            return f"network namespace {rec.netns} ({rec.netns_name})"
-        if rec.comm:
-            return f"network namespace {rec.netns} (where {rec.comm}, pid {rec.tgid or rec.pid}, runs)"
-        return f"network namespace {rec.netns}"
-
-    def _drops(self, rec: StackCounter) -> int:
-        drops = self.listen_drops.get((rec.host_id, rec.netns))
-        return int(drops.total(rec.ts_wall)) if drops is not None else 0
 
 
 class ZeroWindowTracker:

@@ -35,6 +35,7 @@ from ..book import MAX_MEMBER_CONNS, Subject
 from ..state import DistinctWindow, LruMap, Window
 from .base import Context, Rule, endpoint, flow_key, who
 from .groups import Groups, callers, target_subject
+from .listen_overflow import FullListeners, is_full_listener
 
 Owner = tuple[str, str, int, str | None]
 GroupKey = tuple[object, ...]
@@ -144,7 +145,7 @@ class HalfOpen(Rule):
     ``per_destination``), and connect timeouts another per destination (groups.py)."""
 
     rule_id = "K8"
-    kinds = ("tcp_state", "tcp_reset", "tcp_retransmit")
+    kinds = ("tcp_state", "tcp_reset", "tcp_retransmit", "sock_event")
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
@@ -153,9 +154,12 @@ class HalfOpen(Rule):
         self.listeners = self.keys_map()
         self.dests: dict[GroupKey, _Group] = {}  # bounded: members are the tracker's entries
         self.timeouts = Groups(self.rule_id, ctx.book, ctx.max_keys)
+        self.full = FullListeners(ctx.max_keys, 1.0)  # K4's listeners: a connect's SYNs dropped on this host
 
     def feed(self, rec: Record) -> None:
-        if isinstance(rec, TcpStateChange):
+        if is_full_listener(rec):
+            self.full.observe(rec)
+        elif isinstance(rec, TcpStateChange):
             left = self.states.change(rec)
             if left is not None and rec.state == "CLOSED" and not left.reset:
                 self._timeout(rec, left)
@@ -206,10 +210,11 @@ class HalfOpen(Rule):
         s = left.subject
         target = ("dest", rec.dst, rec.dport)
         g = self.timeouts.join("connect-timeout", target, s, flow_key(rec), s.conn_uuid, waited, target_subject)
+        lst = self.full.serving(rec.host_id, rec.dst, rec.dport, left.since)
         message = (
             f"{callers(g.subject, g.total)} gave up connecting to {endpoint(rec.dst, rec.dport)} without any answer "
-            f"(no SYN-ACK, no RST), the latest after {waited:.1f} s: connect timeouts, the peer or the path is "
-            f"dropping SYNs."
+            f"(no SYN-ACK, no RST), the latest after {waited:.1f} s: connect timeouts, "
+            + (FullListeners.cause(lst) if lst is not None else "the peer or the path is dropping SYNs.")
         )
         self.fire(
             "connect-timeout", target, now=rec.ts_wall, severity="notice", subject=g.subject,
@@ -259,6 +264,9 @@ class HalfOpen(Rule):
             f"latency is already over a second and the kernel only gives up after about 127 s"
             + (": the destination is unreachable or overloaded, and every caller waits on it." if many else ".")
         )
+        lst = self.full.serving(s.host_id, s.dst, s.dport, oldest.since)
+        if lst is not None:
+            message += " The cause: " + FullListeners.cause(lst)
         conns = [e.subject.conn_uuid for e in stuck[: 2 * MAX_MEMBER_CONNS]]
         self.fire(
             "syn-sent", gk[1:], now=now, severity="warning" if many else "notice", subject=s, message=message,

@@ -278,12 +278,18 @@ def skb(request: HttpRequest, uid: int) -> HttpResponse:
 
 @api("GET")
 def udp(request: HttpRequest) -> HttpResponse:
-    """UDP flows: datagrams grouped by host, 4-tuple and process; socket errors beside them."""
+    """UDP flows: datagrams grouped by host, 4-tuple and process; socket errors beside them.
+    ?addr=A&port=P: only datagrams with A (P) at either end, and socket events whose socket
+    has it (udp_flows.flow_filter; indexed per column, webapp/traces/schema.py)."""
     host = request.GET.get("host") or None
-    qs = UdpDatagram.objects.all()
+    try:
+        ends = udp_flows.flow_filter(request.GET.get("addr") or None, request.GET.get("port") or None)
+    except ValueError as exc:
+        return json_error(400, str(exc))
+    qs = UdpDatagram.objects.filter(ends)
     if host:
         qs = qs.filter(host_id=host)
-    socks = SockEvent.objects.filter(proto="udp")
+    socks = SockEvent.objects.filter(ends, proto="udp")
     if host:
         socks = socks.filter(host_id=host)
     sock_rows = (

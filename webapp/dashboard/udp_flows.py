@@ -9,16 +9,47 @@ of the same datagrams (on loopback one host sends and receives each), so the lar
 taken, never a sum; a call's row whose local end is the wildcard address (an unbound
 socket) joins the device's row that names that end's concrete address. The payload is the device's UDP payload or the bytes the calls
 moved, of the same view.
+
+A row's errors are its failed calls and its datagrams the receiving socket could not queue
+(receive buffer full, issue 34 item 5): the skb provider's SOCKET_RCVBUFF drops of the
+row's 4-tuple (source first, as the row), or, for a receiving socket with no such drop
+recorded (skb off), its udp-fail-queue socket events, which name the socket but not the
+sender: those go to the socket's one row, and stay in the socket-events table alone when
+it has several. Never both: the kernel reports one datagram to both. A drop goes to the
+row of its receiving socket (conn_uuid), else to the newest row of its 4-tuple.
 Keep in sync with: translators/udp.py (which records carry what), js/udp.js.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 
 from translators.udp import CALL_HOOKS
+from webapp.dashboard.tables import SkbDrop, SockEvent
+
+RCVBUF_REASON = "SOCKET_RCVBUFF"
+FAIL_QUEUE = "udp-fail-queue"
+
+
+def flow_filter(addr: str | None, port: str | None) -> Q:
+    """The UDP page's filter: ``addr`` (an IPv4 or IPv6 address, any written form) and
+    ``port`` at either end of a record; ValueError says what is wrong with a value."""
+    q = Q()
+    if addr:
+        try:
+            text = str(ipaddress.ip_address(addr.strip().strip("[]")))
+        except ValueError:
+            raise ValueError(f"addr {addr!r} is not an IP address") from None
+        q &= Q(src=text) | Q(dst=text)
+    if port:
+        if not port.strip().isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"port {port!r} is not a port number (1-65535)")
+        q &= Q(sport=int(port)) | Q(dport=int(port))
+    return q
+
 
 GROUP = ("host_id", "src", "sport", "dst", "dport", "comm", "conn_uuid", "probe", "hook")
 
@@ -66,7 +97,62 @@ def flows(qs: QuerySet[Any], limit: int) -> list[dict[str, Any]]:
         datagrams, payload = max(row.pop("views").values())  # the view that saw most (then most bytes)
         out.append({**row, "datagrams": datagrams, "bytes": payload})
     out.sort(key=lambda r: r["last"], reverse=True)
-    return out[:limit]
+    out = out[:limit]
+    receive_buffer_drops(out)
+    return out
+
+
+def receive_buffer_drops(rows: list[dict[str, Any]]) -> None:
+    """Add each row's datagrams refused by a full receive buffer to ``errors`` (and to
+    ``rcvbuf_drops``): two grouped queries, over the rows' ports (skb_drop's (sport, dport)
+    index) and their sockets (sock_event's conn_uuid index)."""
+    for row in rows:
+        row["rcvbuf_drops"] = 0
+    if not rows:
+        return
+    hosts = sorted({r["host_id"] for r in rows})
+    by_tuple: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    by_socket: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        by_tuple.setdefault((row["host_id"], row["src"], row["sport"], row["dst"], row["dport"]), []).append(row)
+        if row["conn_uuid"]:
+            by_socket.setdefault((row["host_id"], row["conn_uuid"]), []).append(row)
+    drops = (
+        SkbDrop.objects.filter(
+            drop_reason_str=RCVBUF_REASON,
+            host_id__in=hosts,
+            sport__in=sorted({r["sport"] for r in rows if r["sport"] is not None}),
+            dport__in=sorted({r["dport"] for r in rows if r["dport"] is not None}),
+        )
+        .values("host_id", "src", "sport", "dst", "dport", "conn_uuid")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    counted: set[tuple[str, str]] = set()  # receiving sockets whose drops the skb provider recorded
+    for d in drops:
+        candidates = by_tuple.get((d["host_id"], d["src"], d["sport"], d["dst"], d["dport"]))
+        if d["conn_uuid"]:
+            counted.add((d["host_id"], d["conn_uuid"]))
+        if not candidates:
+            continue
+        own = [r for r in candidates if d["conn_uuid"] and r["conn_uuid"] == d["conn_uuid"]]
+        (own or candidates)[0]["rcvbuf_drops"] += d["n"]  # rows are newest first
+    fails = (
+        SockEvent.objects.filter(probe=FAIL_QUEUE, host_id__in=hosts, conn_uuid__in=sorted({k[1] for k in by_socket}))
+        .values("host_id", "conn_uuid", "sport")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for f in fails:
+        key = (f["host_id"], f["conn_uuid"])
+        if key in counted or key not in by_socket:
+            continue
+        # the socket's rows where it received: its own port (the event's, local) is the destination
+        receiving = [r for r in by_socket[key] if r["dport"] == f["sport"]]
+        if len(receiving) == 1:
+            receiving[0]["rcvbuf_drops"] += f["n"]
+    for row in rows:
+        row["errors"] += row["rcvbuf_drops"]
 
 
 WILDCARDS = ("0.0.0.0", "::")

@@ -8,10 +8,14 @@
 
   const fetchFlows = NT.latest();
 
+  // the address and port filter (either end of a datagram), kept in the URL
+  const initial = new URLSearchParams(location.search);
+  for (const k of ["addr", "port"]) form.elements[k].value = initial.get(k) || "";
+
   async function load() {
-    const host = form.elements.host.value;
-    const p = new URLSearchParams(host ? { host } : {});
-    history.replaceState(null, "", location.pathname + (host ? "?" + p : ""));
+    const p = new URLSearchParams();
+    for (const k of ["host", "addr", "port"]) { const v = form.elements[k].value.trim(); if (v) p.set(k, v); }
+    history.replaceState(null, "", location.pathname + (p.toString() ? "?" + p : ""));
     let d;
     try { d = await fetchFlows("/api/dash/udp?" + p); } catch (e) { NT.showError(e.message); return; }
     NT.lossNote(d.losses);
@@ -26,11 +30,13 @@
         el("td", {}, f.conn_uuid ? el("a", { href: NT.connHref(f), text: endpoint(f.src, f.sport) }) : endpoint(f.src, f.sport)),
         el("td", { text: endpoint(f.dst, f.dport) }), el("td", { text: f.comm || "–" }),
         el("td", { class: "num", text: num(f.datagrams) }), el("td", { class: "num", text: bytes(f.bytes) }),
-        el("td", { class: "num", text: num(f.errors) }), el("td", { class: "num", text: num(f.icmp_errors) }),
+        el("td", { class: "num", text: num(f.errors), title: f.rcvbuf_drops ? `${num(f.rcvbuf_drops)} refused by a full receive buffer` : null }), el("td", { class: "num", text: num(f.icmp_errors) }),
         el("td", { text: time(f.first) }), el("td", { text: time(f.last) }));
       return f.conn_uuid ? NT.linkRow(tr, NT.connHref(f)) : tr;
     }));
-    if (!d.flows.length) {
+    if (!d.flows.length && (p.get("addr") || p.get("port"))) {
+      tbody.append(el("tr", {}, el("td", { colspan: 10, class: "muted wrap", id: "udp-empty", text: "No UDP datagrams with that address or port." })));
+    } else if (!d.flows.length) {
       // Say why the table is empty when a collector runs neither udp nor udp-calls.
       const off = (d.provider_off || []).map((h) => `${h.host_id} (runs ${h.providers.join(", ") || "none"})`);
       const why = off.length

@@ -24,7 +24,7 @@ from webapp.traces.models import KIND_MODELS, Connection, Trimmed
 # the event types (the ring's kinds, or a map's) whose records each page counts
 PAGE_KINDS: dict[str, frozenset[str]] = {
     "connections": frozenset({"tcp_state", "tcp_retransmit", "tcp_reset", "tcp_cong_state", "tcp_destroy",
-                              "siftr_sample", "tcpdebug_snapshot", "flow_counters"}),
+                              "siftr_sample", "tcpdebug_snapshot", "flow_counters", "tcp_lifecycle"}),
     "buffers": frozenset({"skb_drop", "skb_stage"}),
     "udp": frozenset({"udp_datagram", "udp_fail"}),
     "counters": frozenset({"ip_packet", "ip_flow_counters", "ip_flow_packets"}),
@@ -45,7 +45,7 @@ ANY_KIND_HOOKS = ("sink/spool", "sink/rejected", "sink/killed", "writer/refused"
 # loss reports' own table on every page: removed, they no longer count above
 PAGE_TABLES: dict[str, tuple[str, ...]] = {
     "connections": ("connection", "tcp_state", "tcp_retransmit", "tcp_reset", "tcp_cong_state", "siftr_sample",
-                    "tcpdebug_snapshot", "flow_counters", "tcp_segment", "skb_event", "skb_drop"),
+                    "tcpdebug_snapshot", "flow_counters", "tcp_segment", "skb_event", "skb_drop", "tcp_lifecycle"),
     "buffers": ("skb_event", "skb_drop", "drop_count"),
     "udp": ("udp_datagram", "sock_event"),
     "counters": ("ip_flow_counters", "stack_counter"),

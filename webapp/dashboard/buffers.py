@@ -6,7 +6,9 @@ Exact counts come from ``drop_count`` records (in-kernel map deltas, never sampl
 the per-drop breakdowns come from ``skb_drop`` events, which may be sampled — the page
 says so. Drops of unix-socket buffers are left out unless asked for (``unix=True``, the
 API's ``unix=1``): a browser closing its unix sockets drowned every other process
-(issue 34). Keep in sync with: js/buffers.js, detail.lifecycles(), docs/dashboard.md.
+(issue 34). With no flow chosen, the breakdowns, reasons and timeline are read from the
+counts ingest keeps (drop_summaries.py), not grouped from every stored drop (issue 31).
+Keep in sync with: js/buffers.js, detail.lifecycles(), docs/dashboard.md.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from django.db.models import Count, Max, Q, QuerySet, Sum
 
-from webapp.dashboard import conn_drops
+from webapp.dashboard import conn_drops, drop_summaries
 from webapp.dashboard.buckets import bucketed
 from webapp.dashboard.detail import lifecycles
 from webapp.dashboard.tables import DropCount, SkbDrop, SkbEvent
@@ -48,14 +50,21 @@ def _timeline(drops: QuerySet[SkbDrop]) -> dict[str, Any]:
     return bucketed([(t, reason, 1) for t, reason in rows], TOP_REASONS, "reason")
 
 
-def summary(host: str | None, reason: str | None, conn: str | None, unix: bool = False) -> dict[str, Any]:
+def summary(
+    host: str | None, reason: str | None, conn: str | None, unix: bool = False, from_rows: bool = False
+) -> dict[str, Any]:
+    """from_rows: the breakdowns grouped from the skb_drop rows even with no flow chosen
+    (the tests' reference); otherwise from the counts ingest keeps (drop_summaries.py)."""
     drops = SkbDrop.objects.all()
     exact = DropCount.objects.all()
     if host:
         drops = drops.filter(host_id=host)
         exact = exact.filter(host_id=host)
+    rows = from_rows or bool(conn)  # a flow's drops are few: grouped from its rows
+    if not rows:
+        counted = drop_summaries.breakdowns(host, reason, unix, UNIX_DROP, TOP_REASONS, MAX_ROWS, MAX_TIMELINE_DROPS)
     # how many unix-socket drops the page leaves out, so its control can say so
-    unix_drops = drops.filter(UNIX_DROP).count()
+    unix_drops = drops.filter(UNIX_DROP).count() if rows else counted["unix_drops"]
     if not unix:
         drops = drops.exclude(UNIX_DROP)
         exact = exact.exclude(UNIX_DROP)
@@ -69,8 +78,15 @@ def summary(host: str | None, reason: str | None, conn: str | None, unix: bool =
         selected = selected.filter(conn_drops.for_connection_q(row) if row else Q(conn_uuid=conn))
     # The chart and the breakdowns follow the chosen reason or flow (choosing NETFILTER_DROP
     # still charted every reason, issue 18 item 3); the reason list offers every reason.
-    by_location = selected.values("drop_reason_str", "drop_location").annotate(n=Count("id")).order_by("-n")[:MAX_ROWS]
-    by_process = selected.values("comm", "tgid").annotate(n=Count("id")).order_by("-n")[:MAX_ROWS]
+    if rows:
+        by_location = selected.values("drop_reason_str", "drop_location").annotate(n=Count("id")).order_by("-n")
+        by_process = selected.values("comm", "tgid").annotate(n=Count("id")).order_by("-n")
+        counted = {
+            "timeline": _timeline(selected),
+            "by_location": list(by_location[:MAX_ROWS]),
+            "by_process": list(by_process[:MAX_ROWS]),
+            "reasons": sorted(set(drops.values_list("drop_reason_str", flat=True).distinct())),
+        }
     exact_rows = (
         exact.values("host_id", "drop_reason_str", "drop_location")
         .annotate(total=Max("count"), recent=Sum("delta"))
@@ -96,12 +112,12 @@ def summary(host: str | None, reason: str | None, conn: str | None, unix: bool =
     recent = list(selected.order_by("-ts_ns").values(*recent_cols)[:MAX_ROWS])
     conn_drops.link_socketless(recent)
     return {
-        "timeline": _timeline(selected),
-        "by_location": list(by_location),
-        "by_process": list(by_process),
+        "timeline": counted["timeline"],
+        "by_location": counted["by_location"],
+        "by_process": counted["by_process"],
         "exact": list(exact_rows),
         "recent": recent,
-        "reasons": sorted(set(drops.values_list("drop_reason_str", flat=True).distinct())),
+        "reasons": counted["reasons"],
         "unix": {"included": unix, "drops": unix_drops},
         # nothing chosen: the newest buffers followed (one in --skb-sample N on a live host)
         "lifecycles": lifecycles(_selected_uids(selected, conn) if (reason or conn) else _recent_uids(host), host),

@@ -14,7 +14,12 @@ class TracesConfig(AppConfig):
     def ready(self) -> None:
         from django.contrib.auth.signals import user_logged_out
 
+        from webapp.traces import drop_summary, store
         from webapp.traces.session_close import on_logout
+
+        # The buffers page's drop counts, kept in the ingest transaction (drop_summary.py).
+        if drop_summary.tally not in store.STORE_HOOKS:
+            store.STORE_HOOKS.append(drop_summary.tally)
 
         # Logout closes the session's live websockets (webapp/traces/session_close.py).
         user_logged_out.connect(on_logout, dispatch_uid="nettrail-close-session-sockets")

@@ -210,3 +210,67 @@ class Trimmed(models.Model):
 
     def __str__(self) -> str:
         return f"{self.table}: {self.rows} rows trimmed, up to {self.newest}"
+
+
+# --- drop summaries: the buffers page's counts, kept by ingest (webapp/traces/drop_summary.py) ---
+# Each counts the stored skb_drop rows of one key (added by the store hook, taken away
+# by retention), so the page reads a few rows instead of every drop. A NULL of the key
+# is stored as "" / 0 with its bit set in `nulls` (a unique key never matches NULL).
+
+
+class DropByLocation(models.Model):
+    """skb_drop rows per host, reason and kernel location."""
+
+    host_id = models.TextField()
+    drop_reason_str = models.TextField()
+    drop_location = models.TextField()
+    nulls = models.SmallIntegerField(default=0)  # bit 1: reason NULL, 2: location NULL
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["host_id", "drop_reason_str", "drop_location", "nulls"], name="nt_dropsum_loc_key"
+            )
+        ]
+
+
+class DropByProcess(models.Model):
+    """skb_drop rows per host, reason, process (comm, tgid) and whether a unix socket's."""
+
+    host_id = models.TextField()
+    drop_reason_str = models.TextField()
+    comm = models.TextField()
+    tgid = models.BigIntegerField()
+    unix = models.BooleanField()
+    nulls = models.SmallIntegerField(default=0)  # bit 1: reason, 4: comm, 8: tgid NULL
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["host_id", "drop_reason_str", "comm", "tgid", "unix", "nulls"], name="nt_dropsum_proc_key"
+            )
+        ]
+
+
+class DropBySecond(models.Model):
+    """skb_drop rows per host, reason, whole second of ts_wall and whether a unix socket's."""
+
+    host_id = models.TextField()
+    drop_reason_str = models.TextField()
+    second = models.BigIntegerField()  # floor(ts_wall)
+    unix = models.BooleanField()
+    nulls = models.SmallIntegerField(default=0)  # bit 1: reason NULL
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["host_id", "drop_reason_str", "second", "unix", "nulls"], name="nt_dropsum_sec_key"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["second"], name="nt_dropsum_sec"),
+            models.Index(fields=["host_id", "second"], name="nt_dropsum_host_sec"),
+        ]

@@ -30,6 +30,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from webapp.traces import drop_summary
 from webapp.traces.models import KIND_MODELS
 
 DAY = 86400
@@ -43,6 +44,9 @@ _known: set[tuple[str, int]] = set()
 
 def enabled() -> bool:
     return bool(connection.vendor == "postgresql")
+
+
+DROP_TABLE = KIND_MODELS["skb_drop"]._meta.db_table
 
 
 def record_tables() -> list[str]:
@@ -116,6 +120,8 @@ def drop_before(cutoff: float) -> dict[str, int]:
                 name = partition_name(table, day)
                 cursor.execute(f'SELECT count(*) FROM "{name}"')
                 rows = int(cursor.fetchone()[0])
+                if rows and table == DROP_TABLE:  # the buffers page's counts (drop_summary.py)
+                    drop_summary.forget_table(name)
                 cursor.execute(f'DROP TABLE "{name}"')
                 _known.discard((table, day))
                 if rows:

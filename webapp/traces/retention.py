@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import close_old_connections, connection, models, transaction
 
-from webapp.traces import partitions, recency
+from webapp.traces import drop_summary, partitions, recency
 from webapp.traces.models import KIND_MODELS, Connection, Trimmed
 
 log = logging.getLogger(__name__)
@@ -106,6 +106,9 @@ def _delete_batches(
     while True:
         with transaction.atomic():
             rows = list(query.values_list("id", time_column)[:batch])
+            if rows and model is KIND_MODELS["skb_drop"]:  # the buffers page's counts (drop_summary.py)
+                gone = model.objects.filter(id__in=[r[0] for r in rows]).values_list(*drop_summary.FIELDS)
+                drop_summary.forget_rows(gone)
             if rows:
                 model.objects.filter(id__in=[r[0] for r in rows]).delete()
                 newest = _later(newest, max(r[1] for r in rows))

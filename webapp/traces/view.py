@@ -42,7 +42,7 @@ TRACKED: dict[str, tuple[str, ...]] = {
 }
 # Kinds only the hooks read (counting._extra).
 COUNTED: dict[str, tuple[str, ...]] = {
-    "skb_drop": ("drop_reason_str",),
+    "skb_drop": ("drop_reason_str", "drop_location", "comm", "tgid", "ts_wall"),  # + drop_summary.tally
     "drop_count": ("drop_reason_str", "delta"),
     "loss_report": ("event_type", "lost"),
 }

@@ -25,6 +25,7 @@ from ..book import Subject
 from ..outcomes import capture_outcome
 from ..state import DistinctWindow, LruMap, Window
 from .base import Context, Rule, endpoint, flow_key
+from .connect_causes import Attempt, Causes, ConnectCauses
 
 SYN, ACK = 0x02, 0x10
 UNSPECIFIED = frozenset({"0.0.0.0", "::"})
@@ -236,35 +237,49 @@ class ScanAndFlood(Rule):
 class _Service:
     resolved: Window
     outcomes: dict[str, Window]
+    causes: Causes
     evidence: list[int] = field(default_factory=list)
 
 
 class ConnectFailures(Rule):
+    """K14: the failure share of connects per destination service, and why they failed
+    (connect_causes.py: refused, SYNs dropped here with their reason, unanswered, early)."""
+
     rule_id = "K14"
-    kinds = ("tcp_state", "tcp_reset", "connection")
+    kinds = ("tcp_state", "tcp_reset", "connection", "skb_drop", "tcp_retransmit")
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         self.window = self.num("window_s")
-        self.handshakes = Handshakes(ctx.max_flows)
+        self.connects = ConnectCauses(ctx.max_flows)
         self.services = self.keys_map()
 
     def feed(self, rec: Record) -> None:
         if isinstance(rec, Connection):
             out = capture_outcome(rec)
-        else:
-            out = self.handshakes.outcome(rec)
-        if out is not None:
-            self._resolved(rec, out)
+            if out is not None:
+                self._resolved(rec, out)
+            return
+        ended = self.connects.feed(rec)
+        if ended is None:
+            return
+        how, attempt = ended
+        if how == "success":
+            self._resolved(rec, "success")
+            return
+        cause = attempt.cause(rec.ts_wall) if attempt is not None else "unanswered"
+        self._resolved(rec, "refused" if cause == "refused" else "timeout", cause, attempt)
 
-    def _resolved(self, rec: Record, out: str) -> None:
+    def _resolved(self, rec: Record, out: str, cause: str | None = None, attempt: Attempt | None = None) -> None:
         dst, dport = getattr(rec, "dst", None), getattr(rec, "dport", None)
         w = self.window
         svc = self.services.get_or_create(
             (rec.host_id, dst, dport),
-            lambda: _Service(Window(w), {k: Window(w) for k in ("refused", "timeout", "reset")}),
+            lambda: _Service(Window(w), {k: Window(w) for k in ("refused", "timeout", "reset")}, Causes(w)),
         )
         t = rec.ts_wall
+        if cause is not None and attempt is not None:
+            svc.causes.add(t, cause, attempt)
         svc.resolved.add(t)
         if out != "success":
             svc.outcomes[out].add(t)
@@ -285,7 +300,7 @@ class ConnectFailures(Rule):
         message = (
             f"{failed} of {int(resolved)} connection attempts to {endpoint(dst, dport)} failed in {w:g} s "
             f"({share:.0%}: {counts['refused']} refused by RST, {counts['timeout']} timed out, {counts['reset']} "
-            f"reset before any data): clients of this service see errors."
+            f"reset before any data): clients of this service see errors." + svc.causes.sentence(t, dst, dport)
         )
         sev = "critical" if share > self.num("critical_share") else "warning"
         self.fire(

@@ -29,11 +29,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from translators.records import Connection, Record, TcpReset, TcpRetransmit, TcpStateChange
+from translators.records import Connection, Record, SockEvent, TcpReset, TcpRetransmit, TcpStateChange
 
 from ..book import MAX_MEMBER_CONNS, Subject
 from ..state import DistinctWindow, LruMap, Window
 from .base import Context, Rule, endpoint, flow_key, who
+from .connect_causes import Attempt, ConnectCauses, timeout_cause
 from .groups import Groups, callers, target_subject
 from .listen_overflow import FullListeners, is_full_listener
 
@@ -145,7 +146,7 @@ class HalfOpen(Rule):
     ``per_destination``), and connect timeouts another per destination (groups.py)."""
 
     rule_id = "K8"
-    kinds = ("tcp_state", "tcp_reset", "tcp_retransmit", "sock_event")
+    kinds = ("tcp_state", "tcp_reset", "tcp_retransmit", "sock_event", "skb_drop")
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
@@ -155,14 +156,16 @@ class HalfOpen(Rule):
         self.dests: dict[GroupKey, _Group] = {}  # bounded: members are the tracker's entries
         self.timeouts = Groups(self.rule_id, ctx.book, ctx.max_keys)
         self.full = FullListeners(ctx.max_keys, 1.0)  # K4's listeners: a connect's SYNs dropped on this host
+        self.connects = ConnectCauses(ctx.max_flows)  # SYNs dropped here, with their reason
 
     def feed(self, rec: Record) -> None:
+        ended = None if isinstance(rec, SockEvent) else self.connects.feed(rec)
         if is_full_listener(rec):
             self.full.observe(rec)
         elif isinstance(rec, TcpStateChange):
             left = self.states.change(rec)
             if left is not None and rec.state == "CLOSED" and not left.reset:
-                self._timeout(rec, left)
+                self._timeout(rec, left, ended[1] if ended is not None else None)
             if rec.state == "SYN_SENT":
                 key = flow_key(rec)
                 entry = self.states.maps["SYN_SENT"].peek(key)
@@ -205,7 +208,7 @@ class HalfOpen(Rule):
             if group.fired:
                 self.ctx.book.release(self.rule_id, "syn-sent", entry.subject.host_id, gk[1:], now, 2 * self.window)
 
-    def _timeout(self, rec: TcpStateChange, left: _Stuck) -> None:
+    def _timeout(self, rec: TcpStateChange, left: _Stuck, attempt: Attempt | None) -> None:
         waited = rec.ts_wall - left.since
         s = left.subject
         target = ("dest", rec.dst, rec.dport)
@@ -214,7 +217,11 @@ class HalfOpen(Rule):
         message = (
             f"{callers(g.subject, g.total)} gave up connecting to {endpoint(rec.dst, rec.dport)} without any answer "
             f"(no SYN-ACK, no RST), the latest after {waited:.1f} s: connect timeouts, "
-            + (FullListeners.cause(lst) if lst is not None else "the peer or the path is dropping SYNs.")
+            + (
+                FullListeners.cause(lst)
+                if lst is not None
+                else timeout_cause(attempt, rec.ts_wall) or "the peer or the path is dropping SYNs."
+            )
         )
         self.fire(
             "connect-timeout", target, now=rec.ts_wall, severity="notice", subject=g.subject,

@@ -48,22 +48,35 @@ def test_every_provider_loads_with_the_variant_of_this_kernels_prototypes_and_na
     assert not {"softirq_entry", "softirq_exit"} & set(s.links)
     assert not [d for d in s.degraded if d[1] == "ctx"]  # 5.10 too: its offsets from kallsyms
     # each variant takes exactly the arguments the kernel passes: nothing it offers is left unread
+    # (tcp_recvmsg: a kernel function, whose fexit program declares its parameters exactly,
+    # loaded only before 6.3)
+    tcp_calls = s.tcp_call_source()
     for tp, options in variants.VARIANTS.items():
+        if tp in variants.TCP_FUNCTION_ARGS and tcp_calls != "kernel functions":
+            assert tp not in s.choice.programs, tp
+            continue
         [chosen] = [v for v in options if v.program == s.choice.programs[tp]]
-        assert chosen.args == btf.tracepoint_args(tp), tp
+        args_of = btf.func_args if tp in variants.TCP_FUNCTION_ARGS else btf.tracepoint_args
+        assert chosen.args == args_of(tp), tp
         for provider, what, why in chosen.loses:
             assert (provider, what, why) in s.degraded
     # an absent tracepoint's losses are named, but for the udp calls' when another source
     # gives them before 6.3 (the UDP functions here, the system calls where those are
-    # refused), which names what it misses instead
+    # refused), which names what it misses instead; so for TCP's calls from tcp_sendmsg/tcp_recvmsg
+    # before 6.3 (attribution, tcpdebug's SEND/RCVD)
     source = s.udp_call_source()
     for other, names in loader.SOURCE_PROGRAMS.items():
         assert (set(names) <= set(coverage["attached"])) == (other == source), other
     for tp in s.absent:
+        tcp_filled = variants.TCP_FUNCTION_FILLS if tcp_calls == "kernel functions" else set()
         filled = {
-            d for d in variants.ABSENT_LOSES[tp] if source != "socket tracepoints" and d[1].startswith("udp_call.")
+            d
+            for d in variants.ABSENT_LOSES[tp]
+            if (source != "socket tracepoints" and d[1].startswith("udp_call.")) or d[:2] in tcp_filled
         }
         assert set(variants.ABSENT_LOSES[tp]) - filled <= set(s.degraded) and not filled & set(s.degraded)
+    if tcp_calls == "kernel functions":
+        assert set(variants.TCP_FUNCTION_LOSES) <= set(s.degraded)
     if source != "socket tracepoints":
         losses = variants.FUNCTION_SOURCE_LOSES if source == "kernel functions" else variants.SYSCALL_SOURCE_LOSES
         assert set(losses) <= set(s.degraded)

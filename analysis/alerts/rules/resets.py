@@ -17,6 +17,10 @@ the RST, or when it was broken only by local data that the peer never answered (
 middlebox that forgot the connection answers the first segment after the silence
 with the RST). A connection whose establishment and data were never seen is not
 judged.
+
+Why each received RST came (reset_causes.py): the TCP stack of a peer on this host with its
+kernel reason, a firewall or middlebox when that stack sent none, or a remote peer; the
+peer-share finding ends with a *Why:* sentence of those causes and their counts.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from translators.records import Record, SiftrSample, TcpDebugSnapshot, TcpReset,
 
 from ..state import Window
 from .base import Context, Rule, endpoint, flow_key, who
+from .reset_causes import ResetCauses, ResetSources, stack_cause
 
 LOCAL_KINDS = ("active", "closed-port", "unacceptable")
 _LOCAL_WORDS = {
@@ -48,6 +53,7 @@ def local_kind(rec: TcpReset) -> str:
 class _Volume:
     total: Window
     by_kind: dict[str, Window] = field(default_factory=dict)
+    reasons: dict[str, Window] = field(default_factory=dict)
     evidence: list[int] = field(default_factory=list)
     last_peer: str = ""
 
@@ -69,6 +75,7 @@ class _Dest:
     attempts: Window
     refused: Window
     aborted: Window
+    causes: ResetCauses
     evidence: list[int] = field(default_factory=list)
     idle: Window | None = None  # the aborts classified as middlebox idle timeouts
 
@@ -85,11 +92,12 @@ class ResetStorm(Rule):
         self.volumes = self.keys_map()
         self.dests = self.keys_map()
         self.activity = self.flows_map()
+        self.sources = ResetSources(ctx.max_flows)
 
     def _dest(self, rec: Record, dst: str | None, dport: int | None) -> _Dest:
         w = self.peer_window
         return self.dests.get_or_create(  # type: ignore[no-any-return]
-            (rec.host_id, dst, dport), lambda: _Dest(Window(w), Window(w), Window(w))
+            (rec.host_id, dst, dport), lambda: _Dest(Window(w), Window(w), Window(w), ResetCauses(w))
         )
 
     def feed(self, rec: Record) -> None:
@@ -104,6 +112,8 @@ class ResetStorm(Rule):
                 self._data(rec, rec.direction == "input")
             return
         if isinstance(rec, TcpStateChange):
+            if rec.state in ("ESTABLISHED", "LISTEN"):
+                self.sources.note_local(rec)
             if rec.state == "ESTABLISHED" and self.idle_s > 0:
                 self.activity.put(flow_key(rec), _Activity(rec.ts_wall, rec.seq))
             elif rec.prev_state == "ESTABLISHED":
@@ -115,6 +125,7 @@ class ResetStorm(Rule):
                     self._check_dest(rec, d, bump=False)
         elif isinstance(rec, TcpReset):
             if rec.sender == "local":
+                self._sent(rec)
                 self._local(rec)
             else:
                 idle = rec.state == "ESTABLISHED" and self._idle_reset(rec)
@@ -169,6 +180,20 @@ class ResetStorm(Rule):
         )  # fmt: skip
         return True
 
+    def _sent(self, rec: TcpReset) -> None:
+        """A RST of this host's stack: it explains a received one it answers that came first."""
+        self.sources.note_local(rec)
+        got = self.sources.sent_rst(rec)
+        if got is None:
+            return
+        d = self.dests.peek(got.dest)
+        if d is None:
+            return
+        phase = got.cause.split("|", 1)[0]
+        d.causes.add(got.rec.ts_wall, got.cause, -1.0)
+        d.causes.add(got.rec.ts_wall, stack_cause(phase, rec))
+        self._check_dest(got.rec, d, bump=False)
+
     def _local(self, rec: TcpReset) -> None:
         subject = self.ctx.owner(rec)
         if subject.pid is not None:
@@ -180,6 +205,8 @@ class ResetStorm(Rule):
         kind = local_kind(rec)
         vol.total.add(rec.ts_wall)
         vol.by_kind.setdefault(kind, Window(w)).add(rec.ts_wall)
+        if rec.reason and (rec.reason in vol.reasons or len(vol.reasons) < 16):
+            vol.reasons.setdefault(rec.reason, Window(w)).add(rec.ts_wall)
         if len(vol.evidence) < 32:
             vol.evidence.append(rec.seq)
         n = vol.total.total(rec.ts_wall)
@@ -188,10 +215,14 @@ class ResetStorm(Rule):
         split = ", ".join(
             f"{int(vol.by_kind[k].total(rec.ts_wall))} {_LOCAL_WORDS[k]}" for k in LOCAL_KINDS if k in vol.by_kind
         )
+        reasons = ", ".join(
+            f"{r} {int(win.total(rec.ts_wall))}" for r, win in sorted(vol.reasons.items()) if win.total(rec.ts_wall)
+        )
         sender = who(subject) if key[0] == "process" else f"the kernel on local {endpoint(rec.src, rec.sport)}"
         message = (
             f"This host sent {int(n)} RSTs in {w:g} s from {sender} (latest to {endpoint(rec.dst, rec.dport)}): "
-            f"{split}. More than {self.num('volume_max'):g} a minute is beyond ordinary connection churn."
+            f"{split}" + (f" (the kernel's reasons: {reasons})" if reasons else "") + ". More than "
+            f"{self.num('volume_max'):g} a minute is beyond ordinary connection churn."
         )
         if key[0] == "port":
             subject.dst = subject.dport = None
@@ -203,7 +234,10 @@ class ResetStorm(Rule):
 
     def _peer(self, rec: TcpReset, idle: bool) -> None:
         d = self._dest(rec, rec.dst, rec.dport)
-        (d.refused if rec.state == "SYN_SENT" else d.aborted).add(rec.ts_wall)
+        refused = rec.state == "SYN_SENT"
+        (d.refused if refused else d.aborted).add(rec.ts_wall)
+        cause = self.sources.received_rst(rec, (rec.host_id, rec.dst, rec.dport), "refused" if refused else "aborted")
+        d.causes.add(rec.ts_wall, cause)
         if idle:
             if d.idle is None:
                 d.idle = Window(self.peer_window)
@@ -231,6 +265,7 @@ class ResetStorm(Rule):
             f"The peer {endpoint(rec.dst, rec.dport)} (or a middlebox on the way) reset {int(resets)} of "
             f"{int(attempts)} new connections ({share:.0%}) in {self.peer_window:g} s: {int(refused)} refused "
             f"during the handshake, {int(aborted)} aborted later{after_idle}. Clients of this service are failing."
+            + d.causes.sentence(t, rec.dst)
         )
         self.fire(
             "peer-share", ("dest", rec.dst, rec.dport), now=t, severity="warning", subject=subject,

@@ -131,7 +131,7 @@ static __always_inline bool fold_state(const struct sock *sk, const struct nt_he
 		f->first_old = oldstate;
 	f->state_us[n] = fold_us(f, h->ts_ns);
 	f->states[n] = (newstate & NT_FOLD_STATE) | (h->ctx == NT_CTX_TASK ? NT_FOLD_TASK : 0) |
-		       (BPF_CORE_READ(sk, sk_err) ? NT_FOLD_ERR : 0);
+		       (BPF_CORE_READ(sk, sk_err) ? NT_FOLD_ERR : 0) | (fin_received(sk, newstate) ? NT_FOLD_FIN : 0);
 	f->nstates = n + 1;
 	return true;
 }

@@ -38,6 +38,16 @@ static __always_inline bool full_sock_state(__u8 st)
 
 #define SOCK_STREAM 1
 
+/* An X -> CLOSE after the peer's FIN came (SOCK_DONE in sk_flags, set by tcp_fin() before
+ * it hands a FIN_WAIT_2 socket to tcp_time_wait(sk, TCP_TIME_WAIT)): the timewait
+ * mini-socket that follows is in TIME_WAIT; without it, in FIN_WAIT_2 (nettrail.h,
+ * NT_STATE_FIN_RCVD). Bit 1 of sk_flags (skc_flags) in every kernel nettrail supports. */
+#define NT_SOCK_DONE 1
+static __always_inline bool fin_received(const struct sock *sk, int newstate)
+{
+	return newstate == TCP_CLOSE && (BPF_CORE_READ(sk, __sk_common.skc_flags) & (1UL << NT_SOCK_DONE));
+}
+
 /* A full TCP socket (not a request or timewait mini-socket, which end after sock_common). */
 static __always_inline bool full_tcp(const struct sock *sk)
 {

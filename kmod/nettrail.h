@@ -139,8 +139,14 @@ struct nt_state_body {
 	__u32 sk_err;
 	__u8 oldstate; /* Linux enum tcp_state */
 	__u8 newstate;
-	__u8 _pad[2];
+	__u8 flags;    /* NT_STATE_* */
+	__u8 _pad;
 };
+/* nt_state_body.flags, on an X -> CLOSE: the peer's FIN had come (SOCK_DONE, set by
+ * tcp_fin()). A FIN_WAIT_1/2 or CLOSING socket handed to a timewait mini-socket with it is in
+ * TIME_WAIT; without it (an orphan whose FIN was acked, tcp_time_wait(sk, TCP_FIN_WAIT2))
+ * the mini-socket waits in FIN_WAIT_2, as ss shows it. */
+#define NT_STATE_FIN_RCVD 0x01
 
 struct nt_retransmit_body {
 	__u32 seq;
@@ -212,6 +218,7 @@ struct nt_closed {
 #define NT_FOLD_STATE 0x0f /* in states[]: the new Linux enum tcp_state */
 #define NT_FOLD_TASK 0x10  /* in states[]: the change ran in task context (ctx "task") */
 #define NT_FOLD_ERR 0x20   /* in states[]: sk_err was set (an X -> CLOSE that is no TIME_WAIT) */
+#define NT_FOLD_FIN 0x40   /* in states[]: NT_STATE_FIN_RCVD (an X -> CLOSE into TIME_WAIT, not FIN_WAIT_2) */
 
 struct nt_fold {
 	__u64 born_ns;                   /* the first change folded: the times below count from it */
@@ -221,7 +228,7 @@ struct nt_fold {
 	__u32 snd_cwnd;                  /* at the last congestion-state change, segments */
 	__u32 snd_ssthresh;              /* segments */
 	__u32 mss;
-	__u8 states[NT_FOLD_STATES];     /* NT_FOLD_STATE | NT_FOLD_TASK | NT_FOLD_ERR */
+	__u8 states[NT_FOLD_STATES];     /* NT_FOLD_STATE | NT_FOLD_TASK | NT_FOLD_ERR | NT_FOLD_FIN */
 	__u8 first_old;                  /* the first change's old state (later ones: the previous new) */
 	__u8 nstates;                    /* changes in states[] */
 	__u8 first_ca;                   /* the first congestion change's old ca_state */

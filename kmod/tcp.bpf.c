@@ -136,7 +136,8 @@ static __noinline void child_born(const struct sock *sk)
 	e->state.sk_err = 0;
 	e->state.oldstate = TCP_LISTEN;
 	e->state.newstate = TCP_SYN_RECV;
-	e->state._pad[0] = e->state._pad[1] = 0;
+	e->state.flags = 0;
+	e->state._pad = 0;
 	submit(e);
 }
 
@@ -219,7 +220,8 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	e->state.sk_err = BPF_CORE_READ(sk, sk_err);
 	e->state.oldstate = oldstate;
 	e->state.newstate = newstate;
-	e->state._pad[0] = e->state._pad[1] = 0;
+	e->state.flags = fin_received(sk, newstate) ? NT_STATE_FIN_RCVD : 0;
+	e->state._pad = 0;
 	submit(e);
 	return 0;
 }

@@ -273,6 +273,7 @@ KIND_VALUES: dict[str, dict[str, Any]] = {
         "state_us": [0, 51, 140, 147, 173],
         "state_ctx": ["task", "softirq", "task", "softirq", "softirq"],
         "state_error": [False, False, False, False, False],
+        "state_peer_closed": [False, False, False, False, True],  # the peer's FIN came: TIME_WAIT
         "born_ns": 81_234_567_716_000,
         "congestion_changes": 1,
         "first_ca_state": "Open",

@@ -22,7 +22,8 @@ V4 = {"family": 2, "sport": 40000, "dport": 80}
 
 
 def state_event(ts_ns: int, cookie: int, old: int, new: int) -> np.ndarray:
-    """One inet_sock_set_state event as a raw ring row; FIN_WAIT_2 -> CLOSE gives two records."""
+    """One inet_sock_set_state event as a raw ring row; FIN_WAIT_2 -> CLOSE after the peer's
+    FIN (NT_STATE_FIN_RCVD) gives two records."""
     raw = np.zeros(1, dtype=layout.EVENT_DTYPES[layout.EV_STATE])
     raw["type"], raw["ts_ns"], raw["cookie"], raw["ctx"] = layout.EV_STATE, ts_ns, cookie, 1
     for name, value in V4.items():
@@ -30,6 +31,7 @@ def state_event(ts_ns: int, cookie: int, old: int, new: int) -> np.ndarray:
     raw["saddr"] = np.void(socket.inet_aton("10.0.0.1").ljust(16, b"\0"))
     raw["daddr"] = np.void(socket.inet_aton("10.0.0.2").ljust(16, b"\0"))
     raw["oldstate"], raw["newstate"] = old, new
+    raw["flags"] = 1 if new == 7 else 0
     return raw.view(f"V{layout.EVENT_DTYPE.itemsize}")
 
 

@@ -81,12 +81,25 @@ def test_a_softirq_state_change_takes_attribution_from_the_owner_map() -> None:
 
 
 def test_fin_wait_2_to_close_becomes_an_inferred_time_wait_then_closed() -> None:
-    records = translate(event(layout.EV_STATE, **V4, oldstate=5, newstate=7, sk_err=0))
+    """After the peer's FIN (NT_STATE_FIN_RCVD): the timewait mini-socket is in TIME_WAIT."""
+    records = translate(event(layout.EV_STATE, **V4, oldstate=5, newstate=7, sk_err=0, flags=1))
     assert [(r.prev_state, r.state, r.inferred, r.approx, r.linux_state) for r in records] == [  # type: ignore[attr-defined]
         ("FIN_WAIT_2", "TIME_WAIT", True, ["state"], None),
         ("TIME_WAIT", "CLOSED", False, ["prev_state"], 7),
     ]
     assert records[0].pid is None and records[0].attribution is None  # no owner known
+
+
+@pytest.mark.parametrize("old", [4, 5], ids=["FIN_WAIT_1", "FIN_WAIT_2"])
+def test_a_close_before_the_peers_fin_is_a_fin_wait_2_timewait_socket_not_a_time_wait(old: int) -> None:
+    """An orphan whose FIN was acked: its timewait mini-socket waits in FIN_WAIT_2 (ss's FIN-WAIT-2)."""
+    [rec] = translate(event(layout.EV_STATE, **V4, oldstate=old, newstate=7, sk_err=0, flags=0))
+    assert (rec.state, rec.inferred, rec.linux_state) == ("CLOSED", False, 7)  # type: ignore[attr-defined]
+
+
+def test_closing_to_close_is_a_time_wait_whatever_the_flag() -> None:
+    records = translate(event(layout.EV_STATE, **V4, oldstate=11, newstate=7, sk_err=0, flags=0))
+    assert [r.state for r in records] == ["TIME_WAIT", "CLOSED"]  # type: ignore[attr-defined]
 
 
 def test_an_error_close_from_fin_wait_1_is_not_a_time_wait() -> None:

@@ -17,6 +17,7 @@ ESTABLISHED, SYN_SENT, SYN_RECV, FIN_WAIT1, FIN_WAIT2, CLOSE, CLOSE_WAIT, LAST_A
 )  # fmt: skip
 # A full socket leaving these states for CLOSE without an error became a timewait mini-socket.
 TIME_WAIT_FROM = frozenset({FIN_WAIT1, FIN_WAIT2, CLOSING})
+STATE_FIN_RCVD = 0x01  # nt_state_body.flags: NT_STATE_FIN_RCVD (the peer's FIN had come)
 # Transitions in softirq that only a segment from the peer causes.
 PEER_CAUSED = frozenset(
     {
@@ -55,15 +56,23 @@ def ssthresh_bytes(segments: int, mss: int) -> int:
 
 def translate_state(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
     base = envelope(raw, env, "tcp", "state-change", "tp_btf/inet_sock_set_state")
-    return state_records(base, raw["oldstate"], raw["newstate"], raw["sk_err"], env)
+    fin = bool(raw["flags"] & STATE_FIN_RCVD)
+    return state_records(base, raw["oldstate"], raw["newstate"], raw["sk_err"], env, fin)
 
 
-def state_records(base: dict[str, object], old: int, new: int, sk_err: int, env: KernelEnv) -> list[KernelRecord]:
+def state_records(
+    base: dict[str, object], old: int, new: int, sk_err: int, env: KernelEnv, fin: bool | None = None
+) -> list[KernelRecord]:
     """The records of one change old -> new given its envelope: translate_state's, and
-    translators/tcp_lifecycle.py's expansion of a folded change (the same rules, one place)."""
+    translators/tcp_lifecycle.py's expansion of a folded change (the same rules, one place).
+    fin: on an X -> CLOSE, whether the peer's FIN had come (None: not known, as before
+    issue 34). FIN_WAIT_1/2 -> CLOSE without it handed the socket to a timewait
+    mini-socket waiting in FIN_WAIT_2 (an orphan whose FIN was acked), which ss lists as
+    FIN-WAIT-2, not TIME-WAIT: no TIME_WAIT is inferred for it."""
     caused = "local" if base["ctx"] == "task" else "peer" if (old, new) in PEER_CAUSED else None
     active = True if (old, new) == (CLOSE, SYN_SENT) else False if (old, new) == (LISTEN, SYN_RECV) else None
-    if new == CLOSE and old in TIME_WAIT_FROM and sk_err == 0:
+    fin_wait2_timewait = fin is False and old in (FIN_WAIT1, FIN_WAIT2)
+    if new == CLOSE and old in TIME_WAIT_FROM and sk_err == 0 and not fin_wait2_timewait:
         return _time_wait(base, old, caused, env)
     return [
         make(

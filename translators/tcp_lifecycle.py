@@ -29,7 +29,7 @@ from translators.kernel import CTX, KernelEnv, KernelRecord, Raw, as_struct, ca_
 from translators.records import Connection, FlowCounters, Record, TcpCongState, TcpLifecycle
 from translators.tcp import cwnd_bytes, ssthresh_bytes, state_records
 
-FOLD_STATE, FOLD_TASK, FOLD_ERR = 0x0F, 0x10, 0x20  # NT_FOLD_* (collector/bpf/layout.py)
+FOLD_STATE, FOLD_TASK, FOLD_ERR, FOLD_FIN = 0x0F, 0x10, 0x20, 0x40  # NT_FOLD_* (collector/bpf/layout.py)
 HOOK = "tp_btf/tcp_destroy_sock"
 FLUSH_HOOK = "iter/tcp"  # siftr-poll's iterator flushed it (partial)
 
@@ -58,6 +58,7 @@ def translate_lifecycle(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
                 state_us=_ints(raw["state_us"][:n]),
                 state_ctx=["task" if code & FOLD_TASK else "softirq" for code in codes],
                 state_error=[bool(code & FOLD_ERR) for code in codes],
+                state_peer_closed=[bool(code & FOLD_FIN) for code in codes],
                 born_ns=raw["born_ns"] or None,
                 congestion_changes=cong,
                 first_ca_state=ca_state_name(raw["first_ca"]) if cong else None,
@@ -112,7 +113,9 @@ def expand(record: KernelRecord) -> list[Record]:
         base = _base(own, env, rec.born_ns or 0, rec.state_us[i], "state-change", "tp_btf/inet_sock_set_state")
         base["ctx"] = rec.state_ctx[i]
         errored = rec.state_error[i]
-        out += [as_struct(r) for r in state_records(base, old if old is not None else new, new, int(errored), env)]
+        fin = rec.state_peer_closed[i] if rec.state_peer_closed is not None and i < len(rec.state_peer_closed) else None
+        prev = old if old is not None else new
+        out += [as_struct(r) for r in state_records(base, prev, new, int(errored), env, fin)]
         old = new
     if rec.congestion_changes and (rec.congestion_after or 0) >= len(rec.linux_states):
         out.append(_cong(rec, own, env))

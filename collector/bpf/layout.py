@@ -123,7 +123,7 @@ HEADER: Fields = [
     ("daddr", f"V{ADDR_LEN}"),
     ("_pad3", "V4"),
 ]
-STATE_BODY: Fields = [("sk_err", "<u4"), ("oldstate", "u1"), ("newstate", "u1"), ("_pad", "V2")]
+STATE_BODY: Fields = [("sk_err", "<u4"), ("oldstate", "u1"), ("newstate", "u1"), ("flags", "u1"), ("_pad", "V1")]
 RETRANSMIT_BODY: Fields = [
     ("seq", "<u4"),
     ("end_seq", "<u4"),
@@ -156,7 +156,7 @@ DESTROY_BODY: Fields = [
     ("_pad", "V3"),
 ]
 FOLD_STATES = 12  # NT_FOLD_STATES
-FOLD_STATE, FOLD_TASK, FOLD_ERR = 0x0F, 0x10, 0x20  # NT_FOLD_*: the bits of nt_fold.states[]
+FOLD_STATE, FOLD_TASK, FOLD_ERR, FOLD_FIN = 0x0F, 0x10, 0x20, 0x40  # NT_FOLD_*: the bits of nt_fold.states[]
 FOLD: Fields = [
     ("born_ns", "<u8"),
     ("state_us", f"({FOLD_STATES},)<u4"),

@@ -106,14 +106,18 @@ def alert(i: int, t0: float, connections: int) -> Any:
 
 
 def insert(records: list[Any]) -> None:
-    """Store records as ingest does (no hooks): COPY on PostgreSQL, executemany on SQLite."""
+    """Store records as ingest does (no Connection fold; of the hooks, only the buffers
+    page's drop counts): COPY on PostgreSQL, executemany on SQLite."""
     from django.db import connection, transaction
+
+    from webapp.traces import drop_summary
 
     if is_postgres():
         from webapp.traces import pgcopy
 
         with transaction.atomic():
             pgcopy.store(records)
+            _run(drop_summary.tally(records))
         return
     from webapp.traces.store import _table
 
@@ -124,6 +128,12 @@ def insert(records: list[Any]) -> None:
         for kind, rows in per_kind.items():
             sql, kept = _table(kind).pruned(rows)
             cursor.executemany(sql, kept)
+        _run(drop_summary.tally(records))
+
+
+def _run(write: Callable[[], None] | None) -> None:
+    if write is not None:
+        write()
 
 
 def insert_connections(rows: list[Any]) -> None:
@@ -220,11 +230,14 @@ def live_slab(args: argparse.Namespace) -> None:
     """Replace the previous run's last-10-seconds slab with one ending now."""
     from django.db import transaction
 
+    from webapp.traces import drop_summary
     from webapp.traces.models import KIND_MODELS, Connection
 
     now = time.time()
     with transaction.atomic():
         hosts = [f"host{h}" for h in range(HOSTS)]
+        live_drops = KIND_MODELS["skb_drop"].objects.filter(host_id__in=hosts, boot_id="live")
+        drop_summary.forget_rows(live_drops.values_list(*drop_summary.FIELDS))  # as retention does
         for kind in LIVE_KINDS:  # by the (host_id, boot_id, seq) unique index
             KIND_MODELS[kind].objects.filter(host_id__in=hosts, boot_id="live").delete()
         Connection.objects.filter(host_id__in=hosts, boot_id="live").delete()

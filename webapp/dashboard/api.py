@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db.models import Count, Max, Sum
-from django.db.models.expressions import RawSQL
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from webapp.bus import health as bus_health
@@ -36,6 +35,9 @@ from webapp.dashboard import (
     stitch_match,
     time_wait,
     udp_flows,
+)
+from webapp.dashboard import (
+    top_bytes as top_bytes_of,
 )
 from webapp.dashboard.filterlang import INT64_MAX, FilterError
 from webapp.dashboard.models import AlertAck
@@ -220,11 +222,9 @@ def overview(request: HttpRequest) -> HttpResponse:
     # open findings by severity, then recency (issue 34 item 1; overview_findings.py)
     latest = list(overview_findings.ranked(alert_versions.latest(shown)).values(*alert_cols)[:TOP_N])
     conns = queries.annotated().exclude(host_id__startswith=CAPTURE_PREFIX)
-    # total_bytes spelled as SQLite's index nt_conn_bytes has it (migration 0030): Django's
-    # Coalesce(..., Value(0)) sends 0 as a parameter, which no index expression matches
-    # Ties (equal bytes) go newest first, so the top ten does not hang on the index's order.
-    top_bytes = conns.filter(total_bytes__gt=0).order_by(RawSQL(queries.TOTAL_BYTES_SQL, []).desc(), "-last_seen")
-    top_bytes = top_bytes[:TOP_N]
+    # by an index on both databases (top_bytes.py); ties (equal bytes) go newest first,
+    # so the top ten does not hang on the index's order
+    top_bytes = top_bytes_of.ordered(conns)[:TOP_N]
     top_retrans = conns.filter(retransmits__gt=0).order_by("-retransmits")[:TOP_N]
     return JsonResponse(
         {

@@ -6,6 +6,8 @@ segment stamped a few microseconds *before* that packet — which a loaded multi
 host produces (CI: tests/test_analyze_vs_tshark.py, server stream 6, 2 segments) — is
 "very late": a plain retransmission, not out-of-order and not a fast retransmission.
 nettrail clamped the difference to 0 and called them out-of-order / fast retransmission.
+The same holds for the threshold, the handshake RTT: negative when the handshake's ACK is
+stamped before the SYN, and then a huge unsigned threshold.
 
 Keep in sync with: analysis/flows/tcp_checks.py (U64).
 """
@@ -65,24 +67,42 @@ def retransmission_stamped_before_the_last_duplicate_ack(c: Conv) -> None:
     c.send(B, "A", ack=start + 400, dt=MS)
 
 
+def handshake_ack_stamped_before_the_syn(c: Conv) -> None:
+    """The handshake's ACK is stamped 10 µs before the SYN: Wireshark's iRTT is negative, and
+    as an unsigned out-of-order threshold it is huge, so a retransmission 50 ms after the
+    last advance is still out-of-order (tshark 4.0.17 shows iRTT -0.00001 and Out-Of-Order)."""
+    c.send(A, "S", opts=[("MSS", 1460), ("WScale", 0)])
+    syn = c.t
+    c.send(B, "SA", opts=[("MSS", 1460), ("WScale", 0)])
+    c.send(A, "A", dt=syn - 10_000 - c.t)
+    c.t = syn + 2 * MS
+    start = c.seq[A]
+    c.send(A, "PA", b"x" * 100, dt=MS)
+    c.send(A, "PA", b"x" * 100, dt=10_000)
+    c.frames.pop()  # lost before the capture point
+    c.send(A, "PA", b"x" * 100, dt=10_000)
+    c.send(A, "PA", b"x" * 100, seq=start + 100, dt=50 * MS)
+    c.send(B, "A", ack=start + 300, dt=MS)
+
+
 def capture(tmp_path: Path) -> Path:
-    first, second = Conv(sport=40000), Conv(sport=40001)
+    first, second, third = Conv(sport=40000), Conv(sport=40001), Conv(sport=40002)
     retransmission_stamped_before_the_last_advance(first)
     second.t = first.t + 100 * MS
     retransmission_stamped_before_the_last_duplicate_ack(second)
-    frames = first.frames + second.frames  # file order, not sorted: the timestamps step back
+    third.t = second.t + 100 * MS
+    handshake_ack_stamped_before_the_syn(third)
+    frames = first.frames + second.frames + third.frames  # file order, not sorted: the timestamps step back
     path = tmp_path / "steps_back.pcap"
     path.write_bytes(cw.pcap([cw.Pkt(data, ts) for ts, data in frames], nano=True))
     return path
 
 
 RETRANSMISSION = {"retransmission": 1, "out_of_order": 0, "lost_segment": 1, "duplicate_ack": 0}
+OUT_OF_ORDER = {"retransmission": 0, "out_of_order": 1, "lost_segment": 1, "duplicate_ack": 0}
 WANT = {
-    "4.0": {
-        40000: RETRANSMISSION,
-        40001: {"retransmission": 0, "out_of_order": 1, "lost_segment": 1, "duplicate_ack": 3},
-    },
-    "upstream": {40000: RETRANSMISSION, 40001: {**RETRANSMISSION, "duplicate_ack": 3}},
+    "4.0": {40000: RETRANSMISSION, 40001: {**OUT_OF_ORDER, "duplicate_ack": 3}, 40002: OUT_OF_ORDER},
+    "upstream": {40000: RETRANSMISSION, 40001: {**RETRANSMISSION, "duplicate_ack": 3}, 40002: OUT_OF_ORDER},
 }
 
 

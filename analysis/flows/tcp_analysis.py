@@ -356,7 +356,7 @@ class TcpAnalyzer(SequenceChecks):
         shift = 0 if fwd is conv.orig else 2
         ok = (
             not fwd.sack and fwd.zw_since < 0 and not fwd.is_first_ack and z.quiet
-            and not (conv.ts_mru_syn and not conv.first_rtt) and not fwd.holes and not rev.holes
+            and not (conv.ts_mru_syn and not conv.irtt_ns) and not fwd.holes and not rev.holes
         )  # fmt: skip
         ok_data = ok and bool(z.plain & (1 << shift)) and bool(conv.completeness & COMPLETE_DATA)
         ok_ack = ok and bool(z.plain & (2 << shift)) and bool(conv.completeness & COMPLETE_ACK)
@@ -507,6 +507,8 @@ class TcpAnalyzer(SequenceChecks):
         if synack == ACK:
             if conv.ts_mru_syn and not conv.first_rtt:
                 conv.first_rtt = max(ts - conv.ts_mru_syn, 0) or 1
+            if conv.ts_mru_syn and not conv.irtt_ns:
+                conv.irtt_ns = ts - conv.ts_mru_syn
             fwd.is_first_ack = False
         rev_base = rev.base_seq
         if opts is not None:

@@ -92,7 +92,7 @@ class SequenceChecks:
             if rev.dupacknum >= 2 and rev.sack:
                 if not any(seq >= left and end <= right for left, right in rev.sack):
                     return aflags | FAST
-        thres = conv.first_rtt if conv.first_rtt else 3_000_000
+        thres = conv.irtt_ns & U64 if conv.irtt_ns else 3_000_000
         seen = False
         for s in reversed(fwd.segs):  # newest first, like Wireshark's list
             if not gt(s[0], seq) and not gt(end, s[1]):
@@ -131,7 +131,7 @@ class SequenceChecks:
         if rev.dupacknum >= 2 and rev.lastack == seq and t < 20_000_000:
             return aflags | FAST
         t = (ts - fwd.nextseqtime) & U64
-        thres = conv.first_rtt if conv.first_rtt else 3_000_000
+        thres = conv.irtt_ns & U64 if conv.irtt_ns else 3_000_000
         if nextseq_f != ((end + (1 if flags & (SYN | FIN) else 0)) & M32) and t < thres:
             return aflags | OOO
         return aflags | RETRANS

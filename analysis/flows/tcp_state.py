@@ -144,7 +144,11 @@ class Conv:
     guessed: bool = False
     completeness: int = 0
     ts_mru_syn: int = 0
-    first_rtt: int = 0
+    first_rtt: int = 0  # handshake RTT for reports: > 0 once measured (a 0 or negative delta counts as 1 ns)
+    # Wireshark's own tcpd->ts_first_rtt, which times out-of-order segments: signed (an ACK
+    # stamped before its SYN gives a negative one, used as a huge unsigned threshold), and
+    # 0 stays "not measured" until an ACK comes at another instant than the SYN
+    irtt_ns: int = 0
     counts: list[int] = field(default_factory=lambda: [0] * len(TCP_ANALYSIS_FLAGS))
     events: list[Event] = field(default_factory=list)
     zw_stalls: list[tuple[int, int, bool]] = field(default_factory=list)  # (start, end or -1, receiver is orig)

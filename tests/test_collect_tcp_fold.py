@@ -61,7 +61,7 @@ def off_before_5_11(providers: tuple[str, ...] = PROVIDERS) -> bool:
     port = listener.getsockname()[1]
     with two_sessions(port, poll_interval=60.0, providers=providers) as (streamed, folded):
         env = KernelEnv(host_id="test-host", boot_id="test-boot", wall_offset=0.0)
-        status = status_record(folded.session, env, stack_counters=False)
+        status = as_struct(status_record(folded.session, env, stack_counters=False))
         assert status.degraded["tcp"]["tcp_lifecycle"] == kernel_expect.FOLD_OFF  # type: ignore[attr-defined]
         listener.listen(1)
         ends = exchange(listener, port)

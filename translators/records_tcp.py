@@ -113,6 +113,9 @@ class TcpLifecycle(FlowRecord, tag="tcp_lifecycle", kw_only=True):
     bytes_sent: Annotated[Int, doc("siftr: payload bytes sent, retransmissions included (null: siftr did not follow the socket)", unit="bytes")] = None
     flow_samples: Annotated[Int, doc("siftr: sample records emitted for the socket")] = None
     flow_skbs: Annotated[Int, doc("siftr: buffers (or, siftr-poll alone, segments) the samples stand for")] = None
+    conn_state: Annotated[Str, doc("Zeek conn_state of the socket's connection, from the events the collector saw (at its end; as the connection record's)", choices=ZEEK_CONN_STATES)] = None
+    history: Annotated[Str, doc("Zeek history letters (upper case: originator; at its end, as the connection record's)")] = None
+    direction_guessed: Annotated[Bool, doc("the opening was not seen (a socket opened before tracing began): the originator is guessed")] = None
 
 
 class AnalysisCounts(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

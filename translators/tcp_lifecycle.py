@@ -143,6 +143,9 @@ def expand(record: KernelRecord) -> list[Record]:
             segs_out=rec.segs_out,
             total_retrans=rec.total_retrans,
             lifetime_ns=rec.lifetime_ns,
+            conn_state=rec.conn_state,
+            history=rec.history,
+            direction_guessed=rec.direction_guessed,
         )
     )
     return out

@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 from analysis.flows import conn_summary as zeek
+from translators import tcp_lifecycle
 from translators.kernel import KernelRecord
 
 FIN, SYN, RST, ACK = zeek.FIN, zeek.SYN, zeek.RST, zeek.ACK
@@ -52,12 +53,17 @@ _PEER_FIN = frozenset(
     }
 )
 _PEER_ACKS_FIN = frozenset({("FIN_WAIT_1", "FIN_WAIT_2"), ("LAST_ACK", "CLOSED"), ("CLOSING", "TIME_WAIT")})
-_KINDS = frozenset({"tcp_state", "tcp_reset", "tcp_retransmit", "siftr_sample", "connection"})
+_KINDS = frozenset({"tcp_state", "tcp_reset", "tcp_retransmit", "siftr_sample", "connection", "tcp_lifecycle"})
+# A socket's events before its first state change, kept to replay in time order with a
+# tcp_lifecycle's changes (tcp --tcp-fold: its resets, retransmissions and samples stream
+# while its changes wait in the kernel); at most this many, else it is read as it came.
+EARLY_MAX = 16
 
 
 class _Socket:
     __slots__ = (
         "z", "local_orig", "pending_ack", "peer_end", "listener", "fin_acked", "peer_fin", "steady_in", "steady_out",
+        "early",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -71,6 +77,17 @@ class _Socket:
         self.steady_out = False
         self.local_orig: bool | None = None  # None: opened before tracing began (taken as the originator)
         self.pending_ack = False  # an `in` sample without payload, not yet known to be a pure ACK
+        # (kind, record) before its first state change (EARLY_MAX); None once one was seen
+        self.early: list[tuple[str, KernelRecord]] | None = []
+
+
+def _remember(s: _Socket, kind: str, rec: KernelRecord) -> None:
+    early = s.early
+    if early is not None:
+        if len(early) < EARLY_MAX:
+            early.append((kind, rec))
+        else:
+            s.early = None
 
 
 def _get(rec: KernelRecord, name: str) -> Any:
@@ -129,9 +146,13 @@ class LiveSummaries:
         return s
 
     def _feed(self, kind: str, cookie: int, rec: KernelRecord) -> None:
+        if kind == "tcp_lifecycle":
+            self._lifecycle(cookie, rec)
+            return
         if kind == "siftr_sample":
             s = self.sockets.get(cookie)
             s = s if s is not None else self._socket(cookie)
+            _remember(s, kind, rec)
             self._sample(s, rec)
             z, orig = s.z, s.local_orig is not False
             peer_d, peer_a, local_d, local_a = ("d", "a", "D", "A") if orig else ("D", "A", "d", "a")
@@ -148,16 +169,39 @@ class LiveSummaries:
         s = self._socket(cookie)
         s.steady_in = s.steady_out = False  # the next sample takes the full path and decides again
         if kind == "tcp_state":
+            s.early = None
             self._state(s, _get(rec, "prev_state"), _get(rec, "state"), _get(rec, "active"))
         elif kind == "tcp_reset":
+            _remember(s, kind, rec)
             local = _get(rec, "sender") == "local"
             self._settle(s, peer_fin_or_rst=not local)
             self._packet(s, local, RST)
         elif kind == "tcp_retransmit":
+            _remember(s, kind, rec)
             self._settle(s)
             payload = _get(rec, "tcp_payload_len") or 0
             if payload > 0:
                 self._packet(s, True, ACK, payload, retrans=True)
+
+    def _lifecycle(self, cookie: int, rec: KernelRecord) -> None:
+        """A folded socket's changes (and at its end its summary), as the records it streams
+        without the fold (expand), fed in time order with what it streamed before them; at
+        its end the lifecycle takes its summary's conn_state, history and direction_guessed."""
+        parts: list[tuple[str, KernelRecord]] = [(p.kind, p) for p in tcp_lifecycle.expand(rec)]
+        s = self.sockets.get(cookie)
+        if s is None or s.early is not None:  # no change of its own seen yet: begin again, in time order
+            early = s.early if s is not None and s.early is not None else []
+            self.sockets.pop(cookie, None)
+            # a change's time is floored to the microsecond: within one, what streamed came first
+            timed = [(_get(r, "ts_ns") // 1000, 0, k, r) for k, r in early]
+            timed += [(_get(r, "ts_ns") // 1000, 1, k, r) for k, r in parts]
+            parts = [(k, r) for _, _, k, r in sorted(timed, key=lambda t: (t[0], t[1]))]
+        for kind, part in parts:
+            self._feed(kind, cookie, part)
+        end = parts[-1][1] if parts and parts[-1][0] == "connection" else None
+        if end is not None:
+            for name in ("conn_state", "history", "direction_guessed"):
+                _set(rec, name, _get(end, name))
 
     # --- the packets each event implies ------------------------------------------------
 

@@ -8,7 +8,7 @@ defaults.toml (one section per rule id) and docs/alerts.md.
 from __future__ import annotations
 
 from .base import Rule
-from .buffers import PeerZeroWindow, ReceiveBuffer, UdpDrops
+from .buffers import PeerZeroWindow, ReceiveBuffer
 from .drops import DropBurst
 from .handshakes import ConnectFailures, ScanAndFlood
 from .health import CollectorLoss, CollectorOverhead
@@ -17,6 +17,7 @@ from .perf import CwndCollapse, SrttSpike
 from .resets import ResetStorm
 from .retrans import RetransKind, RetransRatio
 from .states import HalfOpen, StuckClose
+from .udp_drops import UdpDrops
 
 ALL_RULES: tuple[type[Rule], ...] = (
     RetransRatio,  # K1

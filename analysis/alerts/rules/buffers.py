@@ -1,5 +1,5 @@
-"""Buffers and windows: K5 receive-buffer pressure, K11 UDP drops, K13 zero window from
-the sender side (anomalies.md 4). K4, the accept queue, is listen_overflow.py.
+"""Buffers and windows: K5 receive-buffer pressure, K13 zero window from the sender side
+(anomalies.md 4). K4, the accept queue, is listen_overflow.py; K11, UDP drops, udp_drops.py.
 
 Drops arrive as ``skb_drop`` records (packet orientation: ``src`` is the sender, so the
 local endpoint of a received packet is ``dst:dport``), exact per-reason totals as
@@ -11,20 +11,17 @@ advertised.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from translators.records import (
-    FlowCounters,
     Record,
     SiftrSample,
     SkbDrop,
     SockEvent,
     TcpDebugSnapshot,
     TcpStateChange,
-    UdpDatagram,
 )
 
-from ..book import Subject
 from ..state import LruMap, Window, bounded_append
 from .base import Context, Rule, endpoint, flow_key, host_subject, who
 
@@ -210,152 +207,4 @@ class PeerZeroWindow(Rule):
         self.fire(
             "zero-window", flow_key(first), now=now, severity="warning", subject=subject, message=message,
             clear_after=2 * self.window, metric=held, evidence=evidence, bump=False,
-        )  # fmt: skip
-
-
-@dataclass(slots=True)
-class _UdpPort:
-    skb_drops: Window
-    sock_drops: Window
-    received: Window
-    evidence: list[int] = field(default_factory=list)
-    # every drop, from each source: one datagram can be both an skb drop and a socket
-    # event, so the alert counts the larger source's drops, never the sum (issue 34
-    # counted 9,980 for 4,990 drops)
-    skb_total: int = 0
-    sock_total: int = 0
-
-
-class UdpDrops(Rule):
-    rule_id = "K11"
-    kinds = ("skb_drop", "sock_event", "udp_datagram", "flow_counters")
-
-    def __init__(self, ctx: Context) -> None:
-        super().__init__(ctx)
-        self.window = self.num("window_s")
-        self.ports = self.keys_map()
-        self.minute = self.keys_map()
-        self.counters: LruMap[object, tuple[int, float]] = LruMap(ctx.max_flows)  # packets_in, when
-
-    def _port(self, rec: Record, addr: str | None, port: int | None) -> _UdpPort:
-        w = self.window
-        return self.ports.get_or_create(  # type: ignore[no-any-return]
-            (rec.host_id, addr, port), lambda: _UdpPort(Window(w), Window(w), Window(w))
-        )
-
-    def feed(self, rec: Record) -> None:
-        if isinstance(rec, UdpDatagram):
-            if rec.probe == "receive":
-                self._port(rec, rec.dst, rec.dport).received.add(rec.ts_wall, rec.gso_segs or 1)
-        elif isinstance(rec, FlowCounters):
-            if rec.proto == "udp":
-                self._counters(rec)
-        elif isinstance(rec, SkbDrop):
-            self._skb(rec)
-        elif isinstance(rec, SockEvent) and rec.proto == "udp":
-            self._sock(rec)
-
-    def _counters(self, rec: FlowCounters) -> None:
-        key = flow_key(rec)
-        prev = self.counters.peek(key)
-        self.counters.put(key, (rec.packets_in, rec.ts_wall))
-        if prev is None:
-            return  # the first report: a baseline
-        if self.ctx.sampling.new_session_since(rec.host_id, prev[1]):
-            got = rec.packets_in  # the udp_flows map of a new collector session counts from zero
-        else:
-            got = rec.packets_in - prev[0]
-        if got > 0:
-            self._port(rec, rec.src, rec.sport).received.add(rec.ts_wall, got)
-
-    def _skb(self, rec: SkbDrop) -> None:
-        reason = rec.drop_reason_str
-        if reason == "PROTO_MEM" and rec.l4_proto == "udp":
-            self._proto_mem(rec)
-        if rec.l4_proto != "udp":
-            return
-        if reason == "SOCKET_RCVBUFF":
-            p = self._port(rec, rec.dst, rec.dport)
-            p.skb_drops.add(rec.ts_wall)
-            p.skb_total += 1
-            _bounded_append(p.evidence, rec.seq)
-            self._check_rcvbuf(rec, rec.dst, rec.dport, p, p.skb_total > p.sock_total)
-        elif reason == "NO_SOCKET":
-            self._per_minute(rec, "no-socket", (rec.dst, rec.dport), "no_socket_per_min")
-        elif reason == "UDP_CSUM":
-            self._per_minute(rec, "checksum", (rec.src,), "csum_per_min")
-
-    def _sock(self, rec: SockEvent) -> None:
-        probe = sock_probe(rec)
-        if probe == "exceed-buf-limit" or (probe == "udp-fail-queue" and rec.rc == -ENOBUFS):
-            self._proto_mem(rec)
-        elif probe == "rcvqueue-full" or (probe == "udp-fail-queue" and rec.rc in (None, -ENOMEM)):
-            # socket events are local-first; the same datagram may also come as an skb
-            # drop, so the two sources are counted apart and the larger one is used
-            p = self._port(rec, rec.src, rec.sport)
-            p.sock_drops.add(rec.ts_wall)
-            p.sock_total += 1
-            _bounded_append(p.evidence, rec.seq)
-            self._check_rcvbuf(rec, rec.src, rec.sport, p, p.sock_total > p.skb_total)
-
-    def _check_rcvbuf(self, rec: Record, addr: str | None, port: int | None, p: _UdpPort, new: bool) -> None:
-        """``new``: this drop raised the larger source's total, so it is one more datagram lost
-        (not the other source's view of a datagram already counted)."""
-        t = rec.ts_wall
-        drops = max(p.skb_drops.total(t), p.sock_drops.total(t))
-        received = p.received.total(t)
-        share = drops / (received + drops)
-        rate = drops / self.window
-        if share <= self.num("rcvbuf_share") and rate <= self.num("rcvbuf_rate"):
-            return
-        subject = self.ctx.owner(rec, "udp")
-        subject.conn_uuid = subject.sock_cookie = None
-        subject.src, subject.sport, subject.dst, subject.dport = addr, port, None, None
-        message = (
-            f"UDP port {endpoint(addr, port)}"
-            + (f" ({who(subject)})" if subject.comm else "")
-            + f" dropped {int(drops)} datagrams in {self.window:g} s because its receive buffer was full "
-            f"({share:.1%} of {int(received + drops)} arriving): UDP has no retransmission, so this is application "
-            f"data lost. Read faster, or raise SO_RCVBUF / net.core.rmem_max."
-        )
-        self.fire(
-            "rcvbuf", ("port", addr, port), now=t, severity="warning", subject=subject, message=message,
-            clear_after=2 * self.window, metric=share, evidence=p.evidence, bump=new,
-        )  # fmt: skip
-
-    def _per_minute(self, rec: SkbDrop, cond: str, key: tuple[object, ...], limit_name: str) -> None:
-        d = self.minute.get_or_create((rec.host_id, cond, *key), lambda: _Drops(Window(60)))
-        d.drops.add(rec.ts_wall)
-        d.evidence = bounded_append(d.evidence, rec.seq, 32)
-        n = d.drops.total(rec.ts_wall)
-        if n <= self.num(limit_name):
-            return
-        subject = Subject(host_id=rec.host_id, boot_id=rec.boot_id, netns=rec.netns, proto="udp")
-        if cond == "no-socket":
-            subject.dst, subject.dport = rec.dst, rec.dport
-            message = (
-                f"{int(n)} UDP datagrams in the last minute went to {endpoint(rec.dst, rec.dport)} where no socket "
-                f"is bound (NO_SOCKET): stale clients still sending, or a scan if spread over many ports."
-            )
-        else:
-            subject.src = rec.src
-            message = (
-                f"{int(n)} UDP datagrams from {rec.src} failed their checksum in the last minute: corruption on "
-                f"the path or NIC checksum-offload trouble."
-            )
-        self.fire(
-            cond, key, now=rec.ts_wall, severity="notice", subject=subject, message=message, clear_after=120.0,
-            metric=n, evidence=d.evidence or (),
-        )  # fmt: skip
-
-    def _proto_mem(self, rec: Record) -> None:
-        message = (
-            "UDP memory pressure on this host (net.ipv4.udp_mem reached): datagrams are dropped on every UDP "
-            "socket of the host, not only on a busy one."
-        )
-        subject = host_subject(rec)
-        subject.proto = "udp"
-        self.fire(
-            "proto-mem", ("host",), now=rec.ts_wall, severity="critical", subject=subject, message=message,
-            clear_after=2 * self.window, evidence=[rec.seq],
         )  # fmt: skip

@@ -3,7 +3,7 @@
 (store_batch) as a host of its own: every connection's row is the same from both (state,
 direction, owner, counters, retransmits, resets, Zeek's conn_state and history, duration
 to the session clocks' difference) and so are the connection page's timeline and the
-open/close counters.
+open/close counters and the Zeek conn.log export.
 """
 
 from __future__ import annotations
@@ -12,10 +12,13 @@ from typing import Any
 
 import msgspec
 import pytest
+from django.contrib.auth import get_user_model
 from django.forms.models import model_to_dict
+from django.test import Client
 
 from tests.kernel_support import bound_listener, kernel
 from tests.test_collect_tcp_fold import SHORT, exchange, two_sessions
+from tests.test_zeek_conn_log import parse
 from translators.kernel import as_struct
 from translators.records import Record
 from webapp.dashboard import detail
@@ -70,3 +73,13 @@ def test_folded_and_streamed_records_make_the_same_connection_rows_pages_and_cou
         for h in ("streamed", "folded")
     ]
     assert counts[0] == counts[1]
+    # the Zeek conn.log export: the folded sockets' summaries come from their lifecycles
+    client = Client()
+    client.force_login(get_user_model().objects.create_user("viewer"))
+    logs = []
+    for host in ("streamed", "folded"):
+        resp = client.get("/api/report", {"host": host, "format": "zeek"})
+        assert resp.status_code == 200
+        lines = parse(b"".join(resp.streaming_content).decode())
+        logs.append(sorted(({k: v for k, v in row.items() if k not in ("ts", "duration")} for row in lines), key=str))
+    assert logs[0] == logs[1] and len(logs[0]) >= 2 * (SHORT + 1)

@@ -1,8 +1,9 @@
 """Stored connection summaries as Zeek's conn.log: `format=zeek` on the report endpoints.
 
 GET /api/report?...&format=zeek and /api/connections/<uuid>/export?format=zeek stream the
-`connection` records in scope (hosts, connection, time range of the filter), in start
-order, through xo/zeek.py, for captures and live connections alike. `#open`/`#close`
+`connection` records in scope (hosts, connection, time range of the filter) and the
+summaries folded sockets' final `tcp_lifecycle` records stand for, in start order,
+through xo/zeek.py, for captures and live connections alike. `#open`/`#close`
 are the first and last connection's times, so the same data always exports the same
 bytes. A live connection this host accepted is written with the remote side as the
 originator, as its conn_state and history have it (the connection row's `active`). Raises ExportUnavailable (HTTP 409) before writing anything when there is none.
@@ -11,6 +12,7 @@ Keep in sync with: xo/zeek.py, docs/reports.md, webapp/reports/views.py.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Iterator
 from typing import Any, TextIO
@@ -21,6 +23,7 @@ from analysis.export.filters import ReportFilter
 from translators.records import Connection
 from webapp.reports.exports import ExportUnavailable
 from webapp.reports.render import as_records, scoped
+from webapp.traces import folded
 from webapp.traces.models import Connection as ConnectionRow
 from xo.zeek import ZeekConnWriter
 
@@ -41,11 +44,23 @@ def _opened_here(chunk: list[Any]) -> dict[tuple[str, str], bool]:
 def zeek_steps(out: TextIO, f: ReportFilter) -> Iterator[None]:
     """Writes conn.log, yielding after each line."""
     qs = scoped("connection", f)
-    span = qs.aggregate(first=Min("ts_wall"), last=Max("ts_wall"))
-    if span["first"] is None:
+    # tcp --tcp-fold: a folded socket's summary is in its (final) lifecycle (folded.py)
+    lifecycles = scoped("tcp_lifecycle", f).filter(partial=False)
+    spans = [q.aggregate(first=Min("ts_wall"), last=Max("ts_wall")) for q in (qs, lifecycles)]
+    firsts = [s["first"] for s in spans if s["first"] is not None]
+    if not firsts:
         raise ExportUnavailable("no connection summary in scope")
+    span = {"first": min(firsts), "last": max(s["last"] for s in spans if s["last"] is not None)}
     writer = ZeekConnWriter(out, open_ts=span["first"])
-    records = as_records(qs.order_by("ts_wall", "seq"), "connection")
+    folded_ends = (
+        part
+        for rec in as_records(lifecycles.order_by("ts_wall", "seq"), "tcp_lifecycle")
+        for part in folded.parts(rec)
+        if isinstance(part, Connection)
+    )
+    records = heapq.merge(
+        as_records(qs.order_by("ts_wall", "seq"), "connection"), folded_ends, key=lambda r: (r.ts_wall, r.seq)
+    )
     while chunk := list(itertools.islice(records, CHUNK)):
         active = _opened_here(chunk)
         for rec in chunk:

@@ -75,7 +75,7 @@ def _older(tp: str, args: int, *loses: tuple[str, str, str]) -> Variant:
 # (kmod/skb.bpf.c) reports SKB_DROP_REASON_NOT_SPECIFIED's value for every drop, named so
 # (the loader's drop_reasons): a drop says its reason is unknown, never one made up.
 UNNAMED_DROP_REASONS = {2: "NOT_SPECIFIED"}
-NO_DROP_REASON = "kfree_skb passes no drop reason on this kernel (Linux 5.17+): every drop's reason is NOT_SPECIFIED"
+NO_DROP_REASON = "kfree_skb passes no drop reason before Linux 5.17: every drop's reason is NOT_SPECIFIED"
 
 # Newest first: the first whose argument count the kernel passes is taken.
 VARIANTS: dict[str, tuple[Variant, ...]] = {
@@ -113,7 +113,11 @@ VARIANTS: dict[str, tuple[Variant, ...]] = {
             2,
             ("skb", "skb_drop.drop_reason", NO_DROP_REASON),
             ("skb-lifecycle", "skb_drop.drop_reason", NO_DROP_REASON),
-            ("tcpdebug", "tcp_debug.drop", "kfree_skb passes no drop reason: TCP drop points cannot be told"),
+            (
+                "tcpdebug",
+                "tcp_debug.drop",
+                "kfree_skb passes no drop reason before Linux 5.17: TCP's drop points cannot be told, none is recorded",
+            ),
         ),
     ),
     # a kernel function, not a tracepoint (TCP_FUNCTION_ARGS): the variant whose parameters

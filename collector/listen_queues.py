@@ -36,6 +36,7 @@ NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 TCP_LISTEN = 10
 PROBE = "listen-overflow"
+QUEUE_PROBE = "listen-queue"  # a listener's queue or backlog changed (or it was first seen)
 HOOK = "sock_diag/inet_diag"
 
 _NLMSG = struct.Struct("=IHHII")
@@ -156,38 +157,60 @@ class Owners:
 
 
 class ListenQueues:
-    """The ``listen-overflow`` records of one namespace's full listeners."""
+    """The ``listen-overflow`` records of one namespace's full listeners, and the
+    ``listen-queue`` records of its listeners whose queue or backlog changed since the
+    previous poll (issue 34 item 6: a LISTEN row shows its queue as `ss -ltn` does)."""
 
     def __init__(self, proc: str = "/proc") -> None:
         self.owners = Owners(proc)
+        # netns inode -> socket cookie -> (queue, backlog) at the last poll
+        self.last: dict[int, dict[int, tuple[int, int]]] = {}
 
     def records(self, env: KernelEnv, ts_ns: int, ns: netns.Netns) -> list[KernelRecord]:
+        return [self._record(env, ts_ns, ns, lst, PROBE) for lst in listeners_in(ns) or () if lst.full]
+
+    def changed(self, env: KernelEnv, ts_ns: int, ns: netns.Netns) -> list[KernelRecord]:
+        """A ``listen-queue`` record per listener first seen or whose queue or backlog
+        moved since the last call for this namespace (none while they hold still)."""
         found = listeners_in(ns)
-        out: list[KernelRecord] = []
-        for lst in found or ():
-            if not lst.full:
-                continue
-            owner = self.owners.find(lst.inode, ns.pids)
-            pid, comm = owner if owner is not None else (None, None)
-            out.append(
-                SockEvent(
-                    **collector_envelope(env, PROBE, HOOK, "linux", ts_ns),
-                    netns=ns.inode,
-                    pid=pid,
-                    tgid=pid,
-                    comm=comm,
-                    ctx="task",
-                    sock_cookie=lst.cookie or None,
-                    conn_uuid=connection_uuid(env.host_id, env.boot_id, lst.cookie) if lst.cookie else None,
-                    ip_ver=4 if lst.family == socket.AF_INET else 6,
-                    src=lst.addr,
-                    sport=lst.port,
-                    proto="tcp",
-                    queue=lst.queue,
-                    backlog=lst.backlog,
-                )  # fmt: skip
-            )
-        return out
+        if found is None:
+            self.last.pop(ns.inode, None)
+            return []
+        before = self.last.get(ns.inode, {})
+        now = {lst.cookie: (lst.queue, lst.backlog) for lst in found if lst.cookie}
+        self.last[ns.inode] = now
+        # no owner look-up (a scan of /proc per new socket inode): the LISTEN row is the
+        # socket's own connection (conn_uuid), which names its process already
+        return [
+            self._record(env, ts_ns, ns, lst, QUEUE_PROBE, owner=False)
+            for lst in found
+            if lst.cookie and before.get(lst.cookie) != (lst.queue, lst.backlog)
+        ]
+
+    def forget(self, inode: int) -> None:
+        self.last.pop(inode, None)
+
+    def _record(
+        self, env: KernelEnv, ts_ns: int, ns: netns.Netns, lst: Listener, probe: str, owner: bool = True
+    ) -> KernelRecord:
+        found = self.owners.find(lst.inode, ns.pids) if owner else None
+        pid, comm = found if found is not None else (None, None)
+        return SockEvent(
+            **collector_envelope(env, probe, HOOK, "linux", ts_ns),
+            netns=ns.inode,
+            pid=pid,
+            tgid=pid,
+            comm=comm,
+            ctx="task",
+            sock_cookie=lst.cookie or None,
+            conn_uuid=connection_uuid(env.host_id, env.boot_id, lst.cookie) if lst.cookie else None,
+            ip_ver=4 if lst.family == socket.AF_INET else 6,
+            src=lst.addr,
+            sport=lst.port,
+            proto="tcp",
+            queue=lst.queue,
+            backlog=lst.backlog,
+        )  # fmt: skip
 
 
 def _listdir(path: str) -> list[str]:

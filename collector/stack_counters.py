@@ -141,7 +141,8 @@ class StackCounters:
         self.found = self.scan()
         self.at_start = set(self.found)  # baseline only; any later one counts from zero
         self.comms: dict[tuple[int, int], str | None] = {}  # (netns, pid) -> comm
-        self.listen_queues = ListenQueues(proc)  # full listeners, read when ListenOverflows moved
+        # full listeners when ListenOverflows moved; every listener's queue when it moved
+        self.listen_queues = ListenQueues(proc)
         for ns in self.found.values():
             self._reading(ns)  # baselines
         self.next = time.monotonic() + interval_s
@@ -160,6 +161,7 @@ class StackCounters:
         found = self.scan()
         for inode in [i for i in self.seen if i not in found]:
             self._gone(inode, self.found.get(inode))
+            self.listen_queues.forget(inode)
         self.found = found
         self.missed = {i: why for i, why in self.missed.items() if i in found}
         out: list[KernelRecord] = []
@@ -178,6 +180,8 @@ class StackCounters:
             if before is None or any(now.get(k, 0) < v for k, v in before.items()):
                 before = {}  # created since the last read (a counter that fell: a new one with a freed inode)
             out.extend(self._moved(env, ts_ns, ns, pid, before, now))
+            # each listener's accept queue and backlog, when they moved (a LISTEN row's queue)
+            out.extend(self.listen_queues.changed(env, ts_ns, ns))
         self.pace(time.perf_counter() - started)
         self.next = time.monotonic() + self.interval_now
         return out

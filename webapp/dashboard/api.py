@@ -26,6 +26,7 @@ from webapp.dashboard import (
     counters,
     detail,
     empty_panels,
+    listen_rows,
     overview_counts,
     overview_findings,
     own_traffic,
@@ -126,10 +127,16 @@ def connections(request: HttpRequest) -> HttpResponse:
     hints = queries.empty_result_hints(request.GET.get("q", "")) if page.total == 0 and not uuids else []
     # rows without a kernel state (uploaded captures) show their summary's Zeek conn_state
     zeek = captures.zeek_states([c for c in both.rows if c.state is None])
+    listen = listen_rows.queues(both.rows)  # a LISTEN row's accept queue and backlog (ss -ltn)
     return JsonResponse(
         {
             "rows": [
-                {**queries.row_json(c, rules), **zeek.get((c.host_id, c.conn_uuid), {}), "peer": _peer(both, c)}
+                {
+                    **queries.row_json(c, rules),
+                    **zeek.get((c.host_id, c.conn_uuid), {}),
+                    "peer": _peer(both, c),
+                    "listen_queue": listen.get((c.host_id, c.conn_uuid)),
+                }
                 for c in both.rows
             ],
             "next": page.next,
@@ -156,6 +163,7 @@ def connection(request: HttpRequest, uuid: str) -> HttpResponse:
     host = conn.host_id
     rules = queries.alert_rules([conn])
     body = queries.row_json(conn, rules)
+    body["listen_queue"] = listen_rows.queues([conn]).get((host, uuid))
     summary = detail.summary_fields(host, uuid)
     retransmitted = detail.retransmitted(host, uuid)
     return JsonResponse(

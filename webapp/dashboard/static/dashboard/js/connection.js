@@ -19,7 +19,7 @@
   function summary(c) {
     const items = [
       ["Host", c.host_id], ["Protocol", c.proto], ["Local", endpoint(c.src, c.sport) + (c.direction_guessed ? " (the opener, guessed: its opening was not seen)" : "")], ["Remote", endpoint(c.dst, c.dport)],
-      ["Process", c.comm ? `${c.comm} (pid ${c.pid ?? "?"}, uid ${c.uid ?? "?"})` : "–"], ["State", c.state || (c.conn_state ? `${c.conn_state} (Zeek conn_state; history ${c.history || "–"})` : "–")],
+      ["Process", c.comm ? `${c.comm} (pid ${c.pid ?? "?"}, uid ${c.uid ?? "?"})` : "–"], ["State", c.state ? c.state + (c.state === "LISTEN" && c.listen_queue ? `, accept queue ${num(c.listen_queue.queue)} of backlog ${num(c.listen_queue.backlog)}${c.listen_queue.full ? " (full)" : ""} at ${time(c.listen_queue.at)}` : "") : (c.conn_state ? `${c.conn_state} (Zeek conn_state; history ${c.history || "–"})` : "–")],
       ["Opened", NT.datetime(c.start)], ["Duration", NT.connDuration(c)], ["Bytes out", bytes(c.bytes_out) + (c.retrans_bytes_out ? ` (incl. ${bytes(c.retrans_bytes_out)} retransmitted)` : "")],
       ["Bytes in", bytes(c.bytes_in)], ["Packets out", num(c.packets_out)], ["Packets in", num(c.packets_in)], ["Retransmitted", c.retrans_segs ? `${num(c.retrans_segs)} segments, ${bytes(c.retrans_bytes_out)}` : NT.count(c.retrans ?? 0, "retransmission")], ["Handshake RTT", c.handshake_rtt_us ? duration(c.handshake_rtt_us / 1e6) : "–"],
     ];

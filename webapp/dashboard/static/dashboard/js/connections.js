@@ -7,6 +7,13 @@
 "use strict";
 
 (() => {
+  /* A LISTEN row's accept queue as ss -ltn shows it (Recv-Q of Send-Q), when the collector read it. */
+  function listenQueue(c) {
+    const q = c.listen_queue;
+    if (c.state !== "LISTEN" || !q) return null;
+    return NT.el("span", { class: q.full ? "listen-queue full" : "listen-queue", title: `ss -ltn: Recv-Q ${q.queue}, Send-Q ${q.backlog} (read ${NT.time(q.at)})`,
+      text: ` · queue ${NT.num(q.queue)} of ${NT.num(q.backlog)}${q.full ? ", full" : ""}` });
+  }
   const { el, num, bytes, duration, endpoint } = NT;
   const params = new URLSearchParams(location.search);
   const state = {
@@ -40,7 +47,7 @@
         ? el("a", { class: "badge both-ends", href: c.peer.url, title: `both ends traced: the other end is ${c.peer.host_id}'s row`, text: "both ends" })
         : null),
       el("td", { dataset: { col: "state" } }, c.state || !c.conn_state
-        ? el("span", { class: `state-${c.state}`, text: c.state || "–" })
+        ? el("span", { class: `state-${c.state}`, text: c.state || "–" }, listenQueue(c))
         : el("span", { class: "zeek-state", title: `Zeek conn_state of the capture's summary; history ${c.history || "–"}`, text: `${c.conn_state} (${c.history || "–"})` })),
       el("td", { dataset: { col: "start" }, text: NT.time(c.start) }),
       el("td", { dataset: { col: "last" }, text: NT.time(c.last) }),

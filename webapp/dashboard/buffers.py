@@ -15,13 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.db.models import BooleanField, Count, Max, Q, QuerySet, Sum
+from django.db.models.expressions import RawSQL
 
 from webapp.dashboard import conn_drops, drop_summaries
 from webapp.dashboard.buckets import bucketed
 from webapp.dashboard.detail import lifecycles
 from webapp.dashboard.tables import DropCount, SkbDrop, SkbEvent
 from webapp.traces.models import Connection
+from webapp.traces.schema import FIRST_STAGES
 
 MAX_TIMELINE_DROPS = 50_000  # newest drops bucketed into the stacked chart
 TOP_REASONS = 8  # stacked series; the rest are summed as "other"
@@ -125,11 +127,19 @@ def summary(
 
 
 def _recent_uids(host: str | None) -> list[int]:
-    """The newest buffers whose first sighting was recorded (complete lifecycles first seen)."""
-    firsts = SkbEvent.objects.filter(stage__in=("tx-first", "rx-first"), skb_uid__isnull=False)
-    if host:
-        firsts = firsts.filter(host_id=host)
-    return list(firsts.order_by("-ts_ns").values_list("skb_uid", flat=True)[:MAX_LIFECYCLES])
+    """The newest buffers whose first sighting was recorded (complete lifecycles first seen).
+
+    One query per first stage, each down that stage's partial index (schema.FIRST_STAGES;
+    the stage a literal, which SQLite needs to use it), the two merged newest first."""
+    newest: list[tuple[int, int]] = []
+    for stage in FIRST_STAGES:
+        firsts = SkbEvent.objects.filter(RawSQL(f"stage = '{stage}'", [], output_field=BooleanField()))
+        firsts = firsts.filter(skb_uid__isnull=False)
+        if host:
+            firsts = firsts.filter(host_id=host)
+        newest += firsts.order_by("-ts_ns").values_list("ts_ns", "skb_uid")[:MAX_LIFECYCLES]
+    newest.sort(key=lambda row: -row[0])
+    return [uid for _ts, uid in newest[:MAX_LIFECYCLES]]
 
 
 def _selected_uids(selected: QuerySet[SkbDrop], conn: str | None) -> list[int]:

@@ -34,6 +34,7 @@ SERVED_ELSEWHERE = frozenset({"src", "sport", "dst", "dport", "comm", "host_id",
 # either direction (webapp/dashboard/conn_drops.py); the UDP page filters datagrams by
 # address or port, either end (`sport = P OR dport = P`: one index per column, each
 # arm an index range, PostgreSQL's BitmapOr and SQLite's OR optimization).
+FIRST_STAGES = ("tx-first", "rx-first")  # skb_event: a buffer's first sighting (translators/skb.py)
 TUPLE_INDEXES: dict[str, tuple[tuple[str, ...], ...]] = {
     "skb_drop": (("sport", "dport", "ts_wall"),),
     "udp_datagram": (("sport", "ts_wall"), ("dport", "ts_wall"), ("src", "ts_wall"), ("dst", "ts_wall")),
@@ -98,6 +99,20 @@ def record_indexes(cls: type[Record]) -> list[models.Index]:
         )
     for fields in TUPLE_INDEXES.get(kind, ()):
         indexes.append(models.Index(fields=list(fields), name=index_name(kind, *fields)))
+    if kind == "skb_drop":
+        # The buffers page's newest drops (`ORDER BY ts_ns DESC LIMIT 100`, of a host or of
+        # all): a walk down an index instead of a sort of every drop (issue 31 item 4).
+        indexes.append(models.Index(fields=["ts_ns"], name=index_name(kind, "ts_ns")))
+        indexes.append(models.Index(fields=["host_id", "ts_ns"], name=index_name(kind, "host_id", "ts_ns")))
+    if kind == "skb_event":
+        # The buffers page's newest first sightings (dashboard/buffers._recent_uids), of all
+        # hosts or of one: partial indexes per stage, only those rows, so ingest of the
+        # other stages pays nothing; queried with the stage as a literal (SQLite matches a
+        # partial index's condition only against the query's text, never a parameter).
+        for stage in FIRST_STAGES:
+            for names in (("ts_ns",), ("host_id", "ts_ns")):
+                name = index_name(kind, *names, stage)
+                indexes.append(models.Index(fields=list(names), condition=models.Q(stage=stage), name=name))
     for desc in describe(cls):
         if desc.index and desc.name not in SERVED_ELSEWHERE:
             # The field's own filter over a time range: drops by reason (drop summary

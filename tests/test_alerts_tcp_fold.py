@@ -12,7 +12,7 @@ import msgspec
 from record_samples import full_record
 
 from analysis.alerts.engine import RuleEngine
-from analysis.alerts.folded import parts
+from analysis.alerts.folded import HOLD_S, Unfold, parts
 from tests.alert_streams import engine
 from translators import records as r
 
@@ -79,3 +79,27 @@ def test_the_engine_counts_the_parts_it_was_fed() -> None:
     rec = stream()[0]
     eng.feed(rec)
     assert eng.records == len(parts(rec))
+
+
+def test_a_reset_before_any_change_of_its_socket_waits_for_the_lifecycle_or_the_hold() -> None:
+    eng = engine()
+    eng.unfold = Unfold()
+    rec = stream()[0]
+    reset = r.TcpReset(
+        host_id=rec.host_id, boot_id=rec.boot_id, seq=99, ts_ns=rec.ts_ns - 1000, ts_wall=rec.ts_wall - 1e-6,
+        sock_cookie=7, provider="tcp", probe="reset-received", sender="peer",
+    )  # fmt: skip
+    eng.feed(reset)  # no change of socket 7 yet: held
+    assert eng.records == 0
+    eng.tick(reset.ts_wall + HOLD_S / 2)
+    assert eng.records == 0
+    eng.tick(reset.ts_wall + HOLD_S)  # its changes never came (a socket from before tracing): fed
+    assert eng.records == 1
+    # a reset before its socket's lifecycle waits for it and comes in time order; after it, at once
+    early = msgspec.structs.replace(reset, sock_cookie=rec.sock_cookie, seq=100)
+    eng.feed(early)
+    assert eng.records == 1
+    eng.feed(rec)
+    assert eng.records == 2 + len(parts(rec))
+    eng.feed(msgspec.structs.replace(early, seq=101))
+    assert eng.records == 3 + len(parts(rec))

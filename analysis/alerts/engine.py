@@ -42,7 +42,9 @@ _SAMPLING_TYPES = frozenset({FlowCounters, SamplingReport, CollectorStatus})
 
 
 class RuleEngine:
-    def __init__(self, config: RulesConfig | None = None, *, seq_base: int | None = None) -> None:
+    def __init__(
+        self, config: RulesConfig | None = None, *, seq_base: int | None = None, folding: bool = False
+    ) -> None:
         self.config = config if config is not None else load_config()
         eng = self.config.engine
         self.book = AlertBook(
@@ -72,13 +74,21 @@ class RuleEngine:
         self._loss_window = float(self.config.params("H1")["window_s"])
         self.now = 0.0
         self.records = 0
+        # tcp --tcp-fold: lifecycles read as their records (None until the stream folds)
+        self.unfold: folded.Unfold | None = folded.Unfold() if folding else None
 
     def feed(self, record: Record) -> list[Alert]:
         cls = type(record)
         if cls is Alert:
             return []  # our own output coming back around (a replayed file): not evidence
-        if cls is TcpLifecycle:  # tcp --tcp-fold: the records it stands for (folded.py)
-            return [alert for part in folded.parts(record) for alert in self.feed(part)]  # type: ignore[arg-type]
+        if cls is TcpLifecycle and self.unfold is None:
+            self.unfold = folded.Unfold()  # the stream folds (a collector with --tcp-fold says so at once)
+        if self.unfold is not None:  # tcp --tcp-fold: a lifecycle as its records, in time order (folded.py)
+            return [alert for rec in self.unfold.route(record) for alert in self._feed(rec)]
+        return self._feed(record)
+
+    def _feed(self, record: Record) -> list[Alert]:
+        cls = type(record)
         self.records += 1
         if record.ts_wall > self.now:
             self.now = record.ts_wall
@@ -97,14 +107,16 @@ class RuleEngine:
     def tick(self, now: float) -> list[Alert]:
         if now > self.now:
             self.now = now
+        released = [a for rec in self.unfold.due(self.now) for a in self._feed(rec)] if self.unfold else []
         for rule in self.rules:
             rule.tick(self.now)
         self.book.sweep(self.now)
-        return self.book.drain()
+        return released + self.book.drain()
 
     def finish(self) -> list[Alert]:
+        released = [a for rec in self.unfold.rest() for a in self._feed(rec)] if self.unfold else []
         self.book.finish()
-        return self.book.drain()
+        return released + self.book.drain()
 
     def _remember_owner(self, record: Record) -> None:
         # Only task-context attribution or the collector's owner map is trusted: softirq

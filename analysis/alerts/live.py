@@ -106,16 +106,16 @@ SINK_LOSSES = {"spool": "lost_records", "rejected": "refused_records"}
 class Alerting:
     """The rule engine and its notifiers for one collector run."""
 
-    def __init__(self, config: RulesConfig) -> None:
+    def __init__(self, config: RulesConfig, folding: bool = False) -> None:
         self.config = config
-        self.engine = engine.RuleEngine(config)
+        self.engine = engine.RuleEngine(config, folding=folding)  # folding: tcp --tcp-fold (folded.py)
         self.notifiers = Notifiers(config.notify)
         self.alerts = 0
 
     @classmethod
-    def from_args(cls, rules: str | None) -> Alerting:
+    def from_args(cls, rules: str | None, folding: bool = False) -> Alerting:
         """From --rules FILE (else $NETTRAIL_RULES, else the defaults); ConfigError says what is wrong."""
-        return cls(load_config(rules))
+        return cls(load_config(rules), folding)
 
     def stream(self, batches: Iterable[list[KernelRecord]], sink: Sink) -> None:
         """Records and their alerts to ``sink``, one write per poll."""

@@ -312,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         return fail(problem)
     try:
-        alerting = live.Alerting.from_args(args.rules) if args.alerts else None
+        alerting = live.Alerting.from_args(args.rules, folding=args.tcp_fold) if args.alerts else None
     except ConfigError as exc:
         return fail(str(exc), 2)
     try:

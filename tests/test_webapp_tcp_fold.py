@@ -16,7 +16,7 @@ from record_samples import full_record
 
 from translators import records as r
 from translators.tcp_lifecycle import expand
-from webapp.dashboard import detail
+from webapp.dashboard import detail, queries
 from webapp.metrics.models import IngestCounter
 from webapp.traces.models import Connection
 from webapp.traces.store import store_batch
@@ -29,6 +29,7 @@ SERVER = {  # the passive end of the same exchange (record_samples' is the clien
     "linux_prev_state": 10,
     "linux_states": [3, 1, 8, 9, 7],
     "state_ctx": ["softirq", "softirq", "softirq", "task", "softirq"],
+    "time_wait": False,
 }
 
 
@@ -100,3 +101,18 @@ def test_a_resent_lifecycle_counts_once() -> None:
     store_batch([rec])
     assert Connection.objects.get(host_id="folded").bytes_out == rec.bytes_sent
     assert counters("folded")[("connections_opened", "")] == 1
+
+
+def test_a_folded_client_entered_time_wait_as_the_streamed_one_did() -> None:
+    """The Overview's TIME_WAIT table and the `state TIME_WAIT` filter count a connection
+    stored CLOSED that entered TIME_WAIT lately (queries.entered_time_wait): a folded one by
+    its lifecycle's time_wait."""
+    client, server = lifecycle("folded", "conn-c", 1), lifecycle("folded", "conn-s", 2, **SERVER)
+    assert (client.time_wait, server.time_wait) == (True, False)
+    store_batch([client, server])
+    store_batch(streamed(client, "streamed", 1) + streamed(server, "streamed", 20))
+    since = (client.start or 0) - 1
+    entered = Connection.objects.filter(queries.entered_time_wait(since))
+    assert sorted(entered.values_list("host_id", "conn_uuid")) == [("folded", "conn-c"), ("streamed", "conn-c")]
+    later = Connection.objects.filter(queries.entered_time_wait(client.ts_wall + 1))
+    assert not later.exists()

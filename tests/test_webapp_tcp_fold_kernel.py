@@ -21,7 +21,7 @@ from tests.test_collect_tcp_fold import SHORT, exchange, two_sessions
 from tests.test_zeek_conn_log import parse
 from translators.kernel import as_struct
 from translators.records import Record
-from webapp.dashboard import detail
+from webapp.dashboard import detail, queries
 from webapp.metrics.models import IngestCounter
 from webapp.traces.models import Connection
 from webapp.traces.store import store_batch
@@ -73,6 +73,12 @@ def test_folded_and_streamed_records_make_the_same_connection_rows_pages_and_cou
         for h in ("streamed", "folded")
     ]
     assert counts[0] == counts[1]
+    # entered TIME_WAIT (the Overview's TIME_WAIT table, the `state TIME_WAIT` filter)
+    entered = [
+        set(Connection.objects.filter(queries.entered_time_wait(0.0), host_id=h).values_list("conn_uuid", flat=True))
+        for h in ("streamed", "folded")
+    ]
+    assert entered[0] == entered[1] and len(entered[0] & uuids) == SHORT  # each client's end
     # the Zeek conn.log export: the folded sockets' summaries come from their lifecycles
     client = Client()
     client.force_login(get_user_model().objects.create_user("viewer"))

@@ -93,6 +93,7 @@ class TcpLifecycle(FlowRecord, tag="tcp_lifecycle", kw_only=True):
     state_ctx: Annotated[list[str], doc("each change's execution context: task or softirq")] = msgspec.field(default_factory=list)
     state_error: Annotated[list[bool], doc("sk_err was set at the change (an X -> CLOSE that is not a TIME_WAIT)")] = msgspec.field(default_factory=list)
     state_peer_closed: Annotated[list[bool] | None, doc("the peer's FIN had come at the change (an X -> CLOSE into TIME_WAIT; without it a FIN_WAIT_2 timewait socket, as ss shows it); null: not recorded (before issue 34)")] = None
+    time_wait: Annotated[Bool, doc("its last change put the socket in TIME_WAIT (expand() gives X -> TIME_WAIT, inferred, then TIME_WAIT -> CLOSED): what the Overview's TIME_WAIT counts look for")] = None
     born_ns: Annotated[Int, doc("kernel time of the first change folded (CLOCK_MONOTONIC)", unit="ns")] = None
     congestion_changes: Annotated[int, doc("congestion-state changes folded")] = 0
     first_ca_state: Annotated[Str, doc("congestion state before the first change", choices=CA_STATES)] = None

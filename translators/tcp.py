@@ -71,8 +71,7 @@ def state_records(
     FIN-WAIT-2, not TIME-WAIT: no TIME_WAIT is inferred for it."""
     caused = "local" if base["ctx"] == "task" else "peer" if (old, new) in PEER_CAUSED else None
     active = True if (old, new) == (CLOSE, SYN_SENT) else False if (old, new) == (LISTEN, SYN_RECV) else None
-    fin_wait2_timewait = fin is False and old in (FIN_WAIT1, FIN_WAIT2)
-    if new == CLOSE and old in TIME_WAIT_FROM and sk_err == 0 and not fin_wait2_timewait:
+    if into_time_wait(old, new, sk_err, fin):
         return _time_wait(base, old, caused, env)
     return [
         make(
@@ -89,6 +88,13 @@ def state_records(
             env,
         )
     ]
+
+
+def into_time_wait(old: int, new: int, sk_err: int, fin: bool | None) -> bool:
+    """Whether a change old -> new handed the socket to a timewait mini-socket in TIME_WAIT
+    (state_records infers X -> TIME_WAIT, TIME_WAIT -> CLOSED for it)."""
+    fin_wait2_timewait = fin is False and old in (FIN_WAIT1, FIN_WAIT2)
+    return new == CLOSE and old in TIME_WAIT_FROM and sk_err == 0 and not fin_wait2_timewait
 
 
 def _time_wait(base: dict[str, object], old: int, caused: str | None, env: KernelEnv) -> list[KernelRecord]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from translators.kernel import CTX, KernelEnv, KernelRecord, Raw, as_struct, ca_state_name, envelope, make, state_name
 from translators.records import Connection, FlowCounters, Record, TcpCongState, TcpLifecycle
-from translators.tcp import cwnd_bytes, ssthresh_bytes, state_records
+from translators.tcp import cwnd_bytes, into_time_wait, ssthresh_bytes, state_records
 
 FOLD_STATE, FOLD_TASK, FOLD_ERR, FOLD_FIN = 0x0F, 0x10, 0x20, 0x40  # NT_FOLD_* (collector/bpf/layout.py)
 HOOK = "tp_btf/tcp_destroy_sock"
@@ -59,6 +59,7 @@ def translate_lifecycle(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
                 state_ctx=["task" if code & FOLD_TASK else "softirq" for code in codes],
                 state_error=[bool(code & FOLD_ERR) for code in codes],
                 state_peer_closed=[bool(code & FOLD_FIN) for code in codes],
+                time_wait=_into_time_wait(first_old or 0, linux, codes) if n else None,
                 born_ns=raw["born_ns"] or None,
                 congestion_changes=cong,
                 first_ca_state=ca_state_name(raw["first_ca"]) if cong else None,
@@ -84,6 +85,13 @@ def translate_lifecycle(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
             env,
         )
     ]
+
+
+def _into_time_wait(first_old: int, linux: list[int], codes: list[int]) -> bool:
+    """Whether the last change folded put the socket in TIME_WAIT (state_records' rule)."""
+    old = linux[-2] if len(linux) > 1 else first_old
+    last = codes[-1]
+    return into_time_wait(old, linux[-1], last & FOLD_ERR, bool(last & FOLD_FIN))
 
 
 def _ints(values: Any) -> list[int]:

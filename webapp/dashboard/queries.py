@@ -33,7 +33,7 @@ from webapp.dashboard.filterlang import (
     parse,
     to_q,
 )
-from webapp.dashboard.tables import Alert, TcpStateChange
+from webapp.dashboard.tables import Alert, TcpLifecycle, TcpStateChange
 from webapp.traces import recency
 from webapp.traces.models import Connection
 
@@ -54,10 +54,15 @@ def entered_time_wait(since: float) -> Q:
     entered = TcpStateChange.objects.filter(
         host_id=OuterRef("host_id"), conn_uuid=OuterRef("conn_uuid"), state="TIME_WAIT", ts_wall__gte=since
     )
+    # tcp --tcp-fold: a folded socket's change into TIME_WAIT is its final lifecycle's
+    # (time_wait; the inferred change's time is at most the lifecycle's)
+    folded = TcpLifecycle.objects.filter(
+        host_id=OuterRef("host_id"), conn_uuid=OuterRef("conn_uuid"), time_wait=True, ts_wall__gte=since
+    )
     # last_seen >= since is implied (a connection's last_seen is at least each of its
     # records' ts_wall, lifecycle._fold_into): it spares the look-up for the long-closed
     # rows, most of a big table (index nt_conn_state_last).
-    return Q(state__in=("TIME_WAIT", "CLOSED"), last_seen__gte=since) & Q(Exists(entered))
+    return Q(state__in=("TIME_WAIT", "CLOSED"), last_seen__gte=since) & (Q(Exists(entered)) | Q(Exists(folded)))
 
 
 def _state(op: str, value: Any) -> Q:

@@ -167,3 +167,14 @@ def test_the_bucket_ranges_keep_exactly_the_rows_of_the_last_seen_ranges(value: 
         (recency.at_least(rows.filter(last_seen__gte=value), value), rows.filter(last_seen__gte=value)),
     ):
         assert sorted(narrowed.values_list("id", flat=True)) == sorted(plain.values_list("id", flat=True))
+
+
+def test_the_retransmitting_connections_of_a_host_are_counted_from_an_index() -> None:
+    _store(300)
+    Connection.objects.filter(sport=80).update(retransmits=2)
+    with connection.cursor() as cursor:  # 300 rows: a sequential scan would be cheaper
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    qs = queries.filtered("host h1 and retrans > 0")
+    plan = qs.values("id").order_by().explain()
+    assert "nt_conn_retrans_host" in plan, plan
+    assert qs.count() == Connection.objects.filter(host_id="h1", sport=80).count() > 0

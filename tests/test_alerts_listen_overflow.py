@@ -17,10 +17,10 @@ def counter(s: Stream, name: str, value: int, delta: int) -> StackCounter:
     return StackCounter(**env, mib="TcpExt", counter=name, value=value, delta=delta)
 
 
-def full(s: Stream, queue: int = 5, backlog: int = 4, **kw: Any) -> SockEvent:
+def full(s: Stream, queue: int = 5, backlog: int = 4, src: str = "10.9.0.2", **kw: Any) -> SockEvent:
     env = s._env("linux", "listen-overflow", netns=NETNS, hook="sock_diag/inet_diag", pid=700, tgid=700,
                  comm="server", ctx="task")  # fmt: skip
-    return SockEvent(**env, ip_ver=4, src="10.9.0.2", sport=8080, proto="tcp", queue=queue, backlog=backlog, **kw)
+    return SockEvent(**env, ip_ver=4, src=src, sport=8080, proto="tcp", queue=queue, backlog=backlog, **kw)
 
 
 def read(s: Stream, overflows: tuple[int, int], drops: tuple[int, int], listener: bool = True) -> list[Record]:
@@ -85,3 +85,25 @@ def test_without_a_full_listener_k8_still_blames_the_peer_or_the_path():
     recs.append(s.state(f, "SYN_SENT", "CLOSED"))
     k8 = [a for a in only(feed_all(e, recs) + e.finish(), "K8") if a.condition == "connect-timeout"]
     assert k8[-1].message.endswith("connect timeouts, the peer or the path is dropping SYNs.")
+
+
+def test_a_listener_on_every_address_is_the_cause_only_for_an_address_of_its_own_namespace():
+    """Containers often listen on 0.0.0.0:8080 each: a connect to another namespace's address
+    on that port is not blamed on this one."""
+    s, e = Stream(), engine()
+    mine = s.flow(src="10.9.0.5", dst="10.9.0.1", dport=40000)
+    recs: list[Record] = [s.state(mine, "SYN_RECEIVED", "ESTABLISHED")]
+    recs[0].netns = NETNS  # 10.9.0.5 is an address of the listener's namespace
+    attempts = [s.flow(dst=dst, dport=8080) for dst in ("10.9.0.5", "10.9.0.6")]
+    recs += [s.state(f, "CLOSED", "SYN_SENT") for f in attempts]
+    lst = full(s, src="0.0.0.0")
+    recs += [lst, counter(s, "ListenOverflows", 3, 3)]
+    recs[-1].ts_ns = lst.ts_ns
+    s.advance(6.0)
+    recs += [s.state(f, "SYN_SENT", "CLOSED") for f in attempts]
+    k8 = {a.dst: a for a in only(feed_all(e, recs) + e.finish(), "K8") if a.condition == "connect-timeout"}
+    assert k8["10.9.0.5"].message.endswith(
+        f"connect timeouts, the listener 0.0.0.0:8080 of server (pid 700) in network namespace {NETNS} on this host "
+        "has a full accept queue (5 waiting, backlog 4) and drops their SYNs (its K4 finding has the counts)."
+    )
+    assert k8["10.9.0.6"].message.endswith("connect timeouts, the peer or the path is dropping SYNs.")

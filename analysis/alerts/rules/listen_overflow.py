@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeGuard
 
-from translators.records import CollectorStatus, DropCount, Record, SkbDrop, SockEvent, StackCounter
+from translators.records import CollectorStatus, DropCount, FlowRecord, Record, SkbDrop, SockEvent, StackCounter
 
 from ..book import Subject
 from ..state import LruMap, Window, bounded_append
@@ -48,24 +48,41 @@ def netns_label(rec: Record, name: str | None) -> str:
 
 
 class FullListeners:
-    """Per host, the listeners last seen with a full accept queue (by port), and when."""
+    """Per host and port, the listeners last seen with a full accept queue (one per network
+    namespace: containers often listen on the same port), and the local addresses of each
+    namespace as its sockets show them (a listener on every address serves only its own)."""
+
+    MAX_PER_PORT = 16
 
     def __init__(self, cap: int, keep_s: float) -> None:
-        self.seen: LruMap[tuple[str, int], SockEvent] = LruMap(cap)
+        self.seen: LruMap[tuple[str, int], dict[int | None, SockEvent]] = LruMap(cap)
+        self.addrs: LruMap[tuple[str, str], tuple[int | None]] = LruMap(cap)
         self.keep_s = keep_s
 
     def observe(self, rec: SockEvent) -> None:
-        self.seen.put((rec.host_id, rec.sport or 0), rec)
+        per_ns = self.seen.get_or_create((rec.host_id, rec.sport or 0), dict)
+        if rec.netns in per_ns or len(per_ns) < self.MAX_PER_PORT:
+            per_ns[rec.netns] = rec
+
+    def note_local(self, rec: FlowRecord) -> None:
+        """An established socket's local address is an address of its namespace."""
+        if rec.src and rec.src not in UNSPECIFIED:
+            self.addrs.put((rec.host_id, rec.src), (rec.netns,))
 
     def serving(self, host: str, dst: str | None, dport: int | None, since: float) -> SockEvent | None:
         """The full listener of this host that a connect to dst:dport made at `since` met, if
-        one was seen full since then: bound to that address or to every address of its namespace."""
-        if dport is None:
+        one was seen full since then: bound to that address, or to every address of the
+        namespace that address is known in."""
+        if dport is None or dst is None:
             return None
-        lst = self.seen.peek((host, dport))
-        if lst is None or lst.ts_wall < since - self.keep_s:
-            return None
-        return lst if lst.src == dst or lst.src in UNSPECIFIED else None
+        for lst in (self.seen.peek((host, dport)) or {}).values():
+            if lst.ts_wall < since - self.keep_s:
+                continue
+            if lst.src == dst:
+                return lst
+            if lst.src in UNSPECIFIED and self.addrs.peek((host, dst)) == (lst.netns,):
+                return lst
+        return None
 
     @staticmethod
     def cause(lst: SockEvent) -> str:

@@ -163,6 +163,8 @@ class HalfOpen(Rule):
         if is_full_listener(rec):
             self.full.observe(rec)
         elif isinstance(rec, TcpStateChange):
+            if rec.state == "ESTABLISHED":
+                self.full.note_local(rec)
             left = self.states.change(rec)
             if left is not None and rec.state == "CLOSED" and not left.reset:
                 self._timeout(rec, left, ended[1] if ended is not None else None)

@@ -164,18 +164,25 @@ def test_every_call_is_a_record_with_its_peer_and_no_program_runs_per_packet(
 def test_without_cgroup_v2_the_peer_is_unknown_and_said_so_and_drops_keep_their_sender(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Before 6.3 the source reads the peer from the call itself (the functions' msghdr, the
+    system calls' sockaddr): nothing is lost for it there (pinned per kernel)."""
     monkeypatch.setenv("NETTRAIL_CGROUP2", "/nonexistent-cgroup2")
+    want = kernel_expect.udp_call_source()
     with netns_lab() as ns, tracing(("udp-calls", "skb"), netns=ns.inode) as cap:
         loaded = set(cap.session.loaded_names())
         assert "net_dev_queue" in loaded and not loaded & loader.CGROUP_PROGRAMS  # skb's fallback
-        assert cap.session.degraded == (
-            ("udp-calls", "dst/dport of unconnected sockets' calls", "no cgroup v2 hierarchy is mounted"),
-        )
+        assert cap.session.udp_call_source() == want
+        peers = ("udp-calls", "dst/dport of unconnected sockets' calls", "no cgroup v2 hierarchy is mounted")
+        if want == "socket tracepoints":
+            assert cap.session.degraded == (peers,)
+        else:
+            assert peers not in cap.session.degraded
         with ns.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
             tx.sendto(b"nobody", ("127.0.0.1", 9))  # a closed port: dropped inside this call
             sport = tx.getsockname()[1]
         records = cap.settle(quiet=0.5)
-    assert calls(records, sport) == [("send", "0.0.0.0", sport, None, None, 6, "tp_btf/sock_send_length")]
+    peer = (None, None) if want == "socket tracepoints" else ("127.0.0.1", 9)
+    assert calls(records, sport) == [("send", "0.0.0.0", sport, *peer, 6, HOOKS[want][0])]
     [drop] = [r for r in records if isinstance(r, SkbDrop)]
     assert (drop.drop_reason_str, drop.sport, drop.dport, drop.attribution, drop.comm) == (
         kernel_expect.drop_reason("NO_SOCKET"), sport, 9, "owner-map", "python",
@@ -209,17 +216,25 @@ def test_cgroup_programs_that_will_not_attach_cost_only_the_peers(
 ) -> None:
     """A directory that is no cgroup: the cgroup programs do not attach (EBADF here; a
     container that keeps the hierarchy's root from us says EPERM, taken the same way), which
-    is said (failed) and costs the peers of unconnected calls, not the tracing."""
+    is said (failed) and costs the peers of unconnected calls, not the tracing. Before 6.2
+    the peers' programs are not loaded (the source before 6.3 reads the peer from the call);
+    before 5.12 the cookie programs are the cgroup programs that fail (their sockets then
+    carry substitute cookies)."""
     monkeypatch.setenv("NETTRAIL_CGROUP2", str(tmp_path))
+    want = kernel_expect.udp_call_source()
+    if kernel_expect.RELEASE >= (6, 2):
+        failing = set(loader.CGROUP_PROGRAMS)
+    else:
+        failing = set(loader.COOKIE_PROGRAMS) if kernel_expect.RELEASE < (5, 12) else set()
     with netns_lab() as ns, tracing(("udp-calls",), netns=ns.inode) as cap:
-        if "sock_send_length" in cap.session.absent:
-            pytest.skip("no call records before Linux 6.3")
-        assert set(cap.session.failed) == set(loader.CGROUP_PROGRAMS)
+        assert set(cap.session.failed) == failing
+        assert cap.session.udp_call_source() == want
         with ns.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
             tx.sendto(b"still", ("127.0.0.1", 9))
             sport = tx.getsockname()[1]
         records = cap.settle(quiet=0.5)
-    assert calls(records, sport) == [("send", "0.0.0.0", sport, None, None, 5, "tp_btf/sock_send_length")]
+    peer = (None, None) if want == "socket tracepoints" else ("127.0.0.1", 9)
+    assert calls(records, sport) == [("send", "0.0.0.0", sport, *peer, 5, HOOKS[want][0])]
 
 
 class Iovec(ctypes.Structure):

@@ -16,7 +16,8 @@ row's 4-tuple (source first, as the row), or, for a receiving socket with no suc
 recorded (skb off), its udp-fail-queue socket events, which name the socket but not the
 sender: those go to the socket's one row, and stay in the socket-events table alone when
 it has several. Never both: the kernel reports one datagram to both. A drop goes to the
-row of its receiving socket (conn_uuid), else to the newest row of its 4-tuple.
+receiving socket's row (conn_uuid) of its destination, from its source or from an unknown one
+(a recv() that asked for no address), else to the newest row of its 4-tuple.
 Keep in sync with: translators/udp.py (which records carry what), js/udp.js.
 """
 
@@ -130,13 +131,19 @@ def receive_buffer_drops(rows: list[dict[str, Any]]) -> None:
     )
     counted: set[tuple[str, str]] = set()  # receiving sockets whose drops the skb provider recorded
     for d in drops:
-        candidates = by_tuple.get((d["host_id"], d["src"], d["sport"], d["dst"], d["dport"]))
         if d["conn_uuid"]:
             counted.add((d["host_id"], d["conn_uuid"]))
-        if not candidates:
-            continue
-        own = [r for r in candidates if d["conn_uuid"] and r["conn_uuid"] == d["conn_uuid"]]
-        (own or candidates)[0]["rcvbuf_drops"] += d["n"]  # rows are newest first
+        # the receiving socket's row of this flow: its source as the drop's, or unknown (a
+        # recv() that asked for no address); else any row of the 4-tuple (newest first)
+        own = [
+            r
+            for r in by_socket.get((d["host_id"], d["conn_uuid"]), ())
+            if r["dst"] == d["dst"] and r["dport"] == d["dport"] and r["sport"] in (d["sport"], None)
+        ]
+        own.sort(key=lambda r: r["sport"] is None)  # the exact source first
+        candidates = own or by_tuple.get((d["host_id"], d["src"], d["sport"], d["dst"], d["dport"]), [])
+        if candidates:
+            candidates[0]["rcvbuf_drops"] += d["n"]
     fails = (
         SockEvent.objects.filter(probe=FAIL_QUEUE, host_id__in=hosts, conn_uuid__in=sorted({k[1] for k in by_socket}))
         .values("host_id", "conn_uuid", "sport")

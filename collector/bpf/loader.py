@@ -128,8 +128,11 @@ DEFAULT_POLL_INTERVAL_S = 0.1
 MIN_POLL_INTERVAL_S, MAX_POLL_INTERVAL_S = 0.01, 60.0  # a visit per socket per poll; K7's 2 s wants several
 # tcp --tcp-fold (kmod/fold.bpf.h): a socket's state and congestion-state changes folded in
 # its socket storage and emitted as one tcp_lifecycle record; a socket folded longer than
-# --fold-window is flushed by siftr-poll's iterator and streams from then on.
+# --fold-window is flushed by siftr-poll's iterator and streams from then on. Without
+# siftr-poll the collector runs that iterator for the fold alone, every FOLD_POLL_S (or
+# the window, if shorter): a socket is on the dashboard within the window plus that.
 DEFAULT_FOLD_WINDOW_S = 1.0
+FOLD_POLL_S = 1.0
 MIN_FOLD_WINDOW_S, MAX_FOLD_WINDOW_S = 0.01, 3600.0  # the fold's times are u32 microseconds: 71 minutes
 FOLD_KERNEL = (5, 11)  # bpf_sk_storage_get in tracing programs (tp_btf, iter): Linux 5.11
 CGROUP_PROGRAMS = frozenset({"udp_sendmsg4", "udp_sendmsg6", "udp_recvmsg4", "udp_recvmsg6"})
@@ -256,16 +259,15 @@ def kernel_version(release: str | None = None) -> tuple[int, int]:
 
 def fold_unusable(opts: Options, iter_why: str | None = None, release: str | None = None) -> str | None:
     """Why --tcp-fold cannot run with these options here (None: it can, or was not asked).
-    The flush of a socket folded past the window is siftr-poll's iterator's work, so the
-    fold needs it; before 5.11 no tracing program may use socket storage."""
+    The flush of a socket folded past the window is siftr-poll's iterator's work (run for
+    the fold alone without siftr-poll), so the fold needs it; before 5.11 no tracing program
+    may use socket storage."""
     if not opts.tcp_fold:
         return None
     if "tcp" not in opts.providers:
         return "--tcp-fold folds the tcp provider's records, which is not chosen"
-    if "siftr-poll" not in opts.providers:
-        return "--tcp-fold needs siftr-poll, whose iterator flushes a socket folded longer than --fold-window"
     if iter_why is not None:
-        return f"siftr-poll's iterator, which flushes the folds, is left out: {iter_why}"
+        return f"the TCP iterator, which flushes a socket folded longer than --fold-window, is left out: {iter_why}"
     if kernel_version(release) < FOLD_KERNEL:
         return "socket storage in tracing programs (bpf_sk_storage_get) came with Linux 5.11"
     return None
@@ -306,7 +308,11 @@ def program_names(
             needs -= {"udp", "udp-calls"}
         return needs
 
-    return [name for name in PROGRAMS if needed_by(name) & wanted and name not in skip]
+    # tcp --tcp-fold: siftr-poll's iterator flushes the folds, run for that alone without siftr-poll
+    folds = opts.tcp_fold and fold_unusable(opts) is None
+    return [
+        name for name in PROGRAMS if (needed_by(name) & wanted or folds and name in ITER_PROGRAMS) and name not in skip
+    ]
 
 
 def legacy_object() -> bool:

@@ -6,7 +6,9 @@
  * (tcp.bpf.c), or from siftr-poll's iterator once the socket is older than the fold
  * window (siftr_poll.bpf.c, partial), after which the socket streams as without the fold.
  * A fold that fills up (NT_FOLD_STATES changes) is flushed the same way. Retransmissions
- * and resets are never folded: they stay records of their own.
+ * and resets are never folded: they stay records of their own, and the fold counts them
+ * (fold_retrans, fold_reset: how many, the first and last times, the last reset's side
+ * and state).
  *
  * Socket storage in tracing programs (bpf_sk_storage_get from tp_btf and iter) came with
  * Linux 5.11; the collector turns the fold off before that, with its reason in
@@ -164,6 +166,45 @@ static __always_inline bool fold_cong(const struct sock *sk, const struct nt_hea
 	f->snd_ssthresh = ssthresh;
 	f->mss = mss;
 	return true;
+}
+
+/* The fold of a socket that folds, never created here (a reset or a retransmission of a
+ * socket with no change folded yet is its own record only), or NULL. */
+static __always_inline struct nt_fold *fold_peek(const struct sock *sk)
+{
+	struct nt_fold *f;
+
+	if (!fold_on() || !sk)
+		return NULL;
+	f = bpf_sk_storage_get(&folds, (void *)sk, NULL, 0);
+	return f && !f->streaming && f->born_ns ? f : NULL;
+}
+
+/* A retransmission that passed the filters (it is also a record of its own). */
+static __always_inline void fold_retrans(const struct sock *sk, __u64 ts)
+{
+	struct nt_fold *f = fold_peek(sk);
+
+	if (!f)
+		return;
+	if (!f->retrans)
+		f->retrans_first_us = fold_us(f, ts);
+	if (f->retrans < 0xffff)
+		f->retrans++;
+	f->retrans_last_us = fold_us(f, ts);
+}
+
+/* A reset sent (peer 0) or received (peer 1) that passed the filters (also its own record). */
+static __always_inline void fold_reset(const struct sock *sk, __u64 ts, bool peer, __u8 state)
+{
+	struct nt_fold *f = fold_peek(sk);
+
+	if (!f)
+		return;
+	if (f->resets < 0xff)
+		f->resets++;
+	f->reset_how = (peer ? NT_FOLD_RST_PEER : 0) | (state & NT_FOLD_STATE);
+	f->reset_us = fold_us(f, ts);
 }
 
 /* siftr-poll's visit of a full socket: a fold older than the window is flushed (partial)

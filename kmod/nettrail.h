@@ -214,7 +214,7 @@ struct nt_closed {
  * iterator (partial) once the socket is older than the fold window, after which its changes
  * stream as without the fold (streaming). 96 bytes: 12 changes fit a short connection's 5
  * to 6 per end with room for a retried handshake. */
-#define NT_FOLD_STATES 12
+#define NT_FOLD_STATES 10 /* a short connection makes 5 (2 a listener); more: flushed, partial */
 #define NT_FOLD_STATE 0x0f /* in states[]: the new Linux enum tcp_state */
 #define NT_FOLD_TASK 0x10  /* in states[]: the change ran in task context (ctx "task") */
 #define NT_FOLD_ERR 0x20   /* in states[]: sk_err was set (an X -> CLOSE that is no TIME_WAIT) */
@@ -237,7 +237,16 @@ struct nt_fold {
 	__u8 cong_ctx;                   /* enum nt_ctx of the last congestion change */
 	__u8 streaming;                  /* 1: flushed; its changes go to the ring one by one */
 	__u8 cong_at;                    /* state changes folded before the last congestion change */
+	/* resets and retransmissions stay records of their own; the fold sums them up too */
+	__u8 resets;                     /* resets sent or received (saturates at 255) */
+	__u8 reset_how;                  /* the last: NT_FOLD_RST_PEER | the socket's Linux state then */
+	__u16 retrans;                   /* retransmissions (tcp_retransmit_skb; saturates at 65535) */
+	__u16 _pad_fold;
+	__u32 retrans_first_us;          /* the first and the last, microseconds after born_ns */
+	__u32 retrans_last_us;
+	__u32 reset_us;                  /* the last reset, microseconds after born_ns */
 };
+#define NT_FOLD_RST_PEER 0x80 /* in reset_how: received from the peer (else sent); low bits: the state */
 
 /* NT_EV_LIFECYCLE body: the fold and what NT_EV_DESTROY and siftr's NT_EV_FLOW carry at the
  * socket's end (at a flush: the counters then, no flow). */

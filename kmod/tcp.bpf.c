@@ -247,6 +247,7 @@ static __always_inline void retransmit(void *ctx, const struct sock *sk, const s
 	/* the timer behind it: tcp_write_timer_handler() clears icsk_pending before an RTO's
 	 * retransmission but only after a loss probe's, so it tells a TLP (user space names it) */
 	e->retransmit.timer = BPF_CORE_READ((const struct inet_connection_sock *)sk, icsk_pending);
+	fold_retrans(sk, e->hdr.ts_ns);
 	submit(e);
 }
 
@@ -317,6 +318,7 @@ static __always_inline void send_reset(void *ctx, const struct sock *sk, const s
 	e->reset.sender = 0;
 	e->reset.active = skb ? 0 : 1;
 	e->reset.has_sock = sk ? 1 : 0;
+	fold_reset(sk, h.ts_ns, false, e->reset.state);
 	submit(e);
 }
 
@@ -347,6 +349,7 @@ int BPF_PROG(tcp_receive_reset, struct sock *sk)
 	e->reset.sender = 1;
 	e->reset.active = 0;
 	e->reset.has_sock = 1;
+	fold_reset(sk, e->hdr.ts_ns, true, e->reset.state);
 	submit(e);
 	return 0;
 }

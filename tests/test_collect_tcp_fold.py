@@ -201,6 +201,16 @@ def test_folded_short_connections_expand_to_the_streamed_records_and_make_one_re
     # resets are never folded: the abort's reset sent and reset received are records in both
     resets = [sorted((r.sock_cookie, r.sender) for r in recs if r.kind == "tcp_reset") for recs in (want, got)]  # type: ignore[attr-defined]
     assert resets[0] == resets[1] == sorted([(aborted[0], "local"), (aborted[1], "peer")])
+    # ... and the fold sums them up: the last reset's side and state, when after born_ns
+    ends_of = {r.sock_cookie: r for r in got if r.kind == "tcp_lifecycle" and r.sock_cookie in aborted}
+    summed = [(ends_of[c].resets, ends_of[c].reset_sender, ends_of[c].reset_state) for c in aborted]  # type: ignore[attr-defined]
+    streamed_resets = {r.sock_cookie: (r.sender, r.state) for r in want if r.kind == "tcp_reset"}  # type: ignore[attr-defined]
+    assert summed == [(1, *streamed_resets[c]) for c in aborted]
+    assert [x[1] for x in summed] == ["local", "peer"] and summed[1][2] == "ESTABLISHED"
+    # its time: the folded session's own reset record's, to the microsecond after born_ns
+    reset_at = {r.sock_cookie: r.ts_ns for r in got if r.kind == "tcp_reset"}
+    assert [ends_of[c].reset_us for c in aborted] == [(reset_at[c] - ends_of[c].born_ns) // 1000 for c in aborted]  # type: ignore[attr-defined]
+    assert {(r.resets, r.retransmits) for r in lifecycles} == {(0, 0)}  # type: ignore[attr-defined]
     # every lifecycle the kernel sent is here (the listener's too)
     assert lifecycles_sent == len([r for r in got if r.kind == "tcp_lifecycle"])
 

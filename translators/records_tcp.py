@@ -114,6 +114,13 @@ class TcpLifecycle(FlowRecord, tag="tcp_lifecycle", kw_only=True):
     bytes_sent: Annotated[Int, doc("siftr: payload bytes sent, retransmissions included (null: siftr did not follow the socket)", unit="bytes")] = None
     flow_samples: Annotated[Int, doc("siftr: sample records emitted for the socket")] = None
     flow_skbs: Annotated[Int, doc("siftr: buffers (or, siftr-poll alone, segments) the samples stand for")] = None
+    retransmits: Annotated[int, doc("retransmissions while folded (tcp_retransmit_skb; each is also a tcp_retransmit record)")] = 0
+    first_retransmit_us: Annotated[Int, doc("the first retransmission's time after born_ns", unit="us")] = None
+    last_retransmit_us: Annotated[Int, doc("the last retransmission's time after born_ns", unit="us")] = None
+    resets: Annotated[int, doc("resets sent or received while folded (each is also a tcp_reset record)")] = 0
+    reset_sender: Annotated[Str, doc("who sent the last reset: local (this socket) or peer", choices=("local", "peer"))] = None
+    reset_state: Annotated[Str, doc("the socket's state at the last reset (FreeBSD name)", choices=TCP_STATES)] = None
+    reset_us: Annotated[Int, doc("the last reset's time after born_ns", unit="us")] = None
     conn_state: Annotated[Str, doc("Zeek conn_state of the socket's connection, from the events the collector saw (at its end; as the connection record's)", choices=ZEEK_CONN_STATES)] = None
     history: Annotated[Str, doc("Zeek history letters (upper case: originator; at its end, as the connection record's)")] = None
     direction_guessed: Annotated[Bool, doc("the opening was not seen (a socket opened before tracing began): the originator is guessed")] = None

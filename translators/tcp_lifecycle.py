@@ -30,6 +30,7 @@ from translators.records import Connection, FlowCounters, Record, TcpCongState, 
 from translators.tcp import cwnd_bytes, into_time_wait, ssthresh_bytes, state_records
 
 FOLD_STATE, FOLD_TASK, FOLD_ERR, FOLD_FIN = 0x0F, 0x10, 0x20, 0x40  # NT_FOLD_* (collector/bpf/layout.py)
+FOLD_RST_PEER = 0x80  # NT_FOLD_RST_PEER, in reset_how
 HOOK = "tp_btf/tcp_destroy_sock"
 FLUSH_HOOK = "iter/tcp"  # siftr-poll's iterator flushed it (partial)
 
@@ -60,6 +61,7 @@ def translate_lifecycle(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
                 state_error=[bool(code & FOLD_ERR) for code in codes],
                 state_peer_closed=[bool(code & FOLD_FIN) for code in codes],
                 time_wait=_into_time_wait(first_old or 0, linux, codes) if n else None,
+                **_resets_and_retransmits(raw),
                 born_ns=raw["born_ns"] or None,
                 congestion_changes=cong,
                 first_ca_state=ca_state_name(raw["first_ca"]) if cong else None,
@@ -85,6 +87,20 @@ def translate_lifecycle(raw: Raw, env: KernelEnv) -> list[KernelRecord]:
             env,
         )
     ]
+
+
+def _resets_and_retransmits(raw: Raw) -> dict[str, Any]:
+    """The fold's sums of the resets and retransmissions (each also a record of its own)."""
+    retrans, resets, how = int(raw["retrans"]), int(raw["resets"]), int(raw["reset_how"])
+    return dict(
+        retransmits=retrans,
+        first_retransmit_us=int(raw["retrans_first_us"]) if retrans else None,
+        last_retransmit_us=int(raw["retrans_last_us"]) if retrans else None,
+        resets=resets,
+        reset_sender=("peer" if how & FOLD_RST_PEER else "local") if resets else None,
+        reset_state=state_name(how & FOLD_STATE) if resets else None,
+        reset_us=int(raw["reset_us"]) if resets else None,
+    )
 
 
 def _into_time_wait(first_old: int, linux: list[int], codes: list[int]) -> bool:

@@ -155,7 +155,7 @@ DESTROY_BODY: Fields = [
     ("state", "u1"),
     ("_pad", "V3"),
 ]
-FOLD_STATES = 12  # NT_FOLD_STATES
+FOLD_STATES = 10  # NT_FOLD_STATES
 FOLD_STATE, FOLD_TASK, FOLD_ERR, FOLD_FIN = 0x0F, 0x10, 0x20, 0x40  # NT_FOLD_*: the bits of nt_fold.states[]
 FOLD: Fields = [
     ("born_ns", "<u8"),
@@ -174,7 +174,15 @@ FOLD: Fields = [
     ("cong_ctx", "u1"),
     ("streaming", "u1"),
     ("cong_at", "u1"),
+    ("resets", "u1"),
+    ("reset_how", "u1"),  # NT_FOLD_RST_PEER | the Linux state at the last reset
+    ("retrans", "<u2"),
+    ("_pad_fold", "<u2"),
+    ("retrans_first_us", "<u4"),
+    ("retrans_last_us", "<u4"),
+    ("reset_us", "<u4"),
 ]
+FOLD_RST_PEER = 0x80  # NT_FOLD_RST_PEER
 LIFECYCLE_BODY: Fields = [  # C: `struct nt_fold fold` first, flattened here as SIFTR_BODY's snapshot
     *FOLD,
     *(

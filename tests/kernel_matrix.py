@@ -14,9 +14,11 @@ For each kernel of ``KERNELS`` this module
    generic -amd64 image has 9p, virtiofs needs a daemon), the host's root file system
    shared read-only and one writable results directory;
 4. inside the guest mounts what the collector needs (tracefs, bpffs, the package's ``boot/``
-   over /boot so libbpf finds ``config-$(uname -r)`` for CONFIG_HZ) and runs the tests
-   marked ``matrix`` in one pytest process, writing a junit XML and, from
-   test_collect_kernel_support, the collector's coverage on that kernel (``coverage.json``).
+   over /boot so libbpf finds ``config-$(uname -r)`` for CONFIG_HZ) and runs the guest's
+   tests (every ``matrix`` test and the ``kernel`` tests of ``GUEST_FILES``, as collected on
+   the host: ``guest_test_files``) in one pytest process, writing a junit XML, each test's
+   outcome as it ends (``progress.tsv``) and, from test_collect_kernel_support, the
+   collector's coverage on that kernel (``coverage.json``).
    Under TCG the guest's time goes to starting Python and importing, not to the tests, so:
    a snapshot of the checkout precompiled on the host, no pytest plugin autoload, and
    Python's own trees (its prefix, the venv, the snapshot) as separate 9p shares mounted
@@ -24,26 +26,33 @@ For each kernel of ``KERNELS`` this module
 5. reads the results from that directory: ``vng`` exits 255 even when the guest succeeded.
 
 ``scripts/kernel-matrix`` runs it by hand; ``tests/test_kernel_matrix.py`` runs it under
-pytest. Keep the package names in sync with scripts/install-system and docs/collector.md.
+pytest, with this module as a plugin: the guests boot when collection ends, overlap the
+rest of the suite at a lower priority (``GUEST_NICE``), and the matrix tests run last.
+Keep the package names in sync with scripts/install-system and docs/collector.md.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from xml.etree import ElementTree
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("NETTRAIL_KERNEL_CACHE", ROOT / "var" / "kernels"))
-RESULTS = ROOT / "var" / "kernel-matrix"
+# NETTRAIL_MATRIX_RESULTS: another results directory (and snapshot), so two runs at once
+# (a 5.10 run beside the default guests) do not delete each other's checkout.
+RESULTS = Path(os.environ.get("NETTRAIL_MATRIX_RESULTS", ROOT / "var" / "kernel-matrix"))
 # Guest size: QEMU itself takes ~1.4 GB of host memory for this; TCG runs one host thread per vCPU.
 GUEST_MEMORY = "1G"
 # One vCPU: with two, the 6.12 guest panicked now and then ("Oops: int3" in handle_softirqs,
@@ -51,10 +60,36 @@ GUEST_MEMORY = "1G"
 # is switched on or off, after the patch had completed, which real CPUs cannot do (the IPI
 # sync in between); multi-threaded TCG can. One vCPU has no other CPU to see it, and both
 # guests then take one host CPU each (98 s each instead of 130-200).
-GUEST_CPUS = 1
+GUEST_CPUS = int(os.environ.get("NETTRAIL_MATRIX_CPUS", 1))
+GUEST_QEMU_OPTS = os.environ.get("NETTRAIL_MATRIX_QEMU_OPTS", "")
+# What the guests run (issue 32 item 2; docs/collector.md, "The kernel matrix", has the
+# measured times): every test marked `matrix` (one per provider group with real traffic)
+# and the `kernel` tests of GUEST_FILES, each file once it passed inside every default
+# guest. Not every `kernel` test: under TCG one costs a guest about 8 s of a host CPU (the
+# 6.12 guest, 2026-12-08: 5 min 54 s of QEMU's CPU for its boot, pytest's collection and
+# the first 40 kernel tests), so all ~200 would take ~30 CPU-minutes per guest, 90 for the
+# three guests, beside a host pass of ~20: past CI's 45 minutes on two cores.
+# NETTRAIL_MATRIX_MARK=kernel runs every kernel test (less GUEST_EXCLUDED);
+# NETTRAIL_MATRIX_MARK=matrix the `matrix` ones alone.
+GUEST_MARK = os.environ.get("NETTRAIL_MATRIX_MARK", "")
+GUEST_FILES: tuple[str, ...] = ()
+# Node id prefixes never run in a guest, and why.
+GUEST_EXCLUDED = {
+    "tests/test_kernel_matrix.py": "boots the guests: it runs on the host",
+    "tests/browser/": "drive headless Chromium: its multi-process start-up under TCG costs minutes per test",
+    # skipped where the machine has one CPU, as the guests have (GUEST_CPUS), and a skip fails a guest's run
+    "tests/test_collect_skb_lifecycle.py::test_buffers_read_on_another_cpu": "needs two CPUs",
+    "tests/test_collect_detach.py::test_settling_after_a_detach_waits_for_the_runs_begun_before_it": "needs two CPUs",
+}
+GUEST_PLUGINS = ("pytest_django.plugin", "pytest_asyncio.plugin")
+# In a whole-suite run (tests/test_kernel_matrix.py) QEMU (one host thread per vCPU) runs
+# at a lower priority than the host's own tests, which it overlaps: the guests take the CPU
+# the host pass leaves idle (its tests wait on traffic, sleeps and subprocesses). A run of
+# scripts/kernel-matrix alone keeps the normal priority.
+GUEST_NICE = int(os.environ.get("NETTRAIL_MATRIX_NICE", 10))
 # A guest that has not finished by then is killed: a hung boot must not eat CI's 60 minutes.
 PANIC = re.compile(r"Kernel panic|Oops|BUG:|Call Trace|general protection fault")
-GUEST_TIMEOUT_S = float(os.environ.get("NETTRAIL_MATRIX_TIMEOUT", 20 * 60))
+GUEST_TIMEOUT_S = float(os.environ.get("NETTRAIL_MATRIX_TIMEOUT", 40 * 60))
 # virtme-ng's writable overlays in the guest: no share may be mounted inside them.
 VIRTME_OVERLAYS = ("/etc", "/lib", "/home", "/opt", "/srv", "/usr", "/var", "/tmp")
 # What the guest imports from the checkout (precompiled in the snapshot).
@@ -261,16 +296,6 @@ def fetch(kernel: Kernel) -> Path:
     return tree
 
 
-def matrix_test_files() -> list[str]:
-    """Test files holding tests marked `matrix`: only these are imported in the guest (imports
-    are slow under TCG)."""
-    out = []
-    for path in sorted((ROOT / "tests").glob("test_*.py")):
-        if "pytest.mark.matrix" in path.read_text():
-            out.append(str(path.relative_to(ROOT)))
-    return out
-
-
 def snapshot() -> Path:
     """A copy of the checkout (tracked and new files, and the built kmod objects) for the
     guests: what they run does not change under them while someone edits the worktree.
@@ -301,15 +326,68 @@ def shared_trees(checkout: Path) -> list[Path]:
     ]
 
 
-def guest_script(tree: Path, rwdir: Path, tests: list[str], checkout: Path) -> str:
+def guest_selected(nodeid: str, marks: set[str]) -> bool:
+    """Whether a guest runs this test (GUEST_MARK, GUEST_FILES, GUEST_EXCLUDED)."""
+    if any(nodeid.startswith(prefix) for prefix in GUEST_EXCLUDED):
+        return False
+    if GUEST_MARK:
+        return GUEST_MARK in marks
+    return "matrix" in marks or ("kernel" in marks and nodeid.split("::")[0] in GUEST_FILES)
+
+
+@functools.cache
+def guest_test_files(checkout: Path) -> tuple[list[str], list[str]]:
+    """(files, node ids to deselect there) of the tests the guests run, as pytest collects
+    them on the host in the snapshot (a marker may come from a helper module's list, so the
+    files' text does not say). Only these files are imported in the guest: imports are slow
+    under TCG."""
+    listing = RESULTS / "collected.tsv"
+    listing.unlink(missing_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "tests.kernel_matrix"]
+        + ["-m", "kernel or matrix", "tests"],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        env=dict(
+            os.environ, NETTRAIL_KERNEL_MATRIX="0", NETTRAIL_MATRIX_LIST=str(listing), PYTHONDONTWRITEBYTECODE="1"
+        ),
+    )
+    if proc.returncode != 0 or not listing.exists():
+        raise HarnessError(f"collecting the kernel tests failed: {(proc.stderr or proc.stdout)[-1500:]}")
+    marks = {line.split("\t")[0]: set(line.split("\t")[1].split(",")) for line in listing.read_text().splitlines()}
+    kept = {nodeid for nodeid, m in marks.items() if guest_selected(nodeid, m)}
+    files = sorted({nodeid.split("::")[0] for nodeid in kept})
+    deselect = [nodeid for nodeid in marks if nodeid not in kept and nodeid.split("::")[0] in files]
+    if not files:
+        raise HarnessError("no test selected for the guests")
+    return files, deselect
+
+
+def guest_script(tree: Path, rwdir: Path, tests: list[str], checkout: Path, deselect: tuple[str, ...] = ()) -> str:
     boot = tree / "boot"
     shared = shared_trees(checkout)
     py = ROOT / ".venv" / "bin" / "python"
     # No plugin autoload: finding the entry points reads every installed distribution's
-    # metadata over 9p, and the matrix tests use none of the plugins (hypothesis, Django,
-    # asyncio, playwright, schemathesis); their ini options then only warn, so that is muted.
+    # metadata over 9p; the two plugins kernel tests use (Django's test database for a
+    # connection's directions, asyncio for nettrail up's websocket) are named. Other
+    # plugins' ini options then only warn, so that is muted.
     pytest_cmd = [str(py), "-u", "-m", "pytest", "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestConfigWarning"]
-    pytest_cmd += ["-m", "matrix", "-q", "-rfE", "--durations=0", f"--junitxml={rwdir}/junit.xml", *tests]
+    for plugin in GUEST_PLUGINS:
+        pytest_cmd += ["-p", plugin]
+    pytest_cmd += [
+        "-p",
+        "tests.kernel_matrix",
+        "-m",
+        "kernel or matrix",
+        "-v",
+        "-rfE",
+        "--durations=0",
+        f"--junitxml={rwdir}/junit.xml",
+    ]
+    for nodeid in deselect:
+        pytest_cmd += ["--deselect", nodeid]
+    pytest_cmd += tests
     return f"""#!/bin/bash
 # Runs inside the guest (as root); everything it leaves is in {rwdir}.
 exec >{rwdir}/guest.log 2>&1
@@ -351,7 +429,7 @@ def prepare() -> Path:
     return snapshot()
 
 
-def start(kernel: Kernel, checkout: Path) -> tuple[subprocess.Popen[str], Path, float]:
+def start(kernel: Kernel, checkout: Path, nice: int = 0) -> tuple[subprocess.Popen[str], Path, float]:
     """Boot this kernel's guest in the background: (vng process, results directory, start time)."""
     why = missing_tools()
     if why:
@@ -365,15 +443,29 @@ def start(kernel: Kernel, checkout: Path) -> tuple[subprocess.Popen[str], Path, 
     script = rwdir / "guest.sh"
     # NETTRAIL_MATRIX_PROBE_ONLY=1: only the coverage test (does everything load?)
     probe_only = os.environ.get("NETTRAIL_MATRIX_PROBE_ONLY")
-    tests = ["tests/test_collect_kernel_support.py"] if probe_only else matrix_test_files()
     # NETTRAIL_MATRIX_TESTS="tests/x.py::test_y ...": only these (while debugging one)
-    tests = os.environ.get("NETTRAIL_MATRIX_TESTS", "").split() or tests
-    script.write_text(guest_script(tree, rwdir, tests, checkout))
+    only = (
+        ["tests/test_collect_kernel_support.py"] if probe_only else os.environ.get("NETTRAIL_MATRIX_TESTS", "").split()
+    )
+    tests, deselect = (only, []) if only else guest_test_files(checkout)
+    script.write_text(guest_script(tree, rwdir, tests, checkout, tuple(deselect)))
     script.chmod(0o755)
     # --verbose: the guest kernel's console goes to console.log, so a guest that dies
     # (a panic reboots it, and QEMU exits) leaves its last words
-    cmd = ["vng", "--verbose", "--run", str(vmlinuz), "--disable-kvm", "--force-9p", "--memory", GUEST_MEMORY]
+    cmd = [
+        *(("nice", "-n", str(nice)) if nice else ()),
+        "vng",
+        "--verbose",
+        "--run",
+        str(vmlinuz),
+        "--disable-kvm",
+        "--force-9p",
+        "--memory",
+        GUEST_MEMORY,
+    ]
     cmd += ["--cpus", str(GUEST_CPUS), "--rwdir", str(rwdir), "--exec", str(script)]
+    if GUEST_QEMU_OPTS:
+        cmd.append(f"--qemu-opts={GUEST_QEMU_OPTS}")
     for tree_ in shared_trees(checkout):
         cmd += ["--rodir", str(tree_)]
     env = dict(os.environ, PATH=_path())
@@ -385,8 +477,20 @@ def start(kernel: Kernel, checkout: Path) -> tuple[subprocess.Popen[str], Path, 
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,  # its own process group: stop() ends QEMU too, not only vng
     )
     return proc, rwdir, time.monotonic()
+
+
+def stop(proc: subprocess.Popen[str]) -> str:
+    """Kill a guest: vng and what it started (virtme-run, QEMU), its whole process group;
+    killing vng alone leaves QEMU running. Returns what it printed."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    console, _ = proc.communicate()
+    return console or ""
 
 
 def finish(kernel: Kernel, proc: subprocess.Popen[str], rwdir: Path, started: float, retry: bool = True) -> GuestRun:
@@ -398,8 +502,7 @@ def finish(kernel: Kernel, proc: subprocess.Popen[str], rwdir: Path, started: fl
         console, _ = proc.communicate(timeout=max(1.0, GUEST_TIMEOUT_S - (time.monotonic() - started)))
     except subprocess.TimeoutExpired:
         timed_out = True
-        proc.kill()
-        console, _ = proc.communicate()
+        console = stop(proc)
         console += f"\n[harness: guest killed after {GUEST_TIMEOUT_S:.0f} s]"
     if retry and not (rwdir / "guest.log").exists() and not console.strip():
         return finish(kernel, *start(kernel, Path((rwdir / "checkout").read_text())), retry=False)
@@ -444,17 +547,18 @@ def run_all(kernels: tuple[Kernel, ...] = KERNELS, concurrent: bool = True) -> l
     return [finish(k, *started[k.name]) for k in kernels]
 
 
-def start_all(kernels: tuple[Kernel, ...], checkout: Path) -> dict[str, tuple[subprocess.Popen[str], Path, float]]:
+def start_all(
+    kernels: tuple[Kernel, ...], checkout: Path, nice: int = 0
+) -> dict[str, tuple[subprocess.Popen[str], Path, float]]:
     """Boot every guest at once; if one cannot start, the others are killed (no guest
     outlives a harness that failed)."""
     started: dict[str, tuple[subprocess.Popen[str], Path, float]] = {}
     try:
         for k in kernels:
-            started[k.name] = start(k, checkout)
+            started[k.name] = start(k, checkout, nice)
     except BaseException:
         for proc, _, _ in started.values():
-            proc.kill()
-            proc.communicate()
+            stop(proc)
         raise
     return started
 
@@ -491,6 +595,79 @@ def summary(run: GuestRun) -> str:
         lines.append(f"  booted twice: the first boot {run.earlier_death}")
     lines.extend(f"  FAILED {f.splitlines()[0] if f else f}" for f in run.failures())
     return "\n".join(lines)
+
+
+def skip_reason() -> str | None:
+    """Why this machine runs no guest (missing tools, or the person running asked so), or None."""
+    why = missing_tools()
+    if why is None and os.environ.get("NETTRAIL_KERNEL_MATRIX") == "0":
+        why = "NETTRAIL_KERNEL_MATRIX=0: the Debian 6.1 and 6.12 guests are not booted"
+    return why
+
+
+# One pytest session's guests (tests/test_kernel_matrix.py), booted once.
+_session_guests: dict[str, tuple[subprocess.Popen[str], Path, float]] = {}
+_session_runs: dict[str, GuestRun] = {}
+
+
+def session_guests() -> dict[str, tuple[subprocess.Popen[str], Path, float]]:
+    """Every selected guest, booted at the first call of a session."""
+    if not _session_guests:
+        _session_guests.update(start_all(selected(), prepare(), GUEST_NICE))
+    return _session_guests
+
+
+def session_run(name: str) -> GuestRun:
+    """What the guest of this kernel left (waits for it)."""
+    if name not in _session_runs:
+        kernel = next(k for k in KERNELS + OPTIONAL_KERNELS if k.name == name)
+        _session_runs[name] = finish(kernel, *session_guests()[name])
+    return _session_runs[name]
+
+
+# Registered as a pytest plugin by tests/test_kernel_matrix.py (its pytest_plugins), so only
+# in a session that collects it. The guests take 10-30 minutes: they boot as soon as the
+# session knows it will run a matrix test, overlap the rest of the suite, and the matrix
+# tests go last, so the session waits only for what the guests have not finished by then.
+def _matrix_items(items: list[Any]) -> list[Any]:
+    return [item for item in items if Path(str(item.path)).name == "test_kernel_matrix.py"]
+
+
+def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
+    matrix = _matrix_items(items)
+    if matrix:
+        items[:] = [item for item in items if item not in matrix] + matrix
+
+
+def pytest_collection_finish(session: Any) -> None:
+    listing = os.environ.get("NETTRAIL_MATRIX_LIST")
+    if listing:  # guest_test_files(): each test's node id and markers
+        lines = [f"{i.nodeid}\t{','.join(sorted({m.name for m in i.iter_markers()}))}" for i in session.items]
+        Path(listing).write_text("".join(line + "\n" for line in lines))
+    if session.config.option.collectonly or not _matrix_items(session.items) or skip_reason() is not None:
+        return
+    try:
+        session_guests()
+    except HarnessError:
+        pass  # the first matrix test starts them again and fails with this error
+
+
+def pytest_runtest_logreport(report: Any) -> None:
+    """Inside a guest: each test's outcome as it ends (progress.tsv; the junit XML is written
+    only at the end, which a guest killed at its timeout never reaches)."""
+    out = os.environ.get("NETTRAIL_MATRIX_OUT")
+    if out and (report.when == "call" or report.outcome != "passed"):
+        with open(Path(out) / "progress.tsv", "a") as f:
+            f.write(f"{report.nodeid}\t{report.when}\t{report.outcome}\t{report.duration:.1f}\n")
+            if report.failed:
+                f.write("".join(f"  {line}\n" for line in report.longreprtext.splitlines()[-40:]))
+
+
+def pytest_sessionfinish(session: Any) -> None:
+    """No guest outlives its session (a run stopped early, -x, never waited for it)."""
+    for name, (proc, _, _) in list(_session_guests.items()):
+        if name not in _session_runs:
+            stop(proc)
 
 
 def main(argv: list[str]) -> int:

@@ -1,43 +1,29 @@
-"""The kernel matrix: the `matrix` kernel tests, run inside Debian 12's 6.1 and 6.12 kernels
-booted under QEMU (tests/kernel_matrix.py), must pass there too.
+"""The kernel matrix: the guests' kernel tests (every `matrix` test and the `kernel` tests of
+tests/kernel_matrix.py's GUEST_FILES), run inside Debian 12's 6.1 and 6.12 kernels booted
+under QEMU (tests/kernel_matrix.py), must pass there too.
 
 Part of the README's test command (scripts/test, and so CI) whenever it runs as root with
 the matrix's tools installed (scripts/install-system, scripts/python-env test); otherwise
 skipped with the reason. Every failure inside a guest fails the test: there is no list of
-tolerated failures, and no matrix test may skip inside a guest. The guests boot at once
-when the first test asks; each parametrized test waits for its kernel's guest and fails
-with the guest's failing tests and log tail. ``NETTRAIL_MATRIX_KERNELS=6.1`` limits the
+tolerated failures, and no test may skip inside a guest. The guests boot at once when the
+session's collection ends (this module registers tests/kernel_matrix.py as a plugin) and
+run beside the rest of the suite; these tests are moved to the session's end, and each
+waits for its kernel's guest and fails with the guest's failing tests and log tail. ``NETTRAIL_MATRIX_KERNELS=6.1`` limits the
 run, ``NETTRAIL_KERNEL_MATRIX=0`` skips it (a quick local run of the whole suite).
 """
 
 from __future__ import annotations
 
-import functools
-import os
-import subprocess
 import warnings
-from pathlib import Path
 
 import pytest
 
 from tests import kernel_matrix as km
 
 pytestmark = [pytest.mark.kernel, pytest.mark.slow]
-SKIP = km.missing_tools()
-if SKIP is None and os.environ.get("NETTRAIL_KERNEL_MATRIX") == "0":
-    SKIP = "NETTRAIL_KERNEL_MATRIX=0: the Debian 6.1 and 6.12 guests are not booted"
-
-
-@functools.cache
-def _started() -> dict[str, tuple[subprocess.Popen[str], Path, float]]:
-    """Every selected guest, booted once per session."""
-    return km.start_all(km.selected(), km.prepare())
-
-
-@functools.cache
-def _result(name: str) -> km.GuestRun:
-    kernel = next(k for k in km.KERNELS + km.OPTIONAL_KERNELS if k.name == name)
-    return km.finish(kernel, *_started()[name])
+# The harness's hooks: the guests boot when collection ends and these tests run last.
+pytest_plugins = ["tests.kernel_matrix"]
+SKIP = km.skip_reason()
 
 
 @pytest.mark.skipif(SKIP is not None, reason=str(SKIP))
@@ -46,7 +32,7 @@ def _result(name: str) -> km.GuestRun:
 def test_the_matrix_kernel_tests_pass_inside_debians_kernel(name: str) -> None:
     if name not in {k.name for k in km.selected()}:
         pytest.skip(f"not in NETTRAIL_MATRIX_KERNELS={','.join(k.name for k in km.selected())}")
-    run = _result(name)
+    run = km.session_run(name)
     print(km.summary(run))
     if run.earlier_death:  # shown in every run's summary, not only on failure
         warnings.warn(f"the {name} guest was booted twice: the first boot {run.earlier_death}", stacklevel=1)

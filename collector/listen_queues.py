@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from collector import netns
@@ -156,6 +157,23 @@ class Owners:
         return False
 
 
+WILDCARDS = ("0.0.0.0", "::")
+
+
+def filter_for(port: int = 0, addr: str | None = None, owner_filtered: bool = False) -> Callable[[Listener], bool]:
+    """The listeners `--filter port=,addr=` lets through (a wildcard listener takes any
+    local address); with a pid or cgroup filter none: the listen-queue records name no owner."""
+
+    def keep(lst: Listener) -> bool:
+        if owner_filtered:
+            return False
+        if port and lst.port != port:
+            return False
+        return not addr or lst.addr == addr or lst.addr in WILDCARDS
+
+    return keep
+
+
 class ListenQueues:
     """The ``listen-overflow`` records of one namespace's full listeners, and the
     ``listen-queue`` records of its listeners whose queue or backlog changed since the
@@ -169,9 +187,12 @@ class ListenQueues:
     def records(self, env: KernelEnv, ts_ns: int, ns: netns.Netns) -> list[KernelRecord]:
         return [self._record(env, ts_ns, ns, lst, PROBE) for lst in listeners_in(ns) or () if lst.full]
 
-    def changed(self, env: KernelEnv, ts_ns: int, ns: netns.Netns) -> list[KernelRecord]:
+    def changed(
+        self, env: KernelEnv, ts_ns: int, ns: netns.Netns, keep: Callable[[Listener], bool] | None = None
+    ) -> list[KernelRecord]:
         """A ``listen-queue`` record per listener first seen or whose queue or backlog
-        moved since the last call for this namespace (none while they hold still)."""
+        moved since the last call for this namespace (none while they hold still); keep:
+        the listeners the collector's filters let through (filter_for)."""
         found = listeners_in(ns)
         if found is None:
             self.last.pop(ns.inode, None)
@@ -184,7 +205,7 @@ class ListenQueues:
         return [
             self._record(env, ts_ns, ns, lst, QUEUE_PROBE, owner=False)
             for lst in found
-            if lst.cookie and before.get(lst.cookie) != (lst.queue, lst.backlog)
+            if lst.cookie and before.get(lst.cookie) != (lst.queue, lst.backlog) and (keep is None or keep(lst))
         ]
 
     def forget(self, inode: int) -> None:

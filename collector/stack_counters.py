@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from collector import netns
-from collector.listen_queues import ListenQueues
+from collector.listen_queues import Listener, ListenQueues
 from translators.kernel import KernelEnv, KernelRecord, collector_envelope
 from translators.records import StackCounter
 
@@ -124,8 +124,9 @@ class StackCounters:
 
     def __init__(
         self, interval_s: float = INTERVAL_S, scan: Callable[[], dict[int, netns.Netns]] = netns.scan,
-        proc: str = "/proc", only_netns: int = 0,
+        proc: str = "/proc", only_netns: int = 0, listen_filter: Callable[[Listener], bool] | None = None,
     ) -> None:  # fmt: skip
+        self.listen_filter = listen_filter  # the listeners whose queue is recorded (listen_queues.filter_for)
         self.interval_s = interval_s
         self.interval_now = interval_s  # stretched when a round took more than CPU_SHARE of it
         self.only_netns = only_netns  # --filter netns=INODE: that namespace only
@@ -181,7 +182,7 @@ class StackCounters:
                 before = {}  # created since the last read (a counter that fell: a new one with a freed inode)
             out.extend(self._moved(env, ts_ns, ns, pid, before, now))
             # each listener's accept queue and backlog, when they moved (a LISTEN row's queue)
-            out.extend(self.listen_queues.changed(env, ts_ns, ns))
+            out.extend(self.listen_queues.changed(env, ts_ns, ns, self.listen_filter))
         self.pace(time.perf_counter() - started)
         self.next = time.monotonic() + self.interval_now
         return out

@@ -87,3 +87,14 @@ def test_a_listen_row_carries_its_newest_queue_and_backlog() -> None:
     assert got == {443: (7, 128, False), 8080: None}
     detail = c.get(f"/api/dash/connections/{connection_uuid(HOST, BOOT, 1)}", {"host": HOST}).json()
     assert (detail["conn"]["state"], detail["conn"]["listen_queue"]["queue"]) == ("LISTEN", 7)
+
+
+def test_the_filters_keep_the_listeners_they_name() -> None:
+    from collector.listen_queues import Listener, filter_for
+
+    web, any_addr = Listener(2, "10.0.0.1", 443, 0, 128, 1, 11), Listener(10, "::", 8080, 0, 4096, 2, 12)
+    assert [filter_for(443)(x) for x in (web, any_addr)] == [True, False]
+    assert [filter_for(0, "10.0.0.1")(x) for x in (web, any_addr)] == [True, True]  # a wildcard takes it
+    assert [filter_for(0, "10.0.0.9")(x) for x in (web, any_addr)] == [False, True]
+    assert [filter_for(443, owner_filtered=True)(x) for x in (web, any_addr)] == [False, False]
+    assert [filter_for()(x) for x in (web, any_addr)] == [True, True]

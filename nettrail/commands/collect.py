@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
@@ -29,12 +29,13 @@ from collector.bpf import layout, loader, variants
 from collector.bpf.build import BuildError
 from collector.bpf.kallsyms import kernel_symbols
 from collector.bpf.keeper import RingKeeper
-from collector.bpf.loader import BpfError, KernelSession, Options
+from collector.bpf.loader import BpfError, Filters, KernelSession, Options
 from collector.bpf.source import KernelSource, wall_offset
 from collector.bpf.swap import COMMAND_LINE, Swap
 from collector.health import coverage
 from collector.health.overhead import DEFAULT_INTERVAL_S
 from collector.health.reporter import SelfHealth
+from collector.listen_queues import Listener, filter_for
 from collector.private_dir import collector_dir
 from collector.sinks.http_transport import add_transport_arguments, transport_options
 from collector.sinks.token_source import add_token_arguments, resolve_token
@@ -51,6 +52,12 @@ PROG = "nettrail collect"
 class Sink(Protocol):
     def write(self, records: list[KernelRecord]) -> None: ...
     def close(self) -> None: ...
+
+
+def listen_filter(filters: Filters) -> Callable[[Listener], bool]:
+    """The listeners whose queue the stack counters record: those the filters let through."""
+    addr = str(filters.addr) if filters.addr is not None else None
+    return filter_for(filters.port, addr, owner_filtered=bool(filters.pid or filters.cgroup))
 
 
 def register(subparsers: Any) -> None:
@@ -346,7 +353,11 @@ def trace(
     follow = sink if getattr(args, "providers_from_server", False) else None
     swap = Swap(follow, opts, PROG)  # type: ignore[arg-type]  # the HTTP sink has `tracing`
     # one baseline across swaps; a netns filter keeps them to that namespace
-    counters = StackCounters(only_netns=opts.filters.netns) if not args.no_stack_counters else None
+    counters = (
+        StackCounters(only_netns=opts.filters.netns, listen_filter=listen_filter(opts.filters))
+        if not args.no_stack_counters
+        else None
+    )
     origin, untraced_ns = COMMAND_LINE, None
     source: KernelSource | None = None  # the last session's: the next one goes on from what it knew
     deadline = None if args.duration is None else time.monotonic() + args.duration  # across swaps
@@ -428,7 +439,9 @@ def collect(
     if before is not None:
         source.take_over(before)
     if counters is None and stack_counters:
-        counters = StackCounters(only_netns=session.opts.filters.netns)
+        counters = StackCounters(
+            only_netns=session.opts.filters.netns, listen_filter=listen_filter(session.opts.filters)
+        )
     health = SelfHealth(source, env, stats_interval, counters if stack_counters else None)
     extras = live.Extras(source, env, sink, counters if stack_counters else None, health)
     status = status_record(session, env, stack_counters, origin, untraced_ns)

@@ -32,9 +32,9 @@ HOST = "live-host"
 
 
 def post_all(srv: Any, args: argparse.Namespace, posted: list[tuple[float, float]], stop: threading.Event) -> None:
+    import bench_pages_at_volume as vol
     import requests
 
-    import bench_pages_at_volume as vol
     from translators.records import to_json
 
     period = args.batch / args.rate

@@ -314,6 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default="/tmp/nettrail-bench-volume", help="SQLite data directory, kept")
     parser.add_argument("--postgres", metavar="URL", help="PostgreSQL: its test database, kept with its rows")
     parser.add_argument("--only", help="time only the requests whose label contains this")
+    parser.add_argument(
+        "--recount", action="store_true", help="recount the buffers page's drop counts from the stored drops "
+        "(a database filled while migration 0035 was applied, or by a filler that did not keep them)"
+    )  # fmt: skip
     args = parser.parse_args(argv)
     Path(args.data).mkdir(parents=True, exist_ok=True)
     setup(args.data, args.postgres, "pages_at_volume")
@@ -326,6 +330,12 @@ def main(argv: list[str] | None = None) -> int:
     if not Connection.objects.filter(boot_id=BOOT).exists():
         print(f"filling ({where}) ...", flush=True)
         fill(args, time.time())
+    if args.recount:
+        from webapp.traces import drop_summary
+
+        started = time.perf_counter()
+        drop_summary.rebuild()
+        print(f"drop counts recounted in {time.perf_counter() - started:.1f} s", flush=True)
     started = time.perf_counter()
     live_slab(args)
     print(

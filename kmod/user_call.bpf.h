@@ -31,7 +31,10 @@ static __always_inline void user_call(const struct sock *sk, int ret, int flags,
 	    hint->epoch == epoch)
 		return;
 	proto = sk->sk_protocol;
-	if (proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE) {
+	if (from == NT_DEBUG_HOOK_FN) { /* TCP's own functions: the UDP path is left out, unverified */
+		if (proto != IPPROTO_TCP)
+			return;
+	} else if (proto == IPPROTO_UDP || proto == IPPROTO_UDPLITE) {
 		task = in_task(ctx);
 		if (!task)
 			return;

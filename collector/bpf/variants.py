@@ -22,6 +22,7 @@ kfree_skb                     __2     __2     __3     __3     4       4
 udp_fail_queue_rcv_skb        __2     __2     __2     __2     3       3
 tcp_cong_state_set            absent  ?       yes     yes     yes     yes
 sock_send/recv_length         absent  absent  absent  yes     yes     yes
+tcp_recvmsg (fexit, < 6.3)    __6     __6     5       —       —       —
 bpf_rdonly_cast (kfunc)       no      no      no      yes     yes     yes
 atomic fetch/cmpxchg (5.12)   no      yes     yes     yes     yes     yes
 ============================  ======  ======  ======  ======  ======  =========

@@ -285,8 +285,13 @@ def tcpdebug(host: str, uuid: str) -> list[dict[str, Any]]:
 
 
 def alerts(host: str, uuid: str) -> list[dict[str, Any]]:
-    cols = ("id", "start", "end", "severity", "rule_id", "status", "count", "message")
-    newest = alert_versions.latest(Alert.objects.filter(host_id=host, conn_uuid=uuid))
+    """The connection's own alerts and the grouped findings (one per fix target, issue 34)
+    whose newest version lists it among its member sockets (``members`` says how many)."""
+    cols = ("id", "host_id", "start", "end", "severity", "rule_id", "status", "count", "message", "members")
+    own = Q(conn_uuid=uuid)
+    # a JSON list of ids: matched as text (both databases), within the host's grouped alerts
+    member = Q(members__isnull=False, member_conn_uuids__icontains=uuid)
+    newest = alert_versions.latest(Alert.objects.filter(own | member, host_id=host))
     return list(newest.order_by("-start").values(*cols)[:MAX_ROWS])
 
 

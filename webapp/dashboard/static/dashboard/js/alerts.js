@@ -81,13 +81,13 @@
     }
     if (form.elements.own.checked) p.set("own", "1");
     first = false;
-    history.replaceState(null, "", location.pathname + (p.toString() ? "?" + p : ""));
+    history.replaceState(null, "", location.pathname + (p.toString() ? "?" + p : "") + location.hash);
     let d;
     try { d = await fetchAlerts("/api/dash/alerts?" + p); } catch (e) { NT.showError(e.message); return; }
     options(form.elements.rule, d.rules, pd.rule);
     options(form.elements.host, d.hosts, pd.host);
     document.getElementById("count").textContent = NT.count(d.alerts.length, "alert");
-    document.querySelector("#alerts tbody").replaceChildren(...d.alerts.map((a) => el("tr", { dataset: { id: a.id } },
+    document.querySelector("#alerts tbody").replaceChildren(...d.alerts.map((a) => el("tr", { id: `alert-${a.id}`, dataset: { id: a.id } },
       stampCell(a.start),
       el("td", {}, NT.sevBadge(a.severity)), el("td", { text: a.rule_id }),
       el("td", { class: "trunc", title: a.host_id, text: a.host_id }), el("td", { class: "status", text: status(a) }), el("td", { class: "num count", text: num(a.count) }),
@@ -98,7 +98,17 @@
       el("td", {}, a.acked_by
         ? acked(a)
         : el("button", { type: "button", class: "ack", "aria-label": `Acknowledge alert ${a.rule_id} ${a.id}`, text: "Acknowledge", onclick: (ev) => acknowledge(a.id, ev.currentTarget) })))));
+    target();
     document.body.dataset.loaded = "1";
+  }
+
+  /* A link to one finding (#alert-ID, from the Overview or a connection page) marks its row
+     and brings it into view; its message is shown whole there. */
+  function target() {
+    const row = location.hash.startsWith("#alert-") ? document.getElementById(location.hash.slice(1)) : null;
+    if (!row) return;
+    row.classList.add("target");
+    row.scrollIntoView({ block: "center" });
   }
 
   /* The start stamp breaks between date and time on narrow screens; the space stays in the

@@ -267,6 +267,11 @@ const NT = (() => {
 
   /* A connection page's URL: a connection is its host's, so the host goes along
      (needed when two hosts report the same conn_uuid; docs/webapp.md). */
+  /* An alert's row on the Alerts page: its rule and host listed, the row itself marked (#alert-ID). */
+  function alertHref(a) {
+    return `/alerts/?rule=${encodeURIComponent(a.rule_id)}${a.host_id ? `&host=${encodeURIComponent(a.host_id)}` : ""}#alert-${a.id}`;
+  }
+
   function connHref(row) {
     const uuid = row.conn_uuid;
     return row.host_id ? `/connections/${uuid}/?host=${encodeURIComponent(row.host_id)}` : `/connections/${uuid}/`;
@@ -313,5 +318,5 @@ const NT = (() => {
       el("ul", {}, ...lines.map(([host, text]) => el("li", {}, el("strong", { text: host }), `: ${text}`))), ...tail);
   }
 
-  return { pageData, fetchJSON, latest, el, num, bytes, duration, time, datetime, stamps, plural, count, openFor, connDuration, ONE_SAMPLE_S, axisTime, endpoint, live, chart, linkRow, connHref, sevBadge, showError, lossNote, pageNote, stageName };
+  return { pageData, fetchJSON, latest, el, num, bytes, duration, time, datetime, stamps, plural, count, openFor, connDuration, ONE_SAMPLE_S, axisTime, endpoint, live, chart, linkRow, connHref, alertHref, sevBadge, showError, lossNote, pageNote, stageName };
 })();

@@ -199,8 +199,10 @@
   function alerts(rows) {
     document.querySelector("#alerts tbody").replaceChildren(...rows.map((a) => el("tr", {},
       el("td", { text: time(a.start) }), el("td", {}, NT.sevBadge(a.severity)),
-      el("td", {}, el("a", { href: `/alerts/?rule=${encodeURIComponent(a.rule_id)}`, text: a.rule_id })),
-      el("td", { class: "num", text: num(a.count) }), el("td", { class: "msg" }, el("span", { class: "clamp", title: a.message, text: a.message })))));
+      el("td", {}, el("a", { href: NT.alertHref(a), text: a.rule_id })),
+      el("td", { class: "num", text: num(a.count) }), el("td", { class: "msg" }, el("span", { class: "clamp", title: a.message, text: a.message }),
+        // a grouped finding this socket is a member of (issue 34): the finding, with its other members
+        a.members ? el("span", { class: "muted" }, " · ", el("a", { class: "finding", href: NT.alertHref(a), text: `one of ${NT.count(a.members, "socket")} in this finding` })) : null))));
     if (!rows.length) document.querySelector("#alerts tbody").append(el("tr", {}, el("td", { colspan: 5, class: "muted", text: "No alert fired for this connection." })));
   }
 

@@ -30,11 +30,9 @@
     if (!data.hosts.length) hosts.append(el("tr", {}, el("td", { colspan: 9, class: "muted", text: "No host has sent records yet." })));
 
     document.querySelector("#latest-alerts tbody").replaceChildren(...data.alerts.map((a) => el("tr", {},
-      el("td", { text: time(a.start) }), el("td", {}, NT.sevBadge(a.severity)), el("td", { text: a.rule_id }),
+      el("td", { text: time(a.start) }), el("td", {}, NT.sevBadge(a.severity)), el("td", {}, el("a", { class: "rule", href: NT.alertHref(a), text: a.rule_id })),
       el("td", { text: a.host_id }),
-      el("td", { class: "msg" }, a.conn_uuid
-        ? el("a", { class: "clamp", title: a.message, href: NT.connHref(a), text: a.message })
-        : el("span", { class: "clamp", title: a.message, text: a.message }),
+      el("td", { class: "msg" }, el("a", { class: "clamp", title: a.message, href: a.conn_uuid && !a.members ? NT.connHref(a) : NT.alertHref(a), text: a.message }),
         // a grouped finding: its member sockets are listed on the Alerts page (issue 34)
         a.members ? el("span", { class: "muted", text: ` · ${a.members} socket${a.members > 1 ? "s" : ""}` }) : null,
         a.status === "closed" ? el("span", { class: "muted", text: " · closed" }) : null),

@@ -174,7 +174,7 @@ class CollectorProcess:
 
     def stop(self) -> str:
         self.proc.send_signal(signal.SIGINT)
-        _, err = self.proc.communicate(timeout=120)
+        _, err = self.proc.communicate(timeout=900)  # a loaded machine: it works through what it read
         return err
 
 

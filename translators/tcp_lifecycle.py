@@ -23,6 +23,7 @@ translators/tcp.py (state_records, the rules of a change), translators/siftr.py
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 from translators.kernel import CTX, KernelEnv, KernelRecord, Raw, as_struct, ca_state_name, envelope, make, state_name
@@ -173,6 +174,25 @@ def expand(record: KernelRecord) -> list[Record]:
         )
     )
     return out
+
+
+RECENT_MAX = 4096  # lifecycles whose expansion expand_shared() keeps (a poll's batch)
+_recent: OrderedDict[int, tuple[KernelRecord, list[Record]]] = OrderedDict()
+
+
+def expand_shared(record: KernelRecord) -> list[Record]:
+    """expand(), made once for a lifecycle the collector's live summary and its rules both
+    read (analysis/flows/live_summary.py, analysis/alerts/folded.py): the same part objects
+    for both, the last RECENT_MAX lifecycles kept (by identity; each kept alive meanwhile)."""
+    key = id(record)
+    hit = _recent.get(key)
+    if hit is not None and hit[0] is record:
+        return hit[1]
+    parts = expand(record)
+    _recent[key] = (record, parts)
+    if len(_recent) > RECENT_MAX:
+        _recent.popitem(last=False)
+    return parts
 
 
 def final_flow(record: KernelRecord) -> FlowCounters | None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from translators.records import Record, TcpLifecycle, TcpReset, TcpRetransmit, TcpStateChange
-from translators.tcp_lifecycle import expand
+from translators.tcp_lifecycle import expand_shared
 
 # a folded socket's changes come within --fold-window (1 s by default) of its first and at
 # its end, which a refused or reset socket reaches at once: held records wait this long
@@ -32,7 +32,7 @@ _EARLY = (TcpReset, TcpRetransmit)
 
 
 def parts(record: TcpLifecycle) -> list[Record]:
-    out = expand(record)
+    out = expand_shared(record)  # the live summary's, in the collector (the same objects)
     for part in out:
         part.seq = record.seq
     return out

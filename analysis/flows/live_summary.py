@@ -187,7 +187,7 @@ class LiveSummaries:
         """A folded socket's changes (and at its end its summary), as the records it streams
         without the fold (expand), fed in time order with what it streamed before them; at
         its end the lifecycle takes its summary's conn_state, history and direction_guessed."""
-        parts: list[tuple[str, KernelRecord]] = [(p.kind, p) for p in tcp_lifecycle.expand(rec)]
+        parts: list[tuple[str, KernelRecord]] = [(p.kind, p) for p in tcp_lifecycle.expand_shared(rec)]
         s = self.sockets.get(cookie)
         if s is None or s.early is not None:  # no change of its own seen yet: begin again, in time order
             early = s.early if s is not None and s.early is not None else []

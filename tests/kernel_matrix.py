@@ -72,7 +72,7 @@ GUEST_QEMU_OPTS = os.environ.get("NETTRAIL_MATRIX_QEMU_OPTS", "")
 # NETTRAIL_MATRIX_MARK=kernel runs every kernel test (less GUEST_EXCLUDED);
 # NETTRAIL_MATRIX_MARK=matrix the `matrix` ones alone.
 GUEST_MARK = os.environ.get("NETTRAIL_MATRIX_MARK", "")
-GUEST_FILES: tuple[str, ...] = ()
+GUEST_FILES: tuple[str, ...] = ("tests/test_connection_directions_kernel.py",)
 # Node id prefixes never run in a guest, and why.
 GUEST_EXCLUDED = {
     "tests/test_kernel_matrix.py": "boots the guests: it runs on the host",

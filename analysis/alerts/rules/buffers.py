@@ -7,10 +7,16 @@ local endpoint of a received packet is ``dst:dport``), exact per-reason totals a
 sock-rcvqueue-full, sock-exceed-buf-limit, udp-fail-queue). Windows come from siftr /
 tcpdebug samples: ``rcv_wnd`` is what this host advertises, ``snd_wnd`` what the peer
 advertised.
+
+A zero window held past ``zero_window_s`` is one finding per fix target (issue 34 item 1,
+groups.py): K5 per local process (tgid; unattributed: the local address and port), the
+reader that does not read; K13 per peer (address, port), the remote reader. Its members
+are the target's sockets held at zero now; with one member the finding is that socket's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from translators.records import (
@@ -22,8 +28,10 @@ from translators.records import (
     TcpStateChange,
 )
 
+from ..book import MAX_MEMBER_CONNS, Subject
 from ..state import LruMap, Window, bounded_append
 from .base import Context, Rule, endpoint, flow_key, host_subject, who
+from .groups import callers
 
 ENOMEM, ENOBUFS = 12, 105
 
@@ -70,6 +78,57 @@ class ZeroWindowTracker:
 
     def forget(self, rec: Record) -> None:
         self.since.pop(flow_key(rec))
+
+    def held(self, ctx: Context, target: Target, now: float, limit: float) -> dict[object, list[Held]]:
+        """The sockets at zero for ``limit`` or longer, oldest first, by fix target."""
+        out: dict[object, list[Held]] = {}
+        for since, first, evidence in self.since.values():
+            if now - since >= limit:
+                s = ctx.owner(first)
+                out.setdefault(target(s), []).append(Held(since, s, evidence))
+        for members in out.values():
+            members.sort(key=lambda m: (m.since, m.evidence[:1]))  # oldest, then the first sampled
+        return out
+
+
+@dataclass(slots=True)
+class Held:
+    since: float
+    subject: Subject
+    evidence: list[int]
+
+
+Target = Callable[[Subject], object]
+
+
+def group_subject(members: list[Held], local: bool) -> Subject:
+    """One member: its socket. More: the process while they share it, and the local
+    (``local``) or remote endpoint."""
+    first = members[0].subject
+    if len(members) == 1:
+        return first
+    pids = {m.subject.tgid or m.subject.pid for m in members}
+    one = len(pids) == 1 and None not in pids
+    s = Subject(
+        host_id=first.host_id, boot_id=first.boot_id, pid=first.tgid or first.pid if one else None,
+        tgid=first.tgid or first.pid if one else None, comm=first.comm if one else None, netns=first.netns,
+        proto=first.proto, ip_ver=first.ip_ver,
+    )  # fmt: skip
+    if local and len({(m.subject.src, m.subject.sport) for m in members}) == 1:
+        s.src, s.sport = first.src, first.sport
+    if not local:
+        s.dst, s.dport = first.dst, first.dport
+    return s
+
+
+def fire_held(rule: Rule, key: object, members: list[Held], subject: Subject, message: str, now: float) -> None:
+    conns = [m.subject.conn_uuid for m in members[: 2 * MAX_MEMBER_CONNS]]
+    evidence = [seq for m in members for seq in m.evidence][:32]
+    rule.fire(
+        "zero-window", key, now=now, severity="warning", subject=subject, message=message,
+        clear_after=2 * rule.num("window_s"), metric=now - members[0].since, evidence=evidence, bump=False,
+        members=len(members), member_conn_uuids=[c for c in conns if c is not None][:MAX_MEMBER_CONNS],
+    )  # fmt: skip
 
 
 class ReceiveBuffer(Rule):
@@ -151,25 +210,40 @@ class ReceiveBuffer(Rule):
                 self._check_zero(entry, rec.ts_wall)
 
     def tick(self, now: float) -> None:
-        for entry in list(self.zero.since.values()):
-            self._check_zero(entry, now)
+        for key, members in self.zero.held(self.ctx, self._reader, now, self.num("zero_window_s")).items():
+            self._fire_zero(key, members, now)
+
+    @staticmethod
+    def _reader(s: Subject) -> object:
+        """The fix target: the process that does not read, else the local endpoint."""
+        pid = s.tgid or s.pid
+        return ("process", pid) if pid is not None else ("local", s.netns, s.src, s.sport)
 
     def _check_zero(self, entry: tuple[float, Record, list[int]], now: float) -> None:
-        since, first, evidence = entry
-        held = now - since
-        if held < self.num("zero_window_s"):
+        since, first, _ = entry
+        if now - since < self.num("zero_window_s"):
             return
-        subject = self.ctx.owner(first)
-        message = (
-            f"This host has advertised a zero receive window for {held:.1f} s on "
-            f"{endpoint(getattr(first, 'src', None), getattr(first, 'sport', None))} <- "
-            f"{endpoint(getattr(first, 'dst', None), getattr(first, 'dport', None))}: {who(subject)} is not "
-            f"reading its socket, so the sender is stalled."
-        )
-        self.fire(
-            "zero-window", flow_key(first), now=now, severity="warning", subject=subject, message=message,
-            clear_after=2 * self.window, metric=held, evidence=evidence, bump=False,
-        )  # fmt: skip
+        key = self._reader(self.ctx.owner(first))
+        self._fire_zero(key, self.zero.held(self.ctx, self._reader, now, self.num("zero_window_s"))[key], now)
+
+    def _fire_zero(self, key: object, members: list[Held], now: float) -> None:
+        n, oldest = len(members), members[0].subject
+        held = now - members[0].since
+        subject = group_subject(members, local=True)
+        where = f"{endpoint(oldest.src, oldest.sport)} <- {endpoint(oldest.dst, oldest.dport)}"
+        if n == 1:
+            message = (
+                f"This host has advertised a zero receive window for {held:.1f} s on {where}: {who(subject)} is "
+                f"not reading its socket, so the sender is stalled."
+            )
+        else:
+            reader = who(subject) if subject.comm else "their readers"
+            message = (
+                f"This host has advertised a zero receive window on {callers(subject, n)} for more than "
+                f"{self.num('zero_window_s'):g} s, the longest {held:.1f} s (on {where}): {reader} "
+                f"{'is' if subject.comm else 'are'} not reading, so their senders are stalled."
+            )
+        fire_held(self, key, members, subject, message, now)
 
 
 class PeerZeroWindow(Rule):
@@ -190,21 +264,34 @@ class PeerZeroWindow(Rule):
             self.zero.forget(rec)
 
     def tick(self, now: float) -> None:
-        for entry in list(self.zero.since.values()):
-            self._check(entry, now)
+        for key, members in self.zero.held(self.ctx, self._peer, now, self.num("zero_window_s")).items():
+            self._fire(key, members, now)
+
+    @staticmethod
+    def _peer(s: Subject) -> object:
+        """The fix target: the remote reader, the peer's address and port."""
+        return ("dest", s.dst, s.dport)
 
     def _check(self, entry: tuple[float, Record, list[int]], now: float) -> None:
-        since, first, evidence = entry
-        held = now - since
-        if held < self.num("zero_window_s"):
+        since, first, _ = entry
+        if now - since < self.num("zero_window_s"):
             return
-        subject = self.ctx.owner(first)
-        peer = endpoint(getattr(first, "dst", None), getattr(first, "dport", None))
-        message = (
-            f"The peer {peer} has advertised a zero window to {who(subject)} for {held:.1f} s: the remote "
-            f"application is not reading, so this host cannot send and its data waits in the send buffer."
-        )
-        self.fire(
-            "zero-window", flow_key(first), now=now, severity="warning", subject=subject, message=message,
-            clear_after=2 * self.window, metric=held, evidence=evidence, bump=False,
-        )  # fmt: skip
+        key = self._peer(self.ctx.owner(first))
+        self._fire(key, self.zero.held(self.ctx, self._peer, now, self.num("zero_window_s"))[key], now)
+
+    def _fire(self, key: object, members: list[Held], now: float) -> None:
+        n, held = len(members), now - members[0].since
+        subject = group_subject(members, local=False)
+        peer = endpoint(subject.dst, subject.dport)
+        if n == 1:
+            message = (
+                f"The peer {peer} has advertised a zero window to {who(subject)} for {held:.1f} s: the remote "
+                f"application is not reading, so this host cannot send and its data waits in the send buffer."
+            )
+        else:
+            message = (
+                f"The peer {peer} has advertised a zero window to {callers(subject, n)} for more than "
+                f"{self.num('zero_window_s'):g} s, the longest {held:.1f} s: the remote application is not reading, "
+                f"so this host cannot send and their data waits in the send buffers."
+            )
+        fire_held(self, key, members, subject, message, now)

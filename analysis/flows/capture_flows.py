@@ -22,6 +22,7 @@ from typing import Any
 
 from analysis.alerts.pcap_rules import AlertSink, Thresholds, evaluate, p7
 from analysis.flows import conn_summary as zeek
+from analysis.flows import tcp_fast
 from analysis.flows.findings import tcp_findings, udp_findings
 from analysis.flows.ip_flows import IpFlows
 from analysis.flows.ip_flows import connection as ip_connection
@@ -110,7 +111,7 @@ class CapturePipeline:
             t.first_ts = first if t.first_ts is None else t.first_ts
             t.last_ts = last
         if not self.want_packets:
-            self.tcp.feed_columns(d.tcp_columns())
+            tcp_fast.feed(self.tcp, d)
             t.packets_tcp += d.count_kind(K_TCP)
             t.fragments += d.count_fragments()
             for i in d.not_kind(K_TCP):

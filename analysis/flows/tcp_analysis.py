@@ -533,3 +533,4 @@ class TcpAnalyzer(SequenceChecks):
 
     _last_flags = 0
     _dupnum = 0
+    fast: Any = None  # analysis/flows/tcp_fast.py's FastPath once chosen, False: the Python path

@@ -16,7 +16,8 @@ from .listen_overflow import ListenOverflow
 from .perf import CwndCollapse, SrttSpike
 from .resets import ResetStorm
 from .retrans import RetransKind, RetransRatio
-from .states import HalfOpen, StuckClose
+from .states import HalfOpen
+from .stuck_close import StuckClose
 from .udp_drops import UdpDrops
 
 ALL_RULES: tuple[type[Rule], ...] = (

@@ -188,6 +188,8 @@ class Connection(models.Model):
             # Connections filter `host H and retrans > 0`: its count from the index alone (PostgreSQL
             # read every retransmitting row's page for it, 0.4-1 s at a million connections).
             # retransmits is in nt_conn_retrans already, so no update that was HOT stops being.
+            # PostgreSQL only (migration 0041): SQLite would sort the page by it instead of
+            # walking nt_conn_host_last.
             models.Index(fields=["host_id"], condition=models.Q(retransmits__gt=0), name="nt_conn_retrans_host"),
             # Overview's TIME_WAIT table: sockets stored TIME_WAIT per host and destination
             # (`WHERE state = 'TIME_WAIT' AND host_id IN (...) GROUP BY host_id, dst, dport`,

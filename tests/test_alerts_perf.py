@@ -178,5 +178,12 @@ def test_k7_says_when_other_connections_to_the_destination_spike_at_the_same_tim
     for _ in range(7):
         recs += rtt_stream(s, a, [30_000]) + rtt_stream(s, b, [31_000], dt=0.01)
     alerts = only(feed_all(e, recs), "K7")
-    assert [x.conn_uuid for x in alerts] == [a.uuid, b.uuid]
-    assert "; 1 other connection to it spikes too: queueing on the path" in alerts[1].message
+    # one finding for the destination (issue 34 item 1), its two connections as members
+    assert [(x.conn_uuid, x.dport, x.members, x.member_conn_uuids) for x in alerts] == [
+        (None, 443, 2, [a.uuid, b.uuid])
+    ]
+    assert alerts[0].message.startswith(
+        "The smoothed RTT of 2 connections rose over the limit of 7.00 ms against the baseline of 2.00 ms of "
+        "connections to 10.0.0.0/24 port 443, the latest (an unattributed socket toward 10.0.0.7:443) to 30.0 ms (6 samples over the limit)"
+        "; 1 other connection to it spikes too: queueing on the path"
+    )

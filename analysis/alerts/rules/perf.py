@@ -20,6 +20,8 @@ to the destination, across its connections (anomalies.md K7): the remote /24 (IP
 destination spikes or has its alert open, leave the baseline alone, so a long spike
 cannot teach the baseline to accept itself. The message says whether other
 connections to the destination spike at the same time (the path) or not (this peer).
+A spike is one finding per destination (issue 34 item 1): its members are the
+destination's connections spiking now; with one member the finding is that connection's.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 
 from translators.records import Record, SiftrSample, TcpCongState, TcpDebugSnapshot, TcpStateChange
 
+from ..book import MAX_MEMBER_CONNS
 from ..state import LruMap, bounded_append
 from .base import Context, Rule, endpoint, flow_key, who
 
@@ -233,7 +236,7 @@ class SrttSpike(Rule):
         limit = self.limit(d.base, d.dev)
         if srtt <= limit:
             f.consecutive, f.spike_since = 0, None
-            if not self._held(d, rec.host_id, t):
+            if not self._held(d, f.dest, t):
                 self._learn(d, srtt, t)
             return
         if f.spike_since is None:
@@ -249,21 +252,28 @@ class SrttSpike(Rule):
             return
         self._fire(rec, key, f, d, srtt, limit)
 
-    def _held(self, d: _Baseline, host_id: str, t: float) -> bool:
+    def _held(self, d: _Baseline, dest: tuple[str, str, int | None], t: float) -> bool:
         """Whether a connection of the destination has its alert open, or a spike young enough
         to become one (hold_s); the others are pruned."""
         hold = self.num("hold_s")
+        host_id, net, port = dest
+        if self.ctx.book.is_open(self.rule_id, "spike", host_id, ("dest", net, port)):
+            return bool(d.alerting)
         for key in list(d.alerting):
             f = self.flows.peek(key)
             young = f is not None and f.spike_since is not None and t - f.spike_since < hold
-            if not young and not self.ctx.book.is_open(self.rule_id, "spike", host_id, key):
+            if not young:
                 d.alerting.discard(key)
         return bool(d.alerting)
 
     def _fire(self, rec: Record, key: Any, f: _Rtt, d: _Baseline, srtt: float, limit: float) -> None:
         assert d.base is not None
         _, net, port = f.dest
-        others = sum(1 for k in d.alerting if k != key and (o := self.flows.peek(k)) is not None and o.spike_since)
+        spiking = sorted(
+            (o.spike_since, str(k), k) for k in d.alerting if (o := self.flows.peek(k)) is not None and o.spike_since
+        )
+        members = [k for _, _, k in spiking]
+        others = len(members) - 1
         together = (
             f"; {others} other connection{'s' if others > 1 else ''} to it {'spike' if others > 1 else 'spikes'} too: "
             f"queueing on the path"
@@ -271,19 +281,30 @@ class SrttSpike(Rule):
             else "; no other connection to it spikes now: queueing on the path or a stalled peer"
         )
         subject = self.ctx.owner(rec)
-        message = (
-            f"The smoothed RTT of {who(subject)} toward {endpoint(getattr(rec, 'dst', None), getattr(rec, 'dport', None))} "
-            f"rose to {srtt / 1000:.1f} ms against the baseline of {d.base / 1000:.2f} ms of connections to {net} "
-            f"port {port} ({f.consecutive} samples over the limit of {limit / 1000:.2f} ms){together}; beyond +200 ms "
-            f"retransmission timers start to interact."
-        )
+        toward = f"{who(subject)} toward {endpoint(getattr(rec, 'dst', None), getattr(rec, 'dport', None))}"
+        if others:
+            message = (
+                f"The smoothed RTT of {len(members)} connections rose over the limit of {limit / 1000:.2f} ms "
+                f"against the baseline of {d.base / 1000:.2f} ms of connections to {net} port {port}, the latest "
+                f"({toward}) to {srtt / 1000:.1f} ms ({f.consecutive} samples over the limit){together}"
+            )
+            subject.conn_uuid = subject.sock_cookie = subject.src = subject.sport = subject.dst = None
+            subject.pid = subject.tgid = subject.comm = None  # the destination's, whoever calls it
+        else:
+            message = (
+                f"The smoothed RTT of {toward} rose to {srtt / 1000:.1f} ms against the baseline of "
+                f"{d.base / 1000:.2f} ms of connections to {net} port {port} ({f.consecutive} samples over the limit "
+                f"of {limit / 1000:.2f} ms){together}"
+            )
+        message += "; beyond +200 ms retransmission timers start to interact."
         critical = srtt > d.base + self.num("critical_ms") * 1000
         sampled = self.ctx.sampling.ratio(rec)  # H2: say when only every Nth packet was seen
         message += self.ctx.sampling.note(sampled)
+        conns = [k for k in members if isinstance(k, str)][:MAX_MEMBER_CONNS]  # a socket's flow key: its conn_uuid
         self.fire(
-            "spike", key, now=rec.ts_wall, severity="critical" if critical else "warning", subject=subject,
-            message=message, clear_after=2 * self.num("window_s"), metric=srtt, evidence=f.evidence or (),
-            sampling=sampled,
+            "spike", ("dest", net, port), now=rec.ts_wall, severity="critical" if critical else "warning",
+            subject=subject, message=message, clear_after=2 * self.num("window_s"), metric=srtt,
+            evidence=f.evidence or (), sampling=sampled, members=len(members), member_conn_uuids=conns,
         )  # fmt: skip
 
     def _learn(self, d: _Baseline, srtt: float, t: float) -> None:

@@ -31,7 +31,7 @@ from translators.records import (
 from ..book import MAX_MEMBER_CONNS, Subject
 from ..state import LruMap, Window, bounded_append
 from .base import Context, Rule, endpoint, flow_key, host_subject, who
-from .groups import callers
+from .groups import callers, keep_subject
 
 ENOMEM, ENOBUFS = 12, 105
 
@@ -121,7 +121,11 @@ def group_subject(members: list[Held], local: bool) -> Subject:
     return s
 
 
-def fire_held(rule: Rule, key: object, members: list[Held], subject: Subject, message: str, now: float) -> None:
+def fire_held(
+    rule: Rule, store: LruMap[object, Subject], key: object, members: list[Held], subject: Subject, message: str,
+    now: float,
+) -> None:  # fmt: skip
+    subject = keep_subject(store, (subject.host_id, key), subject)
     conns = [m.subject.conn_uuid for m in members[: 2 * MAX_MEMBER_CONNS]]
     evidence = [seq for m in members for seq in m.evidence][:32]
     rule.fire(
@@ -142,6 +146,7 @@ class ReceiveBuffer(Rule):
         self.window = self.num("window_s")
         self.flows = self.flows_map()
         self.zero = ZeroWindowTracker(ctx.max_flows)
+        self.subjects: LruMap[object, Subject] = self.keys_map()  # per finding (groups.keep_subject)
         # local sockets by tuple: when both ends are traced (loopback, containers), the
         # sender's snd_wnd = 0 is this host's receiver advertising zero (anomalies.md K13)
         self.sockets: LruMap[tuple[object, ...], Record] = LruMap(ctx.max_flows)
@@ -243,7 +248,7 @@ class ReceiveBuffer(Rule):
                 f"{self.num('zero_window_s'):g} s, the longest {held:.1f} s (on {where}): {reader} "
                 f"{'is' if subject.comm else 'are'} not reading, so their senders are stalled."
             )
-        fire_held(self, key, members, subject, message, now)
+        fire_held(self, self.subjects, key, members, subject, message, now)
 
 
 class PeerZeroWindow(Rule):
@@ -254,6 +259,7 @@ class PeerZeroWindow(Rule):
         super().__init__(ctx)
         self.window = self.num("window_s")
         self.zero = ZeroWindowTracker(ctx.max_flows)
+        self.subjects: LruMap[object, Subject] = self.keys_map()  # per finding (groups.keep_subject)
 
     def feed(self, rec: Record) -> None:
         if isinstance(rec, SiftrSample | TcpDebugSnapshot):
@@ -294,4 +300,4 @@ class PeerZeroWindow(Rule):
                 f"{self.num('zero_window_s'):g} s, the longest {held:.1f} s: the remote application is not reading, "
                 f"so this host cannot send and their data waits in the send buffers."
             )
-        fire_held(self, key, members, subject, message, now)
+        fire_held(self, self.subjects, key, members, subject, message, now)

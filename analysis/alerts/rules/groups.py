@@ -14,7 +14,7 @@ states.py) and docs/alerts.md ("Grouping").
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ..book import MAX_MEMBER_CONNS, AlertBook, Subject
 from ..state import LruMap
@@ -87,3 +87,16 @@ def callers(s: Subject, n: int) -> str:
     if s.comm:
         return f"{n} connection{'s' if n > 1 else ''} of {who(s)}"
     return f"{n} connection{'s' if n > 1 else ''} on this host"
+
+
+def keep_subject(store: LruMap[object, Subject], key: object, new: Subject) -> Subject:
+    """The finding's one subject object, rewritten with ``new``'s fields: the book keeps the
+    object of a finding's first firing, so a finding that starts with one socket (that
+    socket's subject) and then gains members must change that object, not pass another."""
+    kept = store.get(key)
+    if kept is None:
+        store.put(key, new)
+        return new
+    for f in fields(Subject):
+        setattr(kept, f.name, getattr(new, f.name))
+    return kept

@@ -9,7 +9,9 @@ K6: cwnd in segments (snd_cwnd bytes ÷ mss) at most ``min_segments`` or at most
 outstanding and the congestion state is Loss or CWR (an application-limited sender
 sees its cwnd cut in Open without any loss, and PRR dips cwnd transiently during
 Recovery; records without a ca_state count). Warning once it holds for ``hold_s`` or starts ``repeat_count`` times in
-``repeat_window_s``.
+``repeat_window_s``. One finding per destination (address, port; issue 34 item 1,
+groups.py): its members are the connections that collapsed while it was open; with one
+member the finding is that connection's.
 
 K7: a spike is ``consecutive`` samples of one connection over the limit lasting at
 least ``min_hold_s``, or any run over the limit lasting ``hold_s``. The baseline belongs
@@ -34,9 +36,10 @@ from typing import Any
 
 from translators.records import Record, SiftrSample, TcpCongState, TcpDebugSnapshot, TcpStateChange
 
-from ..book import MAX_MEMBER_CONNS
+from ..book import MAX_MEMBER_CONNS, Subject
 from ..state import LruMap, bounded_append
 from .base import Context, Rule, endpoint, flow_key, who
+from .groups import Groups, callers, keep_subject, target_subject
 
 
 @dataclass(slots=True)
@@ -62,6 +65,8 @@ class CwndCollapse(Rule):
         super().__init__(ctx)
         self.window = self.num("window_s")
         self.flows = self.flows_map()
+        self.groups = Groups(self.rule_id, ctx.book, ctx.max_keys)
+        self.subjects: LruMap[object, Subject] = self.keys_map()  # per finding (groups.keep_subject)
 
     def feed(self, rec: Record) -> None:
         if isinstance(rec, TcpStateChange):
@@ -123,25 +128,38 @@ class CwndCollapse(Rule):
         if held < self.num("hold_s") and repeats < self.num("repeat_count"):
             return
         subject = self.ctx.owner(rec)
+        dst, dport = getattr(rec, "dst", None), getattr(rec, "dport", None)
+        target = ("dest", dst, dport)
+        g = self.groups.join("collapse", target, subject, flow_key(rec), subject.conn_uuid, -segs, target_subject)
         peak = f" from a peak of {previous_max:.0f}" if previous_max is not None else ""
-        message = (
-            f"The congestion window of {who(subject)} toward {endpoint(getattr(rec, 'dst', None), getattr(rec, 'dport', None))} "
-            f"collapsed to {segs:.0f} segment{'s' if segs >= 2 else ''}{peak} "
-            + (
-                f"for {held:.1f} s"
-                if held >= self.num("hold_s")
-                else f"{repeats} times in {self.num('repeat_window_s'):g} s"
-            )
-            + " with data outstanding: a retransmission timeout or severe loss, and throughput drops to a trickle."
+        how = (
+            f"for {held:.1f} s"
+            if held >= self.num("hold_s")
+            else f"{repeats} times in {self.num('repeat_window_s'):g} s"
         )
+        if g.total == 1:
+            subject = keep_subject(self.subjects, (subject.host_id, target), subject)
+            message = (
+                f"The congestion window of {who(subject)} toward {endpoint(dst, dport)} collapsed to {segs:.0f} "
+                f"segment{'s' if segs >= 2 else ''}{peak} {how} with data outstanding: a retransmission timeout or "
+                f"severe loss, and throughput drops to a trickle."
+            )
+        else:
+            subject = keep_subject(self.subjects, (subject.host_id, target), g.subject)
+            message = (
+                f"The congestion windows of {callers(subject, g.total)} toward {endpoint(dst, dport)} collapsed with "
+                f"data outstanding, the latest to {segs:.0f} segment{'s' if segs >= 2 else ''}{peak} {how}: "
+                f"retransmission timeouts or severe loss on the path, and throughput drops to a trickle."
+            )
         # H2: say when only every Nth packet was seen. A congestion-state change is exact, but
         # the collapse it extends was judged on the flow's cwnd series, sampled if from SIFTR.
         exact_extends_sampled = f.siftr and isinstance(rec, TcpCongState)
         sampled = self.ctx.sampling.flow_ratio(rec) if exact_extends_sampled else self.ctx.sampling.ratio(rec)
         message += self.ctx.sampling.note(sampled)
         self.fire(
-            "collapse", flow_key(rec), now=t, severity="warning", subject=subject, message=message,
+            "collapse", target, now=t, severity="warning", subject=subject, message=message,
             clear_after=2 * self.window, metric=segs, evidence=f.evidence or (), sampling=sampled,
+            members=g.total, member_conn_uuids=g.conns,
         )  # fmt: skip
 
 
@@ -193,6 +211,7 @@ class SrttSpike(Rule):
         super().__init__(ctx)
         self.flows = self.flows_map()
         self.dests: LruMap[tuple[str, str, int | None], _Baseline] = self.keys_map()
+        self.subjects: LruMap[object, Subject] = self.keys_map()  # per finding (groups.keep_subject)
 
     def feed(self, rec: Record) -> None:
         if isinstance(rec, TcpStateChange):
@@ -300,6 +319,7 @@ class SrttSpike(Rule):
         critical = srtt > d.base + self.num("critical_ms") * 1000
         sampled = self.ctx.sampling.ratio(rec)  # H2: say when only every Nth packet was seen
         message += self.ctx.sampling.note(sampled)
+        subject = keep_subject(self.subjects, f.dest, subject)
         conns = [k for k in members if isinstance(k, str)][:MAX_MEMBER_CONNS]  # a socket's flow key: its conn_uuid
         self.fire(
             "spike", ("dest", net, port), now=rec.ts_wall, severity="critical" if critical else "warning",

@@ -22,6 +22,7 @@ range's size from net.ipv4.ip_local_port_range of the namespace the engine runs 
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections import OrderedDict, deque
 
@@ -30,7 +31,7 @@ from translators.records import Connection, Record, TcpStateChange
 from ..book import MAX_MEMBER_CONNS, Subject
 from ..state import LruMap, Window
 from .base import Context, Rule, endpoint, flow_key, who
-from .groups import callers, target_subject
+from .groups import callers, keep_subject, target_subject
 from .states import INF, GroupKey, Owner, StateTracker, _Group, _Stuck, ephemeral_range_size
 
 
@@ -45,6 +46,7 @@ class StuckClose(Rule):
         self.time_wait = self.keys_map()
         self.close_wait_groups: dict[GroupKey, _Group] = {}  # bounded: members are the tracker's entries
         self.fin_wait_groups: dict[GroupKey, _Group] = {}  # per peer; bounded likewise
+        self.fin_subjects: LruMap[object, Subject] = self.keys_map()  # per finding (groups.keep_subject)
         self.growth: LruMap[tuple[str, str, int, str | None], deque[tuple[float, int]]] = self.keys_map()
         self.next_sweep = 0.0
         ports = int(self.p["ephemeral_ports"]) or ephemeral_range_size()
@@ -179,6 +181,7 @@ class StuckClose(Rule):
         if len({e.subject.tgid or e.subject.pid for e in stuck}) > 1:
             s.pid = s.tgid = None  # callers from several processes
             s.comm = None
+        s = keep_subject(self.fin_subjects, gk, copy.copy(s))  # not the member's own object
         peer = endpoint(s.dst, s.dport)
         if n == 1:
             message = f"A socket has been in FIN_WAIT_2 for {age:.0f} s (limit {limit:g} s): {who(s)} closed its side"

@@ -1,4 +1,4 @@
-"""Issue 34 item 1 for zero windows: N sockets held at zero by one reader are one finding
+"""Issue 34 item 1 for zero windows and K5 drops: N sockets held at zero by one reader are one finding
 with N members (K5 per local process, K13 per peer), re-measured while they are held."""
 
 from __future__ import annotations
@@ -70,3 +70,25 @@ def test_two_peers_are_two_findings_and_one_socket_stays_that_sockets_finding():
     assert [(a.dst, a.members) for a in k13] == [("10.0.0.5", 2), ("10.0.0.6", 1)]
     assert (k13[1].conn_uuid, k13[1].sport) == (flows[2].uuid, flows[2].sport)
     assert k13[1].message.startswith("The peer 10.0.0.6:80 has advertised a zero window to client (pid 4242) for ")
+
+
+def test_tcp_zerowindow_drops_on_30_connections_of_one_reader_are_one_k5_finding():
+    s, e = Stream(), engine()
+    flows = [s.flow(src="10.0.0.2", sport=7000, dst="10.0.0.9", dport=42000 + i, pid=99, comm="slowreader")
+             for i in range(N)]  # fmt: skip
+    recs: list[Record] = [s.state(f, "SYN_RECEIVED", "ESTABLISHED") for f in flows]
+    for f in flows:  # the peer's segment, dropped at this socket: sender first
+        recs.append(s.drop("TCP_ZEROWINDOW", f.dst, f.dport, f.src, f.sport, conn_uuid=f.uuid, sock_cookie=f.cookie))
+        s.advance(0.01)
+    out = feed_all(e, recs) + e.finish()
+    k5 = newest(only(out, "K5", "tcp-zerowindow"))
+    assert len(k5) == 1
+    (a,) = k5.values()
+    assert (a.members, a.metric, a.pid, a.comm, a.conn_uuid, a.src, a.dst) == (
+        N, float(N), 99, "slowreader", None, None, None,
+    )  # fmt: skip
+    assert a.member_conn_uuids == [f.uuid for f in flows]
+    assert a.message == (
+        f"{N} TCP_ZEROWINDOW drops in 10 s on {N} connections of slowreader (pid 99): data already sent was thrown "
+        "away because the receiving application does not read fast enough."
+    )

@@ -8,6 +8,8 @@ sock-rcvqueue-full, sock-exceed-buf-limit, udp-fail-queue). Windows come from si
 tcpdebug samples: ``rcv_wnd`` is what this host advertises, ``snd_wnd`` what the peer
 advertised.
 
+K5's drops are one finding per reason and reader (the local process; unattributed: the
+local address and port), its members the connections that lost data while it was open.
 A zero window held past ``zero_window_s`` is one finding per fix target (issue 34 item 1,
 groups.py): K5 per local process (tgid; unattributed: the local address and port), the
 reader that does not read; K13 per peer (address, port), the remote reader. Its members
@@ -31,7 +33,7 @@ from translators.records import (
 from ..book import MAX_MEMBER_CONNS, Subject
 from ..state import LruMap, Window, bounded_append
 from .base import Context, Rule, endpoint, flow_key, host_subject, who
-from .groups import callers, keep_subject
+from .groups import Groups, callers, keep_subject
 
 ENOMEM, ENOBUFS = 12, 105
 
@@ -150,6 +152,8 @@ class ReceiveBuffer(Rule):
         # local sockets by tuple: when both ends are traced (loopback, containers), the
         # sender's snd_wnd = 0 is this host's receiver advertising zero (anomalies.md K13)
         self.sockets: LruMap[tuple[object, ...], Record] = LruMap(ctx.max_flows)
+        self.groups = Groups(self.rule_id, ctx.book, ctx.max_keys)  # drops: per reason and reader
+        self.group_drops: LruMap[object, Window] = self.keys_map()
 
     def feed(self, rec: Record) -> None:
         if isinstance(rec, SkbDrop):
@@ -183,14 +187,28 @@ class ReceiveBuffer(Rule):
             why = "the out-of-order queue was trimmed for memory, so the peer must resend that data"
         else:
             why = "data already sent was thrown away because the receiving application does not read fast enough"
-        message = (
-            f"{n} {what} drop{'s' if n > 1 else ''} in {w:g} s on the connection "
-            f"{endpoint(getattr(rec, 'src', None), getattr(rec, 'sport', None))} -> "
-            f"{endpoint(getattr(rec, 'dst', None), getattr(rec, 'dport', None))} ({who(subject)}): {why}."
-        )
+        # the receiving socket: a dropped packet's destination, a socket event's own (local first)
+        local = (subject.src, subject.sport) if isinstance(rec, SockEvent) else (subject.dst, subject.dport)
+        cond = what.lower().replace("_", "-")
+        target = self._reader(subject) if subject.tgid or subject.pid else ("local", subject.netns, *local)
+        g = self.groups.join(cond, target, subject, flow_key(rec), subject.conn_uuid, n, _reader_subject)
+        total = self.group_drops.get_or_create((rec.host_id, cond, target), lambda: Window(w))
+        total.add(rec.ts_wall)
+        if g.total == 1:
+            shown = keep_subject(self.subjects, (rec.host_id, cond, target), subject)
+            message = (
+                f"{n} {what} drop{'s' if n > 1 else ''} in {w:g} s on the connection "
+                f"{endpoint(getattr(rec, 'src', None), getattr(rec, 'sport', None))} -> "
+                f"{endpoint(getattr(rec, 'dst', None), getattr(rec, 'dport', None))} ({who(subject)}): {why}."
+            )
+        else:
+            shown = keep_subject(self.subjects, (rec.host_id, cond, target), g.subject)
+            n = int(total.total(rec.ts_wall))
+            message = f"{n} {what} drops in {w:g} s on {callers(shown, g.total)}: {why}."
         self.fire(
-            what.lower().replace("_", "-"), flow_key(rec), now=rec.ts_wall, severity=severity, subject=subject,
-            message=message, clear_after=2 * w, metric=float(n), evidence=d.evidence or (),
+            cond, target, now=rec.ts_wall, severity=severity, subject=shown, message=message,
+            clear_after=2 * w, metric=float(n), evidence=d.evidence or (), members=g.total,
+            member_conn_uuids=g.conns,
         )  # fmt: skip
 
     def _host_pressure(self, rec: Record, what: str) -> None:
@@ -249,6 +267,12 @@ class ReceiveBuffer(Rule):
                 f"{'is' if subject.comm else 'are'} not reading, so their senders are stalled."
             )
         fire_held(self, self.subjects, key, members, subject, message, now)
+
+
+def _reader_subject(s: Subject) -> Subject:
+    """A drop finding's subject: the reading process and the namespace, no socket."""
+    pid = s.tgid or s.pid
+    return Subject(host_id=s.host_id, boot_id=s.boot_id, pid=pid, tgid=pid, comm=s.comm, netns=s.netns, proto="tcp")
 
 
 class PeerZeroWindow(Rule):

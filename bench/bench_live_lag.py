@@ -4,8 +4,8 @@
 A real server (tests/daphne_server.py: `python -m webapp.serve`, daphne, its own SQLite
 data directory and in-memory channel layer) receives the pages-at-volume benchmark's
 record mix (siftr samples, skb events and drops, state changes, retransmissions) over
-HTTP, --batch records per POST at --rate records/s for --seconds, from one poster
-thread; each record's ts_wall is the moment its batch is made. A `websockets` client,
+HTTP, --batch records per POST at --rate records/s for --seconds, from --posters
+threads; each record's ts_wall is the moment its batch is made. A `websockets` client,
 logged in and subscribed to the host, reads and acknowledges every message; a record's
 lag is when its message arrived minus its ts_wall (ingest, storage, the push and the
 websocket included). Prints the rate reached, lag p50 / p95 / max and records missed.
@@ -31,19 +31,20 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 HOST = "live-host"
 
 
-def post_all(srv: Any, args: argparse.Namespace, posted: list[tuple[float, float]], stop: threading.Event) -> None:
+def post_all(srv: Any, args: argparse.Namespace, posted: list[tuple[float, float]], k: int) -> None:
+    """Poster k of args.posters: every args.posters-th batch, on schedule."""
     import bench_pages_at_volume as vol
     import requests
 
     from translators.records import to_json
 
-    period = args.batch / args.rate
+    period = args.batch / args.rate * args.posters
     session = requests.Session()
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {srv.token}"}
     start = time.time()
-    seq = 0
-    for n in range(int(args.seconds * args.rate / args.batch)):
-        due = start + n * period
+    for n in range(int(args.seconds * args.rate / args.batch / args.posters)):
+        seq = (n * args.posters + k) * args.batch
+        due = start + n * period + k * period / args.posters
         wait = due - time.time()
         if wait > 0:
             time.sleep(wait)
@@ -53,8 +54,6 @@ def post_all(srv: Any, args: argparse.Namespace, posted: list[tuple[float, float
         answer = session.post(f"{srv.url}/api/ingest", data=body, headers=headers, timeout=120)
         assert answer.status_code == 200, answer.text
         posted.append((now, time.time()))
-        seq += args.batch
-    stop.set()
 
 
 def _on(rec: Any) -> Any:
@@ -100,24 +99,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=10_000, help="records/s posted")
     parser.add_argument("--batch", type=int, default=1000, help="records per POST")
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--posters", type=int, default=4, help="threads posting, each its share of the batches")
     args = parser.parse_args(argv)
     from daphne_server import running_webapp
 
-    want = int(args.seconds * args.rate / args.batch) * args.batch
+    want = int(args.seconds * args.rate / args.batch / args.posters) * args.posters * args.batch
     lags: list[float] = []
     others: list[dict[str, Any]] = []
     posted: list[tuple[float, float]] = []
     with running_webapp({"NETTRAIL_LIVE_MAX_BUFFER": "200000"}, prefix="nettrail-live-lag-", host=HOST) as srv:
-        stop = threading.Event()
-        poster = threading.Thread(target=lambda: (ready.wait(60), post_all(srv, args, posted, stop)))
-        poster.start()
+        posters = [
+            threading.Thread(target=lambda k=k: (ready.wait(60), post_all(srv, args, posted, k)))
+            for k in range(args.posters)
+        ]
+        for poster in posters:
+            poster.start()
         load0 = os.getloadavg()[0]
         asyncio.run(read(srv, want, lags, others))
-        poster.join()
-    span = posted[-1][1] - posted[0][0] if posted else 0.0
+        for poster in posters:
+            poster.join()
+    span = max(b for _a, b in posted) - min(a for a, _b in posted) if posted else 0.0
     lags.sort()
     post_ms = sorted((b - a) * 1000 for a, b in posted)
-    print(f"live lag ({args.rate:,} records/s asked, {args.batch} per POST, {args.seconds:.0f} s; "
+    print(f"live lag ({args.rate:,} records/s asked, {args.batch} per POST, {args.posters} posters, {args.seconds:.0f} s; "
           f"load {load0:.1f} -> {os.getloadavg()[0]:.1f})")  # fmt: skip
     print(f"  posted {len(posted) * args.batch:,} records in {span:.1f} s: {len(posted) * args.batch / span:,.0f}/s; "
           f"POST p50 {statistics.median(post_ms):.0f} ms, p95 {post_ms[int(0.95 * (len(post_ms) - 1))]:.0f} ms")  # fmt: skip

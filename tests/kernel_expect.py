@@ -36,6 +36,9 @@ DROP_REASONS = RELEASE >= (5, 17)
 # kfree_skb passes rx_sk, the receiving socket, from 6.11 (6.12 does, 6.1 not): before, an
 # incoming segment's drop has no socket
 DROP_RX_SK = RELEASE >= (6, 11)
+# tcp_send_reset fires for a reset sent without a socket (a closed port's answer) from 6.10,
+# with its reason (6.12 does, 6.1 and 5.10 not)
+RESETS_WITHOUT_SOCKET = RELEASE >= (6, 10)
 # the object: bpf_rdonly_cast from 6.2, atomic fetch from 5.12 (collector/bpf/variants.py)
 OBJECT = (
     "nettrail.bpf.o"

@@ -92,8 +92,10 @@ def test_connecting_to_a_closed_port_gives_a_reset_received_in_syn_sent() -> Non
         client = socket.socket()
         assert client.connect_ex(("127.0.0.1", port)) == 111  # ECONNREFUSED
         cookie, lport = cookie_of(client), client.getsockname()[1]
-        records = cap.wait_for(lambda recs: {r.probe for r in recs} >= {"reset-received", "reset-sent"})
+        probes = {"reset-received", "reset-sent"} if kernel_expect.RESETS_WITHOUT_SOCKET else {"reset-received"}
+        cap.wait_for(lambda recs: {r.probe for r in recs} >= probes)
         client.close()
+        records = cap.settle(quiet=0.3)  # nothing more may come
 
     received = [r for r in records if r.probe == "reset-received"]
     assert len(received) == 1
@@ -101,7 +103,12 @@ def test_connecting_to_a_closed_port_gives_a_reset_received_in_syn_sent() -> Non
     assert (r.sender, r.state, r.sock_cookie, r.pid) == ("peer", "SYN_SENT", cookie, os.getpid())  # type: ignore[attr-defined]
     assert (r.src, r.sport, r.dst, r.dport) == ("127.0.0.1", lport, "127.0.0.1", port)
     sent = [r for r in records if r.probe == "reset-sent"]
-    assert len(sent) == 1  # the closed port's answer, sent without a socket
+    # the closed port's answer, sent without a socket: a record from 6.10, before said lost
+    assert cap.lost("tcp", "tcp_reset.no_socket") == (not kernel_expect.RESETS_WITHOUT_SOCKET)
+    if not kernel_expect.RESETS_WITHOUT_SOCKET:
+        assert sent == []
+        return
+    assert len(sent) == 1
     s = sent[0]
     assert (s.sender, s.reason, s.sock_cookie, s.active) == ("local", "NO_SOCKET", None, False)  # type: ignore[attr-defined]
     assert (s.src, s.sport, s.dst, s.dport) == ("127.0.0.1", port, "127.0.0.1", lport)

@@ -94,6 +94,13 @@ VARIANTS: dict[str, tuple[Variant, ...]] = {
             "tcp_send_reset",
             2,
             ("tcp", "tcp_reset.reason", "tracepoint tcp_send_reset passes no reset reason on this kernel"),
+            # the same 6.10 change made it fire without a socket too (5.10 and 6.1 in the matrix)
+            (
+                "tcp",
+                "tcp_reset.no_socket",
+                "tracepoint tcp_send_reset fires only for a socket's resets before Linux 6.10: a closed port's "
+                "answer (reset-sent without a socket) is not recorded",
+            ),
         ),
     ),
     "kfree_skb": (

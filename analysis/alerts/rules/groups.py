@@ -8,7 +8,7 @@ and the first ``MAX_MEMBER_CONNS`` connection ids, which the alert carries as
 Per-socket detail stays in the records of those connections.
 
 Keep in sync with book.py (members on Alert), the rules that use it (retrans.py,
-states.py) and docs/alerts.md ("Grouping").
+states.py, stuck_close.py, buffers.py, perf.py) and docs/alerts.md ("Grouping").
 """
 
 from __future__ import annotations

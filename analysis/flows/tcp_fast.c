@@ -265,3 +265,40 @@ int64_t nt_run(void *p, int64_t start, int64_t n, const int64_t *frame, const in
     }
     return n;
 }
+
+/* A conversation handed to C in one call: both flows' scalars (2 x NSCALAR), their unacked
+ * segments (n1 then n2 entries), both directions registered with their eligibility. */
+void nt_own(void *p, int64_t conv, int64_t i1, int64_t i2, const int64_t *v, const int64_t *segs, int64_t n1,
+            int64_t n2, int64_t a1, int64_t p1, int64_t a2, int64_t p2, int64_t d1, int64_t k1, int64_t d2,
+            int64_t k2) {
+    nt_t *h = p;
+    nt_flow_set(p, i1, v);
+    nt_flow_set(p, i2, v + NSCALAR);
+    flow_t *f1 = &h->flows[i1], *f2 = &h->flows[i2];
+    f1->start = f1->len = f2->start = f2->len = 0;
+    if (n1) nt_segs_set(p, i1, segs, n1);
+    if (n2) nt_segs_set(p, i2, segs + 5 * n1, n2);
+    nt_side_set(p, a1, p1, a2, p2, i1, i2, conv, d1, k1);
+    nt_side_set(p, a2, p2, a1, p1, i2, i1, conv, d2, k2);
+    h->conv_ts[conv] = -1;
+}
+
+/* ... and back: scalars into v (2 x NSCALAR), then the two segment counts; both directions
+ * unregistered; -> the conversation's last timestamp written here, or -1. */
+int64_t nt_pull(void *p, int64_t conv, int64_t i1, int64_t i2, int64_t *v, int64_t a1, int64_t p1, int64_t a2,
+                int64_t p2) {
+    nt_t *h = p;
+    nt_flow_get(p, i1, v);
+    nt_flow_get(p, i2, v + NSCALAR);
+    v[2 * NSCALAR] = h->flows[i1].len;
+    v[2 * NSCALAR + 1] = h->flows[i2].len;
+    nt_side_off(p, a1, p1, a2, p2);
+    nt_side_off(p, a2, p2, a1, p1);
+    return nt_conv_ts(p, conv);
+}
+
+/* both flows' unacked segments, flow i1's first */
+void nt_segs_get2(void *p, int64_t i1, int64_t i2, int64_t *out) {
+    nt_segs_get(p, i1, out);
+    nt_segs_get(p, i2, out + 5 * ((nt_t *)p)->flows[i1].len);
+}

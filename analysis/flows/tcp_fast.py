@@ -59,6 +59,10 @@ void nt_segs_set(void *, int64_t, const int64_t *, int64_t);
 void nt_side_set(void *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
 void nt_side_off(void *, int64_t, int64_t, int64_t, int64_t);
 int64_t nt_conv_ts(void *, int64_t);
+void nt_own(void *, int64_t, int64_t, int64_t, const int64_t *, const int64_t *, int64_t, int64_t, int64_t, int64_t,
+            int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+int64_t nt_pull(void *, int64_t, int64_t, int64_t, int64_t *, int64_t, int64_t, int64_t, int64_t);
+void nt_segs_get2(void *, int64_t, int64_t, int64_t *);
 int64_t nt_run(void *, int64_t, int64_t, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
                const int64_t *, const int64_t *, const int64_t *, const int64_t *, const int64_t *, const int64_t *,
                const int64_t *, const int64_t *, const int8_t *);
@@ -146,9 +150,10 @@ class FastPath:
     def __init__(self, tcp: TcpAnalyzer, ffi: Any, lib: Any) -> None:
         self.tcp, self.ffi, self.lib = tcp, ffi, lib
         self.h = ffi.gc(lib.nt_new(), lib.nt_free)
-        self.slots: dict[int, tuple[int, int]] = {}  # conv.stream -> C flow indexes (flow1, flow2)
+        # conv.stream -> C flow indexes (flow1, flow2) and C addresses (flow1, flow2)
+        self.slots: dict[int, tuple[int, int, int, int]] = {}
         self.owned: dict[int, Conv] = {}  # conversations whose state is in C now
-        self.buf = ffi.new("int64_t[]", len(FIELDS))
+        self.buf = ffi.new("int64_t[]", 2 * len(FIELDS) + 2)
         self.v6: dict[int, int] = {}
 
     @classmethod
@@ -167,49 +172,50 @@ class FastPath:
     # --- moving a conversation's state ---------------------------------------------
 
     def own(self, conv: Conv) -> None:
-        lib, h, buf = self.lib, self.h, self.buf
+        lib, ffi, tcp = self.lib, self.ffi, self.tcp
         slots = self.slots.get(conv.stream)
+        f1, f2 = conv.flow1, conv.flow2
         if slots is None:
-            slots = self.slots[conv.stream] = (lib.nt_flow_new(h), lib.nt_flow_new(h))
-        for flow, idx in zip((conv.flow1, conv.flow2), slots, strict=True):
-            buf[0 : len(FIELDS)] = _get_fields(flow)
-            lib.nt_flow_set(h, idx, buf)
-            segs = flow.segs
-            flat = self.ffi.new("int64_t[]", [v for s in segs for v in s]) if segs else self.ffi.NULL
-            lib.nt_segs_set(h, idx, flat, len(segs))
-        lib.nt_conv_ts(h, conv.stream)  # forget an old value
-        for flow, idx, other, oidx in (
-            (conv.flow1, slots[0], conv.flow2, slots[1]),
-            (conv.flow2, slots[1], conv.flow1, slots[0]),
-        ):
-            _c, _f, _r, ok_data, ok_ack = self.tcp._side(conv, flow.addr, flow.port)
-            lib.nt_side_set(
-                h, self.addr(conv, flow.addr), flow.port, self.addr(conv, other.addr), other.port, idx, oidx,
-                conv.stream, ok_data, ok_ack,
-            )  # fmt: skip
+            h = self.h
+            slots = self.slots[conv.stream] = (
+                lib.nt_flow_new(h),
+                lib.nt_flow_new(h),
+                self.addr(conv, f1.addr),
+                self.addr(conv, f2.addr),
+            )
+        i1, i2, a1, a2 = slots
+        buf = self.buf
+        buf[0 : 2 * len(FIELDS)] = _get_fields(f1) + _get_fields(f2)
+        s1, s2 = f1.segs, f2.segs
+        flat = ffi.new("int64_t[]", [v for s in s1 for v in s] + [v for s in s2 for v in s]) if s1 or s2 else ffi.NULL
+        side1, side2 = tcp._side(conv, f1.addr, f1.port), tcp._side(conv, f2.addr, f2.port)
+        lib.nt_own(
+            self.h, conv.stream, i1, i2, buf, flat, len(s1), len(s2), a1, f1.port, a2, f2.port,
+            side1[3], side1[4], side2[3], side2[4],
+        )  # fmt: skip
         self.owned[conv.stream] = conv
 
     def pull(self, conv: Conv) -> None:
-        lib, h, buf = self.lib, self.h, self.buf
-        slots = self.slots[conv.stream]
-        for flow, idx in zip((conv.flow1, conv.flow2), slots, strict=True):
-            lib.nt_flow_get(h, idx, buf)
-            _set_fields(flow, self.ffi.unpack(buf, len(FIELDS)))
-            n = lib.nt_segs_len(h, idx)
-            if n:
-                flat = self.ffi.new("int64_t[]", 5 * n)
-                lib.nt_segs_get(h, idx, flat)
-                vals = list(flat)
-                flow.segs = [vals[k : k + 5] for k in range(0, 5 * n, 5)]
-            else:
-                flow.segs = []
-        ts = lib.nt_conv_ts(h, conv.stream)
+        lib, ffi = self.lib, self.ffi
+        i1, i2, a1, a2 = self.slots[conv.stream]
+        f1, f2 = conv.flow1, conv.flow2
+        n = len(FIELDS)
+        ts = lib.nt_pull(self.h, conv.stream, i1, i2, self.buf, a1, f1.port, a2, f2.port)
+        vals = ffi.unpack(self.buf, 2 * n + 2)
+        _set_fields(f1, vals[:n])
+        _set_fields(f2, vals[n : 2 * n])
+        n1, n2 = vals[2 * n], vals[2 * n + 1]
+        if n1 or n2:
+            flat = ffi.new("int64_t[]", 5 * (n1 + n2))
+            lib.nt_segs_get2(self.h, i1, i2, flat)
+            segs = ffi.unpack(flat, 5 * (n1 + n2))
+            f1.segs = [segs[k : k + 5] for k in range(0, 5 * n1, 5)]
+            f2.segs = [segs[k : k + 5] for k in range(5 * n1, 5 * (n1 + n2), 5)]
+        else:
+            f1.segs = []
+            f2.segs = []
         if ts != -1:
             conv.last_ts = ts
-        f1, f2 = conv.flow1, conv.flow2
-        a1, a2 = self.addr(conv, f1.addr), self.addr(conv, f2.addr)
-        lib.nt_side_off(h, a1, f1.port, a2, f2.port)
-        lib.nt_side_off(h, a2, f2.port, a1, f1.port)
         del self.owned[conv.stream]
 
     def pull_all(self) -> None:

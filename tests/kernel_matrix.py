@@ -42,6 +42,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,17 +181,16 @@ class Kernel:
 
 # Debian 11's archive: its kernel's security updates are in bullseye-security.
 BULLSEYE = AptSuite("bullseye", (("debian", "bullseye"), ("debian-security", "bullseye-security")))
-# Debian 12's default kernel (what linux-image-amd64 points to) and its 6.12 backport.
-# Generic -amd64 images only: the -cloud ones have no 9p.
+# Debian 12's default kernel (what linux-image-amd64 points to), its 6.12 backport, and
+# Debian 11's kernel (what its linux-image-amd64 points to; Amazon Linux 2 and Cilium's
+# floor are 5.10 too). Generic -amd64 images only: the -cloud ones have no 9p.
 KERNELS = (
     Kernel("6.1", r"linux-image-6\.1\.0-\d+-amd64-unsigned", metapackage="linux-image-amd64"),
     Kernel("6.12", r"linux-image-6\.12\.\d+\+deb12-amd64-unsigned"),
-)
-# Booted when asked by name (NETTRAIL_MATRIX_KERNELS=5.10), not by default: Debian 11's
-# kernel (what its linux-image-amd64 points to), until every matrix test passes inside it.
-OPTIONAL_KERNELS = (
     Kernel("5.10", r"linux-image-5\.10\.0-\d+-amd64-unsigned", metapackage="linux-image-amd64", apt=BULLSEYE),
 )
+# Kernels booted only when asked by name (NETTRAIL_MATRIX_KERNELS=...): none today.
+OPTIONAL_KERNELS: tuple[Kernel, ...] = ()
 
 
 class HarnessError(RuntimeError):
@@ -603,28 +603,64 @@ def skip_reason() -> str | None:
     """Why this machine runs no guest (missing tools, or the person running asked so), or None."""
     why = missing_tools()
     if why is None and os.environ.get("NETTRAIL_KERNEL_MATRIX") == "0":
-        why = "NETTRAIL_KERNEL_MATRIX=0: the Debian 6.1 and 6.12 guests are not booted"
+        why = "NETTRAIL_KERNEL_MATRIX=0: the Debian 6.1, 6.12 and 5.10 guests are not booted"
     return why
 
 
-# One pytest session's guests (tests/test_kernel_matrix.py), booted once.
-_session_guests: dict[str, tuple[subprocess.Popen[str], Path, float]] = {}
-_session_runs: dict[str, GuestRun] = {}
+# One pytest session's guests (tests/test_kernel_matrix.py), run one after another by one
+# thread: each guest is a single-threaded QEMU, so one guest beside the host's own pytest
+# keeps both of this 2-core machine's CPUs busy without starving either (all guests at
+# once left the host tests and the guests' collectors a fraction of a CPU each).
+_session_lock = threading.Condition()
+_session_runs: dict[str, GuestRun | HarnessError] = {}
+_session_current: list[subprocess.Popen[str]] = []
+_session_thread: list[threading.Thread] = []
+_session_stopping = threading.Event()
 
 
-def session_guests() -> dict[str, tuple[subprocess.Popen[str], Path, float]]:
-    """Every selected guest, booted at the first call of a session."""
-    if not _session_guests:
-        _session_guests.update(start_all(selected(), prepare(), GUEST_NICE))
-    return _session_guests
+def _run_session_guests(kernels: tuple[Kernel, ...]) -> None:
+    try:
+        checkout = prepare()
+    except HarnessError as e:
+        with _session_lock:
+            _session_runs.update({k.name: e for k in kernels})
+            _session_lock.notify_all()
+        return
+    for kernel in kernels:
+        outcome: GuestRun | HarnessError
+        if _session_stopping.is_set():
+            outcome = HarnessError("the session stopped before this guest booted")
+        else:
+            try:
+                started = start(kernel, checkout, GUEST_NICE)
+                _session_current[:] = [started[0]]
+                outcome = finish(kernel, *started)
+            except HarnessError as e:
+                outcome = e
+            finally:
+                _session_current.clear()
+        with _session_lock:
+            _session_runs[kernel.name] = outcome
+            _session_lock.notify_all()
+
+
+def session_guests() -> None:
+    """Start the session's guests (every selected kernel, one after another) once."""
+    if not _session_thread:
+        thread = threading.Thread(target=_run_session_guests, args=(selected(),), name="kernel-matrix", daemon=True)
+        _session_thread.append(thread)
+        thread.start()
 
 
 def session_run(name: str) -> GuestRun:
     """What the guest of this kernel left (waits for it)."""
-    if name not in _session_runs:
-        kernel = next(k for k in KERNELS + OPTIONAL_KERNELS if k.name == name)
-        _session_runs[name] = finish(kernel, *session_guests()[name])
-    return _session_runs[name]
+    session_guests()
+    with _session_lock:
+        _session_lock.wait_for(lambda: name in _session_runs)
+        outcome = _session_runs[name]
+    if isinstance(outcome, HarnessError):
+        raise outcome
+    return outcome
 
 
 # Registered as a pytest plugin by tests/test_kernel_matrix.py (its pytest_plugins), so only
@@ -648,10 +684,7 @@ def pytest_collection_finish(session: Any) -> None:
         Path(listing).write_text("".join(line + "\n" for line in lines))
     if session.config.option.collectonly or not _matrix_items(session.items) or skip_reason() is not None:
         return
-    try:
-        session_guests()
-    except HarnessError:
-        pass  # the first matrix test starts them again and fails with this error
+    session_guests()  # a harness error is kept and raised by the first matrix test
 
 
 def pytest_runtest_logreport(report: Any) -> None:
@@ -667,9 +700,9 @@ def pytest_runtest_logreport(report: Any) -> None:
 
 def pytest_sessionfinish(session: Any) -> None:
     """No guest outlives its session (a run stopped early, -x, never waited for it)."""
-    for name, (proc, _, _) in list(_session_guests.items()):
-        if name not in _session_runs:
-            stop(proc)
+    _session_stopping.set()
+    for proc in list(_session_current):
+        stop(proc)
 
 
 def main(argv: list[str]) -> int:

@@ -1,13 +1,13 @@
 """The kernel matrix: the guests' kernel tests (every `matrix` test and the `kernel` tests of
-tests/kernel_matrix.py's GUEST_FILES), run inside Debian 12's 6.1 and 6.12 kernels booted
-under QEMU (tests/kernel_matrix.py), must pass there too.
+tests/kernel_matrix.py's GUEST_FILES), run inside Debian 12's 6.1 and 6.12 and Debian 11's 5.10
+kernels booted under QEMU (tests/kernel_matrix.py), must pass there too.
 
 Part of the README's test command (scripts/test, and so CI) whenever it runs as root with
 the matrix's tools installed (scripts/install-system, scripts/python-env test); otherwise
 skipped with the reason. Every failure inside a guest fails the test: there is no list of
 tolerated failures, and no test may skip inside a guest. The guests boot at once when the
 session's collection ends (this module registers tests/kernel_matrix.py as a plugin) and
-run beside the rest of the suite; these tests are moved to the session's end, and each
+run one after another beside the rest of the suite; these tests are moved to the session's end, and each
 waits for its kernel's guest and fails with the guest's failing tests and log tail. ``NETTRAIL_MATRIX_KERNELS=6.1`` limits the
 run, ``NETTRAIL_KERNEL_MATRIX=0`` skips it (a quick local run of the whole suite).
 """
@@ -27,7 +27,7 @@ SKIP = km.skip_reason()
 
 
 @pytest.mark.skipif(SKIP is not None, reason=str(SKIP))
-# the default kernels, and an optional one (Debian 11's 5.10) when NETTRAIL_MATRIX_KERNELS names it
+# the default kernels, and any optional one NETTRAIL_MATRIX_KERNELS names
 @pytest.mark.parametrize("name", [k.name for k in km.KERNELS] + [k.name for k in km.asked_optional()])
 def test_the_matrix_kernel_tests_pass_inside_debians_kernel(name: str) -> None:
     if name not in {k.name for k in km.selected()}:

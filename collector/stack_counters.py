@@ -59,9 +59,10 @@ STACK_COUNTERS: dict[str, tuple[str, ...]] = {
         "TCPReqQFullDrop",
     ),
     "Tcp": ("AttemptFails", "EstabResets", "InErrs", "OutRsts"),
+    "Ip": ("FragFails",),  # packets a hop could not forward for their size (DF set): K2 pmtu-black-hole
 }
 OVERFLOWS = ("TcpExt", "ListenOverflows")
-MIB_FILES = {"TcpExt": "netstat", "Tcp": "snmp"}  # group -> its file under /proc/.../net/
+MIB_FILES = {"TcpExt": "netstat", "Tcp": "snmp", "Ip": "snmp"}  # group -> its file under /proc/.../net/
 SELECTED = [(group, name) for group, names in STACK_COUNTERS.items() for name in names]
 INTERVAL_S = 1.0
 CPU_SHARE = 0.02  # the reads' own CPU at most, as siftr-poll's polls (collector/bpf/poll.py)

@@ -2,14 +2,15 @@
 between two veth pairs, the server's side with a smaller MTU: a sender's full-size segments
 with DF set are dropped at the router as PKT_TOO_BIG (ip_forward / ip6_forward). With
 `black_hole`, the router's ICMP "fragmentation needed" / "packet too big" never leaves it
-(an nftables table in the router, gone with its namespace), so the sender keeps sending
-full-size segments: a path-MTU black hole on one host. Sockets are made inside a namespace
+(an nftables table in the router, a counter on each rule, gone with its namespace), so the
+sender keeps sending full-size segments: a path-MTU black hole on one host. Sockets are made inside a namespace
 through `in_netns` (tests/veth_lab.py), so the test process never moves. Everything is
 deleted by name after."""
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import threading
@@ -59,6 +60,11 @@ class RouterLab:
                 total += sum(int(line.split()[1]) for line in text.splitlines() if line.startswith(key))
         return total
 
+    def icmp_dropped(self) -> int:
+        """Packets the black hole's nftables rules dropped (their counters: nft list table)."""
+        text = _in(self.router, "nft", "list", "table", "inet", "pmtu_hole")
+        return sum(int(n) for n in re.findall(r"counter packets (\d+)", text))
+
 
 @contextmanager
 def router_lab(small_mtu: int = 1280, black_hole: bool = True) -> Iterator[RouterLab]:
@@ -107,7 +113,7 @@ def router_lab(small_mtu: int = 1280, black_hole: bool = True) -> Iterator[Route
         if black_hole:
             rules = (
                 "table inet pmtu_hole {\n chain out {\n type filter hook output priority 0;\n"
-                " icmp type destination-unreachable drop\n icmpv6 type packet-too-big drop\n }\n}\n"
+                " icmp type destination-unreachable counter drop\n icmpv6 type packet-too-big counter drop\n }\n}\n"
             )
             _in(r, "nft", "-f", "-", stdin=rules)
         yield RouterLab(

@@ -35,7 +35,11 @@ def test_the_default_providers_cannot_see_drops():
         "K11": "no skb drops: provider skb or skb-lifecycle not chosen (--providers)",
         "K12": "no skb drops: provider skb or skb-lifecycle not chosen (--providers)",
     }
-    assert sorted(degraded) == ["K4", "K5", "K9"]
+    assert sorted(degraded) == ["K2", "K4", "K5", "K9"]
+    assert degraded["K2"] == (
+        "without path-MTU black holes (pmtu-black-hole) (packets too big for a forwarding hop's next link: provider "
+        "skb or skb-lifecycle not chosen (--providers))"
+    )
     assert degraded["K4"] == (
         "listen overflows from the stack counters instead (provider skb or skb-lifecycle not chosen (--providers))"
     )

@@ -65,6 +65,11 @@ RULE_INPUTS: dict[str, tuple[Input, ...]] = {
         RETRANSMITS,
         _one(TCP, "tcp_retransmit_synack", "SYN-ACK retransmissions", "the SYN-ACK retry share"),
         _one(TCP, "tcp_cong_state_set", "congestion-state changes", "Loss-state entries (RTO told by ca_state only)"),
+        Input(
+            "packets too big for a forwarding hop's next link",
+            (Source(DROPS, "kfree_skb", "PKT_TOO_BIG"),),
+            "path-MTU black holes (pmtu-black-hole)",
+        ),
     ),
     "K3": (RESETS, STATES),
     "K4": (

@@ -14,6 +14,7 @@ from .handshakes import ConnectFailures, ScanAndFlood
 from .health import CollectorLoss, CollectorOverhead
 from .listen_overflow import ListenOverflow
 from .perf import CwndCollapse, SrttSpike
+from .pmtu_blackhole import PathMtuBlackHole
 from .resets import ResetStorm
 from .retrans import RetransKind, RetransRatio
 from .states import HalfOpen
@@ -23,6 +24,7 @@ from .udp_drops import UdpDrops
 ALL_RULES: tuple[type[Rule], ...] = (
     RetransRatio,  # K1
     RetransKind,  # K2
+    PathMtuBlackHole,  # K2 pmtu-black-hole
     ResetStorm,  # K3
     ListenOverflow,  # K4
     ReceiveBuffer,  # K5

@@ -60,9 +60,10 @@ STACK_COUNTERS: dict[str, tuple[str, ...]] = {
     ),
     "Tcp": ("AttemptFails", "EstabResets", "InErrs", "OutRsts"),
     "Ip": ("FragFails",),  # packets a hop could not forward for their size (DF set): K2 pmtu-black-hole
+    "Ip6": ("FragFails",),  # the same for IPv6 (nstat's Ip6FragFails, one "name value" line in snmp6)
 }
 OVERFLOWS = ("TcpExt", "ListenOverflows")
-MIB_FILES = {"TcpExt": "netstat", "Tcp": "snmp", "Ip": "snmp"}  # group -> its file under /proc/.../net/
+MIB_FILES = {"TcpExt": "netstat", "Tcp": "snmp", "Ip": "snmp", "Ip6": "snmp6"}  # group -> its file under /proc/.../net/
 SELECTED = [(group, name) for group, names in STACK_COUNTERS.items() for name in names]
 INTERVAL_S = 1.0
 CPU_SHARE = 0.02  # the reads' own CPU at most, as siftr-poll's polls (collector/bpf/poll.py)
@@ -109,6 +110,18 @@ class SelectedParser:
                 vals = values.partition(":")[2].split()
                 for i, key in where:
                     out[key] = int(vals[i])
+
+    def parse6(self, text: str, out: Counts) -> None:
+        """/proc/net/snmp6: one "Ip6FragFails   N" line per counter (no header lines)."""
+        for group, name in self.wanted:
+            if group != "Ip6":
+                continue
+            word = f"{group}{name} "
+            at = text.find(word)
+            while at > 0 and text[at - 1] != "\n":  # only at a line's start
+                at = text.find(word, at + 1)
+            if at != -1:
+                out[(group, name)] = int(text[at:].split(None, 2)[1])
 
 
 class Gone(Exception):
@@ -251,6 +264,7 @@ class StackCounters:
                 if exc.errno in (errno.ENOENT, errno.ESRCH):
                     continue  # exited since the scan: the next process of the namespace
                 raise
+            self._read6(f"{self.proc}/{pid}/net/snmp6", out)
             if netns.netns_inode(f"{self.proc}/{pid}/ns/net") == ns.inode:
                 return out, pid
             # it left the namespace (or its pid was reused): the next one
@@ -263,9 +277,17 @@ class StackCounters:
                 out = {}
                 for part in ("netstat", "snmp"):
                     self.parser.parse(_read(f"/proc/thread-self/net/{part}"), out)
+                self._read6("/proc/thread-self/net/snmp6", out)
                 return out, None
         except FileNotFoundError as exc:
             raise Gone from exc
+
+    def _read6(self, path: str, out: Counts) -> None:
+        """IPv6's counters, when the kernel has IPv6 (no snmp6 without it: nothing to read)."""
+        try:
+            self.parser.parse6(_read(path), out)
+        except OSError:
+            pass  # no IPv6, or the process exited after its other files were read
 
     def _gone(self, inode: int, ns: netns.Netns | None) -> None:
         self.at_start.discard(inode)  # a namespace made later may get its inode number

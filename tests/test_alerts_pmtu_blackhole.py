@@ -5,6 +5,8 @@ On real sockets: test_alerts_pmtu_blackhole_kernel.py."""
 
 from __future__ import annotations
 
+import msgspec
+
 from tests.alert_streams import Flow, Stream, engine, feed_all, only
 from translators.records import Record, StackCounter
 
@@ -113,3 +115,29 @@ def test_fewer_drops_than_the_threshold_or_unrelated_icmp_drops_raise_nothing():
     recs = hole(s, f, 2, icmp=True) + [icmp_drop(s, other) for _ in range(5)]
     e = engine(**ENGINE)
     assert only(feed_all(e, recs) + e.finish(), "K2", "pmtu-black-hole") == []
+
+
+def test_an_ipv6_hop_names_ip6fragfails_and_packet_too_big():
+    s = Stream()
+    f = s.flow(src="fd00::1", dst="fd00:8::2", dport=443)
+    recs: list[Record] = []
+    for _ in range(3):
+        icmp = s.drop(
+            "NETFILTER_DROP", "fd00::9", 0, f.src, 0, l4="icmpv6", netns=HOP, drop_location="nft_do_chain+0x4"
+        )
+        recs.append(msgspec.structs.replace(icmp, ip_ver=6))
+        recs.append(msgspec.structs.replace(too_big(s, f), ip_ver=6))
+    recs.append(StackCounter(**s._env("linux", "stack-counter", netns=HOP), mib="Ip6", counter="FragFails", value=3,
+                             delta=3))  # fmt: skip
+    e = engine(**ENGINE)
+    last = only(feed_all(e, recs) + e.finish(), "K2", "pmtu-black-hole")[-1]
+    assert (last.severity, last.metric, last.members) == ("critical", 3.0, 1)
+    assert (
+        f"dropped 3 packets of 1500 bytes as PKT_TOO_BIG (larger than its next link's MTU, with Don't Fragment set); "
+        f"it counted 3 Ip6FragFails meanwhile (3 since it was created, as nstat -a reads them). Its ICMP errors "
+        f'("packet too big") never reached the sender fd00::1: 3 ICMP packets to it were dropped by a firewall, '
+        f"NETFILTER_DROP at nft_do_chain in network namespace {HOP} (3),"
+    ) in last.message
+    assert (
+        "1 connection to [fd00:8::2]:443 had no retransmit recorded (tcp provider); no smaller segment" in last.message
+    )

@@ -4,21 +4,27 @@ router namespace's IpFragFails (`nstat -az` there), the ICMP errors dropped = th
 rule's counter, the connection and its retransmits = the collector's records.
 
 tests/router_lab.py: client -- router -- server namespaces, the router's link to the server
-with MTU 1280 and an nftables rule in the router dropping its ICMP "fragmentation needed".
+with MTU 1280 and an nftables rule dropping its ICMP "fragmentation needed", in the router
+(its output) or in the client (its input).
 The client first sends 1,000 bytes (they fit and are acknowledged), then 20,000 that never
 pass. One `nettrail collect --providers tcp,siftr,skb --ppl 1 --alerts`, filtered to the
-client's address, runs around it; its own output is read back. About 15 s.
+client's address, runs around it; its own output is read back. IPv4 with the rule in the
+router or in the client, IPv6 with it in the router (Ip6FragFails). About 15 s each.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import threading
 import time
 from pathlib import Path
 
+import pytest
+
+from analysis.alerts.rules.base import endpoint
 from tests.alert_kernel_support import KERNEL_ALERTS, pick, split_alerts, stop
 from tests.collect_process import Collector
 from tests.router_lab import router_lab
@@ -35,25 +41,55 @@ def nstat(ns: str) -> dict[str, int]:
     return {line.split()[0]: int(line.split()[1]) for line in out.stdout.splitlines()[1:]}
 
 
+def in_ns(ns: str, *args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(["ip", "netns", "exec", ns, *args], input=stdin, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def client_firewall(ns: str) -> None:
+    """The ICMP errors dropped at the sender's own input instead (a host firewall), counted."""
+    rules = (
+        "table inet pmtu_in {\n chain in {\n type filter hook input priority 0;\n"
+        " icmp type destination-unreachable counter drop\n }\n}\n"
+    )
+    in_ns(ns, "nft", "-f", "-", stdin=rules)
+
+
+def client_dropped(ns: str) -> int:
+    return sum(
+        int(n) for n in re.findall(r"counter packets (\d+)", in_ns(ns, "nft", "list", "table", "inet", "pmtu_in"))
+    )
+
+
+@pytest.mark.parametrize(
+    ("firewall", "family"),
+    [("router", socket.AF_INET), ("client", socket.AF_INET), ("router", socket.AF_INET6)],
+    ids=["router-ipv4", "client-ipv4", "router-ipv6"],
+)
 def test_a_path_mtu_black_hole_is_one_finding_with_the_routers_ipfragfails_and_the_nft_counter(
-    tmp_path: Path,
+    tmp_path: Path, firewall: str, family: int
 ) -> None:
     rules, out = tmp_path / "rules.toml", tmp_path / "out.jsonl"
     rules.write_text(RULES)
-    with router_lab() as lab:
+    with router_lab(black_hole=firewall == "router") as lab:
+        if firewall == "client":
+            client_firewall(lab.client)
+        v6 = family == socket.AF_INET6
+        client_addr, server_addr = (lab.client_addr6, lab.server_addr6) if v6 else (lab.client_addr, lab.server_addr)
+        wall = os.stat(f"/run/netns/{lab.router if firewall == 'router' else lab.client}").st_ino
         col = Collector(
-            "--providers", "tcp,siftr,skb", "--ppl", "1", "--filter", f"addr={lab.client_addr}", "--alerts",
+            "--providers", "tcp,siftr,skb", "--ppl", "1", "--filter", f"addr={client_addr}", "--alerts",
             "--rules", str(rules), "--out", str(out),
         )  # fmt: skip
-        lst = lab.socket(lab.server)
-        lst.bind((lab.server_addr, 0))
+        lst = lab.socket(lab.server, family)
+        lst.bind((server_addr, 0))
         lst.listen()
         port = lst.getsockname()[1]
-        client = lab.socket(lab.client)
+        client = lab.socket(lab.client, family)
         try:
             col.wait_attached(timeout=120)
             time.sleep(1.5)  # the stack counters' baseline of the namespaces
-            client.connect((lab.server_addr, port))
+            client.connect((server_addr, port))
             server, _ = lst.accept()
             client.sendall(b"x" * FIRST)
             got = b""
@@ -66,21 +102,27 @@ def test_a_path_mtu_black_hole_is_one_finding_with_the_routers_ipfragfails_and_t
             local = client.getsockname()
             client.close()  # an abort: nothing more into the hole
             time.sleep(2.5)  # the router's counters read once more
-            counters, icmp_dropped = nstat(lab.router), lab.icmp_dropped()
+            counters = nstat(lab.router)
+            icmp_dropped = lab.icmp_dropped() if firewall == "router" else client_dropped(lab.client)
+            server.close()
         finally:
             code, _, err = stop(col, timeout=60)
             client.close()
             lst.close()
     assert code == 0, err
     records, alerts = split_alerts([from_json(line) for line in out.read_bytes().splitlines()])
-    frag_fails = counters["IpFragFails"]
+    mib = "Ip6" if v6 else "Ip"
+    frag_fails = counters[f"{mib}FragFails"]
+    headers = 72 if v6 else 52  # IP and TCP with timestamps
+    icmp_words = '"packet too big"' if v6 else '"fragmentation needed"'
+    where = endpoint(server_addr, port)
     drops = [r for r in records if isinstance(r, SkbDrop) and r.drop_reason_str == "PKT_TOO_BIG"]
     assert len(drops) == frag_fails >= 3
     assert icmp_dropped >= 1
     found = pick(alerts, "K2", "pmtu-black-hole")
     assert len(found) == 1  # one finding for the path
     a = found[0]
-    tuple_of = (lab.client_addr, local[1], lab.server_addr, port)
+    tuple_of = (client_addr, local[1], server_addr, port)
     retrans = [r for r in records if isinstance(r, TcpRetransmit) and (r.src, r.sport, r.dst, r.dport) == tuple_of]
     counted = sum(r.segs or 1 for r in retrans if r.tcp_payload_len and r.ts_wall >= drops[0].ts_wall)
     size = max(r.tcp_payload_len // (r.segs or 1) for r in retrans if r.tcp_payload_len)
@@ -91,19 +133,19 @@ def test_a_path_mtu_black_hole_is_one_finding_with_the_routers_ipfragfails_and_t
     assert (a.severity, a.metric, a.count, a.members, a.member_conn_uuids) == (
         "critical", float(frag_fails), frag_fails, 1, [conn]
     )  # fmt: skip
-    assert (a.src, a.dst, a.dport, a.netns) == (lab.client_addr, lab.server_addr, port, lab.router_inode)
-    assert small == 1500 and size == 1448
+    assert (a.src, a.dst, a.dport, a.netns) == (client_addr, server_addr, port, lab.router_inode)
+    assert small == 1500 and size == 1500 - headers
     assert a.message == (
-        f"Path-MTU black hole toward {lab.server_addr}: the forwarding hop in network namespace {lab.router_inode} "
+        f"Path-MTU black hole toward {server_addr}: the forwarding hop in network namespace {lab.router_inode} "
         f"({lab.router}) on this host dropped {frag_fails} packets of {sizes} bytes as PKT_TOO_BIG (larger than its "
-        f"next link's MTU, with Don't Fragment set); it counted {frag_fails} IpFragFails meanwhile ({frag_fails} "
-        f'since it was created, as nstat -a reads them). Its ICMP errors ("fragmentation needed") never reached the '
-        f"sender {lab.client_addr}: {icmp_dropped} ICMP packets to it were dropped by a firewall, NETFILTER_DROP at "
-        f"nft_do_chain in network namespace {lab.router_inode} ({icmp_dropped}), so the sender never learns the "
+        f"next link's MTU, with Don't Fragment set); it counted {frag_fails} {mib}FragFails meanwhile ({frag_fails} "
+        f"since it was created, as nstat -a reads them). Its ICMP errors ({icmp_words}) never reached the "
+        f"sender {client_addr}: {icmp_dropped} ICMP packets to it were dropped by a firewall, NETFILTER_DROP at "
+        f"nft_do_chain in network namespace {wall} ({icmp_dropped}), so the sender never learns the "
         f"smaller MTU and keeps sending full-size segments: a black hole. 1 connection of {comm} (pid {pid}) to "
-        f"{lab.server_addr}:{port} retransmitted {counted} segments of up to {size} bytes, while segments of up to "
+        f"{where} retransmitted {counted} segments of up to {size} bytes, while segments of up to "
         f"{FIRST} bytes got through. The next link's MTU is below 1500 bytes (the smallest packet dropped) and at "
-        f"least {FIRST + 52} ({FIRST} bytes that passed plus 52 of IP and TCP headers). Fix: let ICMP type 3 code 4 "
+        f"least {FIRST + headers} ({FIRST} bytes that passed plus {headers} of IP and TCP headers). Fix: let ICMP type 3 code 4 "
         f"(IPv6: type 2, packet too big) through, or clamp the TCP MSS at the hop (nft: tcp flags syn tcp option "
         f"maxseg size set rt mtu)."
     )

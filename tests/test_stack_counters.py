@@ -226,3 +226,13 @@ def test_the_selected_parser_reads_the_same_values_as_the_full_reader(fake):
         parser.parse(Path(p).read_text(), out)
     assert out == {k: every[k] for k in SELECTED if k in every}
     assert ("TcpExt", "EmbryonicRsts") not in out and out[("TcpExt", "ListenDrops")] == 4
+
+
+def test_ipv6_frag_fails_are_read_from_snmp6_lines_at_their_start_only():
+    out: dict[tuple[str, str], int] = {}
+    SelectedParser().parse6(
+        "Ip6InReceives 3\nXIp6FragFails 5\nIp6FragFails                    \t7\nIp6FragOKs 2\n", out
+    )
+    assert out == {("Ip6", "FragFails"): 7}
+    SelectedParser().parse6("Ip6FragFails 9\n", out)
+    assert out == {("Ip6", "FragFails"): 9}

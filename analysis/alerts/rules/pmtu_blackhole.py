@@ -12,8 +12,8 @@ Evidence, as the host sends it:
 - ``skb_drop`` NETFILTER_DROP of an ICMP / ICMPv6 packet addressed to a sender of those packets
   within ``window_s`` of one: the hop's ICMP error dropped by a firewall (the record carries no
   ICMP type; it is matched by its address and its time).
-- ``stack_counter`` Ip FragFails of the hop's namespace (collector/stack_counters.py): the
-  kernel's own count of packets it could not forward for their size.
+- ``stack_counter`` Ip / Ip6 FragFails of the hop's namespace (collector/stack_counters.py):
+  the kernel's own count of packets it could not forward for their size.
 - ``tcp_retransmit`` of the senders' connections (matched by tuple: members, segment sizes),
   and ``siftr_sample`` out/in pairs for the largest segment the peer acknowledged (the size
   that passes), when the siftr provider runs.
@@ -35,7 +35,7 @@ from .connect_causes import drop_place
 
 TOO_BIG = "PKT_TOO_BIG"
 ICMP = frozenset({"icmp", "icmpv6"})
-FRAG_FAILS = ("Ip", "FragFails")
+FRAG_FAILS = {4: "Ip", 6: "Ip6"}  # the hop's FragFails counter per IP version (its mib)
 PAIR_S = 1.0  # an ICMP error's drop and the drop of the packet it answers: this close in time
 MAX_OUT = 32  # outgoing segments remembered per connection until acknowledged
 Tuple = tuple[str, str | None, int | None, str | None, int | None]
@@ -61,6 +61,7 @@ class _Path:
     dst: str | None
     sender: str | None
     first: float
+    ip_ver: int = 4
     last: float = 0.0
     too_big: int = 0
     sizes: tuple[int, int] = (0, 0)  # smallest and largest IP size of the dropped packets
@@ -84,7 +85,7 @@ class PathMtuBlackHole(Rule):
         self.paths: LruMap[tuple[object, ...], _Path] = self.keys_map()
         self.senders: LruMap[tuple[str, str], tuple[object, ...]] = self.keys_map()  # sender address -> path
         # (host, netns) -> the hop's latest FragFails, and its name
-        self.frag: LruMap[tuple[str, int | None], int] = self.keys_map()
+        self.frag: LruMap[tuple[str, int | None, str], int] = self.keys_map()
         self.names: LruMap[tuple[str, int | None], str] = self.keys_map()
         self.icmp_waiting: LruMap[tuple[str, str], list[SkbDrop]] = self.keys_map()
 
@@ -97,8 +98,8 @@ class PathMtuBlackHole(Rule):
             elif rec.drop_reason_str == "NETFILTER_DROP" and rec.l4_proto in ICMP and rec.dst:
                 self._icmp_dropped(rec)
         elif isinstance(rec, StackCounter):
-            if (rec.mib, rec.counter) == FRAG_FAILS:
-                self.frag.put((rec.host_id, rec.netns), rec.value)
+            if rec.counter == "FragFails" and rec.mib in ("Ip", "Ip6"):
+                self.frag.put((rec.host_id, rec.netns, rec.mib), rec.value)
                 if rec.netns_name:
                     self.names.put((rec.host_id, rec.netns), rec.netns_name)
                 self._refire_hop(rec)
@@ -172,9 +173,9 @@ class PathMtuBlackHole(Rule):
         path = self.paths.get(key)
         t = rec.ts_wall
         if path is None or (t - path.last > 2 * self.window and not self._open(key)):
-            path = _Path(rec.netns, rec.dst, rec.src, t)
+            path = _Path(rec.netns, rec.dst, rec.src, t, ip_ver=rec.ip_ver or 4)
             self.paths.put(key, path)
-            path.frag_before = self.frag.peek((rec.host_id, rec.netns))
+            path.frag_before = self.frag.peek((rec.host_id, rec.netns, FRAG_FAILS[path.ip_ver]))
         path.last = t
         path.too_big += 1
         size = rec.len or 0
@@ -264,10 +265,13 @@ class PathMtuBlackHole(Rule):
             f"Path-MTU black hole toward {path.dst}: the forwarding hop in {hop} on this host dropped {path.too_big} "
             f"packets of {sizes} bytes as PKT_TOO_BIG (larger than its next link's MTU, with Don't Fragment set)"
         )
-        value = self.frag.peek((host, path.hop_netns))
+        mib = FRAG_FAILS[path.ip_ver]
+        value = self.frag.peek((host, path.hop_netns, mib))
         if value is not None:
             since = value - (path.frag_before or 0)
-            out += f"; it counted {since} IpFragFails meanwhile ({value} since it was created, as nstat -a reads them)"
+            out += (
+                f"; it counted {since} {mib}FragFails meanwhile ({value} since it was created, as nstat -a reads them)"
+            )
         out += ". " + self._icmp_sentence(path, conns)
         out += " " + self._conns_sentence(path, conns, subject)
         out += " " + self._mtu_sentence(path, conns)
@@ -280,10 +284,11 @@ class PathMtuBlackHole(Rule):
     def _icmp_sentence(path: _Path, conns: list[_Conn]) -> str:
         sender = path.sender or "the sender"
         icmp = sum(path.icmp.values())
+        what = '"packet too big"' if path.ip_ver == 6 else '"fragmentation needed"'
         if icmp:
             places = ", ".join(f"{w} ({n})" for w, n in sorted(path.icmp.items()))
             return (
-                f'Its ICMP errors ("fragmentation needed") never reached the sender {sender}: {icmp} ICMP packets to '
+                f"Its ICMP errors ({what}) never reached the sender {sender}: {icmp} ICMP packets to "
                 f"it were dropped by a firewall, {places}, so the sender never learns the smaller MTU and keeps "
                 f"sending full-size segments: a black hole."
             )
@@ -294,7 +299,7 @@ class PathMtuBlackHole(Rule):
                 f"{min(c.smallest_retrans for c in shrunk)} bytes afterwards (the smaller MTU was learnt)."
             )
         return (
-            f'No drop of its ICMP errors ("fragmentation needed") was seen on this host: if {sender} keeps '
+            f"No drop of its ICMP errors ({what}) was seen on this host: if {sender} keeps "
             f"retransmitting full-size segments, they are lost or filtered on the way back."
         )
 
@@ -305,7 +310,8 @@ class PathMtuBlackHole(Rule):
         to = endpoint(path.dst, subject.dport) if subject.dport is not None else path.dst
         retrans = sum(c.retrans for c in conns)
         size = max((c.retrans_size for c in conns), default=0)
-        out = f"{n} connection{'s' if n != 1 else ''}{whose} to {to} retransmitted {retrans} segments"
+        out = f"{n} connection{'s' if n != 1 else ''}{whose} to {to} "
+        out += f"retransmitted {retrans} segments" if retrans else "had no retransmit recorded (tcp provider)"
         if size:
             out += f" of up to {size} bytes"
         passed = max((c.passed for c in conns), default=0)

@@ -141,3 +141,43 @@ def test_an_ipv6_hop_names_ip6fragfails_and_packet_too_big():
     assert (
         "1 connection to [fd00:8::2]:443 had no retransmit recorded (tcp provider); no smaller segment" in last.message
     )
+
+
+def beyond(s: Stream, f: Flow, acked: int, rounds: int) -> list[Record]:
+    """No hop of this host drops anything: one segment of `acked` bytes is acknowledged, then
+    1448-byte segments are retransmitted `rounds` times."""
+    recs: list[Record] = [s.state(f, "SYN_SENT", "ESTABLISHED")]
+    recs += [s.siftr(f, "out", th_seq=1000, data_sz=acked), s.siftr(f, "in", th_ack=1000 + acked)]
+    for i in range(rounds):
+        s.advance(0.2 * 2**i)
+        recs.append(s.retrans(f, tcp_payload_len=1448, segs=1, state="ESTABLISHED", retrans_kind="rto"))
+    return recs
+
+
+def test_large_segments_retransmitted_while_smaller_ones_pass_are_a_suspected_hole_beyond_this_host():
+    s = Stream()
+    f = s.flow(dst="10.0.8.2", dport=443)
+    e = engine(**ENGINE)
+    got = only(feed_all(e, beyond(s, f, 1000, 4)) + e.finish(), "K2", "pmtu-black-hole")
+    assert {a.alert_id for a in got} == {got[0].alert_id}
+    last = got[-1]
+    assert (last.severity, last.metric, last.count, last.members, last.member_conn_uuids, last.dst, last.dport) == (
+        "warning", 4.0, 4, 1, [f.uuid], "10.0.8.2", 443
+    )  # fmt: skip
+    assert last.message == (
+        "Path-MTU black hole suspected toward 10.0.8.2: 1 connection of client (pid 4242) to 10.0.8.2:443 "
+        "retransmitted 4 segments of up to 1448 bytes and no segment that large was ever acknowledged, while "
+        "segments of up to 1000 bytes got through. No hop on this host dropped them: a router beyond it drops "
+        'packets larger than its next link\'s MTU and its ICMP "fragmentation needed" does not come back (filtered '
+        "on the way, or never sent). The path carries 1000 bytes of payload per segment but not 1448. Fix: let ICMP "
+        "type 3 code 4 (IPv6: type 2, packet too big) through, or clamp the TCP MSS (nft: tcp flags syn tcp option "
+        "maxseg size set rt mtu)."
+    )
+
+
+def test_ordinary_loss_of_full_size_segments_that_also_pass_is_no_hole():
+    s = Stream()
+    e = engine(**ENGINE)
+    lossy = beyond(s, s.flow(dst="10.0.8.2", dport=443), 1448, 6)  # full-size segments pass too
+    few = beyond(s, s.flow(dst="10.0.8.3", dport=443), 1000, 2)  # two retransmits: below the threshold
+    assert only(feed_all(e, lossy + few) + e.finish(), "K2", "pmtu-black-hole") == []

@@ -27,7 +27,7 @@ import pytest
 from analysis.alerts.rules.base import endpoint
 from tests.alert_kernel_support import KERNEL_ALERTS, pick, split_alerts, stop
 from tests.collect_process import Collector
-from tests.router_lab import router_lab
+from tests.router_lab import RouterLab, router_lab
 from translators.records import SkbDrop, TcpRetransmit, from_json
 
 pytestmark = KERNEL_ALERTS
@@ -61,6 +61,35 @@ def client_dropped(ns: str) -> int:
     )
 
 
+def hole_traffic(lab: RouterLab, family: int, server_addr: str) -> tuple[int, int]:
+    """The client sends FIRST bytes (they fit, the server reads them), then 20,000 that do not
+    fit, for 8 s (the first burst and about five timeouts' retransmits), then aborts.
+    Returns the client's and the server's ports."""
+    lst = lab.socket(lab.server, family)
+    client = lab.socket(lab.client, family)
+    try:
+        lst.bind((server_addr, 0))
+        lst.listen()
+        port = lst.getsockname()[1]
+        client.connect((server_addr, port))
+        server, _ = lst.accept()
+        client.sendall(b"x" * FIRST)
+        got = b""
+        while len(got) < FIRST:
+            got += server.recv(FIRST)
+        time.sleep(0.2)  # the acknowledgment is back
+        threading.Thread(target=lambda: client.sendall(b"y" * 20000), daemon=True).start()
+        time.sleep(8.0)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        sport = client.getsockname()[1]
+        client.close()  # an abort: nothing more into the hole
+        server.close()
+    finally:
+        client.close()
+        lst.close()
+    return sport, port
+
+
 @pytest.mark.parametrize(
     ("firewall", "family"),
     [("router", socket.AF_INET), ("client", socket.AF_INET), ("router", socket.AF_INET6)],
@@ -81,34 +110,15 @@ def test_a_path_mtu_black_hole_is_one_finding_with_the_routers_ipfragfails_and_t
             "--providers", "tcp,siftr,skb", "--ppl", "1", "--filter", f"addr={client_addr}", "--alerts",
             "--rules", str(rules), "--out", str(out),
         )  # fmt: skip
-        lst = lab.socket(lab.server, family)
-        lst.bind((server_addr, 0))
-        lst.listen()
-        port = lst.getsockname()[1]
-        client = lab.socket(lab.client, family)
         try:
             col.wait_attached(timeout=120)
             time.sleep(1.5)  # the stack counters' baseline of the namespaces
-            client.connect((server_addr, port))
-            server, _ = lst.accept()
-            client.sendall(b"x" * FIRST)
-            got = b""
-            while len(got) < FIRST:
-                got += server.recv(FIRST)
-            time.sleep(0.2)  # the acknowledgment is back
-            threading.Thread(target=lambda: client.sendall(b"y" * 20000), daemon=True).start()
-            time.sleep(8.0)  # the first burst and about five timeouts' retransmits into the hole
-            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-            local = client.getsockname()
-            client.close()  # an abort: nothing more into the hole
+            sport, port = hole_traffic(lab, family, server_addr)
             time.sleep(2.5)  # the router's counters read once more
             counters = nstat(lab.router)
             icmp_dropped = lab.icmp_dropped() if firewall == "router" else client_dropped(lab.client)
-            server.close()
         finally:
             code, _, err = stop(col, timeout=60)
-            client.close()
-            lst.close()
     assert code == 0, err
     records, alerts = split_alerts([from_json(line) for line in out.read_bytes().splitlines()])
     mib = "Ip6" if v6 else "Ip"
@@ -122,7 +132,7 @@ def test_a_path_mtu_black_hole_is_one_finding_with_the_routers_ipfragfails_and_t
     found = pick(alerts, "K2", "pmtu-black-hole")
     assert len(found) == 1  # one finding for the path
     a = found[0]
-    tuple_of = (client_addr, local[1], server_addr, port)
+    tuple_of = (client_addr, sport, server_addr, port)
     retrans = [r for r in records if isinstance(r, TcpRetransmit) and (r.src, r.sport, r.dst, r.dport) == tuple_of]
     counted = sum(r.segs or 1 for r in retrans if r.tcp_payload_len and r.ts_wall >= drops[0].ts_wall)
     size = max(r.tcp_payload_len // (r.segs or 1) for r in retrans if r.tcp_payload_len)
@@ -148,4 +158,50 @@ def test_a_path_mtu_black_hole_is_one_finding_with_the_routers_ipfragfails_and_t
         f"least {FIRST + headers} ({FIRST} bytes that passed plus {headers} of IP and TCP headers). Fix: let ICMP type 3 code 4 "
         f"(IPv6: type 2, packet too big) through, or clamp the TCP MSS at the hop (nft: tcp flags syn tcp option "
         f"maxseg size set rt mtu)."
+    )
+
+
+def test_a_hole_beyond_the_traced_namespace_is_suspected_from_the_sizes_retransmitted_and_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """The collector sees only the client's namespace (--filter netns=): the router's drops and
+    its ICMP errors are out of sight, as on a router beyond the host. The finding is told from
+    the client's retransmits of 1,448 bytes, never acknowledged, and its 1,000 bytes that were."""
+    rules, out = tmp_path / "rules.toml", tmp_path / "out.jsonl"
+    rules.write_text(RULES)
+    with router_lab() as lab:
+        client_ns = os.stat(f"/run/netns/{lab.client}").st_ino
+        col = Collector(
+            "--providers", "tcp,siftr,skb", "--ppl", "1", "--filter", f"netns={client_ns}", "--alerts",
+            "--rules", str(rules), "--out", str(out),
+        )  # fmt: skip
+        try:
+            col.wait_attached(timeout=120)
+            time.sleep(1.5)
+            sport, port = hole_traffic(lab, socket.AF_INET, lab.server_addr)
+            time.sleep(1.0)
+        finally:
+            code, _, err = stop(col, timeout=60)
+    assert code == 0, err
+    records, alerts = split_alerts([from_json(line) for line in out.read_bytes().splitlines()])
+    assert not [r for r in records if isinstance(r, SkbDrop) and r.drop_reason_str == "PKT_TOO_BIG"]
+    tuple_of = (lab.client_addr, sport, lab.server_addr, port)
+    retrans = [r for r in records if isinstance(r, TcpRetransmit) and (r.src, r.sport, r.dst, r.dport) == tuple_of]
+    big = sum(r.segs or 1 for r in retrans if r.tcp_payload_len and r.tcp_payload_len // (r.segs or 1) > FIRST)
+    assert big >= 3
+    found = pick(alerts, "K2", "pmtu-black-hole")
+    assert len(found) == 1
+    a = found[0]
+    comm, pid = Path("/proc/self/comm").read_text().strip(), os.getpid()
+    assert (a.severity, a.metric, a.count, a.members, a.member_conn_uuids, a.netns) == (
+        "warning", float(big), big, 1, [retrans[0].conn_uuid], client_ns
+    )  # fmt: skip
+    assert a.message == (
+        f"Path-MTU black hole suspected toward {lab.server_addr}: 1 connection of {comm} (pid {pid}) to "
+        f"{lab.server_addr}:{port} retransmitted {big} segments of up to 1448 bytes and no segment that large was "
+        f"ever acknowledged, while segments of up to {FIRST} bytes got through. No hop on this host dropped them: a "
+        f'router beyond it drops packets larger than its next link\'s MTU and its ICMP "fragmentation needed" does '
+        f"not come back (filtered on the way, or never sent). The path carries {FIRST} bytes of payload per segment "
+        f"but not 1448. Fix: let ICMP type 3 code 4 (IPv6: type 2, packet too big) through, or clamp the TCP MSS "
+        f"(nft: tcp flags syn tcp option maxseg size set rt mtu)."
     )

@@ -18,6 +18,11 @@ Evidence, as the host sends it:
   and ``siftr_sample`` out/in pairs for the largest segment the peer acknowledged (the size
   that passes), when the siftr provider runs.
 
+Beyond this host (no hop here dropped a connection's packets): a connection that retransmitted
+``pmtu_min_drops`` segments larger than any of its segments the peer acknowledged, while smaller
+ones were acknowledged, is a suspected black hole, one finding per destination address: key
+``("beyond", dst)``.
+
 Counts are of the finding's episode (since it opened; a finding closed for ``2 x window_s``
 starts afresh). Keep in sync with docs/alerts.md (K2), defaults.toml ([K2] pmtu_*).
 """
@@ -53,6 +58,8 @@ class _Conn:
     out: list[tuple[int, int]] = field(default_factory=list)  # (sequence after it, payload) unacknowledged
     path: tuple[object, ...] | None = None
     last_drop: float = float("-inf")
+    big: int = 0  # no hop here dropped it: segments retransmitted larger than any acknowledged
+    big_size: int = 0
 
 
 @dataclass(slots=True)
@@ -88,6 +95,7 @@ class PathMtuBlackHole(Rule):
         self.frag: LruMap[tuple[str, int | None, str], int] = self.keys_map()
         self.names: LruMap[tuple[str, int | None], str] = self.keys_map()
         self.icmp_waiting: LruMap[tuple[str, str], list[SkbDrop]] = self.keys_map()
+        self.beyond: LruMap[tuple[object, ...], dict[Tuple, None]] = self.keys_map()  # path -> its connections
 
     # --- feeding ----------------------------------------------------------------------------
 
@@ -141,6 +149,8 @@ class PathMtuBlackHole(Rule):
             for end, size in conn.out:
                 if (ack - end) & 0xFFFFFFFF < 0x80000000:
                     conn.passed = max(conn.passed, size)
+                    if conn.passed >= conn.big_size:
+                        conn.big = conn.big_size = 0  # a segment that large got through after all
                 else:
                     keep.append((end, size))
             conn.out = keep
@@ -153,6 +163,11 @@ class PathMtuBlackHole(Rule):
         size = rec.tcp_payload_len // segs
         if conn.path is None or not self._live(conn.path, rec.ts_wall):
             conn.retrans_size = max(conn.retrans_size, size)  # before any drop: remembered, not counted
+            if conn.path is None and conn.passed and size > conn.passed:
+                conn.big += segs
+                conn.big_size = max(conn.big_size, size)
+                if conn.big >= self.min_drops:
+                    self._beyond(conn, rec)
             return
         conn.retrans += segs
         conn.retrans_size = max(conn.retrans_size, size)
@@ -332,3 +347,40 @@ class PathMtuBlackHole(Rule):
         if passed and headers is not None:
             out += f" and at least {passed + headers} ({passed} bytes that passed plus {headers} of IP and TCP headers)"
         return out + "."
+
+    # --- a hole beyond this host (no hop here dropped the packets) ------------------------------
+
+    def _beyond(self, conn: _Conn, rec: TcpRetransmit) -> None:
+        key: tuple[object, ...] = (rec.host_id, "beyond", rec.dst)
+        tuples = self.beyond.get(key)
+        if tuples is None or not self._open(key):
+            tuples = {}
+            self.beyond.put(key, tuples)
+        tup = self._tuple(rec)
+        if tup not in tuples and len(tuples) < 4096:
+            tuples[tup] = None
+        conns = [c for c in (self.conns.peek(t) for t in tuples) if c is not None and c.big]
+        path = _Path(None, rec.dst, rec.src, rec.ts_wall, ip_ver=rec.ip_ver or 4)
+        path.conns = tuples
+        subject = self._subject(path, conns, rec)
+        subject.netns = conn.subject.netns
+        big = sum(c.big for c in conns)
+        size, passed = max(c.big_size for c in conns), max(c.passed for c in conns)
+        n = len(tuples)
+        whose = f" of {who(subject)}" if subject.comm else ""
+        to = endpoint(rec.dst, subject.dport) if subject.dport is not None else rec.dst
+        what = '"packet too big"' if path.ip_ver == 6 else '"fragmentation needed"'
+        message = (
+            f"Path-MTU black hole suspected toward {rec.dst}: {n} connection{'s' if n != 1 else ''}{whose} to {to} "
+            f"retransmitted {big} segments of up to {size} bytes and no segment that large was ever acknowledged, "
+            f"while segments of up to {passed} bytes got through. No hop on this host dropped them: a router beyond "
+            f"it drops packets larger than its next link's MTU and its ICMP {what} does not come back (filtered on "
+            f"the way, or never sent). The path carries {passed} bytes of payload per segment but not {size}. Fix: "
+            f"let ICMP type 3 code 4 (IPv6: type 2, packet too big) through, or clamp the TCP MSS (nft: tcp flags "
+            f"syn tcp option maxseg size set rt mtu)."
+        )
+        self.fire(
+            self.CONDITION, key, now=rec.ts_wall, severity="warning", subject=subject, message=message,
+            clear_after=2 * self.window, metric=float(big), evidence=(rec.seq,), bump=False, count=big,
+            members=n, member_conn_uuids=[c.subject.conn_uuid for c in conns if c.subject.conn_uuid][:MAX_MEMBER_CONNS],
+        )  # fmt: skip

@@ -118,7 +118,11 @@ def recorded(lab, tmp_path_factory):
 
 def test_time_wait_sockets_toward_one_destination_past_half_the_narrowed_port_range_raise_k10(recorded):
     recs, alerts, did, _ = recorded
-    entered = [r for r in recs if r.kind == "tcp_state" and r.state == "TIME_WAIT" and r.dport == traffic.TW_PORT]
+    # a client whose FIN the server acked before its own FIN came was handed to a FIN_WAIT_2
+    # timewait socket (ss: FIN-WAIT-2, then TIME-WAIT unseen when the FIN comes): its port
+    # is held all the same, so K10 counts it with those that entered TIME_WAIT
+    entered = [r for r in recs if r.kind == "tcp_state" and r.dport == traffic.TW_PORT
+               and (r.state == "TIME_WAIT" or r.timewait_state == "FIN_WAIT_2")]  # fmt: skip
     # all 280 as a rule. Under load, loopback may deliver segments out of order across
     # CPUs (a late ACK to a client already in TIME_WAIT draws a listener RST, seen): a
     # client reset before its TIME_WAIT closes without one. And the kernel may skip the
@@ -131,7 +135,7 @@ def test_time_wait_sockets_toward_one_destination_past_half_the_narrowed_port_ra
     reset = {r.sock_cookie for r in recs if r.kind == "tcp_reset" and r.sender == "peer" and r.sock_cookie in clients}
     waited = {r.sock_cookie for r in entered}
     n = len(entered)
-    assert len(clients) == traffic.TW_CONNECTS and all(r.inferred for r in entered)
+    assert len(clients) == traffic.TW_CONNECTS and all(r.inferred or r.state == "CLOSED" for r in entered)
     skipped = sum(r.lost for r in recs if r.kind == "loss_report" and r.event_type == "inet_sock_set_state runs")
     unseen = sorted(set(clients) - waited - reset)
     last_state = {c: [r for r in recs if r.kind == "tcp_state" and r.sock_cookie == c][-1] for c in unseen}
@@ -149,9 +153,10 @@ def test_time_wait_sockets_toward_one_destination_past_half_the_narrowed_port_ra
     assert (a.thresholds["ephemeral_ports"], a.thresholds["time_wait_share"]) == (500, 0.5)  # read inside B
     assert (a.metric, a.count) == (float(n), n - 250)  # fired from the 251st on
     assert a.evidence == [r.seq for r in entered[250:]]
-    assert f"{n} connections to 127.0.0.1:7210 entered TIME_WAIT" in a.message
+    assert f"{n} connections to 127.0.0.1:7210 entered TIME_WAIT (or a FIN_WAIT_2 timewait socket" in a.message
     assert "more than 50% of the 500-port ephemeral range" in a.message
-    clean = [r for r in recs if r.kind == "tcp_state" and r.state == "TIME_WAIT" and r.dport == traffic.TW_CLEAN_PORT]
+    clean = [r for r in recs if r.kind == "tcp_state" and r.dport == traffic.TW_CLEAN_PORT
+             and (r.state == "TIME_WAIT" or r.timewait_state == "FIN_WAIT_2")]  # fmt: skip
     assert 0 < len(clean) <= traffic.TW_CLEAN_CONNECTS < 250
 
 

@@ -145,7 +145,7 @@ WORDS = set(
     rate stack counters setting observed emitted ratio interval time percent events records findings
     stages from untraced stopped open poll agent children programs run member members
     partial path states born congestion changes after
-    peer closed backlog queue retransmit last reset resets wait
+    peer closed backlog queue retransmit last reset resets wait timewait
     """.split()
 )
 # Abbreviations kept because the kernel, FreeBSD, Zeek or tshark use them for the same data

@@ -40,8 +40,17 @@ class TcpStateChange(FlowRecord, tag="tcp_state", kw_only=True):
     linux_prev_state: Annotated[Int, doc("previous Linux enum tcp_state value")] = None
     linux_state: Annotated[Int, doc("new Linux enum tcp_state value")] = None
     inferred: Annotated[bool, doc("synthesized by nettrail, not reported by the kernel (TIME_WAIT)")] = False
+    timewait_state: Annotated[
+        Str,
+        doc(
+            "on an X -> CLOSED of a full socket handed to a timewait mini-socket that waits for the peer's FIN (an orphan whose FIN was acked): FIN_WAIT_2, as ss shows it; it moves to TIME_WAIT, unseen, when that FIN comes. The port stays held either way",
+            choices=("FIN_WAIT_2",),
+        ),
+    ] = None
     active: Annotated[Bool, doc("the connection was actively opened by this host")] = None
-    caused_by: Annotated[Str, doc("who caused the transition: local process or remote peer", choices=("local", "peer"))] = None
+    caused_by: Annotated[
+        Str, doc("who caused the transition: local process or remote peer", choices=("local", "peer"))
+    ] = None
 
 
 class TcpRetransmit(FlowRecord, tag="tcp_retransmit", kw_only=True):
@@ -54,14 +63,22 @@ class TcpRetransmit(FlowRecord, tag="tcp_retransmit", kw_only=True):
     tcp_flags: Annotated[Int, doc("flags of the retransmitted segment", hexa=True)] = None
     err: Annotated[Int, doc("result of the transmit (0 ok, negative errno)")] = None
     ca_state: Annotated[Str, doc("congestion state at the time", choices=CA_STATES, brief=True)] = None
-    retrans_kind: Annotated[Str, doc("timeout (RTO), fast, syn, synack, tlp or unknown", choices=("rto", "fast", "syn", "synack", "tlp", "unknown"))] = None
+    retrans_kind: Annotated[
+        Str,
+        doc(
+            "timeout (RTO), fast, syn, synack, tlp or unknown",
+            choices=("rto", "fast", "syn", "synack", "tlp", "unknown"),
+        ),
+    ] = None
     segs: Annotated[Int, doc("segments retransmitted (tcp_skb_pcount: what the kernel's TcpRetransSegs counts)")] = None
 
 
 class TcpReset(FlowRecord, tag="tcp_reset", kw_only=True):
     """tcp:::reset-sent (tcp_send_reset) / reset-received (tcp_receive_reset)."""
 
-    state: Annotated[Str, doc("state of the socket when the RST was sent or received", choices=TCP_STATES, brief=True)] = None
+    state: Annotated[
+        Str, doc("state of the socket when the RST was sent or received", choices=TCP_STATES, brief=True)
+    ] = None
     sender: Annotated[str, doc("who sent the RST: local host or remote peer", choices=("local", "peer"), brief=True)]
     reason: Annotated[Str, doc("kernel RST reason (enum sk_rst_reason name)", brief=True)] = None
     active: Annotated[Bool, doc("local active reset (no provoking segment), e.g. SO_LINGER 0")] = None
@@ -83,25 +100,66 @@ class TcpLifecycle(FlowRecord, tag="tcp_lifecycle", kw_only=True):
     later changes are records of their own). expand() (translators/tcp_lifecycle.py) gives the
     tcp_state, tcp_cong_state, connection and flow_counters records the socket streams without it."""
 
-    partial: Annotated[bool, doc("flushed while the socket lives (older than --fold-window, or more changes than the fold holds): what follows are records of their own", brief=True)] = False
-    state: Annotated[Str, doc("the socket's state at the record (at its end: the state it was destroyed in)", choices=TCP_STATES, brief=True)] = None
-    state_path: Annotated[str, doc("the states entered, in order, from prev_state (FreeBSD names, as reported by the kernel: no inferred TIME_WAIT)", brief=True)] = ""
+    partial: Annotated[
+        bool,
+        doc(
+            "flushed while the socket lives (older than --fold-window, or more changes than the fold holds): what follows are records of their own",
+            brief=True,
+        ),
+    ] = False
+    state: Annotated[
+        Str,
+        doc(
+            "the socket's state at the record (at its end: the state it was destroyed in)",
+            choices=TCP_STATES,
+            brief=True,
+        ),
+    ] = None
+    state_path: Annotated[
+        str,
+        doc(
+            "the states entered, in order, from prev_state (FreeBSD names, as reported by the kernel: no inferred TIME_WAIT)",
+            brief=True,
+        ),
+    ] = ""
     prev_state: Annotated[Str, doc("state before the first change folded (FreeBSD name)", choices=TCP_STATES)] = None
     linux_prev_state: Annotated[Int, doc("Linux enum tcp_state before the first change folded")] = None
-    linux_states: Annotated[list[int], doc("Linux enum tcp_state entered at each change, in order")] = msgspec.field(default_factory=list)
-    state_us: Annotated[list[int], doc("each change's time after born_ns (floored to the microsecond)", unit="us")] = msgspec.field(default_factory=list)
-    state_ctx: Annotated[list[str], doc("each change's execution context: task or softirq")] = msgspec.field(default_factory=list)
-    state_error: Annotated[list[bool], doc("sk_err was set at the change (an X -> CLOSE that is not a TIME_WAIT)")] = msgspec.field(default_factory=list)
-    state_peer_closed: Annotated[list[bool] | None, doc("the peer's FIN had come at the change (an X -> CLOSE into TIME_WAIT; without it a FIN_WAIT_2 timewait socket, as ss shows it); null: not recorded (before issue 34)")] = None
-    time_wait: Annotated[Bool, doc("its last change put the socket in TIME_WAIT (expand() gives X -> TIME_WAIT, inferred, then TIME_WAIT -> CLOSED): what the Overview's TIME_WAIT counts look for")] = None
+    linux_states: Annotated[list[int], doc("Linux enum tcp_state entered at each change, in order")] = msgspec.field(
+        default_factory=list
+    )
+    state_us: Annotated[list[int], doc("each change's time after born_ns (floored to the microsecond)", unit="us")] = (
+        msgspec.field(default_factory=list)
+    )
+    state_ctx: Annotated[list[str], doc("each change's execution context: task or softirq")] = msgspec.field(
+        default_factory=list
+    )
+    state_error: Annotated[list[bool], doc("sk_err was set at the change (an X -> CLOSE that is not a TIME_WAIT)")] = (
+        msgspec.field(default_factory=list)
+    )
+    state_peer_closed: Annotated[
+        list[bool] | None,
+        doc(
+            "the peer's FIN had come at the change (an X -> CLOSE into TIME_WAIT; without it a FIN_WAIT_2 timewait socket, as ss shows it); null: not recorded (before issue 34)"
+        ),
+    ] = None
+    time_wait: Annotated[
+        Bool,
+        doc(
+            "its last change put the socket in TIME_WAIT (expand() gives X -> TIME_WAIT, inferred, then TIME_WAIT -> CLOSED): what the Overview's TIME_WAIT counts look for"
+        ),
+    ] = None
     born_ns: Annotated[Int, doc("kernel time of the first change folded (CLOCK_MONOTONIC)", unit="ns")] = None
     congestion_changes: Annotated[int, doc("congestion-state changes folded")] = 0
     first_ca_state: Annotated[Str, doc("congestion state before the first change", choices=CA_STATES)] = None
     prev_ca_state: Annotated[Str, doc("congestion state before the last change", choices=CA_STATES)] = None
     ca_state: Annotated[Str, doc("congestion state after the last change", choices=CA_STATES)] = None
     congestion_us: Annotated[Int, doc("the last congestion change's time after born_ns", unit="us")] = None
-    congestion_ctx: Annotated[Str, doc("the last congestion change's execution context", choices=("task", "softirq", "unknown"))] = None
-    congestion_after: Annotated[Int, doc("state changes before the last congestion change (its place in the path)")] = None
+    congestion_ctx: Annotated[
+        Str, doc("the last congestion change's execution context", choices=("task", "softirq", "unknown"))
+    ] = None
+    congestion_after: Annotated[Int, doc("state changes before the last congestion change (its place in the path)")] = (
+        None
+    )
     snd_cwnd: Annotated[Int, doc("congestion window at the last congestion change", unit="bytes")] = None
     snd_ssthresh: Annotated[Int, doc("slow-start threshold at the last congestion change", unit="bytes")] = None
     start: Annotated[Float, doc("the socket's first sighting, seconds since the epoch", unit="s", fmt="%.6f")] = None
@@ -111,19 +169,38 @@ class TcpLifecycle(FlowRecord, tag="tcp_lifecycle", kw_only=True):
     segs_in: Annotated[Int, doc("segments received (tcp_sock.segs_in)")] = None
     segs_out: Annotated[Int, doc("segments sent (tcp_sock.segs_out)")] = None
     total_retrans: Annotated[Int, doc("segments retransmitted over the life (tcp_sock.total_retrans)")] = None
-    bytes_sent: Annotated[Int, doc("siftr: payload bytes sent, retransmissions included (null: siftr did not follow the socket)", unit="bytes")] = None
+    bytes_sent: Annotated[
+        Int,
+        doc(
+            "siftr: payload bytes sent, retransmissions included (null: siftr did not follow the socket)", unit="bytes"
+        ),
+    ] = None
     flow_samples: Annotated[Int, doc("siftr: sample records emitted for the socket")] = None
     flow_skbs: Annotated[Int, doc("siftr: buffers (or, siftr-poll alone, segments) the samples stand for")] = None
-    retransmits: Annotated[int, doc("retransmissions while folded (tcp_retransmit_skb; each is also a tcp_retransmit record)")] = 0
+    retransmits: Annotated[
+        int, doc("retransmissions while folded (tcp_retransmit_skb; each is also a tcp_retransmit record)")
+    ] = 0
     first_retransmit_us: Annotated[Int, doc("the first retransmission's time after born_ns", unit="us")] = None
     last_retransmit_us: Annotated[Int, doc("the last retransmission's time after born_ns", unit="us")] = None
     resets: Annotated[int, doc("resets sent or received while folded (each is also a tcp_reset record)")] = 0
-    reset_sender: Annotated[Str, doc("who sent the last reset: local (this socket) or peer", choices=("local", "peer"))] = None
+    reset_sender: Annotated[
+        Str, doc("who sent the last reset: local (this socket) or peer", choices=("local", "peer"))
+    ] = None
     reset_state: Annotated[Str, doc("the socket's state at the last reset (FreeBSD name)", choices=TCP_STATES)] = None
     reset_us: Annotated[Int, doc("the last reset's time after born_ns", unit="us")] = None
-    conn_state: Annotated[Str, doc("Zeek conn_state of the socket's connection, from the events the collector saw (at its end; as the connection record's)", choices=ZEEK_CONN_STATES)] = None
-    history: Annotated[Str, doc("Zeek history letters (upper case: originator; at its end, as the connection record's)")] = None
-    direction_guessed: Annotated[Bool, doc("the opening was not seen (a socket opened before tracing began): the originator is guessed")] = None
+    conn_state: Annotated[
+        Str,
+        doc(
+            "Zeek conn_state of the socket's connection, from the events the collector saw (at its end; as the connection record's)",
+            choices=ZEEK_CONN_STATES,
+        ),
+    ] = None
+    history: Annotated[
+        Str, doc("Zeek history letters (upper case: originator; at its end, as the connection record's)")
+    ] = None
+    direction_guessed: Annotated[
+        Bool, doc("the opening was not seen (a socket opened before tracing began): the originator is guessed")
+    ] = None
 
 
 class AnalysisCounts(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -162,15 +239,31 @@ class Finding(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     kind: Annotated[str, doc("what was found", choices=FINDING_KINDS, brief=True)]
     severity: Annotated[str, doc("info, notice, warning or critical (anomalies.md §1)", choices=SEVERITIES, brief=True)]
     message: Annotated[str, doc("the finding in plain words", brief=True)]
-    side: Annotated[Str, doc("the side concerned: who reset, stalled, retransmitted or was silent", choices=FINDING_SIDES)] = None
+    side: Annotated[
+        Str, doc("the side concerned: who reset, stalled, retransmitted or was silent", choices=FINDING_SIDES)
+    ] = None
     count: Annotated[Int, doc("how many: packets, episodes, retransmissions, SYNs or segments, by kind")] = None
     seconds: Annotated[Float, doc("time concerned: stalled time, time spent retrying a SYN", unit="s")] = None
-    ratio: Annotated[Float, doc("share: of the connection's life (zero window) or of the side's data segments (retransmissions)")] = None
-    data_bytes: Annotated[Int, doc("payload bytes concerned: exchanged before a reset, missing from the capture", unit="bytes")] = None
-    state: Annotated[Str, doc("where the connection was when it happened (resets)", choices=("handshake", "established", "closing", "closed"))] = None
+    ratio: Annotated[
+        Float, doc("share: of the connection's life (zero window) or of the side's data segments (retransmissions)")
+    ] = None
+    data_bytes: Annotated[
+        Int, doc("payload bytes concerned: exchanged before a reset, missing from the capture", unit="bytes")
+    ] = None
+    state: Annotated[
+        Str,
+        doc(
+            "where the connection was when it happened (resets)",
+            choices=("handshake", "established", "closing", "closed"),
+        ),
+    ] = None
     fast: Annotated[Int, doc("retransmissions after duplicate ACKs or SACKs (tcp.analysis.fast_retransmission)")] = None
-    timeout: Annotated[Int, doc("retransmissions after a timeout (RTO): the same data was last sent >= 200 ms before")] = None
-    spurious: Annotated[Int, doc("retransmissions of data the receiver had acknowledged (tcp.analysis.spurious_retransmission)")] = None
+    timeout: Annotated[
+        Int, doc("retransmissions after a timeout (RTO): the same data was last sent >= 200 ms before")
+    ] = None
+    spurious: Annotated[
+        Int, doc("retransmissions of data the receiver had acknowledged (tcp.analysis.spurious_retransmission)")
+    ] = None
     frame: Annotated[Int, doc("first frame showing it")] = None
     ts: Annotated[Float, doc("time of that frame, seconds since the epoch", unit="s")] = None
 
@@ -178,7 +271,15 @@ class Finding(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class Connection(Record, tag="connection", kw_only=True):
     """Connection summary (Zeek-like for captures; final counters at tcp_destroy_sock live)."""
 
-    proto: Annotated[str, doc("transport protocol: tcp, udp, udplite, icmp, icmp6, or the IP protocol of another transport (gre, sctp, ip-N)", choices=TRANSPORTS, key=True, brief=True)]
+    proto: Annotated[
+        str,
+        doc(
+            "transport protocol: tcp, udp, udplite, icmp, icmp6, or the IP protocol of another transport (gre, sctp, ip-N)",
+            choices=TRANSPORTS,
+            key=True,
+            brief=True,
+        ),
+    ]
     ip_ver: Annotated[Int, doc("IP version, 4 or 6")] = None
     src: Annotated[Str, doc("originator address (local side for live data)", key=True, brief=True, index=True)] = None
     sport: Annotated[Int, doc("originator port", key=True, brief=True, index=True)] = None
@@ -196,7 +297,12 @@ class Connection(Record, tag="connection", kw_only=True):
     wire_bytes_resp: Annotated[Int, doc("IP bytes from the responder", unit="bytes")] = None
     conn_state: Annotated[Str, doc("Zeek conn_state", choices=ZEEK_CONN_STATES, brief=True)] = None
     history: Annotated[Str, doc("Zeek history letters (upper case: originator)", brief=True)] = None
-    direction_guessed: Annotated[Bool, doc("the opening was not seen (no SYN in a capture; a live socket opened before tracing began): the originator is guessed")] = None
+    direction_guessed: Annotated[
+        Bool,
+        doc(
+            "the opening was not seen (no SYN in a capture; a live socket opened before tracing began): the originator is guessed"
+        ),
+    ] = None
     stream: Annotated[Int, doc("connection index in the capture (like tcp.stream / udp.stream)")] = None
     state: Annotated[Str, doc("last TCP state (live)", choices=TCP_STATES)] = None
     handshake_rtt_us: Annotated[Int, doc("SYN to the handshake's final ACK (iRTT)", unit="us")] = None
@@ -208,7 +314,9 @@ class Connection(Record, tag="connection", kw_only=True):
     rtt_resp_max_us: Annotated[Int, doc("maximum ACK RTT of responder data", unit="us")] = None
     retrans_bytes: Annotated[Int, doc("payload bytes retransmitted (both directions)", unit="bytes")] = None
     missed_bytes: Annotated[Int, doc("bytes known missing from gaps", unit="bytes")] = None
-    completeness: Annotated[Int, doc("Wireshark conversation completeness: SYN 1, SYN-ACK 2, ACK 4, DATA 8, FIN 16, RST 32")] = None
+    completeness: Annotated[
+        Int, doc("Wireshark conversation completeness: SYN 1, SYN-ACK 2, ACK 4, DATA 8, FIN 16, RST 32")
+    ] = None
     bytes_acked: Annotated[Int, doc("bytes acknowledged by the peer (tcp_sock.bytes_acked)", unit="bytes")] = None
     bytes_received: Annotated[Int, doc("bytes received in order (tcp_sock.bytes_received)", unit="bytes")] = None
     segs_in: Annotated[Int, doc("segments received (tcp_sock.segs_in)")] = None
@@ -216,9 +324,13 @@ class Connection(Record, tag="connection", kw_only=True):
     total_retrans: Annotated[Int, doc("segments retransmitted over the life (tcp_sock.total_retrans)")] = None
     lifetime_ns: Annotated[Int, doc("socket lifetime from first sighting to destruction", unit="ns")] = None
     analysis: Annotated[AnalysisCounts | None, doc("packets per tcp.analysis flag (tshark filter counts)")] = None
-    icmp_error: Annotated[Str, doc("last ICMP destination-unreachable error quoting this flow, e.g. port-unreachable")] = None
+    icmp_error: Annotated[
+        Str, doc("last ICMP destination-unreachable error quoting this flow, e.g. port-unreachable")
+    ] = None
     icmp_errors: Annotated[Int, doc("ICMP destination-unreachable messages quoting this flow")] = None
-    findings: Annotated[list[Finding] | None, doc("what went wrong, worst first (captures; docs/analyze.md Findings)", brief=True)] = None
+    findings: Annotated[
+        list[Finding] | None, doc("what went wrong, worst first (captures; docs/analyze.md Findings)", brief=True)
+    ] = None
 
 
 # --- siftr and tcp debug ---------------------------------------------------------------
@@ -230,7 +342,11 @@ class SiftrSample(FlowRecord, tag="siftr_sample", kw_only=True):
 
     direction: Annotated[
         str,
-        doc("packet direction: in or out; poll: siftr-poll's periodic sample, no packet", choices=("in", "out", "poll"), brief=True),
+        doc(
+            "packet direction: in or out; poll: siftr-poll's periodic sample, no packet",
+            choices=("in", "out", "poll"),
+            brief=True,
+        ),
     ]
     snd_cwnd: Annotated[Int, doc("congestion window", unit="bytes", brief=True)] = None
     snd_ssthresh: Annotated[Int, doc("slow-start threshold", unit="bytes")] = None
@@ -270,7 +386,9 @@ class SiftrSample(FlowRecord, tag="siftr_sample", kw_only=True):
 class TcpDebugSnapshot(FlowRecord, tag="tcpdebug_snapshot", kw_only=True):
     """tcp:::debug-input/output/user/drop: a full control-block snapshot (providers.md 5)."""
 
-    direction: Annotated[str, doc("TA_* point: input, output, user, respond or drop", choices=DEBUG_DIRECTIONS, brief=True)]
+    direction: Annotated[
+        str, doc("TA_* point: input, output, user, respond or drop", choices=DEBUG_DIRECTIONS, brief=True)
+    ]
     prureq: Annotated[Int, doc("PRU_* user request code (debug-user only)")] = None
     prureq_str: Annotated[Str, doc("PRU_* user request name", choices=PRU_REQUESTS, brief=True)] = None
     state: Annotated[Str, doc("TCP state", choices=TCP_STATES, brief=True)] = None
@@ -304,5 +422,7 @@ class TcpDebugSnapshot(FlowRecord, tag="tcpdebug_snapshot", kw_only=True):
     tcp_ack: Annotated[Int, doc("segment acknowledgment number")] = None
     tcp_flags: Annotated[Int, doc("segment flags", hexa=True)] = None
     tcp_window: Annotated[Int, doc("segment raw window")] = None
-    tcp_payload_len: Annotated[Int, doc("segment payload; debug-user SEND/RCVD: the bytes the call moved (0 on an error)", unit="bytes")] = None
+    tcp_payload_len: Annotated[
+        Int, doc("segment payload; debug-user SEND/RCVD: the bytes the call moved (0 on an error)", unit="bytes")
+    ] = None
     drop_reason: Annotated[Str, doc("kernel drop reason (debug-drop)")] = None

@@ -73,6 +73,7 @@ def state_records(
     active = True if (old, new) == (CLOSE, SYN_SENT) else False if (old, new) == (LISTEN, SYN_RECV) else None
     if into_time_wait(old, new, sk_err, fin):
         return _time_wait(base, old, caused, env)
+    fin_wait2_timewait = new == CLOSE and old in (FIN_WAIT1, FIN_WAIT2) and sk_err == 0 and fin is False
     return [
         make(
             TcpStateChange,
@@ -84,6 +85,7 @@ def state_records(
                 linux_state=new,
                 active=active,
                 caused_by=caused,
+                timewait_state="FIN_WAIT_2" if fin_wait2_timewait else None,
             ),
             env,
         )

@@ -70,8 +70,8 @@ class StuckClose(Rule):
                     peer = self._peer(entry.subject)
                     fin = self.fin_wait_groups.setdefault(peer, _Group(entry.subject, OrderedDict()))
                     fin.sockets[key] = entry
-            elif rec.state == "TIME_WAIT":
-                self._time_wait(rec)
+            elif rec.state == "TIME_WAIT" or rec.timewait_state == "FIN_WAIT_2":
+                self._time_wait(rec)  # a FIN_WAIT_2 timewait socket holds its port as long
         elif isinstance(rec, Connection) and rec.source == "kernel":
             self.states.forget(rec)
 
@@ -144,7 +144,8 @@ class StuckClose(Rule):
             host_id=rec.host_id, boot_id=rec.boot_id, netns=rec.netns, proto="tcp", dst=rec.dst, dport=rec.dport
         )
         message = (
-            f"{int(n)} connections to {endpoint(rec.dst, rec.dport)} entered TIME_WAIT in the last {span:g} s, more "
+            f"{int(n)} connections to {endpoint(rec.dst, rec.dport)} entered TIME_WAIT (or a FIN_WAIT_2 timewait "
+            f"socket waiting for the peer's FIN) in the last {span:g} s, more "
             f"than {self.num('time_wait_share'):.0%} of the {self.ephemeral_ports}-port ephemeral range: new "
             f"connections to it will soon fail to find a free local port."
         )

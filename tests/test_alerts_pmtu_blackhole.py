@@ -47,12 +47,17 @@ def test_a_hop_dropping_its_icmp_errors_is_one_critical_black_hole_finding_with_
     f = s.flow(dst="10.0.8.2", dport=443)
     recs = hole(s, f, 5, icmp=True, small=536) + [frag_fails(s, 5, 5)]
     e = engine(**ENGINE)
-    got = only(feed_all(e, recs) + e.finish(), "K2", "pmtu-black-hole")
+    alerts = feed_all(e, recs) + e.finish()
+    got = only(alerts, "K2", "pmtu-black-hole")
     assert {a.alert_id for a in got} == {got[0].alert_id}
     last = got[-1]
     assert (last.severity, last.metric, last.count, last.members, last.member_conn_uuids) == (
         "critical", 5.0, 5, 1, [f.uuid]
     )  # fmt: skip
+    # the connection's timeouts name the black hole as their likely cause
+    assert only(alerts, "K2", "rto")[-1].message.endswith(
+        " The likely cause: a path-MTU black hole on the way to 10.0.8.2 (its K2 pmtu-black-hole finding)."
+    )
     assert (last.src, last.dst, last.dport, last.netns, last.tgid, last.comm) == (
         f.src, "10.0.8.2", 443, HOP, 4242, "client"
     )  # fmt: skip
@@ -180,4 +185,6 @@ def test_ordinary_loss_of_full_size_segments_that_also_pass_is_no_hole():
     e = engine(**ENGINE)
     lossy = beyond(s, s.flow(dst="10.0.8.2", dport=443), 1448, 6)  # full-size segments pass too
     few = beyond(s, s.flow(dst="10.0.8.3", dport=443), 1000, 2)  # two retransmits: below the threshold
-    assert only(feed_all(e, lossy + few) + e.finish(), "K2", "pmtu-black-hole") == []
+    alerts = feed_all(e, lossy + few) + e.finish()
+    assert only(alerts, "K2", "pmtu-black-hole") == []
+    assert "path-MTU" not in only(alerts, "K2", "rto")[-1].message

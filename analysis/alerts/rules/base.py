@@ -142,6 +142,16 @@ class Context:
     max_flows: int
     max_keys: int
     sampling: Sampling = field(default_factory=lambda: Sampling(16384))
+    # (host, destination address) -> the key of its K2 pmtu-black-hole finding (pmtu_blackhole.py),
+    # so K2's rto finding toward it can name the black hole as the likely cause
+    pmtu: LruMap[tuple[str, str | None], tuple[object, ...]] = field(default_factory=lambda: LruMap(16384))
+
+    def pmtu_cause(self, host: str, dst: str | None) -> str:
+        """ " The likely cause: ..." when a path-MTU black hole finding toward dst is open, else ""."""
+        key = self.pmtu.peek((host, dst))
+        if key is None or not self.book.is_open("K2", "pmtu-black-hole", host, key):
+            return ""
+        return f" The likely cause: a path-MTU black hole on the way to {dst} (its K2 pmtu-black-hole finding)."
 
     def owner(self, rec: Record, proto: str | None = "tcp") -> Subject:
         """Subject of a record, with the owner learnt from earlier records of the flow."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from translators.records import Record, SiftrSample, SkbDrop, StackCounter, TcpRetransmit, TcpStateChange
+from translators.records import FlowRecord, Record, SiftrSample, SkbDrop, StackCounter, TcpRetransmit, TcpStateChange
 
 from ..book import MAX_MEMBER_CONNS, Subject
 from ..state import LruMap, bounded_append
@@ -119,11 +119,11 @@ class PathMtuBlackHole(Rule):
         elif isinstance(rec, SiftrSample):
             self._sample(rec)
 
-    def _tuple(self, rec: Record) -> Tuple:
-        src, sport, dst, dport = (getattr(rec, k, None) for k in ("src", "sport", "dst", "dport"))
-        return (rec.host_id, src, sport, dst, dport)
+    @staticmethod
+    def _tuple(rec: FlowRecord) -> Tuple:
+        return (rec.host_id, rec.src, rec.sport, rec.dst, rec.dport)
 
-    def _conn(self, rec: Record) -> _Conn:
+    def _conn(self, rec: FlowRecord) -> _Conn:
         tup = self._tuple(rec)
         conn = self.conns.get(tup)
         if conn is None:
@@ -245,6 +245,7 @@ class PathMtuBlackHole(Rule):
     def _fire(self, key: tuple[object, ...], path: _Path, rec: Record) -> None:
         conns = [c for c in (self.conns.peek(t) for t in path.conns) if c is not None]
         subject = self._subject(path, conns, rec)
+        self.ctx.pmtu.put((rec.host_id, path.dst), key)
         icmp = sum(path.icmp.values())
         self.fire(
             self.CONDITION, key, now=rec.ts_wall, severity="critical" if icmp else "warning", subject=subject,
@@ -370,6 +371,7 @@ class PathMtuBlackHole(Rule):
         whose = f" of {who(subject)}" if subject.comm else ""
         to = endpoint(rec.dst, subject.dport) if subject.dport is not None else rec.dst
         what = '"packet too big"' if path.ip_ver == 6 else '"fragmentation needed"'
+        self.ctx.pmtu.put((rec.host_id, rec.dst), key)
         message = (
             f"Path-MTU black hole suspected toward {rec.dst}: {n} connection{'s' if n != 1 else ''}{whose} to {to} "
             f"retransmitted {big} segments of up to {size} bytes and no segment that large was ever acknowledged, "

@@ -216,7 +216,7 @@ class RetransKind(Rule):
             f"{callers(g.subject, g.total)} toward {peer} hit retransmission timeouts (RTO, Loss state), up to "
             f"{worst} in {self.window:g} s on one connection (the latest {n}): each timeout stalls a connection for "
             f"at least 200 ms and doubles the next wait, unlike fast retransmit."
-        )
+        ) + self.ctx.pmtu_cause(rec.host_id, subject.dst)
         self.fire(
             "rto", target, now=t, severity="warning" if worst >= self.num("rto_warning") else "notice",
             subject=g.subject, message=message, clear_after=2 * self.window, metric=float(worst),

@@ -24,10 +24,10 @@
  * as it is established (sock_ops), so the records name the cookie SO_COOKIE gives, as on
  * later kernels. A socket still without one (made before the collector started, a
  * kernel's socket, a child never established) gets a substitute at its first sighting
- * (assign), kept by its address in `cookie_subs`: high bit set, so never a kernel cookie,
+ * (assign), kept by its address in `cookie_subs`: bit 62 set, so never a kernel cookie,
  * and numbered per CPU. Should the kernel give it a cookie later, its records from then
  * on carry that one (docs/collector.md, "Kernel support"). */
-#define NT_COOKIE_SUB (1ULL << 63)
+#define NT_COOKIE_SUB (1ULL << 62) /* bit 62: the webapp stores cookies in signed 64-bit columns */
 
 /* key: the socket's address as a number (sock_key's), which the caller computes: for a
  * BTF pointer by a pointer difference, for either kind through helper calls

@@ -121,7 +121,7 @@ COOKIE_LOSES = (
     "sock_cookie",
     "tracing programs cannot ask for a socket's cookie before Linux 5.12: it is read from the socket, which "
     "sock_create and sock_ops give one at socket() and as a passive child is established; a socket without one "
-    "(made before the collector started, a kernel's own) carries a substitute (bit 63 set), not SO_COOKIE's",
+    "(made before the collector started, a kernel's own) carries a substitute (bit 62 set), not SO_COOKIE's",
 )
 COOKIE_CGROUP_LOSES = "no cgroup v2 hierarchy for sock_create and sock_ops: every socket's cookie is a substitute"
 DEFAULT_POLL_INTERVAL_S = 0.1

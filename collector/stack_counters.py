@@ -261,8 +261,10 @@ class StackCounters:
                 for part in ("netstat", "snmp"):
                     self.parser.parse(_read(f"{self.proc}/{pid}/net/{part}"), out)
             except OSError as exc:
-                if exc.errno in (errno.ENOENT, errno.ESRCH):
-                    continue  # exited since the scan: the next process of the namespace
+                # exited since the scan, or its namespace is being torn down (ENXIO: the
+                # proc file's namespace has no reference left): the next process of it
+                if exc.errno in (errno.ENOENT, errno.ESRCH, errno.ENXIO):
+                    continue
                 raise
             self._read6(f"{self.proc}/{pid}/net/snmp6", out)
             if netns.netns_inode(f"{self.proc}/{pid}/ns/net") == ns.inode:

@@ -86,7 +86,8 @@ def test_listen_overflows_in_two_other_namespaces_are_counted_exactly_and_k4_nam
     assert {(r.netns_name, r.pid, r.comm) for r in counters if r.netns == unnamed} == {(None, late.pid, "sh")}
     stats = [r for r in others if isinstance(r, CollectorStats)]
     assert stats and stats[-1].stopped  # the last one, at the stop: neither namespace was missed
-    assert not {str(named), str(unnamed)} & {k for s in stats for k in s.counters_missed}
+    missed = {k: why for s in stats for k, why in s.counters_missed.items()}
+    assert not {str(named), str(unnamed)} & set(missed), f"{missed}\n{err}"
     k4 = {a.netns: a for a in alerts if isinstance(a, Alert) and a.rule_id == "K4"}
     assert set(k4) >= {named, unnamed}
     for inode, counts, label in (

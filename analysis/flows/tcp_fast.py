@@ -114,6 +114,12 @@ def cache_dir() -> Path:
     return Path(base)
 
 
+def private(st: os.stat_result) -> bool:
+    """Whether only this user could have written it: owned by us, not writable by group or
+    others. A root `nettrail capture` must not run code another user planted."""
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
 def load() -> tuple[Any, Any] | None:
     """(ffi, lib), compiling the library on first use; None when it cannot be had."""
     global _loaded
@@ -128,17 +134,26 @@ def load() -> tuple[Any, Any] | None:
         source = SOURCE.read_bytes()
         target = cache_dir() / f"tcp_fast-{hashlib.sha256(source).hexdigest()[:16]}.so"
         if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
             os.close(fd)
             cc = os.environ.get("CC", "cc")
             subprocess.run(
                 [cc, "-O2", "-shared", "-fPIC", "-o", tmp, str(SOURCE)], check=True, capture_output=True, timeout=120
             )
+            os.chmod(tmp, 0o700)
             os.replace(tmp, target)  # atomic: a concurrent run sees the whole file or none
-        ffi = FFI()
-        ffi.cdef(CDEF)
-        _loaded = (ffi, ffi.dlopen(str(target)))
+        # the file checked is the file loaded: opened without following a link, checked and
+        # loaded through its descriptor
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            if not private(os.stat(target.parent)) or not private(os.fstat(fd)):
+                return None  # someone else could have written it: the Python path, same output
+            ffi = FFI()
+            ffi.cdef(CDEF)
+            _loaded = (ffi, ffi.dlopen(f"/proc/self/fd/{fd}"))
+        finally:
+            os.close(fd)
     except (OSError, subprocess.SubprocessError, ImportError):
         _loaded = None
     return _loaded
